@@ -1,0 +1,38 @@
+//! Every size and time bound that crosses a process boundary.
+
+use std::time::Duration;
+
+/// Largest asset file, either direction.
+pub const MAX_ASSET_BYTES: u64 = 100 * 1024 * 1024;
+/// Chrome's limit for one message from the native host to the browser.
+pub const NATIVE_HOST_TO_BROWSER_MAX: usize = 1024 * 1024;
+/// Chrome's limit for one message from the browser to the native host.
+pub const NATIVE_BROWSER_TO_HOST_MAX: usize = 64 * 1024 * 1024;
+/// Tool-call timeout when a tool does not set `timeout_ms`.
+pub const DEFAULT_TOOL_TIMEOUT: Duration = Duration::from_secs(60);
+/// Longest tool timeout a manifest may ask for.
+pub const MAX_TOOL_TIMEOUT: Duration = Duration::from_secs(60 * 60);
+/// Largest `SendText` text, in UTF-8 bytes.
+pub const MAX_TEXT_BYTES: usize = 1024 * 1024;
+/// Largest tool arguments or result JSON, in bytes.
+pub const MAX_TOOL_JSON_BYTES: usize = 8 * 1024 * 1024;
+/// Most tools in one session manifest.
+pub const MAX_TOOLS: usize = 128;
+/// Longest tool name.
+pub const MAX_TOOL_NAME_LEN: usize = 64;
+/// Largest tool description or JSON schema text, in bytes.
+pub const MAX_TOOL_SCHEMA_BYTES: usize = 64 * 1024;
+/// Largest skill guidance text, in bytes.
+pub const MAX_GUIDANCE_BYTES: usize = 256 * 1024;
+/// Longest public asset path, in bytes.
+pub const MAX_ASSET_PATH_BYTES: usize = 1024;
+/// Most segments in a public asset path.
+pub const MAX_ASSET_PATH_SEGMENTS: usize = 32;
+/// Longest caller origin.
+pub const MAX_ORIGIN_LEN: usize = 512;
+/// Longest identifier (session, operation, tool request) accepted from a client.
+pub const MAX_ID_LEN: usize = 128;
+/// Longest workspace path.
+pub const MAX_WORKSPACE_PATH_BYTES: usize = 4096;
+/// How long an asset ticket stays valid.
+pub const ASSET_TICKET_TTL: Duration = Duration::from_secs(60);

@@ -1,0 +1,373 @@
+//! Chrome native-messaging framing, sans-IO.
+//!
+//! A frame is a 4-byte little-endian length followed by that many bytes of
+//! UTF-8 JSON. [`FrameDecoder`] is fed bytes as they arrive and yields whole
+//! frames; it never panics and reports a truncated stream, a length over the
+//! limit, invalid UTF-8 and invalid JSON as distinct errors. Frames larger
+//! than the host→browser limit are split into [`pb::Chunk`] frames by
+//! [`encode_native_frame`] and put back together by [`ChunkAssembler`].
+
+use crate::error_code::ErrorCode;
+use crate::json;
+use crate::pb;
+
+/// Length prefix size.
+pub const HEADER_LEN: usize = 4;
+
+/// A framing failure.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum FrameError {
+    #[error("frame of {len} bytes exceeds the {limit}-byte limit")]
+    TooLarge { len: usize, limit: usize },
+    #[error("stream ended inside a frame: {got} of {expected} bytes")]
+    Truncated { expected: usize, got: usize },
+    #[error("frame is not valid UTF-8")]
+    InvalidUtf8,
+    #[error("frame is not valid JSON: {0}")]
+    InvalidJson(String),
+    #[error("bad chunk: {0}")]
+    BadChunk(String),
+}
+
+impl FrameError {
+    /// The protocol error code for this failure.
+    pub fn code(&self) -> ErrorCode {
+        match self {
+            FrameError::TooLarge { .. } => ErrorCode::NativeFrameTooLarge,
+            FrameError::Truncated { .. } => ErrorCode::NativeFrameTruncated,
+            FrameError::InvalidUtf8 => ErrorCode::NativeFrameInvalidUtf8,
+            FrameError::InvalidJson(_) | FrameError::BadChunk(_) => ErrorCode::NativeFrameInvalidJson,
+        }
+    }
+}
+
+/// Frames one JSON text, refusing it when over `limit`.
+pub fn encode_frame(json: &str, limit: usize) -> Result<Vec<u8>, FrameError> {
+    if json.len() > limit {
+        return Err(FrameError::TooLarge { len: json.len(), limit });
+    }
+    let mut out = Vec::with_capacity(HEADER_LEN + json.len());
+    out.extend_from_slice(&(json.len() as u32).to_le_bytes());
+    out.extend_from_slice(json.as_bytes());
+    Ok(out)
+}
+
+/// Frames a [`pb::NativeFrame`]; when its JSON exceeds `limit` it becomes
+/// ordered chunk frames, each within `limit`. `message_id` names the chunk set.
+pub fn encode_native_frame(frame: &pb::NativeFrame, limit: usize, message_id: u32) -> Vec<Vec<u8>> {
+    let text = json::to_json(frame);
+    if let Ok(single) = encode_frame(&text, limit) {
+        return vec![single];
+    }
+    split_into_chunks(&text, limit, message_id)
+        .iter()
+        .map(|chunk| encode_frame(&json::to_json(chunk), limit).expect("chunks are sized to fit"))
+        .collect()
+}
+
+/// Splits JSON text into chunk frames whose own JSON fits in `limit`.
+fn split_into_chunks(text: &str, limit: usize, message_id: u32) -> Vec<pb::NativeFrame> {
+    // Room for the envelope; escaping can grow a slice, so each slice is
+    // shrunk until its escaped form fits.
+    let budget = limit.saturating_sub(128).max(64);
+    let mut pieces = Vec::new();
+    let mut rest = text;
+    while !rest.is_empty() {
+        let mut take = budget.min(rest.len());
+        loop {
+            while !rest.is_char_boundary(take) {
+                take -= 1;
+            }
+            let escaped = serde_json::to_string(&rest[..take]).map(|s| s.len()).unwrap_or(usize::MAX);
+            if escaped <= budget || take <= 1 {
+                break;
+            }
+            take = (take * budget / escaped).clamp(1, take - 1);
+        }
+        pieces.push(&rest[..take]);
+        rest = &rest[take..];
+    }
+    let count = pieces.len() as u32;
+    pieces
+        .into_iter()
+        .enumerate()
+        .map(|(index, data)| pb::NativeFrame {
+            request_id: 0,
+            body: Some(pb::native_frame::Body::Chunk(pb::Chunk {
+                message_id,
+                index: index as u32,
+                count,
+                data: data.to_owned(),
+            })),
+        })
+        .collect()
+}
+
+/// Incremental decoder of length-prefixed frames.
+#[derive(Debug)]
+pub struct FrameDecoder {
+    buffer: Vec<u8>,
+    limit: usize,
+    poisoned: bool,
+}
+
+impl FrameDecoder {
+    /// A decoder refusing frames over `limit` bytes.
+    pub fn new(limit: usize) -> Self {
+        FrameDecoder { buffer: Vec::new(), limit, poisoned: false }
+    }
+
+    /// Adds received bytes.
+    pub fn push(&mut self, bytes: &[u8]) {
+        if !self.poisoned {
+            self.buffer.extend_from_slice(bytes);
+        }
+    }
+
+    /// The next complete frame's text, `None` when more bytes are needed.
+    /// After `TooLarge` the stream cannot be resynchronised and yields nothing more.
+    pub fn next_frame(&mut self) -> Option<Result<String, FrameError>> {
+        if self.poisoned || self.buffer.len() < HEADER_LEN {
+            return None;
+        }
+        let len = u32::from_le_bytes(self.buffer[..HEADER_LEN].try_into().ok()?) as usize;
+        if len > self.limit {
+            self.poisoned = true;
+            self.buffer = Vec::new();
+            return Some(Err(FrameError::TooLarge { len, limit: self.limit }));
+        }
+        if self.buffer.len() < HEADER_LEN + len {
+            return None;
+        }
+        let body: Vec<u8> = self.buffer.drain(..HEADER_LEN + len).skip(HEADER_LEN).collect();
+        Some(String::from_utf8(body).map_err(|_| FrameError::InvalidUtf8))
+    }
+
+    /// Call at end of stream: an unfinished frame is `Truncated`.
+    pub fn finish(&self) -> Result<(), FrameError> {
+        if self.poisoned || self.buffer.is_empty() {
+            return Ok(());
+        }
+        let expected = if self.buffer.len() >= HEADER_LEN {
+            u32::from_le_bytes(self.buffer[..HEADER_LEN].try_into().unwrap_or_default()) as usize + HEADER_LEN
+        } else {
+            HEADER_LEN
+        };
+        Err(FrameError::Truncated { expected, got: self.buffer.len() })
+    }
+}
+
+/// Parses one frame's text as a [`pb::NativeFrame`].
+pub fn decode_native_frame(text: &str) -> Result<pb::NativeFrame, FrameError> {
+    json::from_json(text).map_err(|e| FrameError::InvalidJson(e.to_string()))
+}
+
+/// Reassembles chunked frames. One chunk set is in flight at a time per
+/// connection (the sender writes chunks of one frame consecutively).
+#[derive(Debug)]
+pub struct ChunkAssembler {
+    limit: usize,
+    current: Option<(u32, u32, String)>,
+    next_index: u32,
+}
+
+impl ChunkAssembler {
+    /// An assembler refusing reassembled frames over `limit` bytes.
+    pub fn new(limit: usize) -> Self {
+        ChunkAssembler { limit, current: None, next_index: 0 }
+    }
+
+    /// Feeds one frame: non-chunk frames pass through; a chunk yields the
+    /// reassembled frame once its last piece arrives.
+    pub fn accept(&mut self, frame: pb::NativeFrame) -> Result<Option<pb::NativeFrame>, FrameError> {
+        let chunk = match frame.body {
+            Some(pb::native_frame::Body::Chunk(chunk)) => chunk,
+            _ => return Ok(Some(frame)),
+        };
+        if chunk.count == 0 || chunk.index >= chunk.count {
+            return Err(self.fail(format!("index {} of count {}", chunk.index, chunk.count)));
+        }
+        match &mut self.current {
+            None if chunk.index == 0 => self.current = Some((chunk.message_id, chunk.count, chunk.data)),
+            Some((id, count, text))
+                if *id == chunk.message_id && *count == chunk.count && chunk.index == self.next_index =>
+            {
+                text.push_str(&chunk.data);
+            }
+            _ => return Err(self.fail(format!("unexpected chunk {} of message {}", chunk.index, chunk.message_id))),
+        }
+        let (_, count, text) = self.current.as_ref().expect("set above");
+        if text.len() > self.limit {
+            let len = text.len();
+            self.reset();
+            return Err(FrameError::TooLarge { len, limit: self.limit });
+        }
+        self.next_index = chunk.index + 1;
+        if self.next_index < *count {
+            return Ok(None);
+        }
+        let (_, _, text) = self.current.take().expect("set above");
+        self.next_index = 0;
+        decode_native_frame(&text).map(Some)
+    }
+
+    fn fail(&mut self, why: String) -> FrameError {
+        self.reset();
+        FrameError::BadChunk(why)
+    }
+
+    fn reset(&mut self) {
+        self.current = None;
+        self.next_index = 0;
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use proptest::prelude::*;
+
+    fn ping_frame(id: u32) -> pb::NativeFrame {
+        pb::NativeFrame {
+            request_id: id,
+            body: Some(pb::native_frame::Body::Request(pb::NativeRequest {
+                call: Some(pb::native_request::Call::Ping(pb::PingRequest {})),
+            })),
+        }
+    }
+
+    fn chat_frame(text: String) -> pb::NativeFrame {
+        pb::NativeFrame {
+            request_id: 0,
+            body: Some(pb::native_frame::Body::Event(pb::SessionEvent {
+                session_id: "s".into(),
+                seq: 1,
+                kind: Some(pb::session_event::Kind::Chat(pb::Chat { text })),
+                ..Default::default()
+            })),
+        }
+    }
+
+    #[test]
+    fn frame_is_little_endian_length_then_json() {
+        let bytes = encode_frame("{}", 10).unwrap();
+        assert_eq!(bytes, vec![2, 0, 0, 0, b'{', b'}']);
+        assert_eq!(encode_frame("{}", 1), Err(FrameError::TooLarge { len: 2, limit: 1 }));
+    }
+
+    #[test]
+    fn decoder_waits_for_whole_frames_across_pushes() {
+        let bytes = encode_native_frame(&ping_frame(7), 1024, 0).concat();
+        let mut decoder = FrameDecoder::new(1024);
+        for b in &bytes[..bytes.len() - 1] {
+            decoder.push(&[*b]);
+            assert!(decoder.next_frame().is_none());
+        }
+        decoder.push(&bytes[bytes.len() - 1..]);
+        let text = decoder.next_frame().unwrap().unwrap();
+        assert_eq!(decode_native_frame(&text).unwrap(), ping_frame(7));
+        assert!(decoder.finish().is_ok());
+    }
+
+    #[test]
+    fn each_failure_is_distinct() {
+        let mut d = FrameDecoder::new(16);
+        d.push(&[3, 0, 0, 0, b'a']);
+        assert!(d.next_frame().is_none());
+        assert_eq!(d.finish(), Err(FrameError::Truncated { expected: 7, got: 5 }));
+
+        let mut d = FrameDecoder::new(16);
+        d.push(&[2, 0]);
+        assert_eq!(d.finish(), Err(FrameError::Truncated { expected: 4, got: 2 }));
+
+        let mut d = FrameDecoder::new(16);
+        d.push(&[17, 0, 0, 0]);
+        assert_eq!(d.next_frame(), Some(Err(FrameError::TooLarge { len: 17, limit: 16 })));
+        d.push(&[1, 0, 0, 0, b'x']);
+        assert_eq!(d.next_frame(), None, "a poisoned stream yields nothing more");
+
+        let mut d = FrameDecoder::new(16);
+        d.push(&[2, 0, 0, 0, 0xff, 0xfe, 2, 0, 0, 0, b'{', b'}']);
+        assert_eq!(d.next_frame(), Some(Err(FrameError::InvalidUtf8)));
+        assert_eq!(d.next_frame(), Some(Ok("{}".into())), "the next frame still decodes");
+
+        assert!(matches!(decode_native_frame("{nope"), Err(FrameError::InvalidJson(_))));
+        assert!(matches!(decode_native_frame(r#"{"requestId":"x"}"#), Err(FrameError::InvalidJson(_))));
+        let codes = [
+            FrameError::TooLarge { len: 0, limit: 0 }.code(),
+            FrameError::Truncated { expected: 0, got: 0 }.code(),
+            FrameError::InvalidUtf8.code(),
+            FrameError::InvalidJson(String::new()).code(),
+        ];
+        assert_eq!(codes.iter().collect::<std::collections::HashSet<_>>().len(), 4);
+    }
+
+    #[test]
+    fn a_large_frame_travels_as_chunks_within_the_limit() {
+        let frame = chat_frame("x\"\u{1}é".repeat(100_000));
+        let limit = 64 * 1024;
+        let frames = encode_native_frame(&frame, limit, 9);
+        assert!(frames.len() > 1);
+        let mut decoder = FrameDecoder::new(limit);
+        let mut assembler = ChunkAssembler::new(usize::MAX);
+        let mut out = None;
+        for bytes in &frames {
+            assert!(bytes.len() <= limit + HEADER_LEN);
+            decoder.push(bytes);
+            let text = decoder.next_frame().unwrap().unwrap();
+            if let Some(done) = assembler.accept(decode_native_frame(&text).unwrap()).unwrap() {
+                out = Some(done);
+            }
+        }
+        assert_eq!(out, Some(frame));
+    }
+
+    #[test]
+    fn out_of_order_chunks_are_refused() {
+        let frames = split_into_chunks(&json::to_json(&chat_frame("y".repeat(3000))), 1000, 1);
+        let mut assembler = ChunkAssembler::new(usize::MAX);
+        assert!(matches!(assembler.accept(frames[1].clone()), Err(FrameError::BadChunk(_))));
+        assert_eq!(assembler.accept(frames[0].clone()), Ok(None));
+        assert!(matches!(assembler.accept(frames[2].clone()), Err(FrameError::BadChunk(_))));
+    }
+
+    #[test]
+    fn reassembly_is_bounded() {
+        let frames = split_into_chunks(&json::to_json(&chat_frame("y".repeat(3000))), 1000, 1);
+        let mut assembler = ChunkAssembler::new(1500);
+        let results: Vec<_> = frames.into_iter().map(|f| assembler.accept(f)).collect();
+        assert!(results.iter().any(|r| matches!(r, Err(FrameError::TooLarge { .. }))));
+    }
+
+    proptest! {
+        #[test]
+        fn decoder_never_panics_on_arbitrary_bytes(chunks in proptest::collection::vec(proptest::collection::vec(any::<u8>(), 0..64), 0..16)) {
+            let mut d = FrameDecoder::new(256);
+            for c in &chunks {
+                d.push(c);
+                while let Some(result) = d.next_frame() {
+                    if let Ok(text) = result {
+                        let _ = decode_native_frame(&text);
+                    }
+                }
+            }
+            let _ = d.finish();
+        }
+
+        #[test]
+        fn chunking_round_trips_any_text(text in any::<String>(), limit in 200usize..600) {
+            let frame = chat_frame(text);
+            let mut assembler = ChunkAssembler::new(usize::MAX);
+            let mut decoder = FrameDecoder::new(limit);
+            let mut out = None;
+            for bytes in encode_native_frame(&frame, limit, 3) {
+                decoder.push(&bytes);
+                let text = decoder.next_frame().unwrap().unwrap();
+                if let Some(f) = assembler.accept(decode_native_frame(&text).unwrap()).unwrap() {
+                    out = Some(f);
+                }
+            }
+            prop_assert_eq!(out, Some(frame));
+        }
+    }
+}
