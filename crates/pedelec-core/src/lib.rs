@@ -1,1 +1,20 @@
-//! placeholder
+//! pedelec-core: the daemon that owns every agent session.
+//!
+//! [`daemon::serve`] binds the Unix socket and serves the `Core` and
+//! `AgentTools` gRPC services ([`service`]) over a [`registry::Registry`] of
+//! [`session::Session`]s, persisted in SQLite ([`store`]), working in
+//! [`workspace`]s, answered by [`providers`].
+
+pub mod config;
+pub mod daemon;
+pub mod error;
+pub mod providers;
+pub mod registry;
+pub mod service;
+pub mod session;
+pub mod store;
+pub mod tools;
+pub mod workspace;
+
+pub use config::CoreConfig;
+pub use error::{CoreError, CoreResult};

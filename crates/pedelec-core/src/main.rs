@@ -1,1 +1,68 @@
-fn main() {}
+//! The `pedelec-core` binary: argument parsing only.
+
+use std::path::PathBuf;
+use std::time::Duration;
+
+use clap::{Parser, Subcommand};
+use pedelec_core::CoreConfig;
+
+#[derive(Parser)]
+#[command(name = "pedelec-core", version, about = "The Pedelec Core daemon")]
+struct Cli {
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Subcommand)]
+enum Command {
+    /// Serve the Core gRPC API on a Unix socket until SIGINT/SIGTERM.
+    Serve {
+        /// Socket path (default: $XDG_RUNTIME_DIR/pedelec/core.sock).
+        #[arg(long, env = "PEDELEC_CORE_SOCKET")]
+        socket: Option<PathBuf>,
+        /// State directory: database, managed workspaces (default: $XDG_STATE_HOME/pedelec).
+        #[arg(long, env = "PEDELEC_STATE_DIR")]
+        state_dir: Option<PathBuf>,
+        /// How long a session with auto_end_on_disconnect waits for a subscriber to come back.
+        #[arg(long, default_value_t = 3000)]
+        disconnect_grace_ms: u64,
+    },
+}
+
+fn main() -> std::process::ExitCode {
+    tracing_subscriber::fmt()
+        .with_env_filter(
+            tracing_subscriber::EnvFilter::try_from_env("PEDELEC_LOG")
+                .unwrap_or_else(|_| "warn".into()),
+        )
+        .with_writer(std::io::stderr)
+        .init();
+    let Command::Serve {
+        socket,
+        state_dir,
+        disconnect_grace_ms,
+    } = Cli::parse().command;
+    let config = CoreConfig::resolve(
+        socket,
+        state_dir,
+        Duration::from_millis(disconnect_grace_ms),
+    );
+    let runtime = match tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+    {
+        Ok(runtime) => runtime,
+        Err(error) => {
+            eprintln!("pedelec-core: cannot start the async runtime: {error}");
+            return std::process::ExitCode::FAILURE;
+        }
+    };
+    match runtime.block_on(pedelec_core::daemon::serve(config)) {
+        Ok(()) => std::process::ExitCode::SUCCESS,
+        Err(error) => {
+            eprintln!("pedelec-core: {error}");
+            std::process::ExitCode::FAILURE
+        }
+    }
+}

@@ -131,7 +131,11 @@ impl pb::Error {
     }
 
     /// An error with JSON details.
-    pub fn with_details(code: ErrorCode, message: impl Into<String>, details: &serde_json::Value) -> Self {
+    pub fn with_details(
+        code: ErrorCode,
+        message: impl Into<String>,
+        details: &serde_json::Value,
+    ) -> Self {
         pb::Error {
             code: code.as_str().to_owned(),
             message: message.into(),
@@ -156,7 +160,11 @@ mod tests {
             let text = code.as_str();
             assert!(seen.insert(text), "duplicate code string {text}");
             assert_eq!(ErrorCode::parse(text), Some(code));
-            assert!(text.chars().all(|c| c.is_ascii_uppercase() || c.is_ascii_digit() || c == '_'), "{text}");
+            assert!(
+                text.chars()
+                    .all(|c| c.is_ascii_uppercase() || c.is_ascii_digit() || c == '_'),
+                "{text}"
+            );
         }
         assert_eq!(ErrorCode::parse("session_busy"), None);
     }

@@ -11,8 +11,11 @@
 //! `wasm32-unknown-unknown` (without the default `grpc` feature).
 
 pub mod asset_path;
+pub mod discovery;
 pub mod error_code;
 pub mod gate;
+#[cfg(feature = "grpc")]
+pub mod grpc;
 pub mod json;
 pub mod limits;
 pub mod native;

@@ -37,7 +37,10 @@ impl SessionStatus {
 
     /// Whether a turn (preparation or user) is active.
     pub const fn is_active_turn(self) -> bool {
-        matches!(self, SessionStatus::Running | SessionStatus::WaitingToolResult)
+        matches!(
+            self,
+            SessionStatus::Running | SessionStatus::WaitingToolResult
+        )
     }
 
     /// Whether moving from `self` to `next` is a legal transition. Staying in
@@ -69,7 +72,10 @@ impl SessionStatus {
         if self.can_transition_to(next) {
             Ok(next)
         } else {
-            Err(IllegalTransition { from: self, to: next })
+            Err(IllegalTransition {
+                from: self,
+                to: next,
+            })
         }
     }
 
@@ -184,7 +190,12 @@ mod tests {
         ];
         for path in paths {
             for pair in path.windows(2) {
-                assert!(pair[0].transition(pair[1]).is_ok(), "{} → {}", pair[0], pair[1]);
+                assert!(
+                    pair[0].transition(pair[1]).is_ok(),
+                    "{} → {}",
+                    pair[0],
+                    pair[1]
+                );
             }
         }
     }
@@ -224,7 +235,11 @@ mod tests {
 
     #[test]
     fn effort_strings() {
-        for e in [pb::EffortLevel::Default, pb::EffortLevel::Low, pb::EffortLevel::High] {
+        for e in [
+            pb::EffortLevel::Default,
+            pb::EffortLevel::Low,
+            pb::EffortLevel::High,
+        ] {
             assert_eq!(pb::EffortLevel::parse_seed(e.seed_str().unwrap()), Some(e));
         }
         assert_eq!(pb::EffortLevel::parse_seed("medium"), None);

@@ -2,32 +2,55 @@
 //! messaging carries it, plus round trips through JSON and protobuf bytes.
 
 use pedelec_protocol::json::{from_json, to_json};
-use pedelec_protocol::pb::{self, native_frame::Body, native_request::Call, native_response::Result as R};
+use pedelec_protocol::pb::{
+    self, native_frame::Body, native_request::Call, native_response::Result as R,
+};
 use prost::Message;
 
 fn check<T>(name: &str, message: &T)
 where
-    T: Message + Default + PartialEq + std::fmt::Debug + serde::Serialize + serde::de::DeserializeOwned,
+    T: Message
+        + Default
+        + PartialEq
+        + std::fmt::Debug
+        + serde::Serialize
+        + serde::de::DeserializeOwned,
 {
     let text = to_json(message);
     let back: T = from_json(&text).unwrap();
     assert_eq!(&back, message, "JSON round trip of {name}");
     let bytes = message.encode_to_vec();
-    assert_eq!(&T::decode(bytes.as_slice()).unwrap(), message, "protobuf round trip of {name}");
+    assert_eq!(
+        &T::decode(bytes.as_slice()).unwrap(),
+        message,
+        "protobuf round trip of {name}"
+    );
     let value: serde_json::Value = serde_json::from_str(&text).unwrap();
     insta::assert_snapshot!(name, serde_json::to_string_pretty(&value).unwrap());
 }
 
 fn request(id: u32, call: Call) -> pb::NativeFrame {
-    pb::NativeFrame { request_id: id, body: Some(Body::Request(pb::NativeRequest { call: Some(call) })) }
+    pb::NativeFrame {
+        request_id: id,
+        body: Some(Body::Request(pb::NativeRequest { call: Some(call) })),
+    }
 }
 
 fn response(id: u32, result: R) -> pb::NativeFrame {
-    pb::NativeFrame { request_id: id, body: Some(Body::Response(pb::NativeResponse { result: Some(result) })) }
+    pb::NativeFrame {
+        request_id: id,
+        body: Some(Body::Response(pb::NativeResponse {
+            result: Some(result),
+        })),
+    }
 }
 
 fn turn() -> Option<pb::TurnInfo> {
-    Some(pb::TurnInfo { turn_id: "turn-1".into(), kind: pb::TurnKind::User as i32, started_at_ms: 1_764_000_000_000 })
+    Some(pb::TurnInfo {
+        turn_id: "turn-1".into(),
+        kind: pb::TurnKind::User as i32,
+        started_at_ms: 1_764_000_000_000,
+    })
 }
 
 fn event(seq: u64, op: &str, kind: pb::session_event::Kind) -> pb::NativeFrame {
@@ -61,8 +84,13 @@ fn requests() {
                 provider: "scripted".into(),
                 model: String::new(),
                 effort_level: pb::EffortLevel::Low as i32,
-                skills: Some(pb::Skills { guidance: "Be brief.".into(), tools: vec![tool] }),
-                workspace: Some(pb::WorkspaceSpec { path: "/home/u/project".into() }),
+                skills: Some(pb::Skills {
+                    guidance: "Be brief.".into(),
+                    tools: vec![tool],
+                }),
+                workspace: Some(pb::WorkspaceSpec {
+                    path: "/home/u/project".into(),
+                }),
                 auto_end_on_disconnect: Some(false),
                 caller_origin: "https://app.example".into(),
             }),
@@ -71,7 +99,14 @@ fn requests() {
     let origin = "https://app.example".to_string();
     check(
         "request_send_text",
-        &request(3, Call::SendText(pb::SendTextRequest { session_id: "sess-1".into(), caller_origin: origin.clone(), text: " hi ".into() })),
+        &request(
+            3,
+            Call::SendText(pb::SendTextRequest {
+                session_id: "sess-1".into(),
+                caller_origin: origin.clone(),
+                text: " hi ".into(),
+            }),
+        ),
     );
     check(
         "request_submit_tool_result",
@@ -81,7 +116,9 @@ fn requests() {
                 session_id: "sess-1".into(),
                 caller_origin: origin.clone(),
                 tool_request_id: "tool-1".into(),
-                outcome: Some(pb::submit_tool_result_request::Outcome::ResultJson(r#"{"value":3}"#.into())),
+                outcome: Some(pb::submit_tool_result_request::Outcome::ResultJson(
+                    r#"{"value":3}"#.into(),
+                )),
             }),
         ),
     );
@@ -98,18 +135,40 @@ fn requests() {
             }),
         ),
     );
-    check("agent_call_tool", &pb::CallToolRequest { tool_token: "tok".into(), tool: "update_counter".into(), args_json: "{}".into() });
+    check(
+        "agent_call_tool",
+        &pb::CallToolRequest {
+            tool_token: "tok".into(),
+            tool: "update_counter".into(),
+            args_json: "{}".into(),
+        },
+    );
 }
 
 #[test]
 fn responses() {
-    check("response_accepted", &response(3, R::SendText(pb::OperationAccepted { operation_id: "op-1".into(), kind: pb::OperationKind::SendText as i32, already_done: false })));
+    check(
+        "response_accepted",
+        &response(
+            3,
+            R::SendText(pb::OperationAccepted {
+                operation_id: "op-1".into(),
+                kind: pb::OperationKind::SendText as i32,
+                already_done: false,
+            }),
+        ),
+    );
     check(
         "response_list_providers",
         &response(
             6,
             R::ListProviders(pb::ListProvidersResponse {
-                providers: vec![pb::ProviderInfo { name: "Scripted".into(), code: "scripted".into(), available: true, reason: String::new() }],
+                providers: vec![pb::ProviderInfo {
+                    name: "Scripted".into(),
+                    code: "scripted".into(),
+                    available: true,
+                    reason: String::new(),
+                }],
             }),
         ),
     );
@@ -118,13 +177,25 @@ fn responses() {
         &response(
             7,
             R::ListAssets(pb::ListAssetsResponse {
-                assets: vec![pb::Asset { name: "report.json".into(), path: "/results/report.json".into(), size: 42, modified_at_ms: 1_764_000_000_000, mime_type: "application/json".into() }],
+                assets: vec![pb::Asset {
+                    name: "report.json".into(),
+                    path: "/results/report.json".into(),
+                    size: 42,
+                    modified_at_ms: 1_764_000_000_000,
+                    mime_type: "application/json".into(),
+                }],
             }),
         ),
     );
     check(
         "response_error",
-        &pb::NativeFrame { request_id: 8, body: Some(Body::Error(pb::Error::new(pedelec_protocol::ErrorCode::SessionBusy, "a turn is active"))) },
+        &pb::NativeFrame {
+            request_id: 8,
+            body: Some(Body::Error(pb::Error::new(
+                pedelec_protocol::ErrorCode::SessionBusy,
+                "a turn is active",
+            ))),
+        },
     );
 }
 
@@ -145,10 +216,15 @@ fn events() {
             "",
             Kind::Snapshot(pb::Snapshot {
                 status: pb::SessionStatus::WaitingToolResult as i32,
-                active_operation: Some(pb::ActiveOperation { operation_id: "op-1".into(), kind: pb::OperationKind::SendText as i32 }),
+                active_operation: Some(pb::ActiveOperation {
+                    operation_id: "op-1".into(),
+                    kind: pb::OperationKind::SendText as i32,
+                }),
                 turn: turn(),
                 pending_tools: vec![pending],
-                usage: Some(pb::Usage { total_tokens: Some(1234) }),
+                usage: Some(pb::Usage {
+                    total_tokens: Some(1234),
+                }),
                 last_seq: 41,
                 provider: "scripted".into(),
                 model: "scripted-1".into(),
@@ -158,23 +234,110 @@ fn events() {
             }),
         ),
     );
-    check("event_status_changed", &event(42, "op-1", Kind::StatusChanged(pb::StatusChanged { status: pb::SessionStatus::Running as i32, previous: pb::SessionStatus::Idle as i32 })));
-    check("event_operation_started", &event(43, "op-1", Kind::OperationStarted(pb::OperationStarted { kind: pb::OperationKind::SendText as i32 })));
-    check("event_chat_delta", &event(44, "op-1", Kind::ChatDelta(pb::ChatDelta { text: "Hel".into() })));
-    check("event_chat", &event(45, "op-1", Kind::Chat(pb::Chat { text: "Hello".into() })));
-    check("event_tool_call", &event(46, "op-1", Kind::ToolCall(pb::ToolCall { tool_request_id: "tool-1".into(), tool: "update_counter".into(), args_json: r#"{"delta":1}"#.into(), deadline_at_ms: 1_764_000_060_000 })));
-    check("event_usage_updated", &event(47, "op-1", Kind::UsageUpdated(pb::UsageUpdated { usage: Some(pb::Usage { total_tokens: Some(99) }) })));
-    check("event_error", &event(48, "", Kind::Error(pb::ErrorRaised { error: Some(pb::Error::new(pedelec_protocol::ErrorCode::ProviderError, "model overloaded")) })));
+    check(
+        "event_status_changed",
+        &event(
+            42,
+            "op-1",
+            Kind::StatusChanged(pb::StatusChanged {
+                status: pb::SessionStatus::Running as i32,
+                previous: pb::SessionStatus::Idle as i32,
+            }),
+        ),
+    );
+    check(
+        "event_operation_started",
+        &event(
+            43,
+            "op-1",
+            Kind::OperationStarted(pb::OperationStarted {
+                kind: pb::OperationKind::SendText as i32,
+            }),
+        ),
+    );
+    check(
+        "event_chat_delta",
+        &event(
+            44,
+            "op-1",
+            Kind::ChatDelta(pb::ChatDelta { text: "Hel".into() }),
+        ),
+    );
+    check(
+        "event_chat",
+        &event(
+            45,
+            "op-1",
+            Kind::Chat(pb::Chat {
+                text: "Hello".into(),
+            }),
+        ),
+    );
+    check(
+        "event_tool_call",
+        &event(
+            46,
+            "op-1",
+            Kind::ToolCall(pb::ToolCall {
+                tool_request_id: "tool-1".into(),
+                tool: "update_counter".into(),
+                args_json: r#"{"delta":1}"#.into(),
+                deadline_at_ms: 1_764_000_060_000,
+            }),
+        ),
+    );
+    check(
+        "event_usage_updated",
+        &event(
+            47,
+            "op-1",
+            Kind::UsageUpdated(pb::UsageUpdated {
+                usage: Some(pb::Usage {
+                    total_tokens: Some(99),
+                }),
+            }),
+        ),
+    );
+    check(
+        "event_error",
+        &event(
+            48,
+            "",
+            Kind::Error(pb::ErrorRaised {
+                error: Some(pb::Error::new(
+                    pedelec_protocol::ErrorCode::ProviderError,
+                    "model overloaded",
+                )),
+            }),
+        ),
+    );
     check(
         "event_operation_completed",
-        &event(49, "op-1", Kind::OperationCompleted(pb::OperationCompleted { kind: pb::OperationKind::SendText as i32, error: None })),
+        &event(
+            49,
+            "op-1",
+            Kind::OperationCompleted(pb::OperationCompleted {
+                kind: pb::OperationKind::SendText as i32,
+                error: None,
+            }),
+        ),
     );
-    check("event_ended", &event(50, "", Kind::Ended(pb::Ended { reason: "requested".into() })));
+    check(
+        "event_ended",
+        &event(
+            50,
+            "",
+            Kind::Ended(pb::Ended {
+                reason: "requested".into(),
+            }),
+        ),
+    );
 }
 
 #[test]
 fn decoding_is_tolerant_of_unknown_fields_but_not_of_wrong_types() {
-    let frame: pb::NativeFrame = from_json(r#"{"requestId":1,"futureField":true,"request":{"ping":{}}}"#).unwrap();
+    let frame: pb::NativeFrame =
+        from_json(r#"{"requestId":1,"futureField":true,"request":{"ping":{}}}"#).unwrap();
     assert_eq!(frame.request_id, 1);
     assert!(from_json::<pb::NativeFrame>(r#"{"requestId":"one"}"#).is_err());
     let seq_as_string: pb::SessionEvent = from_json(r#"{"seq":"18446744073709551615"}"#).unwrap();

@@ -1,1 +1,25 @@
-//! placeholder
+//! pedelec-sdk: drive a local AI coding agent session through Pedelec Core.
+//!
+//! [`Pedelec`] creates and re-attaches sessions; [`PedelecSession`] sends
+//! text, streams answers and answers frontend tool calls. The session logic
+//! is the sans-IO [`machine::SessionMachine`]; transports ([`transport`],
+//! with [`grpc`] to Core's socket) only move messages.
+
+pub mod client;
+pub mod context;
+#[cfg(unix)]
+pub mod daemon;
+pub mod error;
+#[cfg(feature = "grpc")]
+pub mod grpc;
+pub mod machine;
+pub mod session;
+pub mod tool;
+pub mod transport;
+
+pub use client::{Pedelec, SessionOptions};
+pub use context::{EventContext, Source, StatusContext, ToolCallContext};
+pub use error::PedelecError;
+pub use pedelec_protocol::{ErrorCode, SessionStatus, pb::EffortLevel};
+pub use session::{Disposer, PedelecSession, PedelecSessionUsage};
+pub use tool::{ToolName, ToolSpec, handler, sync_handler};

@@ -1,0 +1,61 @@
+//! Where Core keeps its socket, database and managed workspaces.
+
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+/// Resolved daemon configuration.
+#[derive(Debug, Clone)]
+pub struct CoreConfig {
+    /// The gRPC Unix socket.
+    pub socket: PathBuf,
+    /// Database, discovery file and managed workspaces live here.
+    pub state_dir: PathBuf,
+    /// How long a session with `auto_end_on_disconnect` survives without subscribers.
+    pub disconnect_grace: Duration,
+}
+
+impl CoreConfig {
+    /// Defaults: `$XDG_RUNTIME_DIR/pedelec/core.sock` (else `<state>/core.sock`)
+    /// and `$XDG_STATE_HOME/pedelec` (else `~/.local/state/pedelec`).
+    pub fn resolve(
+        socket: Option<PathBuf>,
+        state_dir: Option<PathBuf>,
+        disconnect_grace: Duration,
+    ) -> Self {
+        let state_dir = state_dir.unwrap_or_else(default_state_dir);
+        let socket = socket.unwrap_or_else(|| default_socket(&state_dir));
+        CoreConfig {
+            socket,
+            state_dir,
+            disconnect_grace,
+        }
+    }
+
+    pub fn database(&self) -> PathBuf {
+        self.state_dir.join("sessions.sqlite3")
+    }
+
+    /// Root of Core-managed workspaces; explicit workspaces may not overlap it.
+    pub fn managed_root(&self) -> PathBuf {
+        self.state_dir.join("workspaces")
+    }
+
+    /// The discovery file next to the socket: `{"pid":…, "socket":…}`.
+    pub fn discovery_file(&self) -> PathBuf {
+        discovery_file_for(&self.socket)
+    }
+}
+
+/// Discovery file path for a socket path.
+pub fn discovery_file_for(socket: &Path) -> PathBuf {
+    socket.with_file_name("core.json")
+}
+
+pub fn default_state_dir() -> PathBuf {
+    pedelec_protocol::discovery::default_state_dir(|k| std::env::var(k).ok())
+}
+
+/// The socket path for a state dir, by the shared rule.
+pub fn default_socket(state_dir: &Path) -> PathBuf {
+    pedelec_protocol::discovery::default_socket(|k| std::env::var(k).ok(), state_dir)
+}

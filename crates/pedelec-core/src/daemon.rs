@@ -1,0 +1,110 @@
+//! `pedelec-core serve`: the socket, the discovery file, signals and clean shutdown.
+
+use std::os::unix::fs::PermissionsExt;
+use std::path::Path;
+use std::sync::Arc;
+
+use pedelec_protocol::ErrorCode;
+use pedelec_protocol::pb::{agent_tools_server::AgentToolsServer, core_server::CoreServer};
+use tokio::net::UnixListener;
+
+use crate::config::CoreConfig;
+use crate::error::{CoreError, CoreResult};
+use crate::providers::Providers;
+use crate::registry::Registry;
+use crate::service::{AgentToolsService, CoreService};
+use crate::session::Shared;
+use crate::store::Store;
+
+fn ensure_private_dir(dir: &Path) -> CoreResult<()> {
+    std::fs::create_dir_all(dir)
+        .map_err(|e| CoreError::io(format!("creating {}", dir.display()), e))?;
+    std::fs::set_permissions(dir, std::fs::Permissions::from_mode(0o700))
+        .map_err(|e| CoreError::io(format!("restricting {}", dir.display()), e))
+}
+
+/// Binds the socket: refuses when a live Core answers on it, takes over a stale one.
+async fn bind(socket: &Path) -> CoreResult<UnixListener> {
+    if let Some(parent) = socket.parent() {
+        ensure_private_dir(parent)?;
+    }
+    if socket.exists() {
+        if tokio::net::UnixStream::connect(socket).await.is_ok() {
+            return Err(CoreError::new(
+                ErrorCode::CoreRuntimeUnavailable,
+                format!("another Core is already serving on {}", socket.display()),
+            ));
+        }
+        tracing::info!(socket = %socket.display(), "taking over a stale socket");
+        std::fs::remove_file(socket).map_err(|e| CoreError::io("removing a stale socket", e))?;
+    }
+    let listener = UnixListener::bind(socket)
+        .map_err(|e| CoreError::io(format!("binding {}", socket.display()), e))?;
+    std::fs::set_permissions(socket, std::fs::Permissions::from_mode(0o600))
+        .map_err(|e| CoreError::io("restricting the socket", e))?;
+    Ok(listener)
+}
+
+/// Runs Core until SIGINT/SIGTERM, then shuts down cleanly.
+pub async fn serve(config: CoreConfig) -> CoreResult<()> {
+    ensure_private_dir(&config.state_dir)?;
+    let listener = bind(&config.socket).await?;
+    let started = std::time::Instant::now();
+    let (store, records) = Store::open(&config.database())?;
+    let shared = Arc::new(Shared {
+        store,
+        providers: Providers::builtin(),
+        disconnect_grace: config.disconnect_grace,
+    });
+    let registry = Arc::new(Registry::new(shared, config.managed_root()));
+    let restored = records.len();
+    registry.restore(records);
+    let discovery = config.discovery_file();
+    let body = serde_json::json!({ "pid": std::process::id(), "socket": config.socket.display().to_string() });
+    std::fs::write(&discovery, body.to_string())
+        .map_err(|e| CoreError::io("writing the discovery file", e))?;
+    tracing::info!(socket = %config.socket.display(), restored, elapsed_ms = started.elapsed().as_millis() as u64, "Core serving");
+    println!("pedelec-core listening on {}", config.socket.display());
+
+    let incoming = tokio_stream::wrappers::UnixListenerStream::new(listener);
+    let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
+    let server = tonic::transport::Server::builder()
+        .add_service(CoreServer::new(CoreService {
+            registry: registry.clone(),
+        }))
+        .add_service(AgentToolsServer::new(AgentToolsService {
+            registry: registry.clone(),
+        }))
+        .serve_with_incoming_shutdown(incoming, async {
+            let _ = stopped.await;
+        });
+    tokio::pin!(server);
+    let result = tokio::select! {
+        result = &mut server => result,
+        _ = shutdown_signal() => {
+            tracing::info!("shutting down");
+            // Ending sessions closes their subscription streams, which lets
+            // the graceful shutdown finish instead of waiting on idle clients.
+            registry.shutdown().await;
+            let _ = stop.send(());
+            tokio::time::timeout(std::time::Duration::from_secs(5), server).await.unwrap_or(Ok(()))
+        }
+    };
+    let _ = std::fs::remove_file(&config.socket);
+    let _ = std::fs::remove_file(&discovery);
+    result.map_err(|e| CoreError::new(ErrorCode::Internal, format!("gRPC server failed: {e}")))
+}
+
+async fn shutdown_signal() {
+    use tokio::signal::unix::{SignalKind, signal};
+    let (Ok(mut term), Ok(mut int)) = (
+        signal(SignalKind::terminate()),
+        signal(SignalKind::interrupt()),
+    ) else {
+        return std::future::pending().await;
+    };
+    tokio::select! {
+        _ = term.recv() => {}
+        _ = int.recv() => {}
+    }
+}

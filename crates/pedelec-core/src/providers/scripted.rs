@@ -1,0 +1,245 @@
+//! The built-in `scripted` provider: deterministic, no network.
+//!
+//! It replies `You said: <text>`, streamed as word deltas, then the complete
+//! message, and reports a token total (words in + words out, cumulative).
+//! It answers the preparation prompt with `PEDELEC_PREPARED`. Lines of the
+//! prompt that start with `/` are directives, run in order:
+//!
+//! | directive | effect |
+//! | --- | --- |
+//! | `/tool NAME JSON` | call frontend tool NAME with JSON args; the reply reports the result |
+//! | `/tools N NAME JSON` | call it N times; the reply reports round-trip p50/p99 in µs |
+//! | `/deltas N` | stream N one-character deltas, then one message of them |
+//! | `/slow MS` | wait MS between deltas |
+//! | `/sleep MS` | wait MS before going on |
+//! | `/usage N` | report N as the total |
+//! | `/fail MESSAGE` | fail the turn (session stays usable) |
+//! | `/crash` | the runtime dies (session moves to `error`) |
+//!
+//! Model `scripted-unprepared` answers the preparation prompt wrongly.
+
+use std::time::{Duration, Instant};
+
+use pedelec_protocol::pb;
+
+use super::{
+    BoxFuture, PREPARED_ACK, Provider, ProviderFailure, ProviderSession, ProviderSetup,
+    TurnRequest, TurnSink,
+};
+
+pub struct Scripted;
+
+impl Provider for Scripted {
+    fn info(&self) -> pb::ProviderInfo {
+        pb::ProviderInfo {
+            name: "Scripted".into(),
+            code: "scripted".into(),
+            available: true,
+            reason: String::new(),
+        }
+    }
+
+    fn default_model(&self) -> String {
+        "scripted-1".into()
+    }
+
+    fn start(&self, setup: ProviderSetup) -> Result<Box<dyn ProviderSession>, ProviderFailure> {
+        let identity = setup
+            .provider_session_id
+            .clone()
+            .unwrap_or_else(|| format!("scripted-{}", uuid::Uuid::new_v4()));
+        Ok(Box::new(ScriptedSession {
+            model: setup.model,
+            identity,
+            total: setup.usage_total.unwrap_or(0),
+            crashed: false,
+        }))
+    }
+}
+
+struct ScriptedSession {
+    model: String,
+    identity: String,
+    total: u64,
+    crashed: bool,
+}
+
+enum Directive<'a> {
+    Tool {
+        times: usize,
+        name: &'a str,
+        args: &'a str,
+    },
+    Deltas(usize),
+    Slow(u64),
+    Sleep(u64),
+    Usage(u64),
+    Fail(&'a str),
+    Crash,
+}
+
+fn parse(line: &str) -> Option<Result<Directive<'_>, String>> {
+    let line = line.trim();
+    let rest = line.strip_prefix('/')?;
+    let (word, args) = rest.split_once(' ').unwrap_or((rest, ""));
+    let args = args.trim();
+    let number = |text: &str| {
+        text.parse::<u64>()
+            .map_err(|_| format!("/{word} needs a number, got {text:?}"))
+    };
+    Some((|| {
+        Ok(match word {
+            "tool" => {
+                let (name, json) = args.split_once(' ').unwrap_or((args, "{}"));
+                Directive::Tool {
+                    times: 1,
+                    name,
+                    args: json.trim(),
+                }
+            }
+            "tools" => {
+                let (n, rest) = args.split_once(' ').ok_or("/tools N NAME JSON")?;
+                let (name, json) = rest.trim().split_once(' ').unwrap_or((rest.trim(), "{}"));
+                Directive::Tool {
+                    times: number(n)? as usize,
+                    name,
+                    args: json.trim(),
+                }
+            }
+            "deltas" => Directive::Deltas(number(args)? as usize),
+            "slow" => Directive::Slow(number(args)?),
+            "sleep" => Directive::Sleep(number(args)?),
+            "usage" => Directive::Usage(number(args)?),
+            "fail" => Directive::Fail(args),
+            "crash" => Directive::Crash,
+            other => return Err(format!("unknown directive /{other}")),
+        })
+    })())
+}
+
+fn words(text: &str) -> u64 {
+    text.split_whitespace().count() as u64
+}
+
+fn percentile(sorted: &[Duration], p: f64) -> u128 {
+    if sorted.is_empty() {
+        return 0;
+    }
+    let index = ((sorted.len() as f64 - 1.0) * p).round() as usize;
+    sorted[index].as_micros()
+}
+
+impl ScriptedSession {
+    async fn stream(&self, sink: &dyn TurnSink, text: &str, pause: Option<Duration>) {
+        for piece in text.split_inclusive(' ') {
+            sink.delta(piece);
+            if let Some(pause) = pause {
+                tokio::time::sleep(pause).await;
+            }
+        }
+        sink.message(text);
+    }
+
+    async fn user_turn(&mut self, text: &str, sink: &dyn TurnSink) -> Result<(), ProviderFailure> {
+        let mut reply = Vec::new();
+        let mut pause = None;
+        let mut plain = Vec::new();
+        let mut streamed = false;
+        for line in text.lines() {
+            let directive = match parse(line) {
+                None => {
+                    plain.push(line);
+                    continue;
+                }
+                Some(Err(message)) => return Err(ProviderFailure::turn(message)),
+                Some(Ok(d)) => d,
+            };
+            match directive {
+                Directive::Tool { times, name, args } => {
+                    let mut timings = Vec::with_capacity(times);
+                    let mut last = Ok(String::new());
+                    for _ in 0..times {
+                        let started = Instant::now();
+                        last = sink.call_tool(name, args.to_owned()).await;
+                        timings.push(started.elapsed());
+                    }
+                    match last {
+                        Ok(result) if times == 1 => {
+                            reply.push(format!("Tool {name} returned {result}."))
+                        }
+                        Ok(_) => {
+                            timings.sort();
+                            reply.push(format!(
+                                "Tool {name} answered {times} calls: round trip p50={}us p99={}us.",
+                                percentile(&timings, 0.5),
+                                percentile(&timings, 0.99)
+                            ));
+                        }
+                        Err(error) => reply.push(format!(
+                            "Tool {name} failed with {}: {}.",
+                            error.code, error.message
+                        )),
+                    }
+                }
+                Directive::Deltas(n) => {
+                    for _ in 0..n {
+                        sink.delta("x");
+                    }
+                    sink.message(&"x".repeat(n));
+                    streamed = true;
+                }
+                Directive::Slow(ms) => pause = Some(Duration::from_millis(ms)),
+                Directive::Sleep(ms) => tokio::time::sleep(Duration::from_millis(ms)).await,
+                Directive::Usage(n) => sink.usage(n),
+                Directive::Fail(message) => {
+                    let message = if message.is_empty() {
+                        "scripted failure"
+                    } else {
+                        message
+                    };
+                    return Err(ProviderFailure::turn(message));
+                }
+                Directive::Crash => {
+                    self.crashed = true;
+                    return Err(ProviderFailure::crashed("the scripted runtime crashed"));
+                }
+            }
+        }
+        let plain = plain.join("\n");
+        if !plain.trim().is_empty() || (reply.is_empty() && !streamed) {
+            reply.insert(0, format!("You said: {plain}"));
+        }
+        if !reply.is_empty() {
+            let reply = reply.join(" ");
+            self.stream(sink, &reply, pause).await;
+            self.total += words(text) + words(&reply);
+            sink.usage(self.total);
+        }
+        Ok(())
+    }
+}
+
+impl ProviderSession for ScriptedSession {
+    fn run_turn<'a>(
+        &'a mut self,
+        turn: TurnRequest,
+        sink: &'a dyn TurnSink,
+    ) -> BoxFuture<'a, Result<(), ProviderFailure>> {
+        Box::pin(async move {
+            if self.crashed {
+                return Err(ProviderFailure::crashed("the scripted runtime is gone"));
+            }
+            sink.provider_session(&self.identity);
+            if turn.kind == pb::TurnKind::Prepare {
+                let answer = if self.model == "scripted-unprepared" {
+                    "Not ready yet."
+                } else {
+                    PREPARED_ACK
+                };
+                self.stream(sink, &format!("  {answer}\n"), None).await;
+                return Ok(());
+            }
+            self.user_turn(&turn.text, sink).await
+        })
+    }
+}

@@ -1,0 +1,1010 @@
+//! One session: its status, operations, per-session `seq`, subscribers,
+//! pending frontend tool calls (the tool broker) and provider runtime.
+//!
+//! All state sits behind one short-held mutex; every event is numbered and
+//! fanned out to subscribers while that mutex is held, so a new subscriber's
+//! snapshot and the live events after it never overlap or leave a gap.
+
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex, MutexGuard};
+use std::time::Duration;
+
+use pedelec_protocol::pb::{self, session_event::Kind};
+use pedelec_protocol::{ErrorCode, SessionStatus, limits};
+use tokio::sync::{mpsc, oneshot};
+
+use crate::error::{CoreError, CoreResult};
+use crate::providers::{
+    BoxFuture, PREPARE_PROMPT, PREPARED_ACK, ProviderFailure, ProviderSession, ProviderSetup,
+    Providers, TurnRequest, TurnSink,
+};
+use crate::store::{SessionRecord, Store, TranscriptEntry};
+use crate::tools::ToolSet;
+use crate::workspace::Workspace;
+
+/// How far ahead of the emitted `seq` the stored ceiling is moved, so that
+/// numbering survives a crash without a disk write per event.
+const SEQ_RESERVATION: u64 = 4096;
+
+pub fn now_ms() -> i64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map(|d| d.as_millis() as i64)
+        .unwrap_or(0)
+}
+
+pub fn new_id(prefix: &str) -> String {
+    format!("{prefix}-{}", uuid::Uuid::new_v4().simple())
+}
+
+/// What every session shares with Core.
+pub struct Shared {
+    pub store: Store,
+    pub providers: Providers,
+    pub disconnect_grace: Duration,
+}
+
+pub type EventSender = mpsc::UnboundedSender<pb::SessionEvent>;
+
+struct ActiveOperation {
+    id: String,
+    kind: pb::OperationKind,
+    turn: pb::TurnInfo,
+    task: Option<tokio::task::AbortHandle>,
+}
+
+struct PendingTool {
+    call: pb::PendingToolCall,
+    operation_id: String,
+    responder: oneshot::Sender<Result<String, pb::Error>>,
+}
+
+struct State {
+    status: SessionStatus,
+    seq: u64,
+    seq_ceiling: u64,
+    active: Option<ActiveOperation>,
+    pending: Vec<PendingTool>,
+    usage: Option<u64>,
+    prepared: bool,
+    provider_session_id: Option<String>,
+    subscribers: HashMap<u64, EventSender>,
+    next_subscriber: u64,
+    /// Bumped whenever a subscriber arrives, so a pending disconnect timer knows it lost.
+    disconnect_epoch: u64,
+}
+
+pub struct Session {
+    pub id: String,
+    pub origin: String,
+    pub info: pb::SessionInfo,
+    pub workspace: Workspace,
+    pub tool_token: String,
+    pub guidance: String,
+    pub tools: Arc<ToolSet>,
+    shared: Arc<Shared>,
+    state: Mutex<State>,
+    runtime: tokio::sync::Mutex<Option<Box<dyn ProviderSession>>>,
+}
+
+/// Keeps a subscription registered; dropping it (the stream went away) unsubscribes.
+pub struct SubscriberGuard {
+    session: Arc<Session>,
+    id: u64,
+}
+
+impl Drop for SubscriberGuard {
+    fn drop(&mut self) {
+        self.session.unsubscribe(self.id);
+    }
+}
+
+/// Construction parameters.
+pub struct NewSession {
+    pub id: String,
+    pub origin: String,
+    pub info: pb::SessionInfo,
+    pub workspace: Workspace,
+    pub tool_token: String,
+    pub skills: pb::Skills,
+    pub tools: Arc<ToolSet>,
+}
+
+impl Session {
+    pub fn new(shared: Arc<Shared>, new: NewSession) -> Arc<Self> {
+        Self::with_state(shared, new, SessionStatus::Idle, 0, None, false, None)
+    }
+
+    fn with_state(
+        shared: Arc<Shared>,
+        new: NewSession,
+        status: SessionStatus,
+        seq: u64,
+        usage: Option<u64>,
+        prepared: bool,
+        provider_session_id: Option<String>,
+    ) -> Arc<Self> {
+        Arc::new(Session {
+            id: new.id,
+            origin: new.origin,
+            info: new.info,
+            workspace: new.workspace,
+            tool_token: new.tool_token,
+            guidance: new.skills.guidance,
+            tools: new.tools,
+            shared,
+            state: Mutex::new(State {
+                status,
+                seq,
+                seq_ceiling: seq,
+                active: None,
+                pending: Vec::new(),
+                usage,
+                prepared,
+                provider_session_id,
+                subscribers: HashMap::new(),
+                next_subscriber: 0,
+                disconnect_epoch: 0,
+            }),
+            runtime: tokio::sync::Mutex::new(None),
+        })
+    }
+
+    /// Brings a stored session back. An operation that was running when Core
+    /// stopped is reported failed with `CORE_RESTARTED` and the session is idle again.
+    pub fn restore(shared: Arc<Shared>, new: NewSession, record: &SessionRecord) -> Arc<Self> {
+        let stored = SessionStatus::parse(&record.status).unwrap_or(SessionStatus::Idle);
+        let session = Self::with_state(
+            shared,
+            new,
+            stored,
+            record.seq_ceiling,
+            record.usage_total,
+            record.prepared,
+            record.provider_session_id.clone(),
+        );
+        if let Some(op) = &record.active_operation {
+            let mut st = session.lock();
+            let error = pb::Error::new(
+                ErrorCode::CoreRestarted,
+                "Core restarted while this operation ran",
+            );
+            session.emit(
+                &mut st,
+                "",
+                Kind::Error(pb::ErrorRaised {
+                    error: Some(error.clone()),
+                }),
+            );
+            session.append(
+                &st,
+                "operation_completed",
+                serde_json::json!({ "operation_id": op, "error": error.code }),
+            );
+            if st.status.is_active_turn() {
+                session.set_status(&mut st, SessionStatus::Running, "");
+                session.set_status(&mut st, SessionStatus::Idle, "");
+            }
+            let record = session.record(&st);
+            session.shared.store.save(record);
+        }
+        session
+    }
+
+    fn lock(&self) -> MutexGuard<'_, State> {
+        self.state
+            .lock()
+            .unwrap_or_else(|poisoned| poisoned.into_inner())
+    }
+
+    pub fn status(&self) -> SessionStatus {
+        self.lock().status
+    }
+
+    /// The durable record of the current state.
+    fn record(&self, st: &State) -> SessionRecord {
+        SessionRecord {
+            id: self.id.clone(),
+            origin: self.origin.clone(),
+            provider: self.info.provider.clone(),
+            model: self.info.model.clone(),
+            effort_level: self.info.effort_level,
+            created_at_ms: self.info.created_at_ms,
+            workspace: self.workspace.root.display().to_string(),
+            managed_workspace: self.workspace.managed,
+            auto_end_on_disconnect: self.info.auto_end_on_disconnect,
+            status: st.status.as_str().to_owned(),
+            provider_session_id: st.provider_session_id.clone(),
+            prepared: st.prepared,
+            usage_total: st.usage,
+            seq_ceiling: st.seq_ceiling.max(st.seq),
+            tool_token: self.tool_token.clone(),
+            active_operation: st.active.as_ref().map(|a| a.id.clone()),
+        }
+    }
+
+    pub fn initial_record(&self) -> SessionRecord {
+        self.record(&self.lock())
+    }
+
+    fn append(&self, st: &State, kind: &str, body: serde_json::Value) {
+        self.shared.store.append(
+            &self.id,
+            TranscriptEntry {
+                seq: st.seq,
+                at_ms: now_ms(),
+                kind: kind.into(),
+                body,
+            },
+        );
+    }
+
+    /// Numbers an event and sends it to every subscriber.
+    fn emit(&self, st: &mut State, operation_id: &str, kind: Kind) {
+        st.seq += 1;
+        if st.seq > st.seq_ceiling {
+            st.seq_ceiling = st.seq + SEQ_RESERVATION;
+            self.shared.store.save(self.record(st));
+        }
+        let event = pb::SessionEvent {
+            session_id: self.id.clone(),
+            seq: st.seq,
+            emitted_at_ms: now_ms(),
+            turn: st.active.as_ref().map(|a| a.turn.clone()),
+            operation_id: operation_id.to_owned(),
+            kind: Some(kind),
+        };
+        st.subscribers
+            .retain(|_, tx| tx.send(event.clone()).is_ok());
+    }
+
+    fn set_status(&self, st: &mut State, next: SessionStatus, operation_id: &str) {
+        if st.status == next {
+            return;
+        }
+        match st.status.transition(next) {
+            Ok(_) => {
+                let previous = st.status;
+                st.status = next;
+                self.emit(
+                    st,
+                    operation_id,
+                    pedelec_protocol::gate::build::status(next, previous),
+                );
+            }
+            Err(illegal) => {
+                tracing::warn!(session = %self.id, %illegal, "refusing a status change")
+            }
+        }
+    }
+
+    fn snapshot(&self, st: &State) -> pb::SessionEvent {
+        let snapshot = pb::Snapshot {
+            status: st.status.to_pb() as i32,
+            active_operation: st.active.as_ref().map(|a| pb::ActiveOperation {
+                operation_id: a.id.clone(),
+                kind: a.kind as i32,
+            }),
+            turn: st.active.as_ref().map(|a| a.turn.clone()),
+            pending_tools: st.pending.iter().map(|p| p.call.clone()).collect(),
+            usage: Some(pb::Usage {
+                total_tokens: st.usage,
+            }),
+            last_seq: st.seq,
+            provider: self.info.provider.clone(),
+            model: self.info.model.clone(),
+            effort_level: self.info.effort_level,
+            prepared: st.prepared,
+            created_at_ms: self.info.created_at_ms,
+        };
+        pb::SessionEvent {
+            session_id: self.id.clone(),
+            seq: st.seq,
+            emitted_at_ms: now_ms(),
+            turn: snapshot.turn.clone(),
+            operation_id: String::new(),
+            kind: Some(Kind::Snapshot(snapshot)),
+        }
+    }
+
+    /// Registers a subscriber: its snapshot and the receiver of every later event.
+    pub fn subscribe(
+        self: &Arc<Self>,
+    ) -> (
+        pb::SessionEvent,
+        mpsc::UnboundedReceiver<pb::SessionEvent>,
+        SubscriberGuard,
+    ) {
+        let (tx, rx) = mpsc::unbounded_channel();
+        let mut st = self.lock();
+        let id = st.next_subscriber;
+        st.next_subscriber += 1;
+        st.disconnect_epoch += 1;
+        st.subscribers.insert(id, tx);
+        let snapshot = self.snapshot(&st);
+        (
+            snapshot,
+            rx,
+            SubscriberGuard {
+                session: self.clone(),
+                id,
+            },
+        )
+    }
+
+    fn unsubscribe(self: &Arc<Self>, id: u64) {
+        let mut st = self.lock();
+        st.subscribers.remove(&id);
+        if st.subscribers.is_empty() {
+            self.arm_disconnect_timer(&mut st);
+        }
+    }
+
+    /// With `auto_end_on_disconnect`, ends the session if nobody subscribes within the grace period.
+    fn arm_disconnect_timer(self: &Arc<Self>, st: &mut State) {
+        if !self.info.auto_end_on_disconnect || st.status == SessionStatus::Ended {
+            return;
+        }
+        st.disconnect_epoch += 1;
+        let epoch = st.disconnect_epoch;
+        let session = self.clone();
+        let grace = self.shared.disconnect_grace;
+        tokio::spawn(async move {
+            tokio::time::sleep(grace).await;
+            let abandoned = {
+                let st = session.lock();
+                st.disconnect_epoch == epoch && st.subscribers.is_empty()
+            };
+            if abandoned {
+                tracing::info!(session = %session.id, "last subscriber left; ending the session");
+                let _ = session.end("disconnected").await;
+            }
+        });
+    }
+
+    /// Arms the disconnect timer for a session restored without subscribers.
+    pub fn arm_after_restore(self: &Arc<Self>) {
+        let mut st = self.lock();
+        if st.subscribers.is_empty() {
+            self.arm_disconnect_timer(&mut st);
+        }
+    }
+
+    /// Drops every subscriber, ending their streams (Core is stopping).
+    pub fn close_subscribers(&self) {
+        self.lock().subscribers.clear();
+    }
+
+    pub fn send_text(self: &Arc<Self>, text: String) -> CoreResult<pb::OperationAccepted> {
+        if text.len() > limits::MAX_TEXT_BYTES {
+            return Err(CoreError::with_details(
+                ErrorCode::TextTooLarge,
+                format!(
+                    "text of {} bytes exceeds the {}-byte limit",
+                    text.len(),
+                    limits::MAX_TEXT_BYTES
+                ),
+                serde_json::json!({ "limit": limits::MAX_TEXT_BYTES }),
+            ));
+        }
+        let mut st = self.lock();
+        self.check_can_start(&st)?;
+        Ok(self.start_operation(&mut st, pb::OperationKind::SendText, text))
+    }
+
+    pub fn prepare(self: &Arc<Self>) -> CoreResult<pb::OperationAccepted> {
+        let mut st = self.lock();
+        if st.status == SessionStatus::Ended {
+            return Err(CoreError::new(
+                ErrorCode::SessionEnded,
+                "the session has ended",
+            ));
+        }
+        if let Some(active) = &st.active {
+            if active.kind == pb::OperationKind::Prepare {
+                return Ok(accepted(&active.id, pb::OperationKind::Prepare, false));
+            }
+        }
+        if st.prepared {
+            return Ok(accepted("", pb::OperationKind::Prepare, true));
+        }
+        self.check_can_start(&st)?;
+        Ok(self.start_operation(
+            &mut st,
+            pb::OperationKind::Prepare,
+            PREPARE_PROMPT.to_owned(),
+        ))
+    }
+
+    fn check_can_start(&self, st: &State) -> CoreResult<()> {
+        match st.status {
+            SessionStatus::Ended => Err(CoreError::new(
+                ErrorCode::SessionEnded,
+                "the session has ended",
+            )),
+            SessionStatus::Error => Err(CoreError::new(
+                ErrorCode::SessionError,
+                "the session is in the error status",
+            )),
+            s if !s.can_send_text() || st.active.is_some() => Err(CoreError::new(
+                ErrorCode::SessionBusy,
+                "another turn is active",
+            )),
+            _ => Ok(()),
+        }
+    }
+
+    fn start_operation(
+        self: &Arc<Self>,
+        st: &mut State,
+        kind: pb::OperationKind,
+        text: String,
+    ) -> pb::OperationAccepted {
+        let operation_id = new_id("op");
+        let turn_kind = if kind == pb::OperationKind::Prepare {
+            pb::TurnKind::Prepare
+        } else {
+            pb::TurnKind::User
+        };
+        let turn = pb::TurnInfo {
+            turn_id: new_id("turn"),
+            kind: turn_kind as i32,
+            started_at_ms: now_ms(),
+        };
+        st.active = Some(ActiveOperation {
+            id: operation_id.clone(),
+            kind,
+            turn,
+            task: None,
+        });
+        self.emit(
+            st,
+            &operation_id,
+            Kind::OperationStarted(pb::OperationStarted { kind: kind as i32 }),
+        );
+        self.set_status(st, SessionStatus::Running, &operation_id);
+        let entry = if kind == pb::OperationKind::Prepare {
+            "prepare"
+        } else {
+            "user_text"
+        };
+        self.append(
+            st,
+            entry,
+            serde_json::json!({ "operation_id": operation_id, "text": text }),
+        );
+        self.shared.store.save(self.record(st));
+        let session = self.clone();
+        let op = operation_id.clone();
+        let task = tokio::spawn(async move { session.run_operation(op, turn_kind, text).await });
+        if let Some(active) = st.active.as_mut() {
+            active.task = Some(task.abort_handle());
+        }
+        accepted(&operation_id, kind, false)
+    }
+
+    fn provider_setup(&self) -> ProviderSetup {
+        let st = self.lock();
+        ProviderSetup {
+            session_id: self.id.clone(),
+            model: self.info.model.clone(),
+            effort_level: pb::EffortLevel::try_from(self.info.effort_level).unwrap_or_default(),
+            workspace: self.workspace.root.clone(),
+            guidance: self.guidance.clone(),
+            tools: self.tools.definitions.clone(),
+            provider_session_id: st.provider_session_id.clone(),
+            usage_total: st.usage,
+        }
+    }
+
+    async fn run_operation(
+        self: Arc<Self>,
+        operation_id: String,
+        kind: pb::TurnKind,
+        text: String,
+    ) {
+        let sink = OperationSink {
+            session: self.clone(),
+            operation_id: operation_id.clone(),
+            kind,
+            hidden: Mutex::default(),
+        };
+        let outcome = {
+            let mut runtime = self.runtime.lock().await;
+            if runtime.is_none() {
+                match self.shared.providers.get(&self.info.provider) {
+                    Some(provider) => match provider.start(self.provider_setup()) {
+                        Ok(started) => *runtime = Some(started),
+                        Err(failure) => {
+                            drop(runtime);
+                            return self
+                                .finish_operation(&operation_id, Err(failure), String::new())
+                                .await;
+                        }
+                    },
+                    None => {
+                        drop(runtime);
+                        let failure = ProviderFailure {
+                            code: ErrorCode::ProviderNotFound,
+                            message: format!("provider {:?} is not available", self.info.provider),
+                            fatal: true,
+                        };
+                        return self
+                            .finish_operation(&operation_id, Err(failure), String::new())
+                            .await;
+                    }
+                }
+            }
+            let provider = runtime.as_mut().expect("started above");
+            let outcome = provider.run_turn(TurnRequest { kind, text }, &sink).await;
+            if outcome.as_ref().is_err_and(|f| f.fatal) {
+                if let Some(mut gone) = runtime.take() {
+                    gone.shutdown();
+                }
+            }
+            outcome
+        };
+        let hidden = std::mem::take(&mut *sink.hidden.lock().unwrap_or_else(|p| p.into_inner()));
+        self.finish_operation(&operation_id, outcome, hidden).await;
+    }
+
+    async fn finish_operation(
+        &self,
+        operation_id: &str,
+        outcome: Result<(), ProviderFailure>,
+        hidden_text: String,
+    ) {
+        let record = {
+            let mut st = self.lock();
+            let Some(active) = st.active.as_ref().filter(|a| a.id == operation_id) else {
+                return;
+            };
+            let kind = active.kind;
+            let error = match (kind, outcome) {
+                (pb::OperationKind::Prepare, Ok(())) if hidden_text.trim() == PREPARED_ACK => {
+                    st.prepared = true;
+                    None
+                }
+                (pb::OperationKind::Prepare, Ok(())) => Some((
+                    pb::Error::with_details(
+                        ErrorCode::PrepareFailed,
+                        "the provider did not acknowledge the preparation with PEDELEC_PREPARED",
+                        &serde_json::json!({ "answer": hidden_text.chars().take(200).collect::<String>() }),
+                    ),
+                    false,
+                )),
+                (_, Ok(())) => None,
+                (kind, Err(failure)) => {
+                    let code = match (failure.fatal, kind) {
+                        (true, _) => ErrorCode::SessionError,
+                        (false, pb::OperationKind::Prepare) => ErrorCode::PrepareFailed,
+                        (false, _) => ErrorCode::SendTextFailed,
+                    };
+                    let details = serde_json::json!({ "providerCode": failure.code.as_str() });
+                    Some((
+                        pb::Error::with_details(code, failure.message, &details),
+                        failure.fatal,
+                    ))
+                }
+            };
+            // Abandoned tool calls of this operation get an answer for the agent.
+            let abandoned: Vec<PendingTool> = {
+                let (mine, rest) = std::mem::take(&mut st.pending)
+                    .into_iter()
+                    .partition(|p| p.operation_id == operation_id);
+                st.pending = rest;
+                mine
+            };
+            for pending in abandoned {
+                let _ = pending.responder.send(Err(pb::Error::new(
+                    ErrorCode::SessionBusy,
+                    "the turn finished",
+                )));
+            }
+            if let Some((error, fatal)) = &error {
+                self.emit(
+                    &mut st,
+                    "",
+                    Kind::Error(pb::ErrorRaised {
+                        error: Some(error.clone()),
+                    }),
+                );
+                let next = if *fatal {
+                    SessionStatus::Error
+                } else {
+                    SessionStatus::Idle
+                };
+                self.set_status(&mut st, next, operation_id);
+            } else {
+                self.set_status(&mut st, SessionStatus::Idle, operation_id);
+            }
+            let error = error.map(|(e, _)| e);
+            self.append(
+                &st,
+                "operation_completed",
+                serde_json::json!({ "operation_id": operation_id, "error": error.as_ref().map(|e| e.code.clone()) }),
+            );
+            self.emit(
+                &mut st,
+                operation_id,
+                Kind::OperationCompleted(pb::OperationCompleted {
+                    kind: kind as i32,
+                    error,
+                }),
+            );
+            st.active = None;
+            self.record(&st)
+        };
+        if let Err(error) = self.shared.store.save_durably(record).await {
+            tracing::error!(session = %self.id, %error, "could not persist an operation's completion");
+        }
+    }
+
+    /// Ends the session. `Ok(false)` when it had already ended.
+    pub async fn end(&self, reason: &str) -> CoreResult<bool> {
+        let record = {
+            let mut st = self.lock();
+            if st.status == SessionStatus::Ended {
+                return Ok(false);
+            }
+            for pending in std::mem::take(&mut st.pending) {
+                let _ = pending.responder.send(Err(pb::Error::new(
+                    ErrorCode::SessionEnded,
+                    "the session ended",
+                )));
+            }
+            if let Some(active) = st.active.take() {
+                if let Some(task) = &active.task {
+                    task.abort();
+                }
+                let error = pb::Error::new(
+                    ErrorCode::SessionEnded,
+                    "the session ended during this operation",
+                );
+                let kind = active.kind as i32;
+                let id = active.id.clone();
+                st.active = Some(active);
+                self.emit(
+                    &mut st,
+                    &id,
+                    Kind::OperationCompleted(pb::OperationCompleted {
+                        kind,
+                        error: Some(error),
+                    }),
+                );
+                st.active = None;
+            }
+            if st.status.can_transition_to(SessionStatus::Ended) {
+                self.set_status(&mut st, SessionStatus::Ended, "");
+            }
+            self.emit(
+                &mut st,
+                "",
+                Kind::Ended(pb::Ended {
+                    reason: reason.to_owned(),
+                }),
+            );
+            self.append(&st, "ended", serde_json::json!({ "reason": reason }));
+            self.record(&st)
+        };
+        self.shared.store.save_durably(record).await?;
+        let mut runtime = self.runtime.lock().await;
+        if let Some(mut gone) = runtime.take() {
+            gone.shutdown();
+        }
+        Ok(true)
+    }
+
+    /// Ended → idle on the same thread; idempotent when idle. Contacts no provider.
+    pub async fn resume(self: &Arc<Self>) -> CoreResult<()> {
+        let record = {
+            let mut st = self.lock();
+            match st.status {
+                SessionStatus::Idle => return Ok(()),
+                SessionStatus::Ended => {}
+                SessionStatus::Error => {
+                    return Err(CoreError::new(
+                        ErrorCode::SessionError,
+                        "the session is in the error status",
+                    ));
+                }
+                _ => {
+                    return Err(CoreError::new(
+                        ErrorCode::SessionBusy,
+                        "the session is not ended",
+                    ));
+                }
+            }
+            self.workspace.load_manifest()?;
+            self.set_status(&mut st, SessionStatus::Idle, "");
+            self.append(&st, "resumed", serde_json::json!({}));
+            if st.subscribers.is_empty() {
+                self.arm_disconnect_timer(&mut st);
+            }
+            self.record(&st)
+        };
+        self.shared.store.save_durably(record).await
+    }
+
+    /// The application's answer to a pending tool call.
+    pub fn submit_tool_result(&self, request: pb::SubmitToolResultRequest) -> CoreResult<()> {
+        use pb::submit_tool_result_request::Outcome;
+        let outcome = match request.outcome {
+            Some(Outcome::ResultJson(json)) => {
+                if json.len() > limits::MAX_TOOL_JSON_BYTES {
+                    return Err(CoreError::new(
+                        ErrorCode::InvalidArgument,
+                        "tool result exceeds the size limit",
+                    ));
+                }
+                if let Err(e) = serde_json::from_str::<serde_json::Value>(&json) {
+                    return Err(CoreError::new(
+                        ErrorCode::InvalidArgument,
+                        format!("tool result is not JSON: {e}"),
+                    ));
+                }
+                Ok(json)
+            }
+            Some(Outcome::Error(error)) => {
+                if ErrorCode::parse(&error.code).is_none() {
+                    return Err(CoreError::new(
+                        ErrorCode::InvalidArgument,
+                        format!("unknown error code {:?}", error.code),
+                    ));
+                }
+                Err(error)
+            }
+            None => {
+                return Err(CoreError::new(
+                    ErrorCode::InvalidArgument,
+                    "a tool result needs a result or an error",
+                ));
+            }
+        };
+        let mut st = self.lock();
+        let Some(index) = st
+            .pending
+            .iter()
+            .position(|p| p.call.tool_request_id == request.tool_request_id)
+        else {
+            return Err(CoreError::with_details(
+                ErrorCode::ToolRequestNotFound,
+                format!(
+                    "tool request {:?} is unknown or already answered",
+                    request.tool_request_id
+                ),
+                serde_json::json!({ "toolRequestId": request.tool_request_id }),
+            ));
+        };
+        let pending = st.pending.remove(index);
+        let body = match &outcome {
+            Ok(json) => {
+                serde_json::json!({ "tool_request_id": pending.call.tool_request_id, "result": json })
+            }
+            Err(e) => {
+                serde_json::json!({ "tool_request_id": pending.call.tool_request_id, "error": e.code })
+            }
+        };
+        self.append(&st, "tool_result", body);
+        let _ = pending.responder.send(outcome);
+        self.emit(
+            &mut st,
+            &pending.operation_id,
+            Kind::ToolCallSettled(pb::ToolCallSettled {
+                tool_request_id: pending.call.tool_request_id,
+                code: String::new(),
+            }),
+        );
+        if st.pending.is_empty() && st.status == SessionStatus::WaitingToolResult {
+            self.set_status(&mut st, SessionStatus::Running, &pending.operation_id);
+        }
+        Ok(())
+    }
+
+    /// A tool call from the agent, during the active operation (`operation_id`
+    /// empty: whichever is active, as for external agents over the MCP bridge).
+    pub async fn call_tool(
+        &self,
+        operation_id: &str,
+        tool: &str,
+        args_json: String,
+    ) -> Result<String, pb::Error> {
+        if args_json.len() > limits::MAX_TOOL_JSON_BYTES {
+            return Err(pb::Error::new(
+                ErrorCode::ToolArgsInvalid,
+                "tool arguments exceed the size limit",
+            ));
+        }
+        let (receiver, timeout, request_id, operation_id) = {
+            let mut st = self.lock();
+            if st.status == SessionStatus::Ended {
+                return Err(pb::Error::new(
+                    ErrorCode::SessionEnded,
+                    "the session has ended",
+                ));
+            }
+            let Some(active) = st
+                .active
+                .as_ref()
+                .filter(|a| operation_id.is_empty() || a.id == operation_id)
+            else {
+                return Err(pb::Error::new(
+                    ErrorCode::SessionBusy,
+                    "no turn is active to call a tool from",
+                ));
+            };
+            let operation_id = active.id.clone();
+            let turn_id = active.turn.turn_id.clone();
+            let definition = self.tools.check_call(tool, &args_json)?;
+            let timeout = pedelec_protocol::tools::tool_timeout(definition);
+            let request_id = new_id("tool");
+            let deadline_at_ms = now_ms() + timeout.as_millis() as i64;
+            let (tx, rx) = oneshot::channel();
+            let call = pb::PendingToolCall {
+                tool_request_id: request_id.clone(),
+                tool: tool.to_owned(),
+                args_json: args_json.clone(),
+                turn_id,
+                deadline_at_ms,
+            };
+            st.pending.push(PendingTool {
+                call,
+                operation_id: operation_id.clone(),
+                responder: tx,
+            });
+            self.set_status(&mut st, SessionStatus::WaitingToolResult, &operation_id);
+            self.append(&st, "tool_call", serde_json::json!({ "tool_request_id": request_id, "tool": tool, "args": args_json }));
+            self.emit(
+                &mut st,
+                &operation_id,
+                Kind::ToolCall(pb::ToolCall {
+                    tool_request_id: request_id.clone(),
+                    tool: tool.to_owned(),
+                    args_json,
+                    deadline_at_ms,
+                }),
+            );
+            (rx, timeout, request_id, operation_id)
+        };
+        match tokio::time::timeout(timeout, receiver).await {
+            Ok(Ok(outcome)) => outcome,
+            Ok(Err(_)) => Err(pb::Error::new(
+                ErrorCode::SessionEnded,
+                "the session ended before the tool answered",
+            )),
+            Err(_) => {
+                let mut st = self.lock();
+                if let Some(index) = st
+                    .pending
+                    .iter()
+                    .position(|p| p.call.tool_request_id == request_id)
+                {
+                    st.pending.remove(index);
+                    self.emit(
+                        &mut st,
+                        &operation_id,
+                        Kind::ToolCallSettled(pb::ToolCallSettled {
+                            tool_request_id: request_id,
+                            code: ErrorCode::ToolTimeout.as_str().into(),
+                        }),
+                    );
+                    if st.pending.is_empty() && st.status == SessionStatus::WaitingToolResult {
+                        self.set_status(&mut st, SessionStatus::Running, &operation_id);
+                    }
+                }
+                Err(pb::Error::new(
+                    ErrorCode::ToolTimeout,
+                    format!("{tool} did not answer within {} ms", timeout.as_millis()),
+                ))
+            }
+        }
+    }
+}
+
+fn accepted(
+    operation_id: &str,
+    kind: pb::OperationKind,
+    already_done: bool,
+) -> pb::OperationAccepted {
+    pb::OperationAccepted {
+        operation_id: operation_id.to_owned(),
+        kind: kind as i32,
+        already_done,
+    }
+}
+
+/// The sink a provider writes one operation's output to. Preparation text is
+/// collected for the `PEDELEC_PREPARED` check and never reaches chat events.
+struct OperationSink {
+    session: Arc<Session>,
+    operation_id: String,
+    kind: pb::TurnKind,
+    hidden: Mutex<String>,
+}
+
+impl OperationSink {
+    fn with_active(&self, f: impl FnOnce(&Session, &mut State)) {
+        let mut st = self.session.lock();
+        if st
+            .active
+            .as_ref()
+            .is_some_and(|a| a.id == self.operation_id)
+        {
+            f(&self.session, &mut st);
+        }
+    }
+}
+
+impl TurnSink for OperationSink {
+    fn delta(&self, text: &str) {
+        if self.kind == pb::TurnKind::Prepare {
+            return;
+        }
+        self.with_active(|s, st| {
+            s.emit(
+                st,
+                &self.operation_id,
+                Kind::ChatDelta(pb::ChatDelta {
+                    text: text.to_owned(),
+                }),
+            )
+        });
+    }
+
+    fn message(&self, text: &str) {
+        if self.kind == pb::TurnKind::Prepare {
+            self.hidden
+                .lock()
+                .unwrap_or_else(|p| p.into_inner())
+                .push_str(text);
+            return;
+        }
+        self.with_active(|s, st| {
+            s.append(
+                st,
+                "chat",
+                serde_json::json!({ "operation_id": self.operation_id, "text": text }),
+            );
+            s.emit(
+                st,
+                &self.operation_id,
+                Kind::Chat(pb::Chat {
+                    text: text.to_owned(),
+                }),
+            );
+        });
+    }
+
+    fn usage(&self, total_tokens: u64) {
+        self.with_active(|s, st| {
+            // Monotonic: a lower or equal total is not news.
+            if st.usage.is_none_or(|known| total_tokens > known) {
+                st.usage = Some(total_tokens);
+                let usage = Some(pb::Usage {
+                    total_tokens: Some(total_tokens),
+                });
+                s.emit(
+                    st,
+                    &self.operation_id,
+                    Kind::UsageUpdated(pb::UsageUpdated { usage }),
+                );
+            }
+        });
+    }
+
+    fn provider_session(&self, id: &str) {
+        self.with_active(|_, st| {
+            if st.provider_session_id.as_deref() != Some(id) {
+                st.provider_session_id = Some(id.to_owned());
+            }
+        });
+    }
+
+    fn call_tool<'a>(
+        &'a self,
+        tool: &'a str,
+        args_json: String,
+    ) -> BoxFuture<'a, Result<String, pb::Error>> {
+        Box::pin(self.session.call_tool(&self.operation_id, tool, args_json))
+    }
+}

@@ -1,0 +1,276 @@
+//! The durable session store: SQLite (bundled), written by one thread.
+//!
+//! Request paths never wait on the disk except where durability is the point
+//! (create, end, resume, operation completion): they hand a job to the writer
+//! thread, which batches queued jobs into one transaction.
+
+use std::path::Path;
+use std::sync::mpsc;
+
+use rusqlite::{Connection, OptionalExtension, params};
+use tokio::sync::oneshot;
+
+use crate::error::{CoreError, CoreResult};
+
+/// Everything Core needs to bring a session back after a restart.
+#[derive(Debug, Clone, PartialEq)]
+pub struct SessionRecord {
+    pub id: String,
+    pub origin: String,
+    pub provider: String,
+    pub model: String,
+    pub effort_level: i32,
+    pub created_at_ms: i64,
+    pub workspace: String,
+    pub managed_workspace: bool,
+    pub auto_end_on_disconnect: bool,
+    /// The seed's status string.
+    pub status: String,
+    pub provider_session_id: Option<String>,
+    pub prepared: bool,
+    pub usage_total: Option<u64>,
+    /// Every seq Core emits for this session is at most this; a restart continues above it.
+    pub seq_ceiling: u64,
+    pub tool_token: String,
+    /// Operation running when the record was written, if any.
+    pub active_operation: Option<String>,
+}
+
+/// One transcript entry.
+#[derive(Debug, Clone, PartialEq)]
+pub struct TranscriptEntry {
+    pub seq: u64,
+    pub at_ms: i64,
+    /// "user_text", "chat", "tool_call", "tool_result", "operation_started", "operation_completed", …
+    pub kind: String,
+    pub body: serde_json::Value,
+}
+
+type Job = Box<dyn FnOnce(&Connection) -> rusqlite::Result<()> + Send>;
+
+/// Handle to the writer thread.
+#[derive(Clone)]
+pub struct Store {
+    jobs: mpsc::Sender<(Job, Option<oneshot::Sender<Result<(), String>>>)>,
+}
+
+const SCHEMA: &str = "
+CREATE TABLE IF NOT EXISTS sessions (
+    id TEXT PRIMARY KEY,
+    origin TEXT NOT NULL,
+    provider TEXT NOT NULL,
+    model TEXT NOT NULL,
+    effort_level INTEGER NOT NULL,
+    created_at_ms INTEGER NOT NULL,
+    workspace TEXT NOT NULL,
+    managed_workspace INTEGER NOT NULL,
+    auto_end_on_disconnect INTEGER NOT NULL,
+    status TEXT NOT NULL,
+    provider_session_id TEXT,
+    prepared INTEGER NOT NULL,
+    usage_total INTEGER,
+    seq_ceiling INTEGER NOT NULL,
+    tool_token TEXT NOT NULL,
+    active_operation TEXT
+);
+CREATE TABLE IF NOT EXISTS transcript (
+    session_id TEXT NOT NULL,
+    seq INTEGER NOT NULL,
+    at_ms INTEGER NOT NULL,
+    kind TEXT NOT NULL,
+    body TEXT NOT NULL
+);
+CREATE INDEX IF NOT EXISTS transcript_by_session ON transcript(session_id, seq);
+";
+
+fn open_connection(path: &Path) -> rusqlite::Result<Connection> {
+    let conn = Connection::open(path)?;
+    conn.pragma_update(None, "journal_mode", "WAL")?;
+    conn.pragma_update(None, "synchronous", "NORMAL")?;
+    conn.busy_timeout(std::time::Duration::from_secs(5))?;
+    conn.execute_batch(SCHEMA)?;
+    Ok(conn)
+}
+
+impl Store {
+    /// Opens (creating) the database and returns every stored session.
+    pub fn open(path: &Path) -> CoreResult<(Store, Vec<SessionRecord>)> {
+        let conn = open_connection(path)?;
+        let records = load_sessions(&conn)?;
+        let (tx, rx) = mpsc::channel::<(Job, Option<oneshot::Sender<Result<(), String>>>)>();
+        std::thread::Builder::new()
+            .name("pedelec-store".into())
+            .spawn(move || writer(conn, rx))
+            .map_err(|e| CoreError::io("starting the store thread", e))?;
+        Ok((Store { jobs: tx }, records))
+    }
+
+    fn submit(&self, job: Job) {
+        let _ = self.jobs.send((job, None));
+    }
+
+    async fn submit_and_wait(&self, job: Job) -> CoreResult<()> {
+        let (tx, rx) = oneshot::channel();
+        if self.jobs.send((job, Some(tx))).is_err() {
+            return Err(CoreError::new(
+                pedelec_protocol::ErrorCode::Internal,
+                "session store stopped",
+            ));
+        }
+        match rx.await {
+            Ok(result) => {
+                result.map_err(|e| CoreError::new(pedelec_protocol::ErrorCode::Internal, e))
+            }
+            Err(_) => Err(CoreError::new(
+                pedelec_protocol::ErrorCode::Internal,
+                "session store stopped",
+            )),
+        }
+    }
+
+    /// Writes the whole record and waits until it is committed.
+    pub async fn save_durably(&self, record: SessionRecord) -> CoreResult<()> {
+        self.submit_and_wait(Box::new(move |c| upsert(c, &record)))
+            .await
+    }
+
+    /// Writes the whole record without waiting.
+    pub fn save(&self, record: SessionRecord) {
+        self.submit(Box::new(move |c| upsert(c, &record)));
+    }
+
+    /// Appends a transcript entry without waiting.
+    pub fn append(&self, session_id: &str, entry: TranscriptEntry) {
+        let id = session_id.to_owned();
+        self.submit(Box::new(move |c| {
+            c.prepare_cached("INSERT INTO transcript(session_id, seq, at_ms, kind, body) VALUES (?1, ?2, ?3, ?4, ?5)")?
+                .execute(params![id, entry.seq as i64, entry.at_ms, entry.kind, entry.body.to_string()])?;
+            Ok(())
+        }));
+    }
+
+    /// Waits until every job queued before this call is committed.
+    pub async fn flush(&self) -> CoreResult<()> {
+        self.submit_and_wait(Box::new(|_| Ok(()))).await
+    }
+}
+
+fn writer(
+    conn: Connection,
+    jobs: mpsc::Receiver<(Job, Option<oneshot::Sender<Result<(), String>>>)>,
+) {
+    while let Ok(first) = jobs.recv() {
+        let mut batch = vec![first];
+        while batch.len() < 512 {
+            match jobs.try_recv() {
+                Ok(job) => batch.push(job),
+                Err(_) => break,
+            }
+        }
+        let mut acks = Vec::new();
+        let result = (|| {
+            conn.execute_batch("BEGIN")?;
+            for (job, ack) in batch {
+                acks.extend(ack);
+                job(&conn)?;
+            }
+            conn.execute_batch("COMMIT")
+        })()
+        .map_err(|e| e.to_string());
+        if let Err(error) = &result {
+            tracing::error!(%error, "session store write failed");
+            let _ = conn.execute_batch("ROLLBACK");
+        }
+        for ack in acks {
+            let _ = ack.send(result.clone());
+        }
+    }
+}
+
+fn upsert(c: &Connection, r: &SessionRecord) -> rusqlite::Result<()> {
+    c.prepare_cached(
+        "INSERT INTO sessions(id, origin, provider, model, effort_level, created_at_ms, workspace, managed_workspace,
+            auto_end_on_disconnect, status, provider_session_id, prepared, usage_total, seq_ceiling, tool_token, active_operation)
+         VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14, ?15, ?16)
+         ON CONFLICT(id) DO UPDATE SET status = excluded.status, provider_session_id = excluded.provider_session_id,
+            prepared = excluded.prepared, usage_total = excluded.usage_total,
+            seq_ceiling = MAX(seq_ceiling, excluded.seq_ceiling), active_operation = excluded.active_operation",
+    )?
+    .execute(params![
+        r.id,
+        r.origin,
+        r.provider,
+        r.model,
+        r.effort_level,
+        r.created_at_ms,
+        r.workspace,
+        r.managed_workspace,
+        r.auto_end_on_disconnect,
+        r.status,
+        r.provider_session_id,
+        r.prepared,
+        r.usage_total.map(|u| u as i64),
+        r.seq_ceiling as i64,
+        r.tool_token,
+        r.active_operation,
+    ])?;
+    Ok(())
+}
+
+fn load_sessions(c: &Connection) -> rusqlite::Result<Vec<SessionRecord>> {
+    let mut stmt = c.prepare(
+        "SELECT id, origin, provider, model, effort_level, created_at_ms, workspace, managed_workspace,
+            auto_end_on_disconnect, status, provider_session_id, prepared, usage_total, seq_ceiling, tool_token, active_operation
+         FROM sessions ORDER BY created_at_ms",
+    )?;
+    let rows = stmt.query_map([], |row| {
+        Ok(SessionRecord {
+            id: row.get(0)?,
+            origin: row.get(1)?,
+            provider: row.get(2)?,
+            model: row.get(3)?,
+            effort_level: row.get(4)?,
+            created_at_ms: row.get(5)?,
+            workspace: row.get(6)?,
+            managed_workspace: row.get(7)?,
+            auto_end_on_disconnect: row.get(8)?,
+            status: row.get(9)?,
+            provider_session_id: row.get(10)?,
+            prepared: row.get(11)?,
+            usage_total: row.get::<_, Option<i64>>(12)?.map(|u| u as u64),
+            seq_ceiling: row.get::<_, i64>(13)? as u64,
+            tool_token: row.get(14)?,
+            active_operation: row.get(15)?,
+        })
+    })?;
+    rows.collect()
+}
+
+/// Reads one session's transcript (for inspection and tests; opens its own connection).
+pub fn read_transcript(database: &Path, session_id: &str) -> CoreResult<Vec<TranscriptEntry>> {
+    let conn = Connection::open_with_flags(database, rusqlite::OpenFlags::SQLITE_OPEN_READ_ONLY)?;
+    let mut stmt = conn.prepare(
+        "SELECT seq, at_ms, kind, body FROM transcript WHERE session_id = ?1 ORDER BY seq",
+    )?;
+    let rows = stmt.query_map([session_id], |row| {
+        let body: String = row.get(3)?;
+        Ok(TranscriptEntry {
+            seq: row.get::<_, i64>(0)? as u64,
+            at_ms: row.get(1)?,
+            kind: row.get(2)?,
+            body: serde_json::from_str(&body).unwrap_or(serde_json::Value::Null),
+        })
+    })?;
+    Ok(rows.collect::<rusqlite::Result<_>>()?)
+}
+
+/// Whether a session row exists (used by tests of durability).
+pub fn session_exists(database: &Path, session_id: &str) -> CoreResult<bool> {
+    let conn = Connection::open_with_flags(database, rusqlite::OpenFlags::SQLITE_OPEN_READ_ONLY)?;
+    Ok(conn
+        .query_row("SELECT 1 FROM sessions WHERE id = ?1", [session_id], |_| {
+            Ok(())
+        })
+        .optional()?
+        .is_some())
+}

@@ -1,0 +1,145 @@
+//! Workspaces (managed vs application-managed) and the per-session runtime
+//! directory `.pedelec-runtime/` holding assets and the skill/tool manifest.
+//!
+//! A managed workspace (no `workspace.path`) is `<state>/workspaces/<session>`;
+//! its runtime directory is `<ws>/.pedelec-runtime`. An explicit workspace may
+//! be shared by several sessions, so each gets `<ws>/.pedelec-runtime/sessions/<session>`.
+
+use std::collections::HashSet;
+use std::path::{Path, PathBuf};
+
+use pedelec_protocol::{ErrorCode, json, limits, pb};
+
+use crate::error::{CoreError, CoreResult};
+
+pub const RUNTIME_DIR: &str = ".pedelec-runtime";
+const MANIFEST: &str = ".pedelec-skills.json";
+
+/// A session's resolved workspace.
+#[derive(Debug, Clone)]
+pub struct Workspace {
+    pub root: PathBuf,
+    pub managed: bool,
+    pub runtime: PathBuf,
+}
+
+impl Workspace {
+    fn new(root: PathBuf, managed: bool, session_id: &str) -> Self {
+        let runtime = if managed {
+            root.join(RUNTIME_DIR)
+        } else {
+            root.join(RUNTIME_DIR).join("sessions").join(session_id)
+        };
+        Workspace {
+            root,
+            managed,
+            runtime,
+        }
+    }
+
+    /// The workspace of a stored session (nothing is created).
+    pub fn recorded(root: &str, managed: bool, session_id: &str) -> Self {
+        Self::new(PathBuf::from(root), managed, session_id)
+    }
+
+    pub fn assets(&self) -> PathBuf {
+        self.runtime.join("assets")
+    }
+
+    /// Resolves a create request's workspace, creating a managed one when no path is given.
+    pub fn resolve(
+        spec: Option<&pb::WorkspaceSpec>,
+        managed_root: &Path,
+        session_id: &str,
+    ) -> CoreResult<Self> {
+        let requested = spec.map(|s| s.path.as_str()).unwrap_or_default();
+        if requested.is_empty() {
+            let root = managed_root.join(session_id);
+            std::fs::create_dir_all(&root)
+                .map_err(|e| CoreError::io("creating a managed workspace", e))?;
+            return Ok(Self::new(root, true, session_id));
+        }
+        let invalid = |why: &str| {
+            CoreError::with_details(
+                ErrorCode::WorkspaceInvalid,
+                format!("workspace path {requested:?} {why}"),
+                serde_json::json!({ "path": requested }),
+            )
+        };
+        if requested.len() > limits::MAX_WORKSPACE_PATH_BYTES || requested.contains('\0') {
+            return Err(invalid("is too long or contains NUL"));
+        }
+        let path = Path::new(requested);
+        if !path.is_absolute() {
+            return Err(invalid("is not absolute"));
+        }
+        let canonical = path.canonicalize().map_err(|_| invalid("does not exist"))?;
+        if !canonical.is_dir() {
+            return Err(invalid("is not a directory"));
+        }
+        std::fs::create_dir_all(managed_root)
+            .map_err(|e| CoreError::io("creating the managed root", e))?;
+        let managed = managed_root
+            .canonicalize()
+            .map_err(|e| CoreError::io("resolving the managed root", e))?;
+        if canonical.starts_with(&managed) || managed.starts_with(&canonical) {
+            return Err(invalid("overlaps Core's managed workspace root"));
+        }
+        Ok(Self::new(canonical, false, session_id))
+    }
+
+    /// Creates the runtime directory and writes the skill/tool manifest.
+    pub fn write_manifest(&self, skills: &pb::Skills) -> CoreResult<()> {
+        std::fs::create_dir_all(self.assets())
+            .map_err(|e| CoreError::io("creating the runtime directory", e))?;
+        let path = self.runtime.join(MANIFEST);
+        std::fs::write(&path, json::to_json(skills))
+            .map_err(|e| CoreError::io("writing the tool manifest", e))
+    }
+
+    /// Loads the manifest; any failure is `WORKSPACE_OPEN_FAILED`.
+    pub fn load_manifest(&self) -> CoreResult<pb::Skills> {
+        let failed = |why: String| {
+            CoreError::with_details(
+                ErrorCode::WorkspaceOpenFailed,
+                why,
+                serde_json::json!({ "workspace": self.root.display().to_string() }),
+            )
+        };
+        if !self.root.is_dir() {
+            return Err(failed(format!(
+                "workspace {} is missing or not a directory",
+                self.root.display()
+            )));
+        }
+        let text = std::fs::read_to_string(self.runtime.join(MANIFEST))
+            .map_err(|e| failed(format!("cannot read the session's tool manifest: {e}")))?;
+        json::from_json(&text)
+            .map_err(|e| failed(format!("the session's tool manifest does not load: {e}")))
+    }
+
+    /// Removes a managed workspace; explicit workspaces are never touched.
+    pub fn remove_if_managed(&self) {
+        if self.managed {
+            if let Err(error) = std::fs::remove_dir_all(&self.root) {
+                if error.kind() != std::io::ErrorKind::NotFound {
+                    tracing::warn!(%error, path = %self.root.display(), "could not remove a managed workspace");
+                }
+            }
+        }
+    }
+}
+
+/// Removes managed workspaces left behind that no recoverable session owns.
+pub fn remove_stale_managed(managed_root: &Path, keep: &HashSet<String>) {
+    let Ok(entries) = std::fs::read_dir(managed_root) else {
+        return;
+    };
+    for entry in entries.flatten() {
+        let name = entry.file_name().to_string_lossy().into_owned();
+        if !keep.contains(&name) {
+            tracing::info!(workspace = %name, "removing a stale managed workspace");
+            let _ = std::fs::remove_dir_all(entry.path());
+        }
+    }
+}

@@ -1,0 +1,122 @@
+//! The README's demo: a fresh Core in a temporary state directory, one
+//! session, a streamed reply, a frontend tool call, usage, end and resume.
+
+use std::io::Write;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicI64, Ordering};
+use std::time::Duration;
+
+use pedelec_sdk::daemon::CoreProcess;
+use pedelec_sdk::{Pedelec, SessionOptions, ToolSpec, sync_handler};
+use serde_json::json;
+
+fn flag(name: &str) -> Option<String> {
+    let args: Vec<String> = std::env::args().collect();
+    args.iter()
+        .position(|a| a == name)
+        .and_then(|i| args.get(i + 1).cloned())
+}
+
+#[tokio::main]
+async fn main() -> Result<(), Box<dyn std::error::Error>> {
+    let provider = flag("--provider").unwrap_or_else(|| "scripted".into());
+    let dir = tempfile::tempdir()?;
+    let socket = dir.path().join("core.sock");
+    let mut core = CoreProcess::spawn(&socket, &dir.path().join("state"), Duration::from_secs(3))?;
+    println!(
+        "▶ Core started (pid {}) on {}",
+        core.pid().unwrap_or(0),
+        socket.display()
+    );
+
+    let pedelec = Pedelec::connect(&socket, "app:pedelec-demo").await?;
+    for p in pedelec.list_providers().await? {
+        println!("  provider {:<10} available={}", p.code, p.available);
+    }
+
+    let counter = Arc::new(AtomicI64::new(0));
+    let c = counter.clone();
+    let tool = ToolSpec::new(
+        "update_counter".to_string(),
+        "Add `delta` to the page's counter and return the new value",
+        json!({"type": "object", "properties": {"delta": {"type": "integer"}}, "required": ["delta"]}),
+    )
+    .with_handler(sync_handler(move |args: serde_json::Value, ctx| {
+        let delta = args["delta"].as_i64().unwrap_or(0);
+        let value = c.fetch_add(delta, Ordering::SeqCst) + delta;
+        println!("\n  🔧 tool {} ({}) args={args} → value={value}", ctx.tool, ctx.tool_request_id);
+        Ok::<_, String>(json!({ "value": value }))
+    }));
+    let session = pedelec
+        .create_session(SessionOptions {
+            provider: Some(provider.clone()),
+            guidance: "You drive a counter on the page.".into(),
+            tools: vec![tool],
+            ..Default::default()
+        })
+        .await?;
+    println!(
+        "▶ session {} on {}",
+        session.session_id(),
+        session.provider()
+    );
+
+    let _status = session.on_status(|status, ctx| {
+        println!(
+            "\n  ● status {} → {status} ({})",
+            ctx.previous_status,
+            ctx.source.as_str()
+        )
+    });
+    let _delta = session.on_chat_delta(|text, _| {
+        print!("{text}");
+        let _ = std::io::stdout().flush();
+    });
+    let _chat = session.on_chat(|text, ctx| {
+        println!(
+            "\n  💬 complete message (turn {}): {text}",
+            ctx.turn_id.as_deref().unwrap_or("-")
+        )
+    });
+    let _err = session.on_error(|e, ctx| {
+        println!(
+            "\n  ⚠ {} error {}: {}",
+            ctx.source.as_str(),
+            e.code,
+            e.message
+        )
+    });
+    let _ended = session.on_ended(|ctx| println!("\n  ■ ended ({})", ctx.source.as_str()));
+
+    println!("▶ prepare()");
+    session.prepare().await?;
+    println!("  prepared");
+    let prompt = if provider == "scripted" {
+        "Please bump the counter.\n/slow 40\n/tool update_counter {\"delta\": 2}\n/tool update_counter {\"delta\": 3}".to_string()
+    } else {
+        "Call update_counter with delta 2, then tell me the new value.".to_string()
+    };
+    println!("▶ send_text({prompt:?})");
+    session.send_text(prompt).await?;
+    println!(
+        "▶ turn completed; counter = {}; usage = {:?}",
+        counter.load(Ordering::SeqCst),
+        session.usage().total_tokens
+    );
+
+    println!("▶ end()");
+    session.end().await?;
+    println!("  status: {}", session.get_status());
+    println!("▶ resume()");
+    session.resume().await?;
+    println!("  status: {}", session.get_status());
+    session.send_text("Thanks!").await?;
+    println!(
+        "▶ usage total after resume: {:?}",
+        session.usage().total_tokens
+    );
+    session.end().await?;
+    let clean = core.terminate();
+    println!("▶ Core stopped cleanly: {clean}");
+    Ok(())
+}

@@ -1,0 +1,210 @@
+//! `Pedelec`: the client that creates and re-attaches sessions.
+
+use std::collections::HashMap;
+use std::path::{Path, PathBuf};
+use std::sync::{Arc, Mutex};
+
+use pedelec_protocol::{ErrorCode, pb};
+
+use crate::context::{SessionMeta, now_ms};
+use crate::error::PedelecError;
+use crate::session::{PedelecSession, Registry};
+use crate::tool::{ToolName, ToolSpec};
+use crate::transport::{Call, Reply, Transport, unexpected};
+
+/// Options of `create_session`.
+pub struct SessionOptions<T: ToolName = String> {
+    /// Provider code; `None` selects Core's default.
+    pub provider: Option<String>,
+    pub model: Option<String>,
+    pub effort_level: Option<pb::EffortLevel>,
+    /// Skill guidance for the agent.
+    pub guidance: String,
+    pub tools: Vec<ToolSpec<T>>,
+    /// Application-managed absolute workspace; `None` lets Core manage one.
+    pub workspace_path: Option<PathBuf>,
+    /// Core ends the session when its last subscriber leaves (default true).
+    pub auto_end_on_disconnect: bool,
+}
+
+impl<T: ToolName> Default for SessionOptions<T> {
+    fn default() -> Self {
+        SessionOptions {
+            provider: None,
+            model: None,
+            effort_level: None,
+            guidance: String::new(),
+            tools: Vec::new(),
+            workspace_path: None,
+            auto_end_on_disconnect: true,
+        }
+    }
+}
+
+/// The Pedelec client. Sessions it creates are bound to its origin.
+#[derive(Clone)]
+pub struct Pedelec {
+    transport: Arc<dyn Transport>,
+    origin: String,
+    registry: Registry,
+}
+
+impl Pedelec {
+    /// A client over any transport, acting for `origin` (a web origin, or `app:<name>`).
+    pub fn with_transport(transport: Arc<dyn Transport>, origin: impl Into<String>) -> Self {
+        Pedelec {
+            transport,
+            origin: origin.into(),
+            registry: Arc::new(Mutex::new(HashMap::new())),
+        }
+    }
+
+    /// Connects to Core on an explicit socket.
+    #[cfg(feature = "grpc")]
+    pub async fn connect(
+        socket: impl AsRef<Path>,
+        origin: impl Into<String>,
+    ) -> Result<Self, PedelecError> {
+        let transport = crate::grpc::GrpcTransport::connect(socket).await?;
+        Ok(Self::with_transport(Arc::new(transport), origin))
+    }
+
+    /// Connects to the running Core found through `PEDELEC_CORE_SOCKET` or the default socket path.
+    #[cfg(feature = "grpc")]
+    pub async fn discover(origin: impl Into<String>) -> Result<Self, PedelecError> {
+        use pedelec_protocol::discovery::{default_socket, default_state_dir};
+        let env = |k: &str| std::env::var(k).ok();
+        let socket = default_socket(env, &default_state_dir(env));
+        Self::connect(socket, origin).await
+    }
+
+    pub fn origin(&self) -> &str {
+        &self.origin
+    }
+
+    /// Session ids currently registered (created or re-attached, not ended).
+    pub fn session_ids(&self) -> Vec<String> {
+        let mut ids: Vec<String> = self
+            .registry
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .keys()
+            .cloned()
+            .collect();
+        ids.sort();
+        ids
+    }
+
+    pub async fn ping(&self) -> Result<pb::PingResponse, PedelecError> {
+        match self.transport.call(Call::Ping(pb::PingRequest {})).await? {
+            Reply::Ping(r) => Ok(r),
+            other => Err(unexpected(&other)),
+        }
+    }
+
+    pub async fn list_providers(&self) -> Result<Vec<pb::ProviderInfo>, PedelecError> {
+        match self
+            .transport
+            .call(Call::ListProviders(pb::ListProvidersRequest {}))
+            .await?
+        {
+            Reply::ListProviders(r) => Ok(r.providers),
+            other => Err(unexpected(&other)),
+        }
+    }
+
+    pub async fn get_settings(&self) -> Result<pb::GetSettingsResponse, PedelecError> {
+        match self
+            .transport
+            .call(Call::GetSettings(pb::GetSettingsRequest {}))
+            .await?
+        {
+            Reply::GetSettings(r) => Ok(r),
+            other => Err(unexpected(&other)),
+        }
+    }
+
+    /// Creates a Core session and subscribes to it.
+    pub async fn create_session<T: ToolName>(
+        &self,
+        options: SessionOptions<T>,
+    ) -> Result<PedelecSession<T>, PedelecError> {
+        let workspace = match &options.workspace_path {
+            Some(path) => Some(pb::WorkspaceSpec {
+                path: path
+                    .to_str()
+                    .ok_or_else(|| {
+                        PedelecError::new(
+                            ErrorCode::WorkspaceInvalid,
+                            "workspace path is not UTF-8",
+                        )
+                    })?
+                    .to_owned(),
+            }),
+            None => None,
+        };
+        let request = pb::CreateSessionRequest {
+            provider: options.provider.clone().unwrap_or_default(),
+            model: options.model.clone().unwrap_or_default(),
+            effort_level: options.effort_level.map(|e| e as i32).unwrap_or_default(),
+            skills: Some(pb::Skills {
+                guidance: options.guidance.clone(),
+                tools: options.tools.iter().map(|t| t.definition()).collect(),
+            }),
+            workspace,
+            auto_end_on_disconnect: Some(options.auto_end_on_disconnect),
+            caller_origin: self.origin.clone(),
+        };
+        let info = match self.transport.call(Call::CreateSession(request)).await? {
+            Reply::CreateSession(pb::CreateSessionResponse {
+                session: Some(info),
+            }) => info,
+            other => return Err(unexpected(&other)),
+        };
+        let inline = options
+            .tools
+            .into_iter()
+            .filter_map(|t| t.handler.map(|h| (t.name.as_str().to_owned(), h)))
+            .collect();
+        let meta = SessionMeta {
+            session_id: info.session_id.clone(),
+            provider: info.provider.clone(),
+            effort_level: pb::EffortLevel::try_from(info.effort_level)
+                .ok()
+                .and_then(|e| e.seed_str()),
+            session_created_at: now_ms(),
+        };
+        let session = PedelecSession::new(
+            self.transport.clone(),
+            self.registry.clone(),
+            self.origin.clone(),
+            meta,
+            inline,
+        );
+        session.attach().await?;
+        Ok(session)
+    }
+
+    /// Re-attaches to an existing session; the handle is synchronised from
+    /// Core's snapshot before it is returned (an ended thread stays ended).
+    pub async fn resume_session<T: ToolName>(
+        &self,
+        session_id: &str,
+    ) -> Result<PedelecSession<T>, PedelecError> {
+        let meta = SessionMeta {
+            session_id: session_id.to_owned(),
+            provider: String::new(),
+            effort_level: None,
+            session_created_at: now_ms(),
+        };
+        let session = PedelecSession::new(
+            self.transport.clone(),
+            self.registry.clone(),
+            self.origin.clone(),
+            meta,
+            HashMap::new(),
+        );
+        session.attach().await?;
+        Ok(session)
+    }
+}

@@ -1,0 +1,132 @@
+//! Starting a Core daemon as a child process, for applications that bring
+//! their own Core, and for the demo, benchmarks and tests.
+
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+use pedelec_protocol::ErrorCode;
+
+use crate::error::PedelecError;
+
+/// A `pedelec-core serve` child process.
+pub struct CoreProcess {
+    child: Option<Child>,
+    pub socket: PathBuf,
+    pub state_dir: PathBuf,
+}
+
+/// Finds the `pedelec-core` binary: `$PEDELEC_CORE_BIN`, next to this
+/// executable (or its parent directory, as for cargo examples and tests), else `PATH`.
+pub fn find_core_binary() -> PathBuf {
+    if let Some(bin) = std::env::var_os("PEDELEC_CORE_BIN") {
+        return PathBuf::from(bin);
+    }
+    if let Ok(exe) = std::env::current_exe() {
+        for dir in exe.ancestors().skip(1).take(3) {
+            let candidate = dir.join("pedelec-core");
+            if candidate.is_file() {
+                return candidate;
+            }
+        }
+    }
+    PathBuf::from("pedelec-core")
+}
+
+impl CoreProcess {
+    /// Starts Core on `socket` with `state_dir`, and waits until it accepts connections.
+    pub fn spawn(
+        socket: &Path,
+        state_dir: &Path,
+        disconnect_grace: Duration,
+    ) -> Result<Self, PedelecError> {
+        Self::spawn_with(&find_core_binary(), socket, state_dir, disconnect_grace)
+    }
+
+    pub fn spawn_with(
+        binary: &Path,
+        socket: &Path,
+        state_dir: &Path,
+        disconnect_grace: Duration,
+    ) -> Result<Self, PedelecError> {
+        let child = Command::new(binary)
+            .arg("serve")
+            .arg("--socket")
+            .arg(socket)
+            .arg("--state-dir")
+            .arg(state_dir)
+            .arg("--disconnect-grace-ms")
+            .arg(disconnect_grace.as_millis().to_string())
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .spawn()
+            .map_err(|e| {
+                PedelecError::new(
+                    ErrorCode::CoreRuntimeUnavailable,
+                    format!("cannot start {}: {e}", binary.display()),
+                )
+            })?;
+        let mut process = CoreProcess {
+            child: Some(child),
+            socket: socket.to_owned(),
+            state_dir: state_dir.to_owned(),
+        };
+        process.wait_ready(Duration::from_secs(20))?;
+        Ok(process)
+    }
+
+    fn wait_ready(&mut self, limit: Duration) -> Result<(), PedelecError> {
+        let started = Instant::now();
+        while started.elapsed() < limit {
+            if std::os::unix::net::UnixStream::connect(&self.socket).is_ok() {
+                return Ok(());
+            }
+            if let Some(child) = self.child.as_mut() {
+                if let Ok(Some(status)) = child.try_wait() {
+                    return Err(PedelecError::new(
+                        ErrorCode::CoreRuntimeUnavailable,
+                        format!("Core exited early: {status}"),
+                    ));
+                }
+            }
+            std::thread::sleep(Duration::from_millis(5));
+        }
+        Err(PedelecError::new(
+            ErrorCode::CoreRuntimeUnavailable,
+            "Core did not start listening in time",
+        ))
+    }
+
+    pub fn pid(&self) -> Option<u32> {
+        self.child.as_ref().map(|c| c.id())
+    }
+
+    /// SIGKILL: a crash, as far as Core can tell.
+    pub fn kill(&mut self) {
+        if let Some(mut child) = self.child.take() {
+            let _ = child.kill();
+            let _ = child.wait();
+        }
+    }
+
+    /// SIGTERM and wait: a normal shutdown. Returns whether Core exited successfully.
+    pub fn terminate(&mut self) -> bool {
+        let Some(mut child) = self.child.take() else {
+            return false;
+        };
+        // SAFETY: kill(2) with a pid we own; no memory is touched.
+        unsafe { libc_kill(child.id() as i32, 15) };
+        child.wait().map(|s| s.success()).unwrap_or(false)
+    }
+}
+
+unsafe extern "C" {
+    #[link_name = "kill"]
+    fn libc_kill(pid: i32, signal: i32) -> i32;
+}
+
+impl Drop for CoreProcess {
+    fn drop(&mut self) {
+        self.kill();
+    }
+}

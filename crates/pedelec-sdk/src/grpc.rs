@@ -1,0 +1,119 @@
+//! The gRPC transport: tonic over Core's Unix socket.
+
+use std::path::{Path, PathBuf};
+
+use futures::StreamExt;
+use hyper_util::rt::TokioIo;
+use pedelec_protocol::ErrorCode;
+use pedelec_protocol::grpc::error_from_status;
+use pedelec_protocol::pb::{self, core_client::CoreClient};
+use tonic::transport::{Channel, Endpoint, Uri};
+
+use crate::error::PedelecError;
+use crate::transport::{BoxFuture, Call, EventStream, Reply, Transport};
+
+#[derive(Clone)]
+pub struct GrpcTransport {
+    client: CoreClient<Channel>,
+    socket: PathBuf,
+}
+
+impl GrpcTransport {
+    /// Connects to Core's socket.
+    pub async fn connect(socket: impl AsRef<Path>) -> Result<Self, PedelecError> {
+        let socket = socket.as_ref().to_path_buf();
+        let path = socket.clone();
+        let channel = Endpoint::from_static("http://pedelec-core.invalid")
+            .connect_with_connector(tower::service_fn(move |_: Uri| {
+                let path = path.clone();
+                async move {
+                    Ok::<_, std::io::Error>(TokioIo::new(
+                        tokio::net::UnixStream::connect(path).await?,
+                    ))
+                }
+            }))
+            .await
+            .map_err(|e| {
+                PedelecError::new(
+                    ErrorCode::CoreRuntimeUnavailable,
+                    format!("cannot reach Core at {}: {e}", socket.display()),
+                )
+            })?;
+        Ok(GrpcTransport {
+            client: CoreClient::new(channel),
+            socket,
+        })
+    }
+
+    pub fn socket(&self) -> &Path {
+        &self.socket
+    }
+}
+
+fn status(e: tonic::Status) -> PedelecError {
+    error_from_status(&e).into()
+}
+
+impl Transport for GrpcTransport {
+    fn call(&self, call: Call) -> BoxFuture<'static, Result<Reply, PedelecError>> {
+        let mut c = self.client.clone();
+        Box::pin(async move {
+            Ok(match call {
+                Call::Ping(r) => Reply::Ping(c.ping(r).await.map_err(status)?.into_inner()),
+                Call::ListProviders(r) => {
+                    Reply::ListProviders(c.list_providers(r).await.map_err(status)?.into_inner())
+                }
+                Call::GetSettings(r) => {
+                    Reply::GetSettings(c.get_settings(r).await.map_err(status)?.into_inner())
+                }
+                Call::CreateSession(r) => {
+                    Reply::CreateSession(c.create_session(r).await.map_err(status)?.into_inner())
+                }
+                Call::Prepare(r) => {
+                    Reply::Prepare(c.prepare(r).await.map_err(status)?.into_inner())
+                }
+                Call::SendText(r) => {
+                    Reply::SendText(c.send_text(r).await.map_err(status)?.into_inner())
+                }
+                Call::SubmitToolResult(r) => Reply::SubmitToolResult(
+                    c.submit_tool_result(r).await.map_err(status)?.into_inner(),
+                ),
+                Call::End(r) => Reply::End(c.end(r).await.map_err(status)?.into_inner()),
+                Call::Resume(r) => Reply::Resume(c.resume(r).await.map_err(status)?.into_inner()),
+                Call::CreateAssetUpload(r) => Reply::CreateAssetUpload(
+                    c.create_asset_upload(r).await.map_err(status)?.into_inner(),
+                ),
+                Call::CreateAssetDownload(r) => Reply::CreateAssetDownload(
+                    c.create_asset_download(r)
+                        .await
+                        .map_err(status)?
+                        .into_inner(),
+                ),
+                Call::ListAssets(r) => {
+                    Reply::ListAssets(c.list_assets(r).await.map_err(status)?.into_inner())
+                }
+                Call::Subscribe(_) | Call::Unsubscribe(_) => {
+                    return Err(PedelecError::new(
+                        ErrorCode::InvalidArgument,
+                        "use Transport::subscribe",
+                    ));
+                }
+            })
+        })
+    }
+
+    fn subscribe(
+        &self,
+        request: pb::SubscribeRequest,
+    ) -> BoxFuture<'static, Result<EventStream, PedelecError>> {
+        let mut c = self.client.clone();
+        Box::pin(async move {
+            let stream = c.subscribe(request).await.map_err(status)?.into_inner();
+            Ok(Box::pin(stream.map(|item| item.map_err(status))) as EventStream)
+        })
+    }
+
+    fn spawn(&self, task: BoxFuture<'static, ()>) {
+        tokio::spawn(task);
+    }
+}

@@ -1,0 +1,685 @@
+//! `PedelecSession<T>`: the application's handle on one Core session. It
+//! feeds the [`SessionMachine`] and carries out its effects: handlers,
+//! promise settlement, tool submission. All I/O goes through the transport.
+
+use std::collections::HashMap;
+use std::marker::PhantomData;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::{Arc, Mutex, MutexGuard, Weak};
+
+use futures::FutureExt;
+use futures::StreamExt;
+use futures::channel::oneshot;
+use futures::future::Shared;
+use pedelec_protocol::{ErrorCode, SessionStatus, pb};
+use serde::{Serialize, de::DeserializeOwned};
+
+use crate::context::{EventContext, SessionMeta, StatusContext, ToolCallContext, now_ms};
+use crate::error::PedelecError;
+use crate::machine::{Accepted, Effect, SessionMachine, ToolRequest};
+use crate::tool::{GenericToolHandlerFn, ToolHandlerFn, ToolName, handler, sync_handler};
+use crate::transport::{BoxFuture, Call, Reply, Transport, unexpected};
+
+type ChatFn = Arc<dyn Fn(&str, &EventContext) + Send + Sync>;
+type StatusFn = Arc<dyn Fn(SessionStatus, &StatusContext) + Send + Sync>;
+type ErrorFn = Arc<dyn Fn(&PedelecError, &EventContext) + Send + Sync>;
+type EndedFn = Arc<dyn Fn(&EventContext) + Send + Sync>;
+type UsageFn = Arc<dyn Fn(u64) + Send + Sync>;
+type SharedOutcome = Shared<BoxFuture<'static, Result<(), PedelecError>>>;
+
+/// Cumulative token usage; `total_tokens` is `None` until a provider reports a valid total.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct PedelecSessionUsage {
+    pub total_tokens: Option<u64>,
+}
+
+/// Returned by every `on_*`: call [`Disposer::dispose`] to unregister.
+/// Dropping it keeps the handler registered; disposing never cancels running work.
+#[must_use = "keep the disposer to unregister the handler later"]
+pub struct Disposer(Option<Box<dyn FnOnce() + Send>>);
+
+impl Disposer {
+    pub fn dispose(mut self) {
+        if let Some(f) = self.0.take() {
+            f();
+        }
+    }
+}
+
+#[derive(Default)]
+struct Handlers {
+    next: u64,
+    chat: Vec<(u64, ChatFn)>,
+    delta: Vec<(u64, ChatFn)>,
+    status: Vec<(u64, StatusFn)>,
+    error: Vec<(u64, ErrorFn)>,
+    ended: Vec<(u64, EndedFn)>,
+    usage: Vec<(u64, UsageFn)>,
+    named: Vec<(u64, String, ToolHandlerFn)>,
+    inline: HashMap<String, ToolHandlerFn>,
+    generic: Vec<(u64, GenericToolHandlerFn<String>)>,
+}
+
+impl Handlers {
+    fn id(&mut self) -> u64 {
+        self.next += 1;
+        self.next
+    }
+
+    fn has_tool(&self, tool: &str) -> bool {
+        self.named.iter().any(|(_, n, _)| n == tool)
+            || self.inline.contains_key(tool)
+            || !self.generic.is_empty()
+    }
+
+    /// Named > inline > generic; the newest registration of a kind wins.
+    fn tool(&self, tool: &str) -> Option<ToolHandlerFn> {
+        if let Some((_, _, h)) = self.named.iter().rev().find(|(_, n, _)| n == tool) {
+            return Some(h.clone());
+        }
+        if let Some(h) = self.inline.get(tool) {
+            return Some(h.clone());
+        }
+        self.generic.last().map(|(_, g)| {
+            let g = g.clone();
+            let name = tool.to_owned();
+            Arc::new(move |args, ctx| g(name.clone(), args, ctx)) as ToolHandlerFn
+        })
+    }
+}
+
+/// Removes a session from its client's registry.
+pub(crate) type Registry = Arc<Mutex<HashMap<String, Weak<Inner>>>>;
+
+pub(crate) struct Inner {
+    pub(crate) session_id: String,
+    origin: String,
+    transport: Arc<dyn Transport>,
+    registry: Registry,
+    machine: Mutex<SessionMachine>,
+    handlers: Mutex<Handlers>,
+    waiters: Mutex<HashMap<String, oneshot::Sender<Result<(), PedelecError>>>>,
+    prepare: Mutex<Option<SharedOutcome>>,
+    resume: Mutex<Option<SharedOutcome>>,
+    detached: AtomicBool,
+    generation: AtomicU64,
+}
+
+fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(|p| p.into_inner())
+}
+
+/// One Core agent session. Cheap to clone; clones share the handle.
+pub struct PedelecSession<T: ToolName = String> {
+    inner: Arc<Inner>,
+    _names: PhantomData<fn() -> T>,
+}
+
+impl<T: ToolName> Clone for PedelecSession<T> {
+    fn clone(&self) -> Self {
+        PedelecSession {
+            inner: self.inner.clone(),
+            _names: PhantomData,
+        }
+    }
+}
+
+impl<T: ToolName> std::fmt::Debug for PedelecSession<T> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("PedelecSession")
+            .field("session_id", &self.inner.session_id)
+            .finish()
+    }
+}
+
+impl<T: ToolName> PedelecSession<T> {
+    pub(crate) fn new(
+        transport: Arc<dyn Transport>,
+        registry: Registry,
+        origin: String,
+        meta: SessionMeta,
+        inline: HashMap<String, ToolHandlerFn>,
+    ) -> Self {
+        let handlers = Handlers {
+            inline,
+            ..Handlers::default()
+        };
+        let inner = Arc::new(Inner {
+            session_id: meta.session_id.clone(),
+            origin,
+            transport,
+            registry,
+            machine: Mutex::new(SessionMachine::new(meta)),
+            handlers: Mutex::new(handlers),
+            waiters: Mutex::default(),
+            prepare: Mutex::default(),
+            resume: Mutex::default(),
+            detached: AtomicBool::new(false),
+            generation: AtomicU64::new(0),
+        });
+        PedelecSession {
+            inner,
+            _names: PhantomData,
+        }
+    }
+
+    /// Subscribes, adopts the first snapshot, then follows live events in the background.
+    pub(crate) async fn attach(&self) -> Result<(), PedelecError> {
+        Inner::attach(&self.inner).await?;
+        lock(&self.inner.registry)
+            .insert(self.inner.session_id.clone(), Arc::downgrade(&self.inner));
+        Ok(())
+    }
+
+    /// Core session/thread identifier.
+    pub fn session_id(&self) -> &str {
+        &self.inner.session_id
+    }
+
+    /// Provider known to this handle (may be empty on a fresh resumed handle until its snapshot).
+    pub fn provider(&self) -> String {
+        lock(&self.inner.machine).meta().provider.clone()
+    }
+
+    /// Normalised effort level (`"default" | "low" | "high"`).
+    pub fn effort_level(&self) -> Option<&'static str> {
+        lock(&self.inner.machine).meta().effort_level
+    }
+
+    /// When this handle was constructed (ms since epoch).
+    pub fn session_created_at(&self) -> i64 {
+        lock(&self.inner.machine).meta().session_created_at
+    }
+
+    pub fn usage(&self) -> PedelecSessionUsage {
+        PedelecSessionUsage {
+            total_tokens: lock(&self.inner.machine).usage(),
+        }
+    }
+
+    /// The current local status.
+    pub fn get_status(&self) -> SessionStatus {
+        lock(&self.inner.machine).status()
+    }
+
+    /// Whether this handle lost its transport (use `Pedelec::resume_session`).
+    pub fn is_detached(&self) -> bool {
+        self.inner.detached.load(Ordering::SeqCst)
+    }
+
+    /// Starts one user turn; resolves on its `OperationCompleted`.
+    pub async fn send_text(&self, text: impl Into<String>) -> Result<(), PedelecError> {
+        let request = pb::SendTextRequest {
+            session_id: self.inner.session_id.clone(),
+            caller_origin: self.inner.origin.clone(),
+            text: text.into(),
+        };
+        Inner::run_operation(
+            &self.inner,
+            pb::OperationKind::SendText,
+            Call::SendText(request),
+        )
+        .await
+    }
+
+    /// Optional preparation: idempotent after success; concurrent calls share one request.
+    pub async fn prepare(&self) -> Result<(), PedelecError> {
+        let shared = {
+            let mut slot = lock(&self.inner.prepare);
+            if lock(&self.inner.machine).prepared() {
+                return Ok(());
+            }
+            match slot.as_ref() {
+                Some(shared) => shared.clone(),
+                None => {
+                    let inner = self.inner.clone();
+                    let request = pb::PrepareRequest {
+                        session_id: inner.session_id.clone(),
+                        caller_origin: inner.origin.clone(),
+                    };
+                    let fut: BoxFuture<'static, Result<(), PedelecError>> = Box::pin(async move {
+                        let out = Inner::run_operation(
+                            &inner,
+                            pb::OperationKind::Prepare,
+                            Call::Prepare(request),
+                        )
+                        .await;
+                        *lock(&inner.prepare) = None;
+                        out
+                    });
+                    let shared = fut.shared();
+                    *slot = Some(shared.clone());
+                    shared
+                }
+            }
+        };
+        shared.await
+    }
+
+    /// Ends the Core session. Resolves at once when already ended.
+    pub async fn end(&self) -> Result<(), PedelecError> {
+        if self.get_status() == SessionStatus::Ended {
+            return Ok(());
+        }
+        let request = pb::EndRequest {
+            session_id: self.inner.session_id.clone(),
+            caller_origin: self.inner.origin.clone(),
+        };
+        match self.inner.transport.call(Call::End(request)).await {
+            Ok(Reply::End(_)) => {
+                let effects = lock(&self.inner.machine).local_ended();
+                self.inner.apply(effects);
+                lock(&self.inner.registry).remove(&self.inner.session_id);
+                Ok(())
+            }
+            Ok(other) => Err(self.inner.fail_end(unexpected(&other))),
+            Err(error) => Err(self.inner.fail_end(error)),
+        }
+    }
+
+    /// Reactivates this handle after `end()` (ended → idle on the same thread).
+    pub async fn resume(&self) -> Result<(), PedelecError> {
+        if self.is_detached() {
+            return Err(PedelecError::new(
+                ErrorCode::TransportDetached,
+                "this handle lost its transport; use Pedelec::resume_session",
+            ));
+        }
+        if self.get_status() != SessionStatus::Ended {
+            return Ok(());
+        }
+        let shared = {
+            let mut slot = lock(&self.inner.resume);
+            match slot.as_ref() {
+                Some(shared) => shared.clone(),
+                None => {
+                    let inner = self.inner.clone();
+                    let fut: BoxFuture<'static, Result<(), PedelecError>> = Box::pin(async move {
+                        let out = Inner::resume(&inner).await;
+                        *lock(&inner.resume) = None;
+                        out
+                    });
+                    let shared = fut.shared();
+                    *slot = Some(shared.clone());
+                    shared
+                }
+            }
+        };
+        shared.await
+    }
+
+    fn register<F>(
+        &self,
+        add: impl FnOnce(&mut Handlers, u64) -> F,
+        remove: fn(&mut Handlers, u64),
+    ) -> Disposer {
+        let id = {
+            let mut h = lock(&self.inner.handlers);
+            let id = h.id();
+            add(&mut h, id);
+            id
+        };
+        let weak = Arc::downgrade(&self.inner);
+        Disposer(Some(Box::new(move || {
+            if let Some(inner) = weak.upgrade() {
+                remove(&mut lock(&inner.handlers), id);
+            }
+        })))
+    }
+
+    /// Completed assistant messages.
+    pub fn on_chat(&self, f: impl Fn(&str, &EventContext) + Send + Sync + 'static) -> Disposer {
+        let f: ChatFn = Arc::new(f);
+        self.register(
+            move |h, id| h.chat.push((id, f)),
+            |h, id| h.chat.retain(|(i, _)| *i != id),
+        )
+    }
+
+    /// Best-effort incremental assistant text.
+    pub fn on_chat_delta(
+        &self,
+        f: impl Fn(&str, &EventContext) + Send + Sync + 'static,
+    ) -> Disposer {
+        let f: ChatFn = Arc::new(f);
+        self.register(
+            move |h, id| h.delta.push((id, f)),
+            |h, id| h.delta.retain(|(i, _)| *i != id),
+        )
+    }
+
+    /// Status changes (only when the value changes; never the initial value).
+    pub fn on_status(
+        &self,
+        f: impl Fn(SessionStatus, &StatusContext) + Send + Sync + 'static,
+    ) -> Disposer {
+        let f: StatusFn = Arc::new(f);
+        self.register(
+            move |h, id| h.status.push((id, f)),
+            |h, id| h.status.retain(|(i, _)| *i != id),
+        )
+    }
+
+    /// Core and SDK errors.
+    pub fn on_error(
+        &self,
+        f: impl Fn(&PedelecError, &EventContext) + Send + Sync + 'static,
+    ) -> Disposer {
+        let f: ErrorFn = Arc::new(f);
+        self.register(
+            move |h, id| h.error.push((id, f)),
+            |h, id| h.error.retain(|(i, _)| *i != id),
+        )
+    }
+
+    /// Each transition into ended.
+    pub fn on_ended(&self, f: impl Fn(&EventContext) + Send + Sync + 'static) -> Disposer {
+        let f: EndedFn = Arc::new(f);
+        self.register(
+            move |h, id| h.ended.push((id, f)),
+            |h, id| h.ended.retain(|(i, _)| *i != id),
+        )
+    }
+
+    /// Usage growth (never runs chat, status or error handlers).
+    pub fn on_usage(&self, f: impl Fn(u64) + Send + Sync + 'static) -> Disposer {
+        let f: UsageFn = Arc::new(f);
+        self.register(
+            move |h, id| h.usage.push((id, f)),
+            |h, id| h.usage.retain(|(i, _)| *i != id),
+        )
+    }
+
+    /// Named async handler for one tool (overrides an inline handler).
+    pub fn on_tool<A, R, E, F, Fut>(&self, tool: T, f: F) -> Disposer
+    where
+        A: DeserializeOwned + Send + 'static,
+        R: Serialize + 'static,
+        E: std::fmt::Display + 'static,
+        F: Fn(A, ToolCallContext) -> Fut + Send + Sync + 'static,
+        Fut: std::future::Future<Output = Result<R, E>> + Send + 'static,
+    {
+        self.on_tool_fn(tool, handler(f))
+    }
+
+    /// Named synchronous handler for one tool.
+    pub fn on_tool_sync<A, R, E, F>(&self, tool: T, f: F) -> Disposer
+    where
+        A: DeserializeOwned + Send + 'static,
+        R: Serialize + Send + 'static,
+        E: std::fmt::Display + Send + 'static,
+        F: Fn(A, ToolCallContext) -> Result<R, E> + Send + Sync + 'static,
+    {
+        self.on_tool_fn(tool, sync_handler(f))
+    }
+
+    /// Named handler from an erased function.
+    pub fn on_tool_fn(&self, tool: T, f: ToolHandlerFn) -> Disposer {
+        let name = tool.as_str().to_owned();
+        let disposer = self.register(
+            move |h, id| h.named.push((id, name, f)),
+            |h, id| h.named.retain(|(i, _, _)| *i != id),
+        );
+        self.release_queued();
+        disposer
+    }
+
+    /// Generic fallback for every tool without a named or inline handler.
+    pub fn on_any_tool<F, Fut>(&self, f: F) -> Disposer
+    where
+        F: Fn(T, serde_json::Value, ToolCallContext) -> Fut + Send + Sync + 'static,
+        Fut: std::future::Future<Output = Result<serde_json::Value, String>> + Send + 'static,
+    {
+        let f = Arc::new(f);
+        let g: GenericToolHandlerFn<String> = Arc::new(move |name: String, args, ctx| {
+            let f = f.clone();
+            Box::pin(async move {
+                let name = T::from_name(&name)
+                    .ok_or_else(|| format!("tool {name:?} is not one of this session's tools"))?;
+                f(name, args, ctx).await
+            })
+        });
+        let disposer = self.register(
+            move |h, id| h.generic.push((id, g)),
+            |h, id| h.generic.retain(|(i, _)| *i != id),
+        );
+        self.release_queued();
+        disposer
+    }
+
+    fn release_queued(&self) {
+        let effects = {
+            let handlers = lock(&self.inner.handlers);
+            lock(&self.inner.machine).handler_registered(&|tool| handlers.has_tool(tool))
+        };
+        self.inner.apply(effects);
+    }
+}
+
+impl Inner {
+    async fn attach(self: &Arc<Self>) -> Result<(), PedelecError> {
+        let request = pb::SubscribeRequest {
+            session_id: self.session_id.clone(),
+            caller_origin: self.origin.clone(),
+        };
+        let mut stream = self.transport.subscribe(request).await?;
+        let generation = self.generation.fetch_add(1, Ordering::SeqCst) + 1;
+        match stream.next().await {
+            Some(Ok(first)) => self.feed(&first),
+            Some(Err(error)) => return Err(error),
+            None => {
+                return Err(PedelecError::new(
+                    ErrorCode::TransportError,
+                    "the subscription closed before its snapshot",
+                ));
+            }
+        }
+        self.detached.store(false, Ordering::SeqCst);
+        let weak = Arc::downgrade(self);
+        self.transport.spawn(Box::pin(async move {
+            while let Some(item) = stream.next().await {
+                let Some(inner) = weak.upgrade() else { return };
+                if inner.generation.load(Ordering::SeqCst) != generation {
+                    return;
+                }
+                match item {
+                    Ok(event) => inner.feed(&event),
+                    Err(error) => {
+                        tracing::debug!(%error, "subscription failed");
+                        break;
+                    }
+                }
+            }
+            if let Some(inner) = weak.upgrade() {
+                if inner.generation.load(Ordering::SeqCst) == generation {
+                    inner.detach();
+                }
+            }
+        }));
+        Ok(())
+    }
+
+    fn detach(self: &Arc<Self>) {
+        self.detached.store(true, Ordering::SeqCst);
+        let effects = {
+            let mut machine = lock(&self.machine);
+            let mut e = machine.detached();
+            e.push(machine.sdk_error(PedelecError::new(
+                ErrorCode::TransportDetached,
+                "the connection to Core was lost",
+            )));
+            e
+        };
+        self.apply(effects);
+    }
+
+    fn feed(self: &Arc<Self>, event: &pb::SessionEvent) {
+        let effects = {
+            let handlers = lock(&self.handlers);
+            lock(&self.machine).on_event(event, now_ms(), &|tool| handlers.has_tool(tool))
+        };
+        self.apply(effects);
+    }
+
+    async fn run_operation(
+        self: &Arc<Self>,
+        kind: pb::OperationKind,
+        call: Call,
+    ) -> Result<(), PedelecError> {
+        let effects = lock(&self.machine).begin_local(kind)?;
+        self.apply(effects);
+        let accepted = match self.transport.call(call).await {
+            Ok(Reply::SendText(a) | Reply::Prepare(a)) => a,
+            Ok(other) => return Err(self.failed_to_start(unexpected(&other))),
+            Err(error) => return Err(self.failed_to_start(error)),
+        };
+        let receiver = {
+            let mut machine = lock(&self.machine);
+            let (state, effects) = machine.operation_accepted(&accepted);
+            let receiver = match state {
+                Accepted::Pending => {
+                    let (tx, rx) = oneshot::channel();
+                    lock(&self.waiters).insert(accepted.operation_id.clone(), tx);
+                    Ok(rx)
+                }
+                Accepted::Settled(outcome) => Err(outcome),
+            };
+            drop(machine);
+            self.apply(effects);
+            receiver
+        };
+        match receiver {
+            Ok(rx) => rx.await.unwrap_or_else(|_| {
+                Err(PedelecError::new(
+                    ErrorCode::TransportDetached,
+                    "handle dropped",
+                ))
+            }),
+            Err(outcome) => outcome,
+        }
+    }
+
+    fn failed_to_start(self: &Arc<Self>, error: PedelecError) -> PedelecError {
+        let effects = lock(&self.machine).operation_failed_to_start();
+        self.apply(effects);
+        error
+    }
+
+    fn fail_end(self: &Arc<Self>, error: PedelecError) -> PedelecError {
+        let effect = lock(&self.machine).sdk_error(error.clone());
+        self.apply(vec![effect]);
+        error
+    }
+
+    async fn resume(self: &Arc<Self>) -> Result<(), PedelecError> {
+        let request = pb::ResumeRequest {
+            session_id: self.session_id.clone(),
+            caller_origin: self.origin.clone(),
+        };
+        match self.transport.call(Call::Resume(request)).await? {
+            Reply::Resume(_) => {}
+            other => return Err(unexpected(&other)),
+        }
+        // The fresh subscription's snapshot is the authoritative idle.
+        self.attach().await?;
+        lock(&self.registry).insert(self.session_id.clone(), Arc::downgrade(self));
+        Ok(())
+    }
+
+    fn apply(self: &Arc<Self>, effects: Vec<Effect>) {
+        for effect in effects {
+            match effect {
+                Effect::Status { status, ctx } => {
+                    let list: Vec<StatusFn> = lock(&self.handlers)
+                        .status
+                        .iter()
+                        .map(|(_, f)| f.clone())
+                        .collect();
+                    list.iter().for_each(|f| f(status, &ctx));
+                }
+                Effect::Chat { text, ctx } => {
+                    let list: Vec<ChatFn> = lock(&self.handlers)
+                        .chat
+                        .iter()
+                        .map(|(_, f)| f.clone())
+                        .collect();
+                    list.iter().for_each(|f| f(&text, &ctx));
+                }
+                Effect::ChatDelta { text, ctx } => {
+                    let list: Vec<ChatFn> = lock(&self.handlers)
+                        .delta
+                        .iter()
+                        .map(|(_, f)| f.clone())
+                        .collect();
+                    list.iter().for_each(|f| f(&text, &ctx));
+                }
+                Effect::Error { error, ctx } => {
+                    let list: Vec<ErrorFn> = lock(&self.handlers)
+                        .error
+                        .iter()
+                        .map(|(_, f)| f.clone())
+                        .collect();
+                    list.iter().for_each(|f| f(&error, &ctx));
+                }
+                Effect::Ended { ctx } => {
+                    let list: Vec<EndedFn> = lock(&self.handlers)
+                        .ended
+                        .iter()
+                        .map(|(_, f)| f.clone())
+                        .collect();
+                    list.iter().for_each(|f| f(&ctx));
+                    lock(&self.registry).remove(&self.session_id);
+                }
+                Effect::Usage { total_tokens } => {
+                    let list: Vec<UsageFn> = lock(&self.handlers)
+                        .usage
+                        .iter()
+                        .map(|(_, f)| f.clone())
+                        .collect();
+                    list.iter().for_each(|f| f(total_tokens));
+                }
+                Effect::Settle {
+                    operation_id,
+                    outcome,
+                } => {
+                    if let Some(tx) = lock(&self.waiters).remove(&operation_id) {
+                        let _ = tx.send(outcome);
+                    }
+                }
+                Effect::InvokeTool { request, ctx } => self.invoke_tool(request, ctx),
+            }
+        }
+    }
+
+    fn invoke_tool(self: &Arc<Self>, request: ToolRequest, ctx: ToolCallContext) {
+        let handler = lock(&self.handlers).tool(&request.tool);
+        let inner = self.clone();
+        self.transport.spawn(Box::pin(async move {
+            use pb::submit_tool_result_request::Outcome;
+            let outcome = match (handler, serde_json::from_str::<serde_json::Value>(&request.args_json)) {
+                (Some(h), Ok(args)) => h(args, ctx).await,
+                (None, _) => Err(format!("no handler for tool {:?}", request.tool)),
+                (_, Err(e)) => Err(format!("tool arguments are not JSON: {e}")),
+            };
+            let outcome = match outcome {
+                Ok(value) => Outcome::ResultJson(value.to_string()),
+                Err(message) => Outcome::Error(pb::Error::new(ErrorCode::ToolHandlerError, message)),
+            };
+            let submit = pb::SubmitToolResultRequest {
+                session_id: inner.session_id.clone(),
+                caller_origin: inner.origin.clone(),
+                tool_request_id: request.tool_request_id.clone(),
+                outcome: Some(outcome),
+            };
+            if let Err(error) = inner.transport.call(Call::SubmitToolResult(submit)).await {
+                let mut wrapped = PedelecError::new(
+                    ErrorCode::SubmitToolResultFailed,
+                    format!("could not submit the result of {}: {}", request.tool, error.message),
+                );
+                wrapped.details = Some(serde_json::json!({ "cause": error.code, "toolRequestId": request.tool_request_id }));
+                let effect = lock(&inner.machine).sdk_error(wrapped);
+                inner.apply(vec![effect]);
+            }
+        }));
+    }
+}
