@@ -49,6 +49,12 @@ async fn bind(socket: &Path) -> CoreResult<UnixListener> {
 pub async fn serve(config: CoreConfig) -> CoreResult<()> {
     ensure_private_dir(&config.state_dir)?;
     let listener = bind(&config.socket).await?;
+    // Written as soon as the socket exists: connections made from here on
+    // wait in the listen backlog until the services start.
+    let discovery = config.discovery_file();
+    let body = serde_json::json!({ "pid": std::process::id(), "socket": config.socket.display().to_string() });
+    std::fs::write(&discovery, body.to_string())
+        .map_err(|e| CoreError::io("writing the discovery file", e))?;
     let started = std::time::Instant::now();
     let (store, records) = Store::open(&config.database())?;
     let shared = Arc::new(Shared {
@@ -59,10 +65,6 @@ pub async fn serve(config: CoreConfig) -> CoreResult<()> {
     let registry = Arc::new(Registry::new(shared, config.managed_root()));
     let restored = records.len();
     registry.restore(records);
-    let discovery = config.discovery_file();
-    let body = serde_json::json!({ "pid": std::process::id(), "socket": config.socket.display().to_string() });
-    std::fs::write(&discovery, body.to_string())
-        .map_err(|e| CoreError::io("writing the discovery file", e))?;
     tracing::info!(socket = %config.socket.display(), restored, elapsed_ms = started.elapsed().as_millis() as u64, "Core serving");
     println!("pedelec-core listening on {}", config.socket.display());
 

@@ -624,6 +624,18 @@ impl Session {
                 "operation_completed",
                 serde_json::json!({ "operation_id": operation_id, "error": error.as_ref().map(|e| e.code.clone()) }),
             );
+            let mut record = self.record(&st);
+            record.active_operation = None;
+            (record, kind, error)
+        };
+        let (record, kind, error) = record;
+        // The completion is announced only once it is durable, so a client
+        // that saw it can rely on it across a Core crash.
+        if let Err(error) = self.shared.store.save_durably(record).await {
+            tracing::error!(session = %self.id, %error, "could not persist an operation's completion");
+        }
+        let mut st = self.lock();
+        if st.active.as_ref().is_some_and(|a| a.id == operation_id) {
             self.emit(
                 &mut st,
                 operation_id,
@@ -633,10 +645,6 @@ impl Session {
                 }),
             );
             st.active = None;
-            self.record(&st)
-        };
-        if let Err(error) = self.shared.store.save_durably(record).await {
-            tracing::error!(session = %self.id, %error, "could not persist an operation's completion");
         }
     }
 

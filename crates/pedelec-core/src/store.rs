@@ -7,7 +7,7 @@
 use std::path::Path;
 use std::sync::mpsc;
 
-use rusqlite::{Connection, OptionalExtension, params};
+use rusqlite::{Connection, params};
 use tokio::sync::oneshot;
 
 use crate::error::{CoreError, CoreResult};
@@ -264,13 +264,10 @@ pub fn read_transcript(database: &Path, session_id: &str) -> CoreResult<Vec<Tran
     Ok(rows.collect::<rusqlite::Result<_>>()?)
 }
 
-/// Whether a session row exists (used by tests of durability).
-pub fn session_exists(database: &Path, session_id: &str) -> CoreResult<bool> {
+/// One stored session record (for inspection and tests; opens its own connection).
+pub fn read_record(database: &Path, session_id: &str) -> CoreResult<Option<SessionRecord>> {
     let conn = Connection::open_with_flags(database, rusqlite::OpenFlags::SQLITE_OPEN_READ_ONLY)?;
-    Ok(conn
-        .query_row("SELECT 1 FROM sessions WHERE id = ?1", [session_id], |_| {
-            Ok(())
-        })
-        .optional()?
-        .is_some())
+    Ok(load_sessions(&conn)?
+        .into_iter()
+        .find(|r| r.id == session_id))
 }

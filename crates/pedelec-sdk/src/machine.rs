@@ -534,3 +534,683 @@ impl SessionMachine {
 fn is_prepare(turn: Option<&pb::TurnInfo>) -> bool {
     turn.is_some_and(|t| t.kind == pb::TurnKind::Prepare as i32)
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use pedelec_protocol::gate::build;
+
+    const NO_HANDLERS: &dyn Fn(&str) -> bool = &|_| false;
+    const ALL_HANDLERS: &dyn Fn(&str) -> bool = &|_| true;
+
+    fn machine() -> SessionMachine {
+        SessionMachine::new(SessionMeta {
+            session_id: "s".into(),
+            provider: "scripted".into(),
+            effort_level: Some("low"),
+            session_created_at: 1,
+        })
+    }
+
+    fn turn() -> Option<pb::TurnInfo> {
+        Some(pb::TurnInfo {
+            turn_id: "t1".into(),
+            kind: pb::TurnKind::User as i32,
+            started_at_ms: 5,
+        })
+    }
+
+    fn ev(seq: u64, op: &str, kind: Kind) -> pb::SessionEvent {
+        let mut e = build::event("s", seq, op, kind);
+        e.emitted_at_ms = 100 + seq as i64;
+        if !op.is_empty() {
+            e.turn = turn();
+        }
+        e
+    }
+
+    fn status(seq: u64, op: &str, to: SessionStatus, from: SessionStatus) -> pb::SessionEvent {
+        ev(seq, op, build::status(to, from))
+    }
+
+    fn started(seq: u64, op: &str) -> pb::SessionEvent {
+        ev(
+            seq,
+            op,
+            Kind::OperationStarted(pb::OperationStarted {
+                kind: pb::OperationKind::SendText as i32,
+            }),
+        )
+    }
+
+    fn completed(seq: u64, op: &str, error: Option<ErrorCode>) -> pb::SessionEvent {
+        let error = error.map(|c| pb::Error::new(c, "failed"));
+        ev(
+            seq,
+            op,
+            Kind::OperationCompleted(pb::OperationCompleted {
+                kind: pb::OperationKind::SendText as i32,
+                error,
+            }),
+        )
+    }
+
+    fn accepted(op: &str) -> pb::OperationAccepted {
+        pb::OperationAccepted {
+            operation_id: op.into(),
+            kind: pb::OperationKind::SendText as i32,
+            already_done: false,
+        }
+    }
+
+    fn snapshot(
+        last_seq: u64,
+        st: SessionStatus,
+        op: Option<&str>,
+        tools: Vec<pb::PendingToolCall>,
+    ) -> pb::SessionEvent {
+        ev(
+            last_seq,
+            "",
+            Kind::Snapshot(pb::Snapshot {
+                status: st.to_pb() as i32,
+                last_seq,
+                active_operation: op.map(|id| pb::ActiveOperation {
+                    operation_id: id.into(),
+                    kind: 2,
+                }),
+                pending_tools: tools,
+                usage: Some(pb::Usage { total_tokens: None }),
+                provider: "scripted".into(),
+                ..Default::default()
+            }),
+        )
+    }
+
+    fn statuses(effects: &[Effect]) -> Vec<(SessionStatus, &'static str, &'static str)> {
+        effects
+            .iter()
+            .filter_map(|e| match e {
+                Effect::Status { status, ctx } => Some((*status, ctx.source.as_str(), ctx.kind)),
+                _ => None,
+            })
+            .collect()
+    }
+
+    /// Runs a whole send on the machine; returns every effect in order.
+    fn feed(
+        m: &mut SessionMachine,
+        events: &[pb::SessionEvent],
+        handlers: HasHandler<'_>,
+    ) -> Vec<Effect> {
+        events
+            .iter()
+            .flat_map(|e| m.on_event(e, 1_000, handlers))
+            .collect()
+    }
+
+    #[test]
+    fn new_handles_begin_idle() {
+        assert_eq!(machine().status(), SessionStatus::Idle);
+        assert_eq!(machine().usage(), None);
+    }
+
+    #[test]
+    fn send_sets_running_locally_then_core_running_is_deduplicated() {
+        let mut m = machine();
+        let local = m.begin_local(pb::OperationKind::SendText).unwrap();
+        assert_eq!(
+            statuses(&local),
+            vec![(SessionStatus::Running, "sdk", "sdk_status_changed")]
+        );
+        assert_eq!(m.operation_accepted(&accepted("op1")).0, Accepted::Pending);
+        let effects = feed(
+            &mut m,
+            &[
+                started(1, "op1"),
+                status(2, "op1", SessionStatus::Running, SessionStatus::Idle),
+            ],
+            NO_HANDLERS,
+        );
+        assert!(
+            statuses(&effects).is_empty(),
+            "core running after sdk running is not a change"
+        );
+    }
+
+    #[test]
+    fn a_turn_resolves_only_on_its_operation_completion_not_on_idle() {
+        let mut m = machine();
+        m.begin_local(pb::OperationKind::SendText).unwrap();
+        m.operation_accepted(&accepted("op1"));
+        let effects = feed(
+            &mut m,
+            &[
+                started(1, "op1"),
+                status(2, "op1", SessionStatus::Idle, SessionStatus::Running),
+            ],
+            NO_HANDLERS,
+        );
+        assert_eq!(
+            statuses(&effects),
+            vec![(SessionStatus::Idle, "core", "status_changed")]
+        );
+        assert!(
+            !effects.iter().any(|e| matches!(e, Effect::Settle { .. })),
+            "idle alone settles nothing"
+        );
+        let effects = feed(&mut m, &[completed(3, "op1", None)], NO_HANDLERS);
+        assert_eq!(
+            effects,
+            vec![Effect::Settle {
+                operation_id: "op1".into(),
+                outcome: Ok(())
+            }]
+        );
+    }
+
+    #[test]
+    fn a_failed_operation_rejects_with_its_error() {
+        let mut m = machine();
+        m.begin_local(pb::OperationKind::SendText).unwrap();
+        m.operation_accepted(&accepted("op1"));
+        let effects = feed(
+            &mut m,
+            &[
+                started(1, "op1"),
+                completed(2, "op1", Some(ErrorCode::SendTextFailed)),
+            ],
+            NO_HANDLERS,
+        );
+        match &effects[..] {
+            [
+                Effect::Settle {
+                    outcome: Err(e), ..
+                },
+            ] => assert!(e.is(ErrorCode::SendTextFailed)),
+            other => panic!("{other:?}"),
+        }
+    }
+
+    #[test]
+    fn a_completion_that_arrives_before_the_operation_id_still_settles() {
+        let mut m = machine();
+        m.begin_local(pb::OperationKind::SendText).unwrap();
+        feed(
+            &mut m,
+            &[started(1, "op1"), completed(2, "op1", None)],
+            NO_HANDLERS,
+        );
+        assert_eq!(
+            m.operation_accepted(&accepted("op1")).0,
+            Accepted::Settled(Ok(()))
+        );
+    }
+
+    #[test]
+    fn send_text_is_refused_while_busy_ended_or_in_error() {
+        let mut m = machine();
+        m.begin_local(pb::OperationKind::SendText).unwrap();
+        assert!(
+            m.begin_local(pb::OperationKind::SendText)
+                .unwrap_err()
+                .is(ErrorCode::SessionBusy)
+        );
+        assert!(
+            m.begin_local(pb::OperationKind::Prepare)
+                .unwrap_err()
+                .is(ErrorCode::SessionBusy)
+        );
+        let mut m = machine();
+        m.local_ended();
+        assert!(
+            m.begin_local(pb::OperationKind::SendText)
+                .unwrap_err()
+                .is(ErrorCode::SessionEnded)
+        );
+        let mut m = machine();
+        feed(
+            &mut m,
+            &[status(1, "", SessionStatus::Error, SessionStatus::Idle)],
+            NO_HANDLERS,
+        );
+        assert!(
+            m.begin_local(pb::OperationKind::SendText)
+                .unwrap_err()
+                .is(ErrorCode::SessionError)
+        );
+    }
+
+    #[test]
+    fn a_failed_start_undoes_the_optimistic_running() {
+        let mut m = machine();
+        m.begin_local(pb::OperationKind::SendText).unwrap();
+        let effects = m.operation_failed_to_start();
+        assert_eq!(
+            statuses(&effects),
+            vec![(SessionStatus::Idle, "sdk", "sdk_status_changed")]
+        );
+    }
+
+    #[test]
+    fn stale_events_are_ignored() {
+        let mut m = machine();
+        feed(
+            &mut m,
+            &[status(5, "", SessionStatus::Error, SessionStatus::Idle)],
+            NO_HANDLERS,
+        );
+        let effects = feed(
+            &mut m,
+            &[
+                status(5, "", SessionStatus::Idle, SessionStatus::Error),
+                status(4, "", SessionStatus::Idle, SessionStatus::Error),
+            ],
+            NO_HANDLERS,
+        );
+        assert!(effects.is_empty());
+        assert_eq!(m.status(), SessionStatus::Error);
+    }
+
+    #[test]
+    fn events_of_another_operation_are_ignored() {
+        let mut m = machine();
+        m.begin_local(pb::OperationKind::SendText).unwrap();
+        m.operation_accepted(&accepted("op1"));
+        let effects = feed(
+            &mut m,
+            &[
+                started(1, "op1"),
+                ev(
+                    2,
+                    "op-other",
+                    Kind::Chat(pb::Chat {
+                        text: "not mine".into(),
+                    }),
+                ),
+                completed(3, "op-other", None),
+                ev(
+                    4,
+                    "op1",
+                    Kind::Chat(pb::Chat {
+                        text: "mine".into(),
+                    }),
+                ),
+            ],
+            NO_HANDLERS,
+        );
+        let chats: Vec<_> = effects
+            .iter()
+            .filter_map(|e| {
+                if let Effect::Chat { text, .. } = e {
+                    Some(text.as_str())
+                } else {
+                    None
+                }
+            })
+            .collect();
+        assert_eq!(chats, vec!["mine"]);
+        assert!(!effects.iter().any(|e| matches!(e, Effect::Settle { .. })));
+    }
+
+    #[test]
+    fn chat_contexts_carry_core_source_received_time_and_turn() {
+        let mut m = machine();
+        m.begin_local(pb::OperationKind::SendText).unwrap();
+        m.operation_accepted(&accepted("op1"));
+        let effects = feed(
+            &mut m,
+            &[
+                started(1, "op1"),
+                ev(
+                    2,
+                    "op1",
+                    Kind::ChatDelta(pb::ChatDelta { text: "He".into() }),
+                ),
+            ],
+            NO_HANDLERS,
+        );
+        let Effect::ChatDelta { text, ctx } = &effects[0] else {
+            panic!("{effects:?}")
+        };
+        assert_eq!(text, "He");
+        assert_eq!(ctx.kind, "chat_delta");
+        assert_eq!(ctx.source, Source::Core);
+        assert_eq!(ctx.event_received_at, Some(1_000));
+        assert_eq!(ctx.event_emitted_at, 102);
+        assert_eq!(ctx.turn_id.as_deref(), Some("t1"));
+        assert_eq!(ctx.turn_kind, Some("user"));
+        assert_eq!(ctx.turn_started_at, Some(5));
+        assert_eq!(ctx.effort_level, Some("low"));
+        assert_eq!(ctx.provider, "scripted");
+    }
+
+    #[test]
+    fn preparation_text_never_reaches_chat() {
+        let mut m = machine();
+        m.begin_local(pb::OperationKind::Prepare).unwrap();
+        let mut e = started(1, "p1");
+        e.turn = Some(pb::TurnInfo {
+            turn_id: "tp".into(),
+            kind: pb::TurnKind::Prepare as i32,
+            started_at_ms: 1,
+        });
+        let mut chat = ev(
+            2,
+            "p1",
+            Kind::Chat(pb::Chat {
+                text: "PEDELEC_PREPARED".into(),
+            }),
+        );
+        chat.turn = e.turn.clone();
+        let effects = feed(&mut m, &[e, chat], NO_HANDLERS);
+        assert!(
+            effects
+                .iter()
+                .all(|e| !matches!(e, Effect::Chat { .. } | Effect::ChatDelta { .. }))
+        );
+    }
+
+    #[test]
+    fn prepare_already_done_settles_at_once_and_restores_idle() {
+        let mut m = machine();
+        m.begin_local(pb::OperationKind::Prepare).unwrap();
+        let done = pb::OperationAccepted {
+            operation_id: String::new(),
+            kind: 1,
+            already_done: true,
+        };
+        let (state, effects) = m.operation_accepted(&done);
+        assert_eq!(state, Accepted::Settled(Ok(())));
+        assert_eq!(
+            statuses(&effects),
+            vec![(SessionStatus::Idle, "sdk", "sdk_status_changed")]
+        );
+        assert!(m.prepared());
+    }
+
+    #[test]
+    fn ended_runs_once_per_transition_and_rejects_pending_operations() {
+        let mut m = machine();
+        m.begin_local(pb::OperationKind::SendText).unwrap();
+        m.operation_accepted(&accepted("op1"));
+        let effects = feed(
+            &mut m,
+            &[
+                started(1, "op1"),
+                status(2, "", SessionStatus::Ended, SessionStatus::Running),
+                ev(
+                    3,
+                    "",
+                    Kind::Ended(pb::Ended {
+                        reason: "requested".into(),
+                    }),
+                ),
+                ev(
+                    4,
+                    "",
+                    Kind::Ended(pb::Ended {
+                        reason: "again".into(),
+                    }),
+                ),
+            ],
+            NO_HANDLERS,
+        );
+        let ended = effects
+            .iter()
+            .filter(|e| matches!(e, Effect::Ended { .. }))
+            .count();
+        assert_eq!(ended, 1);
+        assert!(effects.iter().any(|e| matches!(e, Effect::Settle { outcome: Err(err), .. } if err.is(ErrorCode::SessionEnded))));
+        assert!(
+            m.local_ended().is_empty(),
+            "already ended: no second callback"
+        );
+        // resume: the snapshot says idle, a later end runs the callback again.
+        let effects = feed(
+            &mut m,
+            &[snapshot(10, SessionStatus::Idle, None, vec![])],
+            NO_HANDLERS,
+        );
+        assert_eq!(
+            statuses(&effects),
+            vec![(SessionStatus::Idle, "core", "status_changed")]
+        );
+        let effects = m.local_ended();
+        assert!(
+            matches!(&effects[..], [Effect::Status { .. }, Effect::Ended { ctx }] if ctx.kind == "sdk_ended" && ctx.source == Source::Sdk)
+        );
+    }
+
+    #[test]
+    fn a_snapshot_adopts_core_status_and_active_operation() {
+        let mut m = machine();
+        let effects = feed(
+            &mut m,
+            &[snapshot(40, SessionStatus::Running, Some("op9"), vec![])],
+            NO_HANDLERS,
+        );
+        assert_eq!(
+            statuses(&effects),
+            vec![(SessionStatus::Running, "core", "status_changed")]
+        );
+        assert_eq!(m.last_seq(), 40);
+        let effects = feed(
+            &mut m,
+            &[ev(
+                41,
+                "op9",
+                Kind::Chat(pb::Chat {
+                    text: "resumed".into(),
+                }),
+            )],
+            NO_HANDLERS,
+        );
+        assert!(matches!(&effects[..], [Effect::Chat { .. }]));
+    }
+
+    fn tool_call(seq: u64, id: &str, tool: &str) -> pb::SessionEvent {
+        ev(
+            seq,
+            "op1",
+            Kind::ToolCall(pb::ToolCall {
+                tool_request_id: id.into(),
+                tool: tool.into(),
+                args_json: "{}".into(),
+                deadline_at_ms: 0,
+            }),
+        )
+    }
+
+    #[test]
+    fn a_tool_event_sets_waiting_and_invokes_the_handler_once() {
+        let mut m = machine();
+        m.begin_local(pb::OperationKind::SendText).unwrap();
+        m.operation_accepted(&accepted("op1"));
+        let effects = feed(
+            &mut m,
+            &[
+                started(1, "op1"),
+                tool_call(2, "t1", "counter"),
+                tool_call(3, "t1", "counter"),
+            ],
+            ALL_HANDLERS,
+        );
+        assert_eq!(
+            statuses(&effects),
+            vec![(
+                SessionStatus::WaitingToolResult,
+                "sdk",
+                "sdk_status_changed"
+            )]
+        );
+        let invoked: Vec<_> = effects
+            .iter()
+            .filter_map(|e| {
+                if let Effect::InvokeTool { ctx, .. } = e {
+                    Some(ctx)
+                } else {
+                    None
+                }
+            })
+            .collect();
+        assert_eq!(invoked.len(), 1);
+        assert_eq!(invoked[0].kind, "tool_call");
+        assert_eq!(invoked[0].tool_request_id, "t1");
+        assert_eq!(invoked[0].tool, "counter");
+    }
+
+    #[test]
+    fn a_recovered_tool_call_without_handler_is_queued_until_one_registers() {
+        let mut m = machine();
+        let pending = pb::PendingToolCall {
+            tool_request_id: "t7".into(),
+            tool: "counter".into(),
+            args_json: "{}".into(),
+            ..Default::default()
+        };
+        let effects = feed(
+            &mut m,
+            &[snapshot(
+                9,
+                SessionStatus::WaitingToolResult,
+                Some("op1"),
+                vec![pending.clone()],
+            )],
+            NO_HANDLERS,
+        );
+        assert!(
+            !effects
+                .iter()
+                .any(|e| matches!(e, Effect::InvokeTool { .. }))
+        );
+        assert_eq!(m.queued_tools().count(), 1);
+        assert!(m.handler_registered(&|t| t == "other").is_empty());
+        let effects = m.handler_registered(&|t| t == "counter");
+        assert!(
+            matches!(&effects[..], [Effect::InvokeTool { request, .. }] if request.tool_request_id == "t7")
+        );
+        // The same request in a later snapshot is not invoked twice.
+        let effects = feed(
+            &mut m,
+            &[snapshot(
+                10,
+                SessionStatus::WaitingToolResult,
+                Some("op1"),
+                vec![pending],
+            )],
+            ALL_HANDLERS,
+        );
+        assert!(
+            !effects
+                .iter()
+                .any(|e| matches!(e, Effect::InvokeTool { .. }))
+        );
+    }
+
+    #[test]
+    fn a_settled_tool_call_leaves_the_queue() {
+        let mut m = machine();
+        m.begin_local(pb::OperationKind::SendText).unwrap();
+        m.operation_accepted(&accepted("op1"));
+        feed(
+            &mut m,
+            &[started(1, "op1"), tool_call(2, "t1", "counter")],
+            NO_HANDLERS,
+        );
+        assert_eq!(m.queued_tools().count(), 1);
+        feed(
+            &mut m,
+            &[ev(
+                3,
+                "op1",
+                Kind::ToolCallSettled(pb::ToolCallSettled {
+                    tool_request_id: "t1".into(),
+                    code: "TOOL_TIMEOUT".into(),
+                }),
+            )],
+            NO_HANDLERS,
+        );
+        assert_eq!(m.queued_tools().count(), 0);
+    }
+
+    #[test]
+    fn usage_is_absent_until_reported_then_monotonic_and_silent() {
+        let mut m = machine();
+        m.begin_local(pb::OperationKind::SendText).unwrap();
+        m.operation_accepted(&accepted("op1"));
+        let usage = |seq, total| {
+            ev(
+                seq,
+                "op1",
+                Kind::UsageUpdated(pb::UsageUpdated {
+                    usage: Some(pb::Usage {
+                        total_tokens: total,
+                    }),
+                }),
+            )
+        };
+        let effects = feed(&mut m, &[started(1, "op1"), usage(2, None)], NO_HANDLERS);
+        assert!(effects.is_empty());
+        assert_eq!(m.usage(), None);
+        let effects = feed(
+            &mut m,
+            &[usage(3, Some(50)), usage(4, Some(20)), usage(5, Some(50))],
+            NO_HANDLERS,
+        );
+        assert_eq!(
+            effects,
+            vec![Effect::Usage { total_tokens: 50 }],
+            "only growth, and only usage effects"
+        );
+        assert_eq!(m.usage(), Some(50));
+        let effects = feed(
+            &mut m,
+            &[snapshot(6, SessionStatus::Running, Some("op1"), vec![])],
+            NO_HANDLERS,
+        );
+        assert!(effects.is_empty());
+        assert_eq!(
+            m.usage(),
+            Some(50),
+            "a snapshot without a total keeps the known one"
+        );
+    }
+
+    #[test]
+    fn errors_do_not_change_status() {
+        let mut m = machine();
+        let raised = ev(
+            1,
+            "",
+            Kind::Error(pb::ErrorRaised {
+                error: Some(pb::Error::new(ErrorCode::ProviderError, "x")),
+            }),
+        );
+        let effects = feed(&mut m, &[raised], NO_HANDLERS);
+        assert!(
+            matches!(&effects[..], [Effect::Error { ctx, .. }] if ctx.kind == "error" && ctx.source == Source::Core)
+        );
+        assert_eq!(m.status(), SessionStatus::Idle);
+        let Effect::Error { ctx, .. } =
+            m.sdk_error(PedelecError::new(ErrorCode::SubmitToolResultFailed, "x"))
+        else {
+            panic!()
+        };
+        assert_eq!(
+            (ctx.kind, ctx.source, ctx.event_received_at),
+            ("sdk_error", Source::Sdk, None)
+        );
+    }
+
+    #[test]
+    fn detaching_rejects_what_is_in_flight() {
+        let mut m = machine();
+        m.begin_local(pb::OperationKind::SendText).unwrap();
+        m.operation_accepted(&accepted("op1"));
+        let effects = m.detached();
+        assert!(
+            matches!(&effects[..], [Effect::Settle { outcome: Err(e), .. }] if e.is(ErrorCode::TransportDetached))
+        );
+    }
+}

@@ -103,6 +103,16 @@ pub(crate) struct Inner {
     resume: Mutex<Option<SharedOutcome>>,
     detached: AtomicBool,
     generation: AtomicU64,
+    event_loop: Mutex<Option<futures::future::AbortHandle>>,
+}
+
+impl Drop for Inner {
+    fn drop(&mut self) {
+        // The last handle is gone: stop listening so Core sees the subscriber leave.
+        if let Some(handle) = lock(&self.event_loop).take() {
+            handle.abort();
+        }
+    }
 }
 
 fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
@@ -156,6 +166,7 @@ impl<T: ToolName> PedelecSession<T> {
             resume: Mutex::default(),
             detached: AtomicBool::new(false),
             generation: AtomicU64::new(0),
+            event_loop: Mutex::default(),
         });
         PedelecSession {
             inner,
@@ -200,6 +211,11 @@ impl<T: ToolName> PedelecSession<T> {
     /// The current local status.
     pub fn get_status(&self) -> SessionStatus {
         lock(&self.inner.machine).status()
+    }
+
+    /// Sequence number of the newest Core event this handle adopted.
+    pub fn last_seq(&self) -> u64 {
+        lock(&self.inner.machine).last_seq()
     }
 
     /// Whether this handle lost its transport (use `Pedelec::resume_session`).
@@ -476,25 +492,35 @@ impl Inner {
         }
         self.detached.store(false, Ordering::SeqCst);
         let weak = Arc::downgrade(self);
-        self.transport.spawn(Box::pin(async move {
-            while let Some(item) = stream.next().await {
-                let Some(inner) = weak.upgrade() else { return };
-                if inner.generation.load(Ordering::SeqCst) != generation {
-                    return;
-                }
-                match item {
-                    Ok(event) => inner.feed(&event),
-                    Err(error) => {
-                        tracing::debug!(%error, "subscription failed");
-                        break;
+        let (abort, registration) = futures::future::AbortHandle::new_pair();
+        if let Some(previous) = lock(&self.event_loop).replace(abort) {
+            previous.abort();
+        }
+        let event_loop = futures::future::Abortable::new(
+            async move {
+                while let Some(item) = stream.next().await {
+                    let Some(inner) = weak.upgrade() else { return };
+                    if inner.generation.load(Ordering::SeqCst) != generation {
+                        return;
+                    }
+                    match item {
+                        Ok(event) => inner.feed(&event),
+                        Err(error) => {
+                            tracing::debug!(%error, "subscription failed");
+                            break;
+                        }
                     }
                 }
-            }
-            if let Some(inner) = weak.upgrade() {
-                if inner.generation.load(Ordering::SeqCst) == generation {
-                    inner.detach();
+                if let Some(inner) = weak.upgrade() {
+                    if inner.generation.load(Ordering::SeqCst) == generation {
+                        inner.detach();
+                    }
                 }
-            }
+            },
+            registration,
+        );
+        self.transport.spawn(Box::pin(async move {
+            let _ = event_loop.await;
         }));
         Ok(())
     }

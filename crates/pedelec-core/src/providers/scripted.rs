@@ -16,7 +16,8 @@
 //! | `/fail MESSAGE` | fail the turn (session stays usable) |
 //! | `/crash` | the runtime dies (session moves to `error`) |
 //!
-//! Model `scripted-unprepared` answers the preparation prompt wrongly.
+//! Model `scripted-unprepared` answers the preparation prompt wrongly;
+//! model `scripted-slow` takes two seconds to prepare.
 
 use std::time::{Duration, Instant};
 
@@ -231,6 +232,9 @@ impl ProviderSession for ScriptedSession {
             }
             sink.provider_session(&self.identity);
             if turn.kind == pb::TurnKind::Prepare {
+                if self.model == "scripted-slow" {
+                    tokio::time::sleep(Duration::from_secs(2)).await;
+                }
                 let answer = if self.model == "scripted-unprepared" {
                     "Not ready yet."
                 } else {

@@ -1,0 +1,218 @@
+//! The harness: start/kill/restart Core, clients, recorders.
+
+mod bad_input;
+mod daemon;
+mod durability;
+mod lifecycle;
+mod prepare;
+mod status_and_events;
+mod tools;
+
+use std::path::{Path, PathBuf};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use pedelec_protocol::pb::core_client::CoreClient;
+use pedelec_sdk::daemon::CoreProcess;
+use pedelec_sdk::{Pedelec, PedelecSession, SessionOptions, ToolSpec, sync_handler};
+use serde_json::json;
+
+pub const ORIGIN: &str = "app:pedelec-tests";
+
+pub struct Harness {
+    pub dir: tempfile::TempDir,
+    pub core: CoreProcess,
+    pub grace: Duration,
+}
+
+impl Harness {
+    pub fn start() -> Self {
+        Self::with_grace(Duration::from_millis(300))
+    }
+
+    pub fn with_grace(grace: Duration) -> Self {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let core = CoreProcess::spawn(
+            &dir.path().join("run/core.sock"),
+            &dir.path().join("state"),
+            grace,
+        )
+        .expect("Core starts (run `cargo build -p pedelec-core` first)");
+        Harness { dir, core, grace }
+    }
+
+    pub fn socket(&self) -> PathBuf {
+        self.dir.path().join("run/core.sock")
+    }
+
+    pub fn state(&self) -> PathBuf {
+        self.dir.path().join("state")
+    }
+
+    pub fn database(&self) -> PathBuf {
+        self.state().join("sessions.sqlite3")
+    }
+
+    pub async fn client(&self) -> Pedelec {
+        self.client_for(ORIGIN).await
+    }
+
+    pub async fn client_for(&self, origin: &str) -> Pedelec {
+        Pedelec::connect(self.socket(), origin)
+            .await
+            .expect("connect")
+    }
+
+    pub async fn raw(&self) -> CoreClient<tonic::transport::Channel> {
+        let path = self.socket();
+        let channel = tonic::transport::Endpoint::from_static("http://core.invalid")
+            .connect_with_connector(tower::service_fn(move |_: tonic::transport::Uri| {
+                let path = path.clone();
+                async move {
+                    Ok::<_, std::io::Error>(hyper_util::rt::TokioIo::new(
+                        tokio::net::UnixStream::connect(path).await?,
+                    ))
+                }
+            }))
+            .await
+            .expect("raw connect");
+        CoreClient::new(channel)
+    }
+
+    /// `kill -9`, then a fresh Core on the same state.
+    pub fn crash_and_restart(&mut self) {
+        self.core.kill();
+        self.restart();
+    }
+
+    pub fn restart(&mut self) {
+        self.core =
+            CoreProcess::spawn(&self.socket(), &self.state(), self.grace).expect("Core restarts");
+    }
+}
+
+/// A session with the `update_counter` tool (inline handler) on the scripted provider.
+pub async fn counter_session(client: &Pedelec) -> (PedelecSession, Arc<Mutex<i64>>) {
+    let counter = Arc::new(Mutex::new(0));
+    let session = client
+        .create_session(SessionOptions {
+            tools: vec![counter_tool(counter.clone())],
+            ..Default::default()
+        })
+        .await
+        .expect("create");
+    (session, counter)
+}
+
+pub fn counter_tool(counter: Arc<Mutex<i64>>) -> ToolSpec {
+    ToolSpec::new(
+        "update_counter".to_string(),
+        "Add delta to the counter",
+        json!({"type": "object", "properties": {"delta": {"type": "integer"}}, "required": ["delta"]}),
+    )
+    .with_handler(sync_handler(move |args: serde_json::Value, _| {
+        let mut c = counter.lock().unwrap();
+        *c += args["delta"].as_i64().unwrap_or(0);
+        Ok::<_, String>(json!({ "value": *c }))
+    }))
+}
+
+pub fn schema_object() -> serde_json::Value {
+    json!({"type": "object"})
+}
+
+/// Records every callback as a normalised line, for assertions and snapshots.
+#[derive(Clone, Default)]
+pub struct Recorder(pub Arc<Mutex<Vec<String>>>);
+
+impl Recorder {
+    pub fn attach(session: &PedelecSession) -> Self {
+        let r = Recorder::default();
+        let l = r.clone();
+        std::mem::forget(session.on_status(move |s, ctx| {
+            l.push(format!(
+                "status {}→{s} [{}/{}]",
+                ctx.previous_status,
+                ctx.source.as_str(),
+                ctx.kind
+            ))
+        }));
+        let l = r.clone();
+        std::mem::forget(session.on_chat_delta(move |t, _| l.push(format!("delta {t:?}"))));
+        let l = r.clone();
+        std::mem::forget(session.on_chat(move |t, ctx| {
+            l.push(format!("chat {t:?} [{}]", ctx.turn_kind.unwrap_or("-")))
+        }));
+        let l = r.clone();
+        std::mem::forget(session.on_error(move |e, ctx| {
+            l.push(format!(
+                "error {} [{}/{}]",
+                e.code,
+                ctx.source.as_str(),
+                ctx.kind
+            ))
+        }));
+        let l = r.clone();
+        std::mem::forget(
+            session.on_ended(move |ctx| {
+                l.push(format!("ended [{}/{}]", ctx.source.as_str(), ctx.kind))
+            }),
+        );
+        let l = r.clone();
+        std::mem::forget(session.on_usage(move |n| l.push(format!("usage {n}"))));
+        r
+    }
+
+    pub fn push(&self, line: String) {
+        self.0.lock().unwrap().push(line);
+    }
+
+    pub fn lines(&self) -> Vec<String> {
+        self.0.lock().unwrap().clone()
+    }
+
+    pub fn count(&self, prefix: &str) -> usize {
+        self.lines()
+            .iter()
+            .filter(|l| l.starts_with(prefix))
+            .count()
+    }
+
+    /// The log with runs of deltas joined, so snapshots stay readable.
+    pub fn transcript(&self) -> String {
+        let mut out: Vec<String> = Vec::new();
+        let mut run: Option<(usize, String)> = None;
+        for line in self.lines() {
+            if let Some(text) = line.strip_prefix("delta ") {
+                let text: String = serde_json::from_str(text).unwrap_or_default();
+                let entry = run.get_or_insert((0, String::new()));
+                entry.0 += 1;
+                entry.1.push_str(&text);
+                continue;
+            }
+            if let Some((n, text)) = run.take() {
+                out.push(format!("deltas ×{n} {text:?}"));
+            }
+            out.push(line);
+        }
+        if let Some((n, text)) = run.take() {
+            out.push(format!("deltas ×{n} {text:?}"));
+        }
+        out.join("\n")
+    }
+}
+
+/// Polls `f` until it holds (bounded), for state that arrives asynchronously.
+pub async fn eventually(what: &str, mut f: impl FnMut() -> bool) {
+    for _ in 0..500 {
+        if f() {
+            return;
+        }
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    panic!("timed out waiting for {what}");
+}
+
+pub fn exists(path: &Path) -> bool {
+    path.exists()
+}
