@@ -400,10 +400,10 @@ impl Session {
                 "the session has ended",
             ));
         }
-        if let Some(active) = &st.active {
-            if active.kind == pb::OperationKind::Prepare {
-                return Ok(accepted(&active.id, pb::OperationKind::Prepare, false));
-            }
+        if let Some(active) = &st.active
+            && active.kind == pb::OperationKind::Prepare
+        {
+            return Ok(accepted(&active.id, pb::OperationKind::Prepare, false));
         }
         if st.prepared {
             return Ok(accepted("", pb::OperationKind::Prepare, true));
@@ -537,10 +537,10 @@ impl Session {
             }
             let provider = runtime.as_mut().expect("started above");
             let outcome = provider.run_turn(TurnRequest { kind, text }, &sink).await;
-            if outcome.as_ref().is_err_and(|f| f.fatal) {
-                if let Some(mut gone) = runtime.take() {
-                    gone.shutdown();
-                }
+            if outcome.as_ref().is_err_and(|f| f.fatal)
+                && let Some(mut gone) = runtime.take()
+            {
+                gone.shutdown();
             }
             outcome
         };

@@ -47,11 +47,13 @@ pub struct TranscriptEntry {
 }
 
 type Job = Box<dyn FnOnce(&Connection) -> rusqlite::Result<()> + Send>;
+/// Where the writer reports that a job's transaction committed (or why not).
+type Ack = oneshot::Sender<Result<(), String>>;
 
 /// Handle to the writer thread.
 #[derive(Clone)]
 pub struct Store {
-    jobs: mpsc::Sender<(Job, Option<oneshot::Sender<Result<(), String>>>)>,
+    jobs: mpsc::Sender<(Job, Option<Ack>)>,
 }
 
 const SCHEMA: &str = "
@@ -97,7 +99,7 @@ impl Store {
     pub fn open(path: &Path) -> CoreResult<(Store, Vec<SessionRecord>)> {
         let conn = open_connection(path)?;
         let records = load_sessions(&conn)?;
-        let (tx, rx) = mpsc::channel::<(Job, Option<oneshot::Sender<Result<(), String>>>)>();
+        let (tx, rx) = mpsc::channel::<(Job, Option<Ack>)>();
         std::thread::Builder::new()
             .name("pedelec-store".into())
             .spawn(move || writer(conn, rx))
@@ -155,10 +157,7 @@ impl Store {
     }
 }
 
-fn writer(
-    conn: Connection,
-    jobs: mpsc::Receiver<(Job, Option<oneshot::Sender<Result<(), String>>>)>,
-) {
+fn writer(conn: Connection, jobs: mpsc::Receiver<(Job, Option<Ack>)>) {
     while let Ok(first) = jobs.recv() {
         let mut batch = vec![first];
         while batch.len() < 512 {

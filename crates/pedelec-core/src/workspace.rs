@@ -120,12 +120,11 @@ impl Workspace {
 
     /// Removes a managed workspace; explicit workspaces are never touched.
     pub fn remove_if_managed(&self) {
-        if self.managed {
-            if let Err(error) = std::fs::remove_dir_all(&self.root) {
-                if error.kind() != std::io::ErrorKind::NotFound {
-                    tracing::warn!(%error, path = %self.root.display(), "could not remove a managed workspace");
-                }
-            }
+        if self.managed
+            && let Err(error) = std::fs::remove_dir_all(&self.root)
+            && error.kind() != std::io::ErrorKind::NotFound
+        {
+            tracing::warn!(%error, path = %self.root.display(), "could not remove a managed workspace");
         }
     }
 }

@@ -81,10 +81,10 @@ impl EventGate {
             }
             _ => {}
         }
-        if let Some(Kind::StatusChanged(change)) = &event.kind {
-            if let Some(status) = SessionStatus::from_pb(change.status) {
-                self.status = Some(status);
-            }
+        if let Some(Kind::StatusChanged(change)) = &event.kind
+            && let Some(status) = SessionStatus::from_pb(change.status)
+        {
+            self.status = Some(status);
         }
         Verdict::Accept
     }

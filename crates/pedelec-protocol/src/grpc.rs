@@ -40,10 +40,10 @@ pub fn status_from_error(error: &pb::Error) -> tonic::Status {
 /// The protocol error a `tonic::Status` carries; a status without our details
 /// (a transport failure) becomes `TRANSPORT_ERROR`.
 pub fn error_from_status(status: &tonic::Status) -> pb::Error {
-    if let Ok(error) = pb::Error::decode(status.details()) {
-        if !error.code.is_empty() {
-            return error;
-        }
+    if let Ok(error) = pb::Error::decode(status.details())
+        && !error.code.is_empty()
+    {
+        return error;
     }
     pb::Error::new(
         ErrorCode::TransportError,

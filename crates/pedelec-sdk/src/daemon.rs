@@ -81,13 +81,13 @@ impl CoreProcess {
             if std::os::unix::net::UnixStream::connect(&self.socket).is_ok() {
                 return Ok(());
             }
-            if let Some(child) = self.child.as_mut() {
-                if let Ok(Some(status)) = child.try_wait() {
-                    return Err(PedelecError::new(
-                        ErrorCode::CoreRuntimeUnavailable,
-                        format!("Core exited early: {status}"),
-                    ));
-                }
+            if let Some(child) = self.child.as_mut()
+                && let Ok(Some(status)) = child.try_wait()
+            {
+                return Err(PedelecError::new(
+                    ErrorCode::CoreRuntimeUnavailable,
+                    format!("Core exited early: {status}"),
+                ));
             }
             std::thread::sleep(Duration::from_millis(5));
         }

@@ -511,10 +511,10 @@ impl Inner {
                         }
                     }
                 }
-                if let Some(inner) = weak.upgrade() {
-                    if inner.generation.load(Ordering::SeqCst) == generation {
-                        inner.detach();
-                    }
+                if let Some(inner) = weak.upgrade()
+                    && inner.generation.load(Ordering::SeqCst) == generation
+                {
+                    inner.detach();
                 }
             },
             registration,

@@ -8,7 +8,7 @@ mod prepare;
 mod status_and_events;
 mod tools;
 
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
@@ -211,8 +211,4 @@ pub async fn eventually(what: &str, mut f: impl FnMut() -> bool) {
         tokio::time::sleep(Duration::from_millis(10)).await;
     }
     panic!("timed out waiting for {what}");
-}
-
-pub fn exists(path: &Path) -> bool {
-    path.exists()
 }
