@@ -4,11 +4,7 @@
 
 use std::path::PathBuf;
 
-const PROTOS: &[&str] = &[
-    "pedelec/v1/session.proto",
-    "pedelec/v1/core.proto",
-    "pedelec/v1/native.proto",
-];
+const PROTOS: &[&str] = &["pedelec/v1/session.proto", "pedelec/v1/core.proto", "pedelec/v1/native.proto"];
 
 fn main() -> Result<(), Box<dyn std::error::Error>> {
     let root = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../proto");
@@ -24,16 +20,13 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     config.file_descriptor_set_path(&descriptors);
 
     let grpc = std::env::var_os("CARGO_FEATURE_GRPC").is_some();
-    tonic_prost_build::configure()
-        .build_server(grpc)
-        .build_client(grpc)
-        .build_transport(grpc)
-        .compile_with_config(config, &protos, &[root])?;
+    tonic_prost_build::configure().build_server(grpc).build_client(grpc).build_transport(grpc).compile_with_config(
+        config,
+        &protos,
+        &[root],
+    )?;
 
     let set = std::fs::read(&descriptors)?;
-    pbjson_build::Builder::new()
-        .register_descriptors(&set)?
-        .ignore_unknown_fields()
-        .build(&[".pedelec"])?;
+    pbjson_build::Builder::new().register_descriptors(&set)?.ignore_unknown_fields().build(&[".pedelec"])?;
     Ok(())
 }

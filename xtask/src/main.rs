@@ -37,10 +37,7 @@ fn main() -> Result<()> {
 fn cargo(args: &[&str]) -> Result<()> {
     let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".into());
     eprintln!("$ cargo {}", args.join(" "));
-    let status = Command::new(&cargo)
-        .args(args)
-        .status()
-        .with_context(|| format!("running cargo {args:?}"))?;
+    let status = Command::new(&cargo).args(args).status().with_context(|| format!("running cargo {args:?}"))?;
     if !status.success() {
         bail!("cargo {} failed ({status})", args.join(" "));
     }
@@ -48,51 +45,25 @@ fn cargo(args: &[&str]) -> Result<()> {
 }
 
 fn has_nextest() -> bool {
-    Command::new("cargo")
-        .args(["nextest", "--version"])
-        .output()
-        .is_ok_and(|o| o.status.success())
+    Command::new("cargo").args(["nextest", "--version"]).output().is_ok_and(|o| o.status.success())
 }
 
 fn has_wasm_target() -> bool {
     Command::new("rustup")
         .args(["target", "list", "--installed"])
         .output()
-        .is_ok_and(|o| {
-            String::from_utf8_lossy(&o.stdout)
-                .lines()
-                .any(|l| l.trim() == "wasm32-unknown-unknown")
-        })
+        .is_ok_and(|o| String::from_utf8_lossy(&o.stdout).lines().any(|l| l.trim() == "wasm32-unknown-unknown"))
 }
 
 fn ci() -> Result<()> {
     cargo(&["fmt", "--all", "--", "--check"])?;
-    cargo(&[
-        "clippy",
-        "--workspace",
-        "--all-targets",
-        "--",
-        "-D",
-        "warnings",
-    ])?;
+    cargo(&["clippy", "--workspace", "--all-targets", "--", "-D", "warnings"])?;
     if has_wasm_target()
-        || Command::new("rustup")
-            .args(["target", "add", "wasm32-unknown-unknown"])
-            .status()
-            .is_ok_and(|s| s.success())
+        || Command::new("rustup").args(["target", "add", "wasm32-unknown-unknown"]).status().is_ok_and(|s| s.success())
     {
-        cargo(&[
-            "build",
-            "-p",
-            "pedelec-protocol",
-            "--target",
-            "wasm32-unknown-unknown",
-            "--no-default-features",
-        ])?;
+        cargo(&["build", "-p", "pedelec-protocol", "--target", "wasm32-unknown-unknown", "--no-default-features"])?;
     } else {
-        eprintln!(
-            "warning: wasm32-unknown-unknown target unavailable; skipping the wasm build of pedelec-protocol"
-        );
+        eprintln!("warning: wasm32-unknown-unknown target unavailable; skipping the wasm build of pedelec-protocol");
     }
     // The SDK's tests start the real Core binary.
     cargo(&["build", "-p", "pedelec-core", "--bin", "pedelec-core"])?;
@@ -104,44 +75,11 @@ fn ci() -> Result<()> {
 }
 
 fn demo(provider: &str) -> Result<()> {
-    cargo(&[
-        "build",
-        "--quiet",
-        "-p",
-        "pedelec-core",
-        "--bin",
-        "pedelec-core",
-    ])?;
-    cargo(&[
-        "run",
-        "--quiet",
-        "-p",
-        "pedelec-sdk",
-        "--example",
-        "demo",
-        "--",
-        "--provider",
-        provider,
-    ])
+    cargo(&["build", "--quiet", "-p", "pedelec-core", "--bin", "pedelec-core"])?;
+    cargo(&["run", "--quiet", "-p", "pedelec-sdk", "--example", "demo", "--", "--provider", provider])
 }
 
 fn bench() -> Result<()> {
-    cargo(&[
-        "build",
-        "--release",
-        "--quiet",
-        "-p",
-        "pedelec-core",
-        "--bin",
-        "pedelec-core",
-    ])?;
-    cargo(&[
-        "run",
-        "--release",
-        "--quiet",
-        "-p",
-        "pedelec-sdk",
-        "--example",
-        "bench",
-    ])
+    cargo(&["build", "--release", "--quiet", "-p", "pedelec-core", "--bin", "pedelec-core"])?;
+    cargo(&["run", "--release", "--quiet", "-p", "pedelec-sdk", "--example", "bench"])
 }

@@ -17,18 +17,10 @@ pub struct CoreConfig {
 impl CoreConfig {
     /// Defaults: `$XDG_RUNTIME_DIR/pedelec/core.sock` (else `<state>/core.sock`)
     /// and `$XDG_STATE_HOME/pedelec` (else `~/.local/state/pedelec`).
-    pub fn resolve(
-        socket: Option<PathBuf>,
-        state_dir: Option<PathBuf>,
-        disconnect_grace: Duration,
-    ) -> Self {
+    pub fn resolve(socket: Option<PathBuf>, state_dir: Option<PathBuf>, disconnect_grace: Duration) -> Self {
         let state_dir = state_dir.unwrap_or_else(default_state_dir);
         let socket = socket.unwrap_or_else(|| default_socket(&state_dir));
-        CoreConfig {
-            socket,
-            state_dir,
-            disconnect_grace,
-        }
+        CoreConfig { socket, state_dir, disconnect_grace }
     }
 
     pub fn database(&self) -> PathBuf {

@@ -17,8 +17,7 @@ use crate::session::Shared;
 use crate::store::Store;
 
 fn ensure_private_dir(dir: &Path) -> CoreResult<()> {
-    std::fs::create_dir_all(dir)
-        .map_err(|e| CoreError::io(format!("creating {}", dir.display()), e))?;
+    std::fs::create_dir_all(dir).map_err(|e| CoreError::io(format!("creating {}", dir.display()), e))?;
     std::fs::set_permissions(dir, std::fs::Permissions::from_mode(0o700))
         .map_err(|e| CoreError::io(format!("restricting {}", dir.display()), e))
 }
@@ -38,8 +37,7 @@ async fn bind(socket: &Path) -> CoreResult<UnixListener> {
         tracing::info!(socket = %socket.display(), "taking over a stale socket");
         std::fs::remove_file(socket).map_err(|e| CoreError::io("removing a stale socket", e))?;
     }
-    let listener = UnixListener::bind(socket)
-        .map_err(|e| CoreError::io(format!("binding {}", socket.display()), e))?;
+    let listener = UnixListener::bind(socket).map_err(|e| CoreError::io(format!("binding {}", socket.display()), e))?;
     std::fs::set_permissions(socket, std::fs::Permissions::from_mode(0o600))
         .map_err(|e| CoreError::io("restricting the socket", e))?;
     Ok(listener)
@@ -49,19 +47,18 @@ async fn bind(socket: &Path) -> CoreResult<UnixListener> {
 pub async fn serve(config: CoreConfig) -> CoreResult<()> {
     ensure_private_dir(&config.state_dir)?;
     let listener = bind(&config.socket).await?;
-    // Written as soon as the socket exists: connections made from here on
-    // wait in the listen backlog until the services start.
+    // Written once the socket is bound, so a client that finds the file can
+    // connect; connections wait in the listen backlog until the services start.
     let discovery = config.discovery_file();
     let body = serde_json::json!({ "pid": std::process::id(), "socket": config.socket.display().to_string() });
-    std::fs::write(&discovery, body.to_string())
+    // Atomic: a reader never sees a half-written file.
+    let partial = discovery.with_extension("json.partial");
+    std::fs::write(&partial, body.to_string())
+        .and_then(|()| std::fs::rename(&partial, &discovery))
         .map_err(|e| CoreError::io("writing the discovery file", e))?;
     let started = std::time::Instant::now();
     let (store, records) = Store::open(&config.database())?;
-    let shared = Arc::new(Shared {
-        store,
-        providers: Providers::builtin(),
-        disconnect_grace: config.disconnect_grace,
-    });
+    let shared = Arc::new(Shared { store, providers: Providers::builtin(), disconnect_grace: config.disconnect_grace });
     let registry = Arc::new(Registry::new(shared, config.managed_root()));
     let restored = records.len();
     registry.restore(records);
@@ -71,12 +68,8 @@ pub async fn serve(config: CoreConfig) -> CoreResult<()> {
     let incoming = tokio_stream::wrappers::UnixListenerStream::new(listener);
     let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
     let server = tonic::transport::Server::builder()
-        .add_service(CoreServer::new(CoreService {
-            registry: registry.clone(),
-        }))
-        .add_service(AgentToolsServer::new(AgentToolsService {
-            registry: registry.clone(),
-        }))
+        .add_service(CoreServer::new(CoreService { registry: registry.clone() }))
+        .add_service(AgentToolsServer::new(AgentToolsService { registry: registry.clone() }))
         .serve_with_incoming_shutdown(incoming, async {
             let _ = stopped.await;
         });
@@ -99,10 +92,7 @@ pub async fn serve(config: CoreConfig) -> CoreResult<()> {
 
 async fn shutdown_signal() {
     use tokio::signal::unix::{SignalKind, signal};
-    let (Ok(mut term), Ok(mut int)) = (
-        signal(SignalKind::terminate()),
-        signal(SignalKind::interrupt()),
-    ) else {
+    let (Ok(mut term), Ok(mut int)) = (signal(SignalKind::terminate()), signal(SignalKind::interrupt())) else {
         return std::future::pending().await;
     };
     tokio::select! {

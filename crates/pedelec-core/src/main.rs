@@ -26,32 +26,20 @@ enum Command {
         /// How long a session with auto_end_on_disconnect waits for a subscriber to come back.
         #[arg(long, default_value_t = 3000)]
         disconnect_grace_ms: u64,
+        /// Async worker threads; 0 runs everything on one current-thread runtime.
+        #[arg(long, env = "PEDELEC_CORE_THREADS", default_value_t = 2)]
+        worker_threads: usize,
     },
 }
 
 fn main() -> std::process::ExitCode {
     tracing_subscriber::fmt()
-        .with_env_filter(
-            tracing_subscriber::EnvFilter::try_from_env("PEDELEC_LOG")
-                .unwrap_or_else(|_| "warn".into()),
-        )
+        .with_env_filter(tracing_subscriber::EnvFilter::try_from_env("PEDELEC_LOG").unwrap_or_else(|_| "warn".into()))
         .with_writer(std::io::stderr)
         .init();
-    let Command::Serve {
-        socket,
-        state_dir,
-        disconnect_grace_ms,
-    } = Cli::parse().command;
-    let config = CoreConfig::resolve(
-        socket,
-        state_dir,
-        Duration::from_millis(disconnect_grace_ms),
-    );
-    let runtime = match tokio::runtime::Builder::new_multi_thread()
-        .worker_threads(2)
-        .enable_all()
-        .build()
-    {
+    let Command::Serve { socket, state_dir, disconnect_grace_ms, worker_threads } = Cli::parse().command;
+    let config = CoreConfig::resolve(socket, state_dir, Duration::from_millis(disconnect_grace_ms));
+    let runtime = match runtime_builder(worker_threads).enable_all().build() {
         Ok(runtime) => runtime,
         Err(error) => {
             eprintln!("pedelec-core: cannot start the async runtime: {error}");
@@ -65,4 +53,13 @@ fn main() -> std::process::ExitCode {
             std::process::ExitCode::FAILURE
         }
     }
+}
+
+fn runtime_builder(worker_threads: usize) -> tokio::runtime::Builder {
+    if worker_threads == 0 {
+        return tokio::runtime::Builder::new_current_thread();
+    }
+    let mut builder = tokio::runtime::Builder::new_multi_thread();
+    builder.worker_threads(worker_threads);
+    builder
 }

@@ -32,14 +32,8 @@ pub fn check_id(what: &str, id: &str) -> CoreResult<()> {
 }
 
 fn check_origin(origin: &str) -> CoreResult<()> {
-    if origin.is_empty()
-        || origin.len() > limits::MAX_ORIGIN_LEN
-        || origin.chars().any(|c| c.is_control())
-    {
-        return Err(CoreError::new(
-            ErrorCode::InvalidArgument,
-            "caller_origin is empty, too long or malformed",
-        ));
+    if origin.is_empty() || origin.len() > limits::MAX_ORIGIN_LEN || origin.chars().any(|c| c.is_control()) {
+        return Err(CoreError::new(ErrorCode::InvalidArgument, "caller_origin is empty, too long or malformed"));
     }
     Ok(())
 }
@@ -53,46 +47,26 @@ fn random_token() -> String {
 
 impl Registry {
     pub fn new(shared: Arc<Shared>, managed_root: PathBuf) -> Self {
-        Registry {
-            shared,
-            managed_root,
-            sessions: RwLock::default(),
-            tokens: RwLock::default(),
-        }
+        Registry { shared, managed_root, sessions: RwLock::default(), tokens: RwLock::default() }
     }
 
     fn insert(&self, session: Arc<Session>) {
-        self.tokens
-            .write()
-            .expect("tokens lock")
-            .insert(session.tool_token.clone(), session.id.clone());
-        self.sessions
-            .write()
-            .expect("sessions lock")
-            .insert(session.id.clone(), session);
+        self.tokens.write().expect("tokens lock").insert(session.tool_token.clone(), session.id.clone());
+        self.sessions.write().expect("sessions lock").insert(session.id.clone(), session);
     }
 
     /// The session, if `origin` may use it.
     pub fn get(&self, id: &str, origin: &str) -> CoreResult<Arc<Session>> {
         check_id("session id", id)?;
-        let session = self
-            .sessions
-            .read()
-            .expect("sessions lock")
-            .get(id)
-            .cloned()
-            .ok_or_else(|| {
-                CoreError::with_details(
-                    ErrorCode::ThreadNotFound,
-                    format!("no session {id:?}"),
-                    serde_json::json!({ "sessionId": id }),
-                )
-            })?;
+        let session = self.sessions.read().expect("sessions lock").get(id).cloned().ok_or_else(|| {
+            CoreError::with_details(
+                ErrorCode::ThreadNotFound,
+                format!("no session {id:?}"),
+                serde_json::json!({ "sessionId": id }),
+            )
+        })?;
         if session.origin != origin {
-            return Err(CoreError::new(
-                ErrorCode::ThreadAccessDenied,
-                "the session belongs to another origin",
-            ));
+            return Err(CoreError::new(ErrorCode::ThreadAccessDenied, "the session belongs to another origin"));
         }
         Ok(session)
     }
@@ -103,36 +77,18 @@ impl Registry {
         if token.len() != 64 {
             return Err(refused());
         }
-        let id = self
-            .tokens
-            .read()
-            .expect("tokens lock")
-            .get(token)
-            .cloned()
-            .ok_or_else(refused)?;
-        let session = self
-            .sessions
-            .read()
-            .expect("sessions lock")
-            .get(&id)
-            .cloned()
-            .ok_or_else(refused)?;
+        let id = self.tokens.read().expect("tokens lock").get(token).cloned().ok_or_else(refused)?;
+        let session = self.sessions.read().expect("sessions lock").get(&id).cloned().ok_or_else(refused)?;
         if session.status() == SessionStatus::Ended {
-            return Err(CoreError::new(
-                ErrorCode::ToolTokenInvalid,
-                "the tool token's session has ended",
-            ));
+            return Err(CoreError::new(ErrorCode::ToolTokenInvalid, "the tool token's session has ended"));
         }
         Ok(session)
     }
 
     pub async fn create(&self, request: pb::CreateSessionRequest) -> CoreResult<pb::SessionInfo> {
         check_origin(&request.caller_origin)?;
-        let provider_code = if request.provider.is_empty() {
-            self.shared.providers.default_code()
-        } else {
-            request.provider.clone()
-        };
+        let provider_code =
+            if request.provider.is_empty() { self.shared.providers.default_code() } else { request.provider.clone() };
         let provider = self.shared.providers.get(&provider_code).ok_or_else(|| {
             CoreError::with_details(
                 ErrorCode::ProviderNotFound,
@@ -145,23 +101,14 @@ impl Registry {
             return Err(CoreError::new(ErrorCode::ProviderUnavailable, info.reason));
         }
         if pb::EffortLevel::try_from(request.effort_level).is_err() {
-            return Err(CoreError::new(
-                ErrorCode::InvalidArgument,
-                "unknown effort level",
-            ));
+            return Err(CoreError::new(ErrorCode::InvalidArgument, "unknown effort level"));
         }
         if request.model.len() > limits::MAX_ID_LEN {
-            return Err(CoreError::new(
-                ErrorCode::InvalidArgument,
-                "model name is too long",
-            ));
+            return Err(CoreError::new(ErrorCode::InvalidArgument, "model name is too long"));
         }
         let skills = request.skills.unwrap_or_default();
         if skills.guidance.len() > limits::MAX_GUIDANCE_BYTES {
-            return Err(CoreError::new(
-                ErrorCode::ToolsManifestInvalid,
-                "skill guidance exceeds the size limit",
-            ));
+            return Err(CoreError::new(ErrorCode::ToolsManifestInvalid, "skill guidance exceeds the size limit"));
         }
         let tools = ToolSet::compile(skills.tools.clone())?;
         let id = new_id("sess");
@@ -170,11 +117,7 @@ impl Registry {
             workspace.remove_if_managed();
             return Err(error);
         }
-        let model = if request.model.is_empty() {
-            provider.default_model()
-        } else {
-            request.model
-        };
+        let model = if request.model.is_empty() { provider.default_model() } else { request.model };
         let info = pb::SessionInfo {
             session_id: id.clone(),
             provider: provider_code,
@@ -197,10 +140,7 @@ impl Registry {
                 tools,
             },
         );
-        self.shared
-            .store
-            .save_durably(session.initial_record())
-            .await?;
+        self.shared.store.save_durably(session.initial_record()).await?;
         tracing::info!(session = %id, provider = %info.provider, "session created");
         self.insert(session);
         Ok(info)
@@ -210,8 +150,7 @@ impl Registry {
     pub fn restore(&self, records: Vec<SessionRecord>) {
         let mut keep = HashSet::new();
         for record in records {
-            let workspace =
-                Workspace::recorded(&record.workspace, record.managed_workspace, &record.id);
+            let workspace = Workspace::recorded(&record.workspace, record.managed_workspace, &record.id);
             let ended = record.status == SessionStatus::Ended.as_str();
             if record.managed_workspace && (ended || !workspace.root.is_dir()) {
                 // Its managed workspace is (or will be) gone: keep the record for
@@ -221,9 +160,8 @@ impl Registry {
             }
             // A manifest that no longer loads leaves the session without tools; resume reports it.
             let skills = workspace.load_manifest().unwrap_or_default();
-            let tools = ToolSet::compile(skills.tools.clone()).unwrap_or_else(|_| {
-                ToolSet::compile(Vec::new()).expect("an empty manifest compiles")
-            });
+            let tools = ToolSet::compile(skills.tools.clone())
+                .unwrap_or_else(|_| ToolSet::compile(Vec::new()).expect("an empty manifest compiles"));
             let info = pb::SessionInfo {
                 session_id: record.id.clone(),
                 provider: record.provider.clone(),
@@ -262,13 +200,7 @@ impl Registry {
 
     /// Normal exit: end every session, persist, remove managed workspaces.
     pub async fn shutdown(&self) {
-        let sessions: Vec<Arc<Session>> = self
-            .sessions
-            .read()
-            .expect("sessions lock")
-            .values()
-            .cloned()
-            .collect();
+        let sessions: Vec<Arc<Session>> = self.sessions.read().expect("sessions lock").values().cloned().collect();
         for session in &sessions {
             if let Err(error) = session.end("core_shutdown").await {
                 tracing::warn!(session = %session.id, %error, "could not end a session at shutdown");

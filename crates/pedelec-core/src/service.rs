@@ -20,25 +20,14 @@ pub struct CoreService {
 #[tonic::async_trait]
 impl Core for CoreService {
     async fn ping(&self, _: Request<pb::PingRequest>) -> Reply<pb::PingResponse> {
-        Ok(Response::new(pb::PingResponse {
-            version: env!("CARGO_PKG_VERSION").into(),
-            pid: std::process::id(),
-        }))
+        Ok(Response::new(pb::PingResponse { version: env!("CARGO_PKG_VERSION").into(), pid: std::process::id() }))
     }
 
-    async fn list_providers(
-        &self,
-        _: Request<pb::ListProvidersRequest>,
-    ) -> Reply<pb::ListProvidersResponse> {
-        Ok(Response::new(pb::ListProvidersResponse {
-            providers: self.registry.shared.providers.list(),
-        }))
+    async fn list_providers(&self, _: Request<pb::ListProvidersRequest>) -> Reply<pb::ListProvidersResponse> {
+        Ok(Response::new(pb::ListProvidersResponse { providers: self.registry.shared.providers.list() }))
     }
 
-    async fn get_settings(
-        &self,
-        _: Request<pb::GetSettingsRequest>,
-    ) -> Reply<pb::GetSettingsResponse> {
+    async fn get_settings(&self, _: Request<pb::GetSettingsRequest>) -> Reply<pb::GetSettingsResponse> {
         let providers = &self.registry.shared.providers;
         Ok(Response::new(pb::GetSettingsResponse {
             default_provider: providers.default_code(),
@@ -46,54 +35,34 @@ impl Core for CoreService {
         }))
     }
 
-    async fn create_session(
-        &self,
-        request: Request<pb::CreateSessionRequest>,
-    ) -> Reply<pb::CreateSessionResponse> {
+    async fn create_session(&self, request: Request<pb::CreateSessionRequest>) -> Reply<pb::CreateSessionResponse> {
         let session = self.registry.create(request.into_inner()).await?;
-        Ok(Response::new(pb::CreateSessionResponse {
-            session: Some(session),
-        }))
+        Ok(Response::new(pb::CreateSessionResponse { session: Some(session) }))
     }
 
     type SubscribeStream = Pin<Box<dyn Stream<Item = Result<pb::SessionEvent, Status>> + Send>>;
 
-    async fn subscribe(
-        &self,
-        request: Request<pb::SubscribeRequest>,
-    ) -> Reply<Self::SubscribeStream> {
+    async fn subscribe(&self, request: Request<pb::SubscribeRequest>) -> Reply<Self::SubscribeStream> {
         let request = request.into_inner();
-        let session = self
-            .registry
-            .get(&request.session_id, &request.caller_origin)?;
+        let session = self.registry.get(&request.session_id, &request.caller_origin)?;
         let (snapshot, receiver, guard) = session.subscribe();
-        let live =
-            tokio_stream::wrappers::UnboundedReceiverStream::new(receiver).map(move |event| {
-                // The guard lives as long as the stream; dropping the stream unsubscribes.
-                let _ = &guard;
-                Ok(event)
-            });
-        Ok(Response::new(Box::pin(
-            futures::stream::once(async move { Ok(snapshot) }).chain(live),
-        )))
+        let live = tokio_stream::wrappers::UnboundedReceiverStream::new(receiver).map(move |event| {
+            // The guard lives as long as the stream; dropping the stream unsubscribes.
+            let _ = &guard;
+            Ok(event)
+        });
+        Ok(Response::new(Box::pin(futures::stream::once(async move { Ok(snapshot) }).chain(live))))
     }
 
     async fn prepare(&self, request: Request<pb::PrepareRequest>) -> Reply<pb::OperationAccepted> {
         let request = request.into_inner();
-        let session = self
-            .registry
-            .get(&request.session_id, &request.caller_origin)?;
+        let session = self.registry.get(&request.session_id, &request.caller_origin)?;
         Ok(Response::new(session.prepare()?))
     }
 
-    async fn send_text(
-        &self,
-        request: Request<pb::SendTextRequest>,
-    ) -> Reply<pb::OperationAccepted> {
+    async fn send_text(&self, request: Request<pb::SendTextRequest>) -> Reply<pb::OperationAccepted> {
         let request = request.into_inner();
-        let session = self
-            .registry
-            .get(&request.session_id, &request.caller_origin)?;
+        let session = self.registry.get(&request.session_id, &request.caller_origin)?;
         Ok(Response::new(session.send_text(request.text)?))
     }
 
@@ -102,9 +71,7 @@ impl Core for CoreService {
         request: Request<pb::SubmitToolResultRequest>,
     ) -> Reply<pb::SubmitToolResultResponse> {
         let request = request.into_inner();
-        let session = self
-            .registry
-            .get(&request.session_id, &request.caller_origin)?;
+        let session = self.registry.get(&request.session_id, &request.caller_origin)?;
         check_id("tool request id", &request.tool_request_id)?;
         session.submit_tool_result(request)?;
         Ok(Response::new(pb::SubmitToolResultResponse {}))
@@ -112,49 +79,28 @@ impl Core for CoreService {
 
     async fn end(&self, request: Request<pb::EndRequest>) -> Reply<pb::EndResponse> {
         let request = request.into_inner();
-        let session = self
-            .registry
-            .get(&request.session_id, &request.caller_origin)?;
+        let session = self.registry.get(&request.session_id, &request.caller_origin)?;
         let ended_now = session.end("requested").await?;
         Ok(Response::new(pb::EndResponse { ended_now }))
     }
 
     async fn resume(&self, request: Request<pb::ResumeRequest>) -> Reply<pb::ResumeResponse> {
         let request = request.into_inner();
-        let session = self
-            .registry
-            .get(&request.session_id, &request.caller_origin)?;
+        let session = self.registry.get(&request.session_id, &request.caller_origin)?;
         session.resume().await?;
-        Ok(Response::new(pb::ResumeResponse {
-            session: Some(session.info.clone()),
-        }))
+        Ok(Response::new(pb::ResumeResponse { session: Some(session.info.clone()) }))
     }
 
-    async fn create_asset_upload(
-        &self,
-        _: Request<pb::CreateAssetUploadRequest>,
-    ) -> Reply<pb::AssetTicket> {
-        Err(Status::unimplemented(
-            "asset transfer is not available in this Core yet",
-        ))
+    async fn create_asset_upload(&self, _: Request<pb::CreateAssetUploadRequest>) -> Reply<pb::AssetTicket> {
+        Err(Status::unimplemented("asset transfer is not available in this Core yet"))
     }
 
-    async fn create_asset_download(
-        &self,
-        _: Request<pb::CreateAssetDownloadRequest>,
-    ) -> Reply<pb::AssetTicket> {
-        Err(Status::unimplemented(
-            "asset transfer is not available in this Core yet",
-        ))
+    async fn create_asset_download(&self, _: Request<pb::CreateAssetDownloadRequest>) -> Reply<pb::AssetTicket> {
+        Err(Status::unimplemented("asset transfer is not available in this Core yet"))
     }
 
-    async fn list_assets(
-        &self,
-        _: Request<pb::ListAssetsRequest>,
-    ) -> Reply<pb::ListAssetsResponse> {
-        Err(Status::unimplemented(
-            "asset transfer is not available in this Core yet",
-        ))
+    async fn list_assets(&self, _: Request<pb::ListAssetsRequest>) -> Reply<pb::ListAssetsResponse> {
+        Err(Status::unimplemented("asset transfer is not available in this Core yet"))
     }
 }
 
@@ -166,10 +112,7 @@ pub struct AgentToolsService {
 
 #[tonic::async_trait]
 impl AgentTools for AgentToolsService {
-    async fn list_tools(
-        &self,
-        request: Request<pb::ListToolsRequest>,
-    ) -> Reply<pb::ListToolsResponse> {
+    async fn list_tools(&self, request: Request<pb::ListToolsRequest>) -> Reply<pb::ListToolsResponse> {
         let session = self.registry.by_token(&request.into_inner().tool_token)?;
         Ok(Response::new(pb::ListToolsResponse {
             tools: session.tools.definitions.clone(),
@@ -177,31 +120,21 @@ impl AgentTools for AgentToolsService {
         }))
     }
 
-    async fn call_tool(
-        &self,
-        request: Request<pb::CallToolRequest>,
-    ) -> Reply<pb::CallToolResponse> {
+    async fn call_tool(&self, request: Request<pb::CallToolRequest>) -> Reply<pb::CallToolResponse> {
         use pb::call_tool_response::Outcome;
         let request = request.into_inner();
         let session = self.registry.by_token(&request.tool_token)?;
-        let outcome = match session
-            .call_tool("", &request.tool, request.args_json)
-            .await
-        {
+        let outcome = match session.call_tool("", &request.tool, request.args_json).await {
             Ok(json) => Outcome::ResultJson(json),
             Err(error) => Outcome::Error(error),
         };
-        Ok(Response::new(pb::CallToolResponse {
-            outcome: Some(outcome),
-        }))
+        Ok(Response::new(pb::CallToolResponse { outcome: Some(outcome) }))
     }
 }
 
 impl From<pb::Error> for CoreError {
     fn from(error: pb::Error) -> Self {
-        let code = error
-            .error_code()
-            .unwrap_or(pedelec_protocol::ErrorCode::Internal);
+        let code = error.error_code().unwrap_or(pedelec_protocol::ErrorCode::Internal);
         CoreError::new(code, error.message)
     }
 }

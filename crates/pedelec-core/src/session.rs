@@ -15,8 +15,8 @@ use tokio::sync::{mpsc, oneshot};
 
 use crate::error::{CoreError, CoreResult};
 use crate::providers::{
-    BoxFuture, PREPARE_PROMPT, PREPARED_ACK, ProviderFailure, ProviderSession, ProviderSetup,
-    Providers, TurnRequest, TurnSink,
+    BoxFuture, PREPARE_PROMPT, PREPARED_ACK, ProviderFailure, ProviderSession, ProviderSetup, Providers, TurnRequest,
+    TurnSink,
 };
 use crate::store::{SessionRecord, Store, TranscriptEntry};
 use crate::tools::ToolSet;
@@ -27,10 +27,7 @@ use crate::workspace::Workspace;
 const SEQ_RESERVATION: u64 = 4096;
 
 pub fn now_ms() -> i64 {
-    std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .map(|d| d.as_millis() as i64)
-        .unwrap_or(0)
+    std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map(|d| d.as_millis() as i64).unwrap_or(0)
 }
 
 pub fn new_id(prefix: &str) -> String {
@@ -165,22 +162,9 @@ impl Session {
         );
         if let Some(op) = &record.active_operation {
             let mut st = session.lock();
-            let error = pb::Error::new(
-                ErrorCode::CoreRestarted,
-                "Core restarted while this operation ran",
-            );
-            session.emit(
-                &mut st,
-                "",
-                Kind::Error(pb::ErrorRaised {
-                    error: Some(error.clone()),
-                }),
-            );
-            session.append(
-                &st,
-                "operation_completed",
-                serde_json::json!({ "operation_id": op, "error": error.code }),
-            );
+            let error = pb::Error::new(ErrorCode::CoreRestarted, "Core restarted while this operation ran");
+            session.emit(&mut st, "", Kind::Error(pb::ErrorRaised { error: Some(error.clone()) }));
+            session.append(&st, "operation_completed", serde_json::json!({ "operation_id": op, "error": error.code }));
             if st.status.is_active_turn() {
                 session.set_status(&mut st, SessionStatus::Running, "");
                 session.set_status(&mut st, SessionStatus::Idle, "");
@@ -192,9 +176,7 @@ impl Session {
     }
 
     fn lock(&self) -> MutexGuard<'_, State> {
-        self.state
-            .lock()
-            .unwrap_or_else(|poisoned| poisoned.into_inner())
+        self.state.lock().unwrap_or_else(|poisoned| poisoned.into_inner())
     }
 
     pub fn status(&self) -> SessionStatus {
@@ -228,15 +210,7 @@ impl Session {
     }
 
     fn append(&self, st: &State, kind: &str, body: serde_json::Value) {
-        self.shared.store.append(
-            &self.id,
-            TranscriptEntry {
-                seq: st.seq,
-                at_ms: now_ms(),
-                kind: kind.into(),
-                body,
-            },
-        );
+        self.shared.store.append(&self.id, TranscriptEntry { seq: st.seq, at_ms: now_ms(), kind: kind.into(), body });
     }
 
     /// Numbers an event and sends it to every subscriber.
@@ -254,8 +228,7 @@ impl Session {
             operation_id: operation_id.to_owned(),
             kind: Some(kind),
         };
-        st.subscribers
-            .retain(|_, tx| tx.send(event.clone()).is_ok());
+        st.subscribers.retain(|_, tx| tx.send(event.clone()).is_ok());
     }
 
     fn set_status(&self, st: &mut State, next: SessionStatus, operation_id: &str) {
@@ -266,11 +239,7 @@ impl Session {
             Ok(_) => {
                 let previous = st.status;
                 st.status = next;
-                self.emit(
-                    st,
-                    operation_id,
-                    pedelec_protocol::gate::build::status(next, previous),
-                );
+                self.emit(st, operation_id, pedelec_protocol::gate::build::status(next, previous));
             }
             Err(illegal) => {
                 tracing::warn!(session = %self.id, %illegal, "refusing a status change")
@@ -281,15 +250,13 @@ impl Session {
     fn snapshot(&self, st: &State) -> pb::SessionEvent {
         let snapshot = pb::Snapshot {
             status: st.status.to_pb() as i32,
-            active_operation: st.active.as_ref().map(|a| pb::ActiveOperation {
-                operation_id: a.id.clone(),
-                kind: a.kind as i32,
-            }),
+            active_operation: st
+                .active
+                .as_ref()
+                .map(|a| pb::ActiveOperation { operation_id: a.id.clone(), kind: a.kind as i32 }),
             turn: st.active.as_ref().map(|a| a.turn.clone()),
             pending_tools: st.pending.iter().map(|p| p.call.clone()).collect(),
-            usage: Some(pb::Usage {
-                total_tokens: st.usage,
-            }),
+            usage: Some(pb::Usage { total_tokens: st.usage }),
             last_seq: st.seq,
             provider: self.info.provider.clone(),
             model: self.info.model.clone(),
@@ -310,11 +277,7 @@ impl Session {
     /// Registers a subscriber: its snapshot and the receiver of every later event.
     pub fn subscribe(
         self: &Arc<Self>,
-    ) -> (
-        pb::SessionEvent,
-        mpsc::UnboundedReceiver<pb::SessionEvent>,
-        SubscriberGuard,
-    ) {
+    ) -> (pb::SessionEvent, mpsc::UnboundedReceiver<pb::SessionEvent>, SubscriberGuard) {
         let (tx, rx) = mpsc::unbounded_channel();
         let mut st = self.lock();
         let id = st.next_subscriber;
@@ -322,14 +285,7 @@ impl Session {
         st.disconnect_epoch += 1;
         st.subscribers.insert(id, tx);
         let snapshot = self.snapshot(&st);
-        (
-            snapshot,
-            rx,
-            SubscriberGuard {
-                session: self.clone(),
-                id,
-            },
-        )
+        (snapshot, rx, SubscriberGuard { session: self.clone(), id })
     }
 
     fn unsubscribe(self: &Arc<Self>, id: u64) {
@@ -379,11 +335,7 @@ impl Session {
         if text.len() > limits::MAX_TEXT_BYTES {
             return Err(CoreError::with_details(
                 ErrorCode::TextTooLarge,
-                format!(
-                    "text of {} bytes exceeds the {}-byte limit",
-                    text.len(),
-                    limits::MAX_TEXT_BYTES
-                ),
+                format!("text of {} bytes exceeds the {}-byte limit", text.len(), limits::MAX_TEXT_BYTES),
                 serde_json::json!({ "limit": limits::MAX_TEXT_BYTES }),
             ));
         }
@@ -395,10 +347,7 @@ impl Session {
     pub fn prepare(self: &Arc<Self>) -> CoreResult<pb::OperationAccepted> {
         let mut st = self.lock();
         if st.status == SessionStatus::Ended {
-            return Err(CoreError::new(
-                ErrorCode::SessionEnded,
-                "the session has ended",
-            ));
+            return Err(CoreError::new(ErrorCode::SessionEnded, "the session has ended"));
         }
         if let Some(active) = &st.active
             && active.kind == pb::OperationKind::Prepare
@@ -409,27 +358,16 @@ impl Session {
             return Ok(accepted("", pb::OperationKind::Prepare, true));
         }
         self.check_can_start(&st)?;
-        Ok(self.start_operation(
-            &mut st,
-            pb::OperationKind::Prepare,
-            PREPARE_PROMPT.to_owned(),
-        ))
+        Ok(self.start_operation(&mut st, pb::OperationKind::Prepare, PREPARE_PROMPT.to_owned()))
     }
 
     fn check_can_start(&self, st: &State) -> CoreResult<()> {
         match st.status {
-            SessionStatus::Ended => Err(CoreError::new(
-                ErrorCode::SessionEnded,
-                "the session has ended",
-            )),
-            SessionStatus::Error => Err(CoreError::new(
-                ErrorCode::SessionError,
-                "the session is in the error status",
-            )),
-            s if !s.can_send_text() || st.active.is_some() => Err(CoreError::new(
-                ErrorCode::SessionBusy,
-                "another turn is active",
-            )),
+            SessionStatus::Ended => Err(CoreError::new(ErrorCode::SessionEnded, "the session has ended")),
+            SessionStatus::Error => Err(CoreError::new(ErrorCode::SessionError, "the session is in the error status")),
+            s if !s.can_send_text() || st.active.is_some() => {
+                Err(CoreError::new(ErrorCode::SessionBusy, "another turn is active"))
+            }
             _ => Ok(()),
         }
     }
@@ -441,38 +379,13 @@ impl Session {
         text: String,
     ) -> pb::OperationAccepted {
         let operation_id = new_id("op");
-        let turn_kind = if kind == pb::OperationKind::Prepare {
-            pb::TurnKind::Prepare
-        } else {
-            pb::TurnKind::User
-        };
-        let turn = pb::TurnInfo {
-            turn_id: new_id("turn"),
-            kind: turn_kind as i32,
-            started_at_ms: now_ms(),
-        };
-        st.active = Some(ActiveOperation {
-            id: operation_id.clone(),
-            kind,
-            turn,
-            task: None,
-        });
-        self.emit(
-            st,
-            &operation_id,
-            Kind::OperationStarted(pb::OperationStarted { kind: kind as i32 }),
-        );
+        let turn_kind = if kind == pb::OperationKind::Prepare { pb::TurnKind::Prepare } else { pb::TurnKind::User };
+        let turn = pb::TurnInfo { turn_id: new_id("turn"), kind: turn_kind as i32, started_at_ms: now_ms() };
+        st.active = Some(ActiveOperation { id: operation_id.clone(), kind, turn, task: None });
+        self.emit(st, &operation_id, Kind::OperationStarted(pb::OperationStarted { kind: kind as i32 }));
         self.set_status(st, SessionStatus::Running, &operation_id);
-        let entry = if kind == pb::OperationKind::Prepare {
-            "prepare"
-        } else {
-            "user_text"
-        };
-        self.append(
-            st,
-            entry,
-            serde_json::json!({ "operation_id": operation_id, "text": text }),
-        );
+        let entry = if kind == pb::OperationKind::Prepare { "prepare" } else { "user_text" };
+        self.append(st, entry, serde_json::json!({ "operation_id": operation_id, "text": text }));
         self.shared.store.save(self.record(st));
         let session = self.clone();
         let op = operation_id.clone();
@@ -497,18 +410,9 @@ impl Session {
         }
     }
 
-    async fn run_operation(
-        self: Arc<Self>,
-        operation_id: String,
-        kind: pb::TurnKind,
-        text: String,
-    ) {
-        let sink = OperationSink {
-            session: self.clone(),
-            operation_id: operation_id.clone(),
-            kind,
-            hidden: Mutex::default(),
-        };
+    async fn run_operation(self: Arc<Self>, operation_id: String, kind: pb::TurnKind, text: String) {
+        let sink =
+            OperationSink { session: self.clone(), operation_id: operation_id.clone(), kind, hidden: Mutex::default() };
         let outcome = {
             let mut runtime = self.runtime.lock().await;
             if runtime.is_none() {
@@ -517,9 +421,7 @@ impl Session {
                         Ok(started) => *runtime = Some(started),
                         Err(failure) => {
                             drop(runtime);
-                            return self
-                                .finish_operation(&operation_id, Err(failure), String::new())
-                                .await;
+                            return self.finish_operation(&operation_id, Err(failure), String::new()).await;
                         }
                     },
                     None => {
@@ -529,9 +431,7 @@ impl Session {
                             message: format!("provider {:?} is not available", self.info.provider),
                             fatal: true,
                         };
-                        return self
-                            .finish_operation(&operation_id, Err(failure), String::new())
-                            .await;
+                        return self.finish_operation(&operation_id, Err(failure), String::new()).await;
                     }
                 }
             }
@@ -548,12 +448,7 @@ impl Session {
         self.finish_operation(&operation_id, outcome, hidden).await;
     }
 
-    async fn finish_operation(
-        &self,
-        operation_id: &str,
-        outcome: Result<(), ProviderFailure>,
-        hidden_text: String,
-    ) {
+    async fn finish_operation(&self, operation_id: &str, outcome: Result<(), ProviderFailure>, hidden_text: String) {
         let record = {
             let mut st = self.lock();
             let Some(active) = st.active.as_ref().filter(|a| a.id == operation_id) else {
@@ -581,39 +476,22 @@ impl Session {
                         (false, _) => ErrorCode::SendTextFailed,
                     };
                     let details = serde_json::json!({ "providerCode": failure.code.as_str() });
-                    Some((
-                        pb::Error::with_details(code, failure.message, &details),
-                        failure.fatal,
-                    ))
+                    Some((pb::Error::with_details(code, failure.message, &details), failure.fatal))
                 }
             };
             // Abandoned tool calls of this operation get an answer for the agent.
             let abandoned: Vec<PendingTool> = {
-                let (mine, rest) = std::mem::take(&mut st.pending)
-                    .into_iter()
-                    .partition(|p| p.operation_id == operation_id);
+                let (mine, rest) =
+                    std::mem::take(&mut st.pending).into_iter().partition(|p| p.operation_id == operation_id);
                 st.pending = rest;
                 mine
             };
             for pending in abandoned {
-                let _ = pending.responder.send(Err(pb::Error::new(
-                    ErrorCode::SessionBusy,
-                    "the turn finished",
-                )));
+                let _ = pending.responder.send(Err(pb::Error::new(ErrorCode::SessionBusy, "the turn finished")));
             }
             if let Some((error, fatal)) = &error {
-                self.emit(
-                    &mut st,
-                    "",
-                    Kind::Error(pb::ErrorRaised {
-                        error: Some(error.clone()),
-                    }),
-                );
-                let next = if *fatal {
-                    SessionStatus::Error
-                } else {
-                    SessionStatus::Idle
-                };
+                self.emit(&mut st, "", Kind::Error(pb::ErrorRaised { error: Some(error.clone()) }));
+                let next = if *fatal { SessionStatus::Error } else { SessionStatus::Idle };
                 self.set_status(&mut st, next, operation_id);
             } else {
                 self.set_status(&mut st, SessionStatus::Idle, operation_id);
@@ -639,10 +517,7 @@ impl Session {
             self.emit(
                 &mut st,
                 operation_id,
-                Kind::OperationCompleted(pb::OperationCompleted {
-                    kind: kind as i32,
-                    error,
-                }),
+                Kind::OperationCompleted(pb::OperationCompleted { kind: kind as i32, error }),
             );
             st.active = None;
         }
@@ -656,42 +531,23 @@ impl Session {
                 return Ok(false);
             }
             for pending in std::mem::take(&mut st.pending) {
-                let _ = pending.responder.send(Err(pb::Error::new(
-                    ErrorCode::SessionEnded,
-                    "the session ended",
-                )));
+                let _ = pending.responder.send(Err(pb::Error::new(ErrorCode::SessionEnded, "the session ended")));
             }
             if let Some(active) = st.active.take() {
                 if let Some(task) = &active.task {
                     task.abort();
                 }
-                let error = pb::Error::new(
-                    ErrorCode::SessionEnded,
-                    "the session ended during this operation",
-                );
+                let error = pb::Error::new(ErrorCode::SessionEnded, "the session ended during this operation");
                 let kind = active.kind as i32;
                 let id = active.id.clone();
                 st.active = Some(active);
-                self.emit(
-                    &mut st,
-                    &id,
-                    Kind::OperationCompleted(pb::OperationCompleted {
-                        kind,
-                        error: Some(error),
-                    }),
-                );
+                self.emit(&mut st, &id, Kind::OperationCompleted(pb::OperationCompleted { kind, error: Some(error) }));
                 st.active = None;
             }
             if st.status.can_transition_to(SessionStatus::Ended) {
                 self.set_status(&mut st, SessionStatus::Ended, "");
             }
-            self.emit(
-                &mut st,
-                "",
-                Kind::Ended(pb::Ended {
-                    reason: reason.to_owned(),
-                }),
-            );
+            self.emit(&mut st, "", Kind::Ended(pb::Ended { reason: reason.to_owned() }));
             self.append(&st, "ended", serde_json::json!({ "reason": reason }));
             self.record(&st)
         };
@@ -711,16 +567,10 @@ impl Session {
                 SessionStatus::Idle => return Ok(()),
                 SessionStatus::Ended => {}
                 SessionStatus::Error => {
-                    return Err(CoreError::new(
-                        ErrorCode::SessionError,
-                        "the session is in the error status",
-                    ));
+                    return Err(CoreError::new(ErrorCode::SessionError, "the session is in the error status"));
                 }
                 _ => {
-                    return Err(CoreError::new(
-                        ErrorCode::SessionBusy,
-                        "the session is not ended",
-                    ));
+                    return Err(CoreError::new(ErrorCode::SessionBusy, "the session is not ended"));
                 }
             }
             self.workspace.load_manifest()?;
@@ -740,16 +590,10 @@ impl Session {
         let outcome = match request.outcome {
             Some(Outcome::ResultJson(json)) => {
                 if json.len() > limits::MAX_TOOL_JSON_BYTES {
-                    return Err(CoreError::new(
-                        ErrorCode::InvalidArgument,
-                        "tool result exceeds the size limit",
-                    ));
+                    return Err(CoreError::new(ErrorCode::InvalidArgument, "tool result exceeds the size limit"));
                 }
                 if let Err(e) = serde_json::from_str::<serde_json::Value>(&json) {
-                    return Err(CoreError::new(
-                        ErrorCode::InvalidArgument,
-                        format!("tool result is not JSON: {e}"),
-                    ));
+                    return Err(CoreError::new(ErrorCode::InvalidArgument, format!("tool result is not JSON: {e}")));
                 }
                 Ok(json)
             }
@@ -763,24 +607,14 @@ impl Session {
                 Err(error)
             }
             None => {
-                return Err(CoreError::new(
-                    ErrorCode::InvalidArgument,
-                    "a tool result needs a result or an error",
-                ));
+                return Err(CoreError::new(ErrorCode::InvalidArgument, "a tool result needs a result or an error"));
             }
         };
         let mut st = self.lock();
-        let Some(index) = st
-            .pending
-            .iter()
-            .position(|p| p.call.tool_request_id == request.tool_request_id)
-        else {
+        let Some(index) = st.pending.iter().position(|p| p.call.tool_request_id == request.tool_request_id) else {
             return Err(CoreError::with_details(
                 ErrorCode::ToolRequestNotFound,
-                format!(
-                    "tool request {:?} is unknown or already answered",
-                    request.tool_request_id
-                ),
+                format!("tool request {:?} is unknown or already answered", request.tool_request_id),
                 serde_json::json!({ "toolRequestId": request.tool_request_id }),
             ));
         };
@@ -811,35 +645,17 @@ impl Session {
 
     /// A tool call from the agent, during the active operation (`operation_id`
     /// empty: whichever is active, as for external agents over the MCP bridge).
-    pub async fn call_tool(
-        &self,
-        operation_id: &str,
-        tool: &str,
-        args_json: String,
-    ) -> Result<String, pb::Error> {
+    pub async fn call_tool(&self, operation_id: &str, tool: &str, args_json: String) -> Result<String, pb::Error> {
         if args_json.len() > limits::MAX_TOOL_JSON_BYTES {
-            return Err(pb::Error::new(
-                ErrorCode::ToolArgsInvalid,
-                "tool arguments exceed the size limit",
-            ));
+            return Err(pb::Error::new(ErrorCode::ToolArgsInvalid, "tool arguments exceed the size limit"));
         }
         let (receiver, timeout, request_id, operation_id) = {
             let mut st = self.lock();
             if st.status == SessionStatus::Ended {
-                return Err(pb::Error::new(
-                    ErrorCode::SessionEnded,
-                    "the session has ended",
-                ));
+                return Err(pb::Error::new(ErrorCode::SessionEnded, "the session has ended"));
             }
-            let Some(active) = st
-                .active
-                .as_ref()
-                .filter(|a| operation_id.is_empty() || a.id == operation_id)
-            else {
-                return Err(pb::Error::new(
-                    ErrorCode::SessionBusy,
-                    "no turn is active to call a tool from",
-                ));
+            let Some(active) = st.active.as_ref().filter(|a| operation_id.is_empty() || a.id == operation_id) else {
+                return Err(pb::Error::new(ErrorCode::SessionBusy, "no turn is active to call a tool from"));
             };
             let operation_id = active.id.clone();
             let turn_id = active.turn.turn_id.clone();
@@ -855,13 +671,13 @@ impl Session {
                 turn_id,
                 deadline_at_ms,
             };
-            st.pending.push(PendingTool {
-                call,
-                operation_id: operation_id.clone(),
-                responder: tx,
-            });
+            st.pending.push(PendingTool { call, operation_id: operation_id.clone(), responder: tx });
             self.set_status(&mut st, SessionStatus::WaitingToolResult, &operation_id);
-            self.append(&st, "tool_call", serde_json::json!({ "tool_request_id": request_id, "tool": tool, "args": args_json }));
+            self.append(
+                &st,
+                "tool_call",
+                serde_json::json!({ "tool_request_id": request_id, "tool": tool, "args": args_json }),
+            );
             self.emit(
                 &mut st,
                 &operation_id,
@@ -876,17 +692,10 @@ impl Session {
         };
         match tokio::time::timeout(timeout, receiver).await {
             Ok(Ok(outcome)) => outcome,
-            Ok(Err(_)) => Err(pb::Error::new(
-                ErrorCode::SessionEnded,
-                "the session ended before the tool answered",
-            )),
+            Ok(Err(_)) => Err(pb::Error::new(ErrorCode::SessionEnded, "the session ended before the tool answered")),
             Err(_) => {
                 let mut st = self.lock();
-                if let Some(index) = st
-                    .pending
-                    .iter()
-                    .position(|p| p.call.tool_request_id == request_id)
-                {
+                if let Some(index) = st.pending.iter().position(|p| p.call.tool_request_id == request_id) {
                     st.pending.remove(index);
                     self.emit(
                         &mut st,
@@ -909,16 +718,8 @@ impl Session {
     }
 }
 
-fn accepted(
-    operation_id: &str,
-    kind: pb::OperationKind,
-    already_done: bool,
-) -> pb::OperationAccepted {
-    pb::OperationAccepted {
-        operation_id: operation_id.to_owned(),
-        kind: kind as i32,
-        already_done,
-    }
+fn accepted(operation_id: &str, kind: pb::OperationKind, already_done: bool) -> pb::OperationAccepted {
+    pb::OperationAccepted { operation_id: operation_id.to_owned(), kind: kind as i32, already_done }
 }
 
 /// The sink a provider writes one operation's output to. Preparation text is
@@ -933,11 +734,7 @@ struct OperationSink {
 impl OperationSink {
     fn with_active(&self, f: impl FnOnce(&Session, &mut State)) {
         let mut st = self.session.lock();
-        if st
-            .active
-            .as_ref()
-            .is_some_and(|a| a.id == self.operation_id)
-        {
+        if st.active.as_ref().is_some_and(|a| a.id == self.operation_id) {
             f(&self.session, &mut st);
         }
     }
@@ -949,37 +746,18 @@ impl TurnSink for OperationSink {
             return;
         }
         self.with_active(|s, st| {
-            s.emit(
-                st,
-                &self.operation_id,
-                Kind::ChatDelta(pb::ChatDelta {
-                    text: text.to_owned(),
-                }),
-            )
+            s.emit(st, &self.operation_id, Kind::ChatDelta(pb::ChatDelta { text: text.to_owned() }))
         });
     }
 
     fn message(&self, text: &str) {
         if self.kind == pb::TurnKind::Prepare {
-            self.hidden
-                .lock()
-                .unwrap_or_else(|p| p.into_inner())
-                .push_str(text);
+            self.hidden.lock().unwrap_or_else(|p| p.into_inner()).push_str(text);
             return;
         }
         self.with_active(|s, st| {
-            s.append(
-                st,
-                "chat",
-                serde_json::json!({ "operation_id": self.operation_id, "text": text }),
-            );
-            s.emit(
-                st,
-                &self.operation_id,
-                Kind::Chat(pb::Chat {
-                    text: text.to_owned(),
-                }),
-            );
+            s.append(st, "chat", serde_json::json!({ "operation_id": self.operation_id, "text": text }));
+            s.emit(st, &self.operation_id, Kind::Chat(pb::Chat { text: text.to_owned() }));
         });
     }
 
@@ -988,14 +766,8 @@ impl TurnSink for OperationSink {
             // Monotonic: a lower or equal total is not news.
             if st.usage.is_none_or(|known| total_tokens > known) {
                 st.usage = Some(total_tokens);
-                let usage = Some(pb::Usage {
-                    total_tokens: Some(total_tokens),
-                });
-                s.emit(
-                    st,
-                    &self.operation_id,
-                    Kind::UsageUpdated(pb::UsageUpdated { usage }),
-                );
+                let usage = Some(pb::Usage { total_tokens: Some(total_tokens) });
+                s.emit(st, &self.operation_id, Kind::UsageUpdated(pb::UsageUpdated { usage }));
             }
         });
     }
@@ -1008,11 +780,7 @@ impl TurnSink for OperationSink {
         });
     }
 
-    fn call_tool<'a>(
-        &'a self,
-        tool: &'a str,
-        args_json: String,
-    ) -> BoxFuture<'a, Result<String, pb::Error>> {
+    fn call_tool<'a>(&'a self, tool: &'a str, args_json: String) -> BoxFuture<'a, Result<String, pb::Error>> {
         Box::pin(self.session.call_tool(&self.operation_id, tool, args_json))
     }
 }

@@ -114,26 +114,17 @@ impl Store {
     async fn submit_and_wait(&self, job: Job) -> CoreResult<()> {
         let (tx, rx) = oneshot::channel();
         if self.jobs.send((job, Some(tx))).is_err() {
-            return Err(CoreError::new(
-                pedelec_protocol::ErrorCode::Internal,
-                "session store stopped",
-            ));
+            return Err(CoreError::new(pedelec_protocol::ErrorCode::Internal, "session store stopped"));
         }
         match rx.await {
-            Ok(result) => {
-                result.map_err(|e| CoreError::new(pedelec_protocol::ErrorCode::Internal, e))
-            }
-            Err(_) => Err(CoreError::new(
-                pedelec_protocol::ErrorCode::Internal,
-                "session store stopped",
-            )),
+            Ok(result) => result.map_err(|e| CoreError::new(pedelec_protocol::ErrorCode::Internal, e)),
+            Err(_) => Err(CoreError::new(pedelec_protocol::ErrorCode::Internal, "session store stopped")),
         }
     }
 
     /// Writes the whole record and waits until it is committed.
     pub async fn save_durably(&self, record: SessionRecord) -> CoreResult<()> {
-        self.submit_and_wait(Box::new(move |c| upsert(c, &record)))
-            .await
+        self.submit_and_wait(Box::new(move |c| upsert(c, &record))).await
     }
 
     /// Writes the whole record without waiting.
@@ -248,9 +239,7 @@ fn load_sessions(c: &Connection) -> rusqlite::Result<Vec<SessionRecord>> {
 /// Reads one session's transcript (for inspection and tests; opens its own connection).
 pub fn read_transcript(database: &Path, session_id: &str) -> CoreResult<Vec<TranscriptEntry>> {
     let conn = Connection::open_with_flags(database, rusqlite::OpenFlags::SQLITE_OPEN_READ_ONLY)?;
-    let mut stmt = conn.prepare(
-        "SELECT seq, at_ms, kind, body FROM transcript WHERE session_id = ?1 ORDER BY seq",
-    )?;
+    let mut stmt = conn.prepare("SELECT seq, at_ms, kind, body FROM transcript WHERE session_id = ?1 ORDER BY seq")?;
     let rows = stmt.query_map([session_id], |row| {
         let body: String = row.get(3)?;
         Ok(TranscriptEntry {
@@ -266,7 +255,5 @@ pub fn read_transcript(database: &Path, session_id: &str) -> CoreResult<Vec<Tran
 /// One stored session record (for inspection and tests; opens its own connection).
 pub fn read_record(database: &Path, session_id: &str) -> CoreResult<Option<SessionRecord>> {
     let conn = Connection::open_with_flags(database, rusqlite::OpenFlags::SQLITE_OPEN_READ_ONLY)?;
-    Ok(load_sessions(&conn)?
-        .into_iter()
-        .find(|r| r.id == session_id))
+    Ok(load_sessions(&conn)?.into_iter().find(|r| r.id == session_id))
 }

@@ -25,16 +25,9 @@ pub struct Workspace {
 
 impl Workspace {
     fn new(root: PathBuf, managed: bool, session_id: &str) -> Self {
-        let runtime = if managed {
-            root.join(RUNTIME_DIR)
-        } else {
-            root.join(RUNTIME_DIR).join("sessions").join(session_id)
-        };
-        Workspace {
-            root,
-            managed,
-            runtime,
-        }
+        let runtime =
+            if managed { root.join(RUNTIME_DIR) } else { root.join(RUNTIME_DIR).join("sessions").join(session_id) };
+        Workspace { root, managed, runtime }
     }
 
     /// The workspace of a stored session (nothing is created).
@@ -47,16 +40,11 @@ impl Workspace {
     }
 
     /// Resolves a create request's workspace, creating a managed one when no path is given.
-    pub fn resolve(
-        spec: Option<&pb::WorkspaceSpec>,
-        managed_root: &Path,
-        session_id: &str,
-    ) -> CoreResult<Self> {
+    pub fn resolve(spec: Option<&pb::WorkspaceSpec>, managed_root: &Path, session_id: &str) -> CoreResult<Self> {
         let requested = spec.map(|s| s.path.as_str()).unwrap_or_default();
         if requested.is_empty() {
             let root = managed_root.join(session_id);
-            std::fs::create_dir_all(&root)
-                .map_err(|e| CoreError::io("creating a managed workspace", e))?;
+            std::fs::create_dir_all(&root).map_err(|e| CoreError::io("creating a managed workspace", e))?;
             return Ok(Self::new(root, true, session_id));
         }
         let invalid = |why: &str| {
@@ -77,11 +65,8 @@ impl Workspace {
         if !canonical.is_dir() {
             return Err(invalid("is not a directory"));
         }
-        std::fs::create_dir_all(managed_root)
-            .map_err(|e| CoreError::io("creating the managed root", e))?;
-        let managed = managed_root
-            .canonicalize()
-            .map_err(|e| CoreError::io("resolving the managed root", e))?;
+        std::fs::create_dir_all(managed_root).map_err(|e| CoreError::io("creating the managed root", e))?;
+        let managed = managed_root.canonicalize().map_err(|e| CoreError::io("resolving the managed root", e))?;
         if canonical.starts_with(&managed) || managed.starts_with(&canonical) {
             return Err(invalid("overlaps Core's managed workspace root"));
         }
@@ -90,11 +75,9 @@ impl Workspace {
 
     /// Creates the runtime directory and writes the skill/tool manifest.
     pub fn write_manifest(&self, skills: &pb::Skills) -> CoreResult<()> {
-        std::fs::create_dir_all(self.assets())
-            .map_err(|e| CoreError::io("creating the runtime directory", e))?;
+        std::fs::create_dir_all(self.assets()).map_err(|e| CoreError::io("creating the runtime directory", e))?;
         let path = self.runtime.join(MANIFEST);
-        std::fs::write(&path, json::to_json(skills))
-            .map_err(|e| CoreError::io("writing the tool manifest", e))
+        std::fs::write(&path, json::to_json(skills)).map_err(|e| CoreError::io("writing the tool manifest", e))
     }
 
     /// Loads the manifest; any failure is `WORKSPACE_OPEN_FAILED`.
@@ -107,15 +90,11 @@ impl Workspace {
             )
         };
         if !self.root.is_dir() {
-            return Err(failed(format!(
-                "workspace {} is missing or not a directory",
-                self.root.display()
-            )));
+            return Err(failed(format!("workspace {} is missing or not a directory", self.root.display())));
         }
         let text = std::fs::read_to_string(self.runtime.join(MANIFEST))
             .map_err(|e| failed(format!("cannot read the session's tool manifest: {e}")))?;
-        json::from_json(&text)
-            .map_err(|e| failed(format!("the session's tool manifest does not load: {e}")))
+        json::from_json(&text).map_err(|e| failed(format!("the session's tool manifest does not load: {e}")))
     }
 
     /// Removes a managed workspace; explicit workspaces are never touched.

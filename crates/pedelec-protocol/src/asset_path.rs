@@ -125,21 +125,10 @@ mod tests {
 
     #[test]
     fn accepts_ordinary_paths() {
-        for p in [
-            "/report.txt",
-            "/results/report.json",
-            "/.hidden",
-            "/a b/ü.txt",
-            "/.dir/x",
-        ] {
+        for p in ["/report.txt", "/results/report.json", "/.hidden", "/a b/ü.txt", "/.dir/x"] {
             assert_eq!(AssetPath::parse(p).unwrap().as_str(), p);
         }
-        assert_eq!(
-            AssetPath::parse("/results/report.json")
-                .unwrap()
-                .file_name(),
-            "report.json"
-        );
+        assert_eq!(AssetPath::parse("/results/report.json").unwrap().file_name(), "report.json");
     }
 
     #[test]
@@ -162,14 +151,8 @@ mod tests {
         for (input, expected) in cases {
             assert_eq!(AssetPath::parse(input), Err(expected), "{input:?}");
         }
-        assert_eq!(
-            AssetPath::parse(&format!("/{}", "a".repeat(MAX_ASSET_PATH_BYTES))),
-            Err(TooLong)
-        );
-        assert_eq!(
-            AssetPath::parse(&"/a".repeat(MAX_ASSET_PATH_SEGMENTS + 1)),
-            Err(TooDeep)
-        );
+        assert_eq!(AssetPath::parse(&format!("/{}", "a".repeat(MAX_ASSET_PATH_BYTES))), Err(TooLong));
+        assert_eq!(AssetPath::parse(&"/a".repeat(MAX_ASSET_PATH_SEGMENTS + 1)), Err(TooDeep));
         assert!(AssetPath::parse(&"/a".repeat(MAX_ASSET_PATH_SEGMENTS)).is_ok());
     }
 

@@ -13,10 +13,7 @@ pub fn default_state_dir(env: impl Fn(&str) -> Option<String>) -> PathBuf {
 }
 
 /// `$PEDELEC_CORE_SOCKET`, else `$XDG_RUNTIME_DIR/pedelec/core.sock`, else `<state_dir>/core.sock`.
-pub fn default_socket(
-    env: impl Fn(&str) -> Option<String>,
-    state_dir: &std::path::Path,
-) -> PathBuf {
+pub fn default_socket(env: impl Fn(&str) -> Option<String>, state_dir: &std::path::Path) -> PathBuf {
     let set = |k: &str| env(k).filter(|v| !v.is_empty());
     if let Some(socket) = set("PEDELEC_CORE_SOCKET") {
         return PathBuf::from(socket);
@@ -32,12 +29,7 @@ mod tests {
     use super::*;
 
     fn env<'a>(pairs: &'a [(&'a str, &'a str)]) -> impl Fn(&str) -> Option<String> + 'a {
-        move |k| {
-            pairs
-                .iter()
-                .find(|(n, _)| *n == k)
-                .map(|(_, v)| v.to_string())
-        }
+        move |k| pairs.iter().find(|(n, _)| *n == k).map(|(_, v)| v.to_string())
     }
 
     fn socket(pairs: &[(&str, &str)]) -> PathBuf {
@@ -46,24 +38,9 @@ mod tests {
 
     #[test]
     fn socket_resolution_order() {
-        assert_eq!(
-            socket(&[
-                ("PEDELEC_CORE_SOCKET", "/x.sock"),
-                ("XDG_RUNTIME_DIR", "/r")
-            ]),
-            PathBuf::from("/x.sock")
-        );
-        assert_eq!(
-            socket(&[("XDG_RUNTIME_DIR", "/run/user/1")]),
-            PathBuf::from("/run/user/1/pedelec/core.sock")
-        );
-        assert_eq!(
-            socket(&[("HOME", "/home/u")]),
-            PathBuf::from("/home/u/.local/state/pedelec/core.sock")
-        );
-        assert_eq!(
-            socket(&[("XDG_STATE_HOME", "/s"), ("XDG_RUNTIME_DIR", "")]),
-            PathBuf::from("/s/pedelec/core.sock")
-        );
+        assert_eq!(socket(&[("PEDELEC_CORE_SOCKET", "/x.sock"), ("XDG_RUNTIME_DIR", "/r")]), PathBuf::from("/x.sock"));
+        assert_eq!(socket(&[("XDG_RUNTIME_DIR", "/run/user/1")]), PathBuf::from("/run/user/1/pedelec/core.sock"));
+        assert_eq!(socket(&[("HOME", "/home/u")]), PathBuf::from("/home/u/.local/state/pedelec/core.sock"));
+        assert_eq!(socket(&[("XDG_STATE_HOME", "/s"), ("XDG_RUNTIME_DIR", "")]), PathBuf::from("/s/pedelec/core.sock"));
     }
 }

@@ -123,24 +123,12 @@ impl std::fmt::Display for ErrorCode {
 impl pb::Error {
     /// An error with no details.
     pub fn new(code: ErrorCode, message: impl Into<String>) -> Self {
-        pb::Error {
-            code: code.as_str().to_owned(),
-            message: message.into(),
-            details_json: String::new(),
-        }
+        pb::Error { code: code.as_str().to_owned(), message: message.into(), details_json: String::new() }
     }
 
     /// An error with JSON details.
-    pub fn with_details(
-        code: ErrorCode,
-        message: impl Into<String>,
-        details: &serde_json::Value,
-    ) -> Self {
-        pb::Error {
-            code: code.as_str().to_owned(),
-            message: message.into(),
-            details_json: details.to_string(),
-        }
+    pub fn with_details(code: ErrorCode, message: impl Into<String>, details: &serde_json::Value) -> Self {
+        pb::Error { code: code.as_str().to_owned(), message: message.into(), details_json: details.to_string() }
     }
 
     /// The parsed code, if it is one of ours.
@@ -160,11 +148,7 @@ mod tests {
             let text = code.as_str();
             assert!(seen.insert(text), "duplicate code string {text}");
             assert_eq!(ErrorCode::parse(text), Some(code));
-            assert!(
-                text.chars()
-                    .all(|c| c.is_ascii_uppercase() || c.is_ascii_digit() || c == '_'),
-                "{text}"
-            );
+            assert!(text.chars().all(|c| c.is_ascii_uppercase() || c.is_ascii_digit() || c == '_'), "{text}");
         }
         assert_eq!(ErrorCode::parse("session_busy"), None);
     }

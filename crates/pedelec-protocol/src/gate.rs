@@ -69,9 +69,7 @@ impl EventGate {
             Some(Kind::OperationStarted(_)) if scoped => {
                 self.active_operation = Some(event.operation_id.clone());
             }
-            _ if scoped
-                && self.active_operation.as_deref() != Some(event.operation_id.as_str()) =>
-            {
+            _ if scoped && self.active_operation.as_deref() != Some(event.operation_id.as_str()) => {
                 return Verdict::ForeignOperation;
             }
             Some(Kind::OperationCompleted(_)) => self.active_operation = None,
@@ -93,11 +91,8 @@ impl EventGate {
     pub fn reset(&mut self, snapshot: &pb::Snapshot) {
         self.last_seq = snapshot.last_seq;
         self.status = SessionStatus::from_pb(snapshot.status);
-        self.active_operation = snapshot
-            .active_operation
-            .as_ref()
-            .map(|op| op.operation_id.clone())
-            .filter(|id| !id.is_empty());
+        self.active_operation =
+            snapshot.active_operation.as_ref().map(|op| op.operation_id.clone()).filter(|id| !id.is_empty());
     }
 }
 
@@ -119,10 +114,7 @@ pub mod build {
 
     /// `StatusChanged` kind.
     pub fn status(status: crate::SessionStatus, previous: crate::SessionStatus) -> Kind {
-        Kind::StatusChanged(pb::StatusChanged {
-            status: status.to_pb() as i32,
-            previous: previous.to_pb() as i32,
-        })
+        Kind::StatusChanged(pb::StatusChanged { status: status.to_pb() as i32, previous: previous.to_pb() as i32 })
     }
 }
 
@@ -133,35 +125,19 @@ mod tests {
     use SessionStatus::*;
 
     fn started(seq: u64, op: &str) -> pb::SessionEvent {
-        event(
-            "s",
-            seq,
-            op,
-            Kind::OperationStarted(pb::OperationStarted { kind: 2 }),
-        )
+        event("s", seq, op, Kind::OperationStarted(pb::OperationStarted { kind: 2 }))
     }
     fn chat(seq: u64, op: &str) -> pb::SessionEvent {
         event("s", seq, op, Kind::Chat(pb::Chat { text: "hi".into() }))
     }
     fn completed(seq: u64, op: &str) -> pb::SessionEvent {
-        event(
-            "s",
-            seq,
-            op,
-            Kind::OperationCompleted(pb::OperationCompleted {
-                kind: 2,
-                error: None,
-            }),
-        )
+        event("s", seq, op, Kind::OperationCompleted(pb::OperationCompleted { kind: 2, error: None }))
     }
     fn snapshot(last_seq: u64, st: SessionStatus, op: Option<&str>) -> pb::SessionEvent {
         let snap = pb::Snapshot {
             status: st.to_pb() as i32,
             last_seq,
-            active_operation: op.map(|id| pb::ActiveOperation {
-                operation_id: id.into(),
-                kind: 2,
-            }),
+            active_operation: op.map(|id| pb::ActiveOperation { operation_id: id.into(), kind: 2 }),
             ..Default::default()
         };
         event("s", last_seq, "", Kind::Snapshot(snap))
@@ -170,61 +146,34 @@ mod tests {
     #[test]
     fn an_event_not_newer_than_the_last_seen_is_ignored() {
         let mut gate = EventGate::new();
-        assert_eq!(
-            gate.admit(&event("s", 5, "", status(Running, Idle))),
-            Verdict::Accept
-        );
-        assert_eq!(
-            gate.admit(&event("s", 5, "", status(Idle, Running))),
-            Verdict::Stale
-        );
-        assert_eq!(
-            gate.admit(&event("s", 3, "", status(Idle, Running))),
-            Verdict::Stale
-        );
+        assert_eq!(gate.admit(&event("s", 5, "", status(Running, Idle))), Verdict::Accept);
+        assert_eq!(gate.admit(&event("s", 5, "", status(Idle, Running))), Verdict::Stale);
+        assert_eq!(gate.admit(&event("s", 3, "", status(Idle, Running))), Verdict::Stale);
         assert_eq!(gate.core_status(), Some(Running));
-        assert_eq!(
-            gate.admit(&event("s", 6, "", status(Idle, Running))),
-            Verdict::Accept
-        );
+        assert_eq!(gate.admit(&event("s", 6, "", status(Idle, Running))), Verdict::Accept);
         assert_eq!(gate.last_seq(), 6);
     }
 
     #[test]
     fn operation_scoped_events_are_accepted_only_for_the_active_operation() {
         let mut gate = EventGate::new();
-        assert_eq!(
-            gate.admit(&chat(1, "op-a")),
-            Verdict::ForeignOperation,
-            "no operation active yet"
-        );
+        assert_eq!(gate.admit(&chat(1, "op-a")), Verdict::ForeignOperation, "no operation active yet");
         assert_eq!(gate.admit(&started(2, "op-a")), Verdict::Accept);
         assert_eq!(gate.active_operation(), Some("op-a"));
         assert_eq!(gate.admit(&chat(3, "op-b")), Verdict::ForeignOperation);
         assert_eq!(gate.admit(&chat(4, "op-a")), Verdict::Accept);
         assert_eq!(gate.admit(&completed(5, "op-b")), Verdict::ForeignOperation);
-        assert_eq!(
-            gate.active_operation(),
-            Some("op-a"),
-            "a foreign completion changes nothing"
-        );
+        assert_eq!(gate.active_operation(), Some("op-a"), "a foreign completion changes nothing");
         assert_eq!(gate.admit(&completed(6, "op-a")), Verdict::Accept);
         assert_eq!(gate.active_operation(), None);
-        assert_eq!(
-            gate.admit(&chat(7, "op-a")),
-            Verdict::ForeignOperation,
-            "late event of a finished operation"
-        );
+        assert_eq!(gate.admit(&chat(7, "op-a")), Verdict::ForeignOperation, "late event of a finished operation");
     }
 
     #[test]
     fn operation_less_events_pass_regardless_of_the_active_operation() {
         let mut gate = EventGate::new();
         gate.admit(&started(1, "op-a"));
-        assert_eq!(
-            gate.admit(&event("s", 2, "", status(Idle, Ended))),
-            Verdict::Accept
-        );
+        assert_eq!(gate.admit(&event("s", 2, "", status(Idle, Ended))), Verdict::Accept);
         assert_eq!(gate.active_operation(), Some("op-a"));
     }
 
@@ -232,18 +181,11 @@ mod tests {
     fn a_snapshot_resets_the_gate_and_adopts_status_and_operation() {
         let mut gate = EventGate::new();
         gate.admit(&started(10, "op-a"));
-        assert_eq!(
-            gate.admit(&snapshot(4, WaitingToolResult, Some("op-z"))),
-            Verdict::Accept
-        );
+        assert_eq!(gate.admit(&snapshot(4, WaitingToolResult, Some("op-z"))), Verdict::Accept);
         assert_eq!(gate.last_seq(), 4);
         assert_eq!(gate.core_status(), Some(WaitingToolResult));
         assert_eq!(gate.active_operation(), Some("op-z"));
-        assert_eq!(
-            gate.admit(&chat(5, "op-z")),
-            Verdict::Accept,
-            "events after the snapshot flow again"
-        );
+        assert_eq!(gate.admit(&chat(5, "op-z")), Verdict::Accept, "events after the snapshot flow again");
         assert_eq!(gate.admit(&chat(4, "op-z")), Verdict::Stale);
         gate.admit(&snapshot(9, Idle, None));
         assert_eq!(gate.active_operation(), None);
@@ -254,14 +196,7 @@ mod tests {
     fn ended_clears_the_active_operation() {
         let mut gate = EventGate::new();
         gate.admit(&started(1, "op-a"));
-        gate.admit(&event(
-            "s",
-            2,
-            "",
-            Kind::Ended(pb::Ended {
-                reason: "requested".into(),
-            }),
-        ));
+        gate.admit(&event("s", 2, "", Kind::Ended(pb::Ended { reason: "requested".into() })));
         assert_eq!(gate.active_operation(), None);
         assert_eq!(gate.core_status(), Some(Ended));
     }

@@ -10,17 +10,11 @@ use crate::pb;
 pub fn status_from_error(error: &pb::Error) -> tonic::Status {
     use tonic::Code;
     let code = match error.error_code() {
-        Some(
-            ErrorCode::ThreadNotFound | ErrorCode::AssetNotFound | ErrorCode::ToolRequestNotFound,
-        ) => Code::NotFound,
-        Some(
-            ErrorCode::ThreadAccessDenied
-            | ErrorCode::ToolTokenInvalid
-            | ErrorCode::OriginNotAllowed,
-        ) => Code::PermissionDenied,
-        Some(ErrorCode::SessionBusy | ErrorCode::SessionEnded | ErrorCode::SessionError) => {
-            Code::FailedPrecondition
+        Some(ErrorCode::ThreadNotFound | ErrorCode::AssetNotFound | ErrorCode::ToolRequestNotFound) => Code::NotFound,
+        Some(ErrorCode::ThreadAccessDenied | ErrorCode::ToolTokenInvalid | ErrorCode::OriginNotAllowed) => {
+            Code::PermissionDenied
         }
+        Some(ErrorCode::SessionBusy | ErrorCode::SessionEnded | ErrorCode::SessionError) => Code::FailedPrecondition,
         Some(
             ErrorCode::InvalidArgument
             | ErrorCode::TextTooLarge
@@ -29,9 +23,7 @@ pub fn status_from_error(error: &pb::Error) -> tonic::Status {
             | ErrorCode::AssetPathInvalid
             | ErrorCode::ProviderNotFound,
         ) => Code::InvalidArgument,
-        Some(ErrorCode::CoreRuntimeUnavailable | ErrorCode::ProviderUnavailable) => {
-            Code::Unavailable
-        }
+        Some(ErrorCode::CoreRuntimeUnavailable | ErrorCode::ProviderUnavailable) => Code::Unavailable,
         _ => Code::Internal,
     };
     tonic::Status::with_details(code, error.message.clone(), error.encode_to_vec().into())
@@ -45,10 +37,7 @@ pub fn error_from_status(status: &tonic::Status) -> pb::Error {
     {
         return error;
     }
-    pb::Error::new(
-        ErrorCode::TransportError,
-        format!("{:?}: {}", status.code(), status.message()),
-    )
+    pb::Error::new(ErrorCode::TransportError, format!("{:?}: {}", status.code(), status.message()))
 }
 
 #[cfg(test)]
@@ -57,11 +46,7 @@ mod tests {
 
     #[test]
     fn errors_survive_the_status_round_trip() {
-        let error = pb::Error::with_details(
-            ErrorCode::ToolsManifestInvalid,
-            "bad",
-            &serde_json::json!({"tool": "x"}),
-        );
+        let error = pb::Error::with_details(ErrorCode::ToolsManifestInvalid, "bad", &serde_json::json!({"tool": "x"}));
         let status = status_from_error(&error);
         assert_eq!(status.code(), tonic::Code::InvalidArgument);
         assert_eq!(error_from_status(&status), error);

@@ -36,9 +36,7 @@ impl FrameError {
             FrameError::TooLarge { .. } => ErrorCode::NativeFrameTooLarge,
             FrameError::Truncated { .. } => ErrorCode::NativeFrameTruncated,
             FrameError::InvalidUtf8 => ErrorCode::NativeFrameInvalidUtf8,
-            FrameError::InvalidJson(_) | FrameError::BadChunk(_) => {
-                ErrorCode::NativeFrameInvalidJson
-            }
+            FrameError::InvalidJson(_) | FrameError::BadChunk(_) => ErrorCode::NativeFrameInvalidJson,
         }
     }
 }
@@ -46,10 +44,7 @@ impl FrameError {
 /// Frames one JSON text, refusing it when over `limit`.
 pub fn encode_frame(json: &str, limit: usize) -> Result<Vec<u8>, FrameError> {
     if json.len() > limit {
-        return Err(FrameError::TooLarge {
-            len: json.len(),
-            limit,
-        });
+        return Err(FrameError::TooLarge { len: json.len(), limit });
     }
     let mut out = Vec::with_capacity(HEADER_LEN + json.len());
     out.extend_from_slice(&(json.len() as u32).to_le_bytes());
@@ -83,9 +78,7 @@ fn split_into_chunks(text: &str, limit: usize, message_id: u32) -> Vec<pb::Nativ
             while !rest.is_char_boundary(take) {
                 take -= 1;
             }
-            let escaped = serde_json::to_string(&rest[..take])
-                .map(|s| s.len())
-                .unwrap_or(usize::MAX);
+            let escaped = serde_json::to_string(&rest[..take]).map(|s| s.len()).unwrap_or(usize::MAX);
             if escaped <= budget || take <= 1 {
                 break;
             }
@@ -121,11 +114,7 @@ pub struct FrameDecoder {
 impl FrameDecoder {
     /// A decoder refusing frames over `limit` bytes.
     pub fn new(limit: usize) -> Self {
-        FrameDecoder {
-            buffer: Vec::new(),
-            limit,
-            poisoned: false,
-        }
+        FrameDecoder { buffer: Vec::new(), limit, poisoned: false }
     }
 
     /// Adds received bytes.
@@ -145,19 +134,12 @@ impl FrameDecoder {
         if len > self.limit {
             self.poisoned = true;
             self.buffer = Vec::new();
-            return Some(Err(FrameError::TooLarge {
-                len,
-                limit: self.limit,
-            }));
+            return Some(Err(FrameError::TooLarge { len, limit: self.limit }));
         }
         if self.buffer.len() < HEADER_LEN + len {
             return None;
         }
-        let body: Vec<u8> = self
-            .buffer
-            .drain(..HEADER_LEN + len)
-            .skip(HEADER_LEN)
-            .collect();
+        let body: Vec<u8> = self.buffer.drain(..HEADER_LEN + len).skip(HEADER_LEN).collect();
         Some(String::from_utf8(body).map_err(|_| FrameError::InvalidUtf8))
     }
 
@@ -167,15 +149,11 @@ impl FrameDecoder {
             return Ok(());
         }
         let expected = if self.buffer.len() >= HEADER_LEN {
-            u32::from_le_bytes(self.buffer[..HEADER_LEN].try_into().unwrap_or_default()) as usize
-                + HEADER_LEN
+            u32::from_le_bytes(self.buffer[..HEADER_LEN].try_into().unwrap_or_default()) as usize + HEADER_LEN
         } else {
             HEADER_LEN
         };
-        Err(FrameError::Truncated {
-            expected,
-            got: self.buffer.len(),
-        })
+        Err(FrameError::Truncated { expected, got: self.buffer.len() })
     }
 }
 
@@ -196,19 +174,12 @@ pub struct ChunkAssembler {
 impl ChunkAssembler {
     /// An assembler refusing reassembled frames over `limit` bytes.
     pub fn new(limit: usize) -> Self {
-        ChunkAssembler {
-            limit,
-            current: None,
-            next_index: 0,
-        }
+        ChunkAssembler { limit, current: None, next_index: 0 }
     }
 
     /// Feeds one frame: non-chunk frames pass through; a chunk yields the
     /// reassembled frame once its last piece arrives.
-    pub fn accept(
-        &mut self,
-        frame: pb::NativeFrame,
-    ) -> Result<Option<pb::NativeFrame>, FrameError> {
+    pub fn accept(&mut self, frame: pb::NativeFrame) -> Result<Option<pb::NativeFrame>, FrameError> {
         let chunk = match frame.body {
             Some(pb::native_frame::Body::Chunk(chunk)) => chunk,
             _ => return Ok(Some(frame)),
@@ -217,31 +188,21 @@ impl ChunkAssembler {
             return Err(self.fail(format!("index {} of count {}", chunk.index, chunk.count)));
         }
         match &mut self.current {
-            None if chunk.index == 0 => {
-                self.current = Some((chunk.message_id, chunk.count, chunk.data))
-            }
+            None if chunk.index == 0 => self.current = Some((chunk.message_id, chunk.count, chunk.data)),
             Some((id, count, text))
-                if *id == chunk.message_id
-                    && *count == chunk.count
-                    && chunk.index == self.next_index =>
+                if *id == chunk.message_id && *count == chunk.count && chunk.index == self.next_index =>
             {
                 text.push_str(&chunk.data);
             }
             _ => {
-                return Err(self.fail(format!(
-                    "unexpected chunk {} of message {}",
-                    chunk.index, chunk.message_id
-                )));
+                return Err(self.fail(format!("unexpected chunk {} of message {}", chunk.index, chunk.message_id)));
             }
         }
         let (_, count, text) = self.current.as_ref().expect("set above");
         if text.len() > self.limit {
             let len = text.len();
             self.reset();
-            return Err(FrameError::TooLarge {
-                len,
-                limit: self.limit,
-            });
+            return Err(FrameError::TooLarge { len, limit: self.limit });
         }
         self.next_index = chunk.index + 1;
         if self.next_index < *count {
@@ -293,10 +254,7 @@ mod tests {
     fn frame_is_little_endian_length_then_json() {
         let bytes = encode_frame("{}", 10).unwrap();
         assert_eq!(bytes, vec![2, 0, 0, 0, b'{', b'}']);
-        assert_eq!(
-            encode_frame("{}", 1),
-            Err(FrameError::TooLarge { len: 2, limit: 1 })
-        );
+        assert_eq!(encode_frame("{}", 1), Err(FrameError::TooLarge { len: 2, limit: 1 }));
     }
 
     #[test]
@@ -318,68 +276,32 @@ mod tests {
         let mut d = FrameDecoder::new(16);
         d.push(&[3, 0, 0, 0, b'a']);
         assert!(d.next_frame().is_none());
-        assert_eq!(
-            d.finish(),
-            Err(FrameError::Truncated {
-                expected: 7,
-                got: 5
-            })
-        );
+        assert_eq!(d.finish(), Err(FrameError::Truncated { expected: 7, got: 5 }));
 
         let mut d = FrameDecoder::new(16);
         d.push(&[2, 0]);
-        assert_eq!(
-            d.finish(),
-            Err(FrameError::Truncated {
-                expected: 4,
-                got: 2
-            })
-        );
+        assert_eq!(d.finish(), Err(FrameError::Truncated { expected: 4, got: 2 }));
 
         let mut d = FrameDecoder::new(16);
         d.push(&[17, 0, 0, 0]);
-        assert_eq!(
-            d.next_frame(),
-            Some(Err(FrameError::TooLarge { len: 17, limit: 16 }))
-        );
+        assert_eq!(d.next_frame(), Some(Err(FrameError::TooLarge { len: 17, limit: 16 })));
         d.push(&[1, 0, 0, 0, b'x']);
-        assert_eq!(
-            d.next_frame(),
-            None,
-            "a poisoned stream yields nothing more"
-        );
+        assert_eq!(d.next_frame(), None, "a poisoned stream yields nothing more");
 
         let mut d = FrameDecoder::new(16);
         d.push(&[2, 0, 0, 0, 0xff, 0xfe, 2, 0, 0, 0, b'{', b'}']);
         assert_eq!(d.next_frame(), Some(Err(FrameError::InvalidUtf8)));
-        assert_eq!(
-            d.next_frame(),
-            Some(Ok("{}".into())),
-            "the next frame still decodes"
-        );
+        assert_eq!(d.next_frame(), Some(Ok("{}".into())), "the next frame still decodes");
 
-        assert!(matches!(
-            decode_native_frame("{nope"),
-            Err(FrameError::InvalidJson(_))
-        ));
-        assert!(matches!(
-            decode_native_frame(r#"{"requestId":"x"}"#),
-            Err(FrameError::InvalidJson(_))
-        ));
+        assert!(matches!(decode_native_frame("{nope"), Err(FrameError::InvalidJson(_))));
+        assert!(matches!(decode_native_frame(r#"{"requestId":"x"}"#), Err(FrameError::InvalidJson(_))));
         let codes = [
             FrameError::TooLarge { len: 0, limit: 0 }.code(),
-            FrameError::Truncated {
-                expected: 0,
-                got: 0,
-            }
-            .code(),
+            FrameError::Truncated { expected: 0, got: 0 }.code(),
             FrameError::InvalidUtf8.code(),
             FrameError::InvalidJson(String::new()).code(),
         ];
-        assert_eq!(
-            codes.iter().collect::<std::collections::HashSet<_>>().len(),
-            4
-        );
+        assert_eq!(codes.iter().collect::<std::collections::HashSet<_>>().len(), 4);
     }
 
     #[test]
@@ -395,10 +317,7 @@ mod tests {
             assert!(bytes.len() <= limit + HEADER_LEN);
             decoder.push(bytes);
             let text = decoder.next_frame().unwrap().unwrap();
-            if let Some(done) = assembler
-                .accept(decode_native_frame(&text).unwrap())
-                .unwrap()
-            {
+            if let Some(done) = assembler.accept(decode_native_frame(&text).unwrap()).unwrap() {
                 out = Some(done);
             }
         }
@@ -409,15 +328,9 @@ mod tests {
     fn out_of_order_chunks_are_refused() {
         let frames = split_into_chunks(&json::to_json(&chat_frame("y".repeat(3000))), 1000, 1);
         let mut assembler = ChunkAssembler::new(usize::MAX);
-        assert!(matches!(
-            assembler.accept(frames[1].clone()),
-            Err(FrameError::BadChunk(_))
-        ));
+        assert!(matches!(assembler.accept(frames[1].clone()), Err(FrameError::BadChunk(_))));
         assert_eq!(assembler.accept(frames[0].clone()), Ok(None));
-        assert!(matches!(
-            assembler.accept(frames[2].clone()),
-            Err(FrameError::BadChunk(_))
-        ));
+        assert!(matches!(assembler.accept(frames[2].clone()), Err(FrameError::BadChunk(_))));
     }
 
     #[test]
@@ -425,11 +338,7 @@ mod tests {
         let frames = split_into_chunks(&json::to_json(&chat_frame("y".repeat(3000))), 1000, 1);
         let mut assembler = ChunkAssembler::new(1500);
         let results: Vec<_> = frames.into_iter().map(|f| assembler.accept(f)).collect();
-        assert!(
-            results
-                .iter()
-                .any(|r| matches!(r, Err(FrameError::TooLarge { .. })))
-        );
+        assert!(results.iter().any(|r| matches!(r, Err(FrameError::TooLarge { .. }))));
     }
 
     proptest! {

@@ -37,10 +37,7 @@ impl SessionStatus {
 
     /// Whether a turn (preparation or user) is active.
     pub const fn is_active_turn(self) -> bool {
-        matches!(
-            self,
-            SessionStatus::Running | SessionStatus::WaitingToolResult
-        )
+        matches!(self, SessionStatus::Running | SessionStatus::WaitingToolResult)
     }
 
     /// Whether moving from `self` to `next` is a legal transition. Staying in
@@ -69,14 +66,7 @@ impl SessionStatus {
 
     /// Checks a transition, naming both ends when it is illegal.
     pub fn transition(self, next: SessionStatus) -> Result<SessionStatus, IllegalTransition> {
-        if self.can_transition_to(next) {
-            Ok(next)
-        } else {
-            Err(IllegalTransition {
-                from: self,
-                to: next,
-            })
-        }
+        if self.can_transition_to(next) { Ok(next) } else { Err(IllegalTransition { from: self, to: next }) }
     }
 
     /// From the wire enum; `UNSPECIFIED` and unknown values are `None`.
@@ -190,12 +180,7 @@ mod tests {
         ];
         for path in paths {
             for pair in path.windows(2) {
-                assert!(
-                    pair[0].transition(pair[1]).is_ok(),
-                    "{} → {}",
-                    pair[0],
-                    pair[1]
-                );
+                assert!(pair[0].transition(pair[1]).is_ok(), "{} → {}", pair[0], pair[1]);
             }
         }
     }
@@ -235,11 +220,7 @@ mod tests {
 
     #[test]
     fn effort_strings() {
-        for e in [
-            pb::EffortLevel::Default,
-            pb::EffortLevel::Low,
-            pb::EffortLevel::High,
-        ] {
+        for e in [pb::EffortLevel::Default, pb::EffortLevel::Low, pb::EffortLevel::High] {
             assert_eq!(pb::EffortLevel::parse_seed(e.seed_str().unwrap()), Some(e));
         }
         assert_eq!(pb::EffortLevel::parse_seed("medium"), None);

@@ -7,9 +7,7 @@ use crate::pb;
 /// One broken manifest rule, naming the tool.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum ManifestRule {
-    #[error(
-        "tool name {0:?} must match ^[A-Za-z][A-Za-z0-9_.-]*$ and be at most {MAX_TOOL_NAME_LEN} characters"
-    )]
+    #[error("tool name {0:?} must match ^[A-Za-z][A-Za-z0-9_.-]*$ and be at most {MAX_TOOL_NAME_LEN} characters")]
     BadName(String),
     #[error("tool name {0:?} appears more than once")]
     DuplicateName(String),
@@ -68,9 +66,7 @@ pub fn check_manifest(tools: &[pb::ToolDefinition]) -> Vec<ManifestRule> {
         if tool.description.trim().is_empty() {
             broken.push(ManifestRule::EmptyDescription(name.clone()));
         }
-        if tool.description.len() > MAX_TOOL_SCHEMA_BYTES
-            || tool.input_schema_json.len() > MAX_TOOL_SCHEMA_BYTES
-        {
+        if tool.description.len() > MAX_TOOL_SCHEMA_BYTES || tool.input_schema_json.len() > MAX_TOOL_SCHEMA_BYTES {
             broken.push(ManifestRule::TooLarge(name.clone()));
         }
         if u64::from(tool.timeout_ms) > crate::limits::MAX_TOOL_TIMEOUT.as_millis() as u64 {
@@ -85,14 +81,8 @@ pub fn check_manifest(tools: &[pb::ToolDefinition]) -> Vec<ManifestRule> {
                     reason: format!("top-level type must be \"object\", found {other}"),
                 }),
             },
-            Ok(_) => broken.push(ManifestRule::BadSchema {
-                name,
-                reason: "schema must be a JSON object".into(),
-            }),
-            Err(e) => broken.push(ManifestRule::BadSchema {
-                name,
-                reason: format!("not JSON: {e}"),
-            }),
+            Ok(_) => broken.push(ManifestRule::BadSchema { name, reason: "schema must be a JSON object".into() }),
+            Err(e) => broken.push(ManifestRule::BadSchema { name, reason: format!("not JSON: {e}") }),
         }
     }
     broken
@@ -134,43 +124,25 @@ mod tests {
     fn each_rule_is_reported() {
         let obj = r#"{"type":"object"}"#;
         assert!(check_manifest(&[tool("a", "d", obj), tool("b", "d", "{}")]).is_empty());
-        assert_eq!(
-            check_manifest(&[tool("1x", "d", obj)]),
-            vec![ManifestRule::BadName("1x".into())]
-        );
+        assert_eq!(check_manifest(&[tool("1x", "d", obj)]), vec![ManifestRule::BadName("1x".into())]);
         assert_eq!(
             check_manifest(&[tool("a", "d", obj), tool("a", "d", obj)]),
             vec![ManifestRule::DuplicateName("a".into())]
         );
-        assert_eq!(
-            check_manifest(&[tool("a", "  ", obj)]),
-            vec![ManifestRule::EmptyDescription("a".into())]
-        );
-        assert!(matches!(
-            &check_manifest(&[tool("a", "d", "[]")])[..],
-            [ManifestRule::BadSchema { .. }]
-        ));
-        assert!(matches!(
-            &check_manifest(&[tool("a", "d", "{")])[..],
-            [ManifestRule::BadSchema { .. }]
-        ));
+        assert_eq!(check_manifest(&[tool("a", "  ", obj)]), vec![ManifestRule::EmptyDescription("a".into())]);
+        assert!(matches!(&check_manifest(&[tool("a", "d", "[]")])[..], [ManifestRule::BadSchema { .. }]));
+        assert!(matches!(&check_manifest(&[tool("a", "d", "{")])[..], [ManifestRule::BadSchema { .. }]));
         assert!(matches!(
             &check_manifest(&[tool("a", "d", r#"{"type":"string"}"#)])[..],
             [ManifestRule::BadSchema { .. }]
         ));
         let mut slow = tool("a", "d", obj);
         slow.timeout_ms = u32::MAX;
-        assert_eq!(
-            check_manifest(&[slow]),
-            vec![ManifestRule::TimeoutTooLong("a".into())]
-        );
+        assert_eq!(check_manifest(&[slow]), vec![ManifestRule::TimeoutTooLong("a".into())]);
     }
 
     #[test]
     fn default_timeout_is_sixty_seconds() {
-        assert_eq!(
-            tool_timeout(&tool("a", "d", "{}")),
-            std::time::Duration::from_secs(60)
-        );
+        assert_eq!(tool_timeout(&tool("a", "d", "{}")), std::time::Duration::from_secs(60));
     }
 }

@@ -2,55 +2,32 @@
 //! messaging carries it, plus round trips through JSON and protobuf bytes.
 
 use pedelec_protocol::json::{from_json, to_json};
-use pedelec_protocol::pb::{
-    self, native_frame::Body, native_request::Call, native_response::Result as R,
-};
+use pedelec_protocol::pb::{self, native_frame::Body, native_request::Call, native_response::Result as R};
 use prost::Message;
 
 fn check<T>(name: &str, message: &T)
 where
-    T: Message
-        + Default
-        + PartialEq
-        + std::fmt::Debug
-        + serde::Serialize
-        + serde::de::DeserializeOwned,
+    T: Message + Default + PartialEq + std::fmt::Debug + serde::Serialize + serde::de::DeserializeOwned,
 {
     let text = to_json(message);
     let back: T = from_json(&text).unwrap();
     assert_eq!(&back, message, "JSON round trip of {name}");
     let bytes = message.encode_to_vec();
-    assert_eq!(
-        &T::decode(bytes.as_slice()).unwrap(),
-        message,
-        "protobuf round trip of {name}"
-    );
+    assert_eq!(&T::decode(bytes.as_slice()).unwrap(), message, "protobuf round trip of {name}");
     let value: serde_json::Value = serde_json::from_str(&text).unwrap();
     insta::assert_snapshot!(name, serde_json::to_string_pretty(&value).unwrap());
 }
 
 fn request(id: u32, call: Call) -> pb::NativeFrame {
-    pb::NativeFrame {
-        request_id: id,
-        body: Some(Body::Request(pb::NativeRequest { call: Some(call) })),
-    }
+    pb::NativeFrame { request_id: id, body: Some(Body::Request(pb::NativeRequest { call: Some(call) })) }
 }
 
 fn response(id: u32, result: R) -> pb::NativeFrame {
-    pb::NativeFrame {
-        request_id: id,
-        body: Some(Body::Response(pb::NativeResponse {
-            result: Some(result),
-        })),
-    }
+    pb::NativeFrame { request_id: id, body: Some(Body::Response(pb::NativeResponse { result: Some(result) })) }
 }
 
 fn turn() -> Option<pb::TurnInfo> {
-    Some(pb::TurnInfo {
-        turn_id: "turn-1".into(),
-        kind: pb::TurnKind::User as i32,
-        started_at_ms: 1_764_000_000_000,
-    })
+    Some(pb::TurnInfo { turn_id: "turn-1".into(), kind: pb::TurnKind::User as i32, started_at_ms: 1_764_000_000_000 })
 }
 
 fn event(seq: u64, op: &str, kind: pb::session_event::Kind) -> pb::NativeFrame {
@@ -84,13 +61,8 @@ fn requests() {
                 provider: "scripted".into(),
                 model: String::new(),
                 effort_level: pb::EffortLevel::Low as i32,
-                skills: Some(pb::Skills {
-                    guidance: "Be brief.".into(),
-                    tools: vec![tool],
-                }),
-                workspace: Some(pb::WorkspaceSpec {
-                    path: "/home/u/project".into(),
-                }),
+                skills: Some(pb::Skills { guidance: "Be brief.".into(), tools: vec![tool] }),
+                workspace: Some(pb::WorkspaceSpec { path: "/home/u/project".into() }),
                 auto_end_on_disconnect: Some(false),
                 caller_origin: "https://app.example".into(),
             }),
@@ -116,9 +88,7 @@ fn requests() {
                 session_id: "sess-1".into(),
                 caller_origin: origin.clone(),
                 tool_request_id: "tool-1".into(),
-                outcome: Some(pb::submit_tool_result_request::Outcome::ResultJson(
-                    r#"{"value":3}"#.into(),
-                )),
+                outcome: Some(pb::submit_tool_result_request::Outcome::ResultJson(r#"{"value":3}"#.into())),
             }),
         ),
     );
@@ -137,11 +107,7 @@ fn requests() {
     );
     check(
         "agent_call_tool",
-        &pb::CallToolRequest {
-            tool_token: "tok".into(),
-            tool: "update_counter".into(),
-            args_json: "{}".into(),
-        },
+        &pb::CallToolRequest { tool_token: "tok".into(), tool: "update_counter".into(), args_json: "{}".into() },
     );
 }
 
@@ -191,10 +157,7 @@ fn responses() {
         "response_error",
         &pb::NativeFrame {
             request_id: 8,
-            body: Some(Body::Error(pb::Error::new(
-                pedelec_protocol::ErrorCode::SessionBusy,
-                "a turn is active",
-            ))),
+            body: Some(Body::Error(pb::Error::new(pedelec_protocol::ErrorCode::SessionBusy, "a turn is active"))),
         },
     );
 }
@@ -222,9 +185,7 @@ fn events() {
                 }),
                 turn: turn(),
                 pending_tools: vec![pending],
-                usage: Some(pb::Usage {
-                    total_tokens: Some(1234),
-                }),
+                usage: Some(pb::Usage { total_tokens: Some(1234) }),
                 last_seq: 41,
                 provider: "scripted".into(),
                 model: "scripted-1".into(),
@@ -247,32 +208,10 @@ fn events() {
     );
     check(
         "event_operation_started",
-        &event(
-            43,
-            "op-1",
-            Kind::OperationStarted(pb::OperationStarted {
-                kind: pb::OperationKind::SendText as i32,
-            }),
-        ),
+        &event(43, "op-1", Kind::OperationStarted(pb::OperationStarted { kind: pb::OperationKind::SendText as i32 })),
     );
-    check(
-        "event_chat_delta",
-        &event(
-            44,
-            "op-1",
-            Kind::ChatDelta(pb::ChatDelta { text: "Hel".into() }),
-        ),
-    );
-    check(
-        "event_chat",
-        &event(
-            45,
-            "op-1",
-            Kind::Chat(pb::Chat {
-                text: "Hello".into(),
-            }),
-        ),
-    );
+    check("event_chat_delta", &event(44, "op-1", Kind::ChatDelta(pb::ChatDelta { text: "Hel".into() })));
+    check("event_chat", &event(45, "op-1", Kind::Chat(pb::Chat { text: "Hello".into() })));
     check(
         "event_tool_call",
         &event(
@@ -288,15 +227,7 @@ fn events() {
     );
     check(
         "event_usage_updated",
-        &event(
-            47,
-            "op-1",
-            Kind::UsageUpdated(pb::UsageUpdated {
-                usage: Some(pb::Usage {
-                    total_tokens: Some(99),
-                }),
-            }),
-        ),
+        &event(47, "op-1", Kind::UsageUpdated(pb::UsageUpdated { usage: Some(pb::Usage { total_tokens: Some(99) }) })),
     );
     check(
         "event_error",
@@ -304,10 +235,7 @@ fn events() {
             48,
             "",
             Kind::Error(pb::ErrorRaised {
-                error: Some(pb::Error::new(
-                    pedelec_protocol::ErrorCode::ProviderError,
-                    "model overloaded",
-                )),
+                error: Some(pb::Error::new(pedelec_protocol::ErrorCode::ProviderError, "model overloaded")),
             }),
         ),
     );
@@ -316,28 +244,15 @@ fn events() {
         &event(
             49,
             "op-1",
-            Kind::OperationCompleted(pb::OperationCompleted {
-                kind: pb::OperationKind::SendText as i32,
-                error: None,
-            }),
+            Kind::OperationCompleted(pb::OperationCompleted { kind: pb::OperationKind::SendText as i32, error: None }),
         ),
     );
-    check(
-        "event_ended",
-        &event(
-            50,
-            "",
-            Kind::Ended(pb::Ended {
-                reason: "requested".into(),
-            }),
-        ),
-    );
+    check("event_ended", &event(50, "", Kind::Ended(pb::Ended { reason: "requested".into() })));
 }
 
 #[test]
 fn decoding_is_tolerant_of_unknown_fields_but_not_of_wrong_types() {
-    let frame: pb::NativeFrame =
-        from_json(r#"{"requestId":1,"futureField":true,"request":{"ping":{}}}"#).unwrap();
+    let frame: pb::NativeFrame = from_json(r#"{"requestId":1,"futureField":true,"request":{"ping":{}}}"#).unwrap();
     assert_eq!(frame.request_id, 1);
     assert!(from_json::<pb::NativeFrame>(r#"{"requestId":"one"}"#).is_err());
     let seq_as_string: pb::SessionEvent = from_json(r#"{"seq":"18446744073709551615"}"#).unwrap();

@@ -1,1 +1,107 @@
-fn main() {}
+//! `cargo xtask bench`: the figures issue 3 asks for, against a real Core
+//! process (release build) on a temporary socket.
+
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::{Duration, Instant};
+
+use pedelec_sdk::daemon::CoreProcess;
+use pedelec_sdk::{Pedelec, SessionOptions, ToolSpec};
+use serde_json::json;
+
+fn rss_kib(pid: u32) -> u64 {
+    std::fs::read_to_string(format!("/proc/{pid}/status"))
+        .ok()
+        .and_then(|s| {
+            s.lines()
+                .find(|l| l.starts_with("VmRSS:"))
+                .map(|l| l.split_whitespace().nth(1).unwrap_or("0").parse().unwrap_or(0))
+        })
+        .unwrap_or(0)
+}
+
+fn mib(kib: u64) -> String {
+    format!("{:.1} MiB", kib as f64 / 1024.0)
+}
+
+#[tokio::main(flavor = "current_thread")]
+async fn main() -> Result<(), Box<dyn std::error::Error>> {
+    let dir = tempfile::tempdir()?;
+    let socket = dir.path().join("core.sock");
+    let state = dir.path().join("state");
+    let core = CoreProcess::spawn(&socket, &state, Duration::from_secs(3))?;
+    let pid = core.pid().unwrap_or(0);
+    let client = Pedelec::connect(&socket, "app:bench").await?;
+
+    // 1. Tool-call round trip, measured at the agent (the scripted provider
+    //    times each call from asking to receiving the result).
+    let tool = ToolSpec::new("t".to_string(), "echo", json!({"type": "object"}));
+    let session = client.create_session(SessionOptions { tools: vec![tool], ..Default::default() }).await?;
+    let _h = session.on_tool_sync("t".to_string(), |args: serde_json::Value, _| Ok::<_, String>(args));
+    let reply = Arc::new(std::sync::Mutex::new(String::new()));
+    let r = reply.clone();
+    let _c = session.on_chat(move |text, _| *r.lock().unwrap() = text.to_string());
+    session.send_text("/tools 200 t {\"n\": 1}").await?; // warm-up
+    session.send_text("/tools 2000 t {\"n\": 1}").await?;
+    println!("tool-call round trip (2000 calls, agent → SDK handler → agent): {}", reply.lock().unwrap());
+
+    // 2. Chat-delta throughput of one long turn.
+    let deltas = Arc::new(AtomicU64::new(0));
+    let d = deltas.clone();
+    let _d = session.on_chat_delta(move |_, _| {
+        d.fetch_add(1, Ordering::Relaxed);
+    });
+    session.send_text("/deltas 10000").await?; // warm-up
+    deltas.store(0, Ordering::SeqCst);
+    let started = Instant::now();
+    session.send_text("/deltas 100000").await?;
+    let elapsed = started.elapsed();
+    let n = deltas.load(Ordering::SeqCst);
+    println!(
+        "chat deltas: {n} delivered to the SDK in {:.1} ms = {:.0} deltas/s",
+        elapsed.as_secs_f64() * 1e3,
+        n as f64 / elapsed.as_secs_f64()
+    );
+    session.end().await?;
+    let after_burst = rss_kib(pid);
+    drop(core);
+
+    // 3. RSS idle and with 1000 idle sessions, on a fresh Core.
+    let state = dir.path().join("state-rss");
+    let mut core = CoreProcess::spawn(&socket, &state, Duration::from_secs(3))?;
+    let pid = core.pid().unwrap_or(0);
+    let client = Pedelec::connect(&socket, "app:bench").await?;
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    let idle_rss = rss_kib(pid);
+    let mut ids = Vec::new();
+    let started = Instant::now();
+    for _ in 0..1000 {
+        let s = client
+            .create_session::<String>(SessionOptions { auto_end_on_disconnect: false, ..Default::default() })
+            .await?;
+        ids.push(s.session_id().to_string());
+    }
+    let create_ms = started.elapsed().as_secs_f64() * 1e3;
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    let loaded_rss = rss_kib(pid);
+    println!(
+        "Core RSS: idle {}, with 1000 idle sessions {} (created in {create_ms:.0} ms); after the 100k-delta burst {}",
+        mib(idle_rss),
+        mib(loaded_rss),
+        mib(after_burst)
+    );
+
+    // 4. Restart with 1000 stored sessions: spawn → first resume_session answered.
+    core.kill();
+    let started = Instant::now();
+    let _core = CoreProcess::spawn(&socket, &state, Duration::from_secs(30))?;
+    let client = Pedelec::connect(&socket, "app:bench").await?;
+    let resumed = client.resume_session::<String>(&ids[999]).await?;
+    let restart = started.elapsed();
+    println!(
+        "restart after kill -9 with 1000 stored sessions → resume_session answered: {:.1} ms (status {})",
+        restart.as_secs_f64() * 1e3,
+        resumed.get_status()
+    );
+    Ok(())
+}

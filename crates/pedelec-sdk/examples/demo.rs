@@ -12,9 +12,7 @@ use serde_json::json;
 
 fn flag(name: &str) -> Option<String> {
     let args: Vec<String> = std::env::args().collect();
-    args.iter()
-        .position(|a| a == name)
-        .and_then(|i| args.get(i + 1).cloned())
+    args.iter().position(|a| a == name).and_then(|i| args.get(i + 1).cloned())
 }
 
 #[tokio::main]
@@ -23,11 +21,7 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
     let dir = tempfile::tempdir()?;
     let socket = dir.path().join("core.sock");
     let mut core = CoreProcess::spawn(&socket, &dir.path().join("state"), Duration::from_secs(3))?;
-    println!(
-        "▶ Core started (pid {}) on {}",
-        core.pid().unwrap_or(0),
-        socket.display()
-    );
+    println!("▶ Core started (pid {}) on {}", core.pid().unwrap_or(0), socket.display());
 
     let pedelec = Pedelec::connect(&socket, "app:pedelec-demo").await?;
     for p in pedelec.list_providers().await? {
@@ -55,44 +49,26 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
             ..Default::default()
         })
         .await?;
-    println!(
-        "▶ session {} on {}",
-        session.session_id(),
-        session.provider()
-    );
+    println!("▶ session {} on {}", session.session_id(), session.provider());
 
-    let _status = session.on_status(|status, ctx| {
-        println!(
-            "\n  ● status {} → {status} ({})",
-            ctx.previous_status,
-            ctx.source.as_str()
-        )
-    });
+    let _status = session
+        .on_status(|status, ctx| println!("\n  ● status {} → {status} ({})", ctx.previous_status, ctx.source.as_str()));
     let _delta = session.on_chat_delta(|text, _| {
         print!("{text}");
         let _ = std::io::stdout().flush();
     });
     let _chat = session.on_chat(|text, ctx| {
-        println!(
-            "\n  💬 complete message (turn {}): {text}",
-            ctx.turn_id.as_deref().unwrap_or("-")
-        )
+        println!("\n  💬 complete message (turn {}): {text}", ctx.turn_id.as_deref().unwrap_or("-"))
     });
-    let _err = session.on_error(|e, ctx| {
-        println!(
-            "\n  ⚠ {} error {}: {}",
-            ctx.source.as_str(),
-            e.code,
-            e.message
-        )
-    });
+    let _err = session.on_error(|e, ctx| println!("\n  ⚠ {} error {}: {}", ctx.source.as_str(), e.code, e.message));
     let _ended = session.on_ended(|ctx| println!("\n  ■ ended ({})", ctx.source.as_str()));
 
     println!("▶ prepare()");
     session.prepare().await?;
     println!("  prepared");
     let prompt = if provider == "scripted" {
-        "Please bump the counter.\n/slow 40\n/tool update_counter {\"delta\": 2}\n/tool update_counter {\"delta\": 3}".to_string()
+        "Please bump the counter.\n/slow 40\n/tool update_counter {\"delta\": 2}\n/tool update_counter {\"delta\": 3}"
+            .to_string()
     } else {
         "Call update_counter with delta 2, then tell me the new value.".to_string()
     };
@@ -111,10 +87,7 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
     session.resume().await?;
     println!("  status: {}", session.get_status());
     session.send_text("Thanks!").await?;
-    println!(
-        "▶ usage total after resume: {:?}",
-        session.usage().total_tokens
-    );
+    println!("▶ usage total after resume: {:?}", session.usage().total_tokens);
     session.end().await?;
     let clean = core.terminate();
     println!("▶ Core stopped cleanly: {clean}");

@@ -52,19 +52,12 @@ pub struct Pedelec {
 impl Pedelec {
     /// A client over any transport, acting for `origin` (a web origin, or `app:<name>`).
     pub fn with_transport(transport: Arc<dyn Transport>, origin: impl Into<String>) -> Self {
-        Pedelec {
-            transport,
-            origin: origin.into(),
-            registry: Arc::new(Mutex::new(HashMap::new())),
-        }
+        Pedelec { transport, origin: origin.into(), registry: Arc::new(Mutex::new(HashMap::new())) }
     }
 
     /// Connects to Core on an explicit socket.
     #[cfg(feature = "grpc")]
-    pub async fn connect(
-        socket: impl AsRef<Path>,
-        origin: impl Into<String>,
-    ) -> Result<Self, PedelecError> {
+    pub async fn connect(socket: impl AsRef<Path>, origin: impl Into<String>) -> Result<Self, PedelecError> {
         let transport = crate::grpc::GrpcTransport::connect(socket).await?;
         Ok(Self::with_transport(Arc::new(transport), origin))
     }
@@ -84,13 +77,7 @@ impl Pedelec {
 
     /// Session ids currently registered (created or re-attached, not ended).
     pub fn session_ids(&self) -> Vec<String> {
-        let mut ids: Vec<String> = self
-            .registry
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
-            .keys()
-            .cloned()
-            .collect();
+        let mut ids: Vec<String> = self.registry.lock().unwrap_or_else(|p| p.into_inner()).keys().cloned().collect();
         ids.sort();
         ids
     }
@@ -103,22 +90,14 @@ impl Pedelec {
     }
 
     pub async fn list_providers(&self) -> Result<Vec<pb::ProviderInfo>, PedelecError> {
-        match self
-            .transport
-            .call(Call::ListProviders(pb::ListProvidersRequest {}))
-            .await?
-        {
+        match self.transport.call(Call::ListProviders(pb::ListProvidersRequest {})).await? {
             Reply::ListProviders(r) => Ok(r.providers),
             other => Err(unexpected(&other)),
         }
     }
 
     pub async fn get_settings(&self) -> Result<pb::GetSettingsResponse, PedelecError> {
-        match self
-            .transport
-            .call(Call::GetSettings(pb::GetSettingsRequest {}))
-            .await?
-        {
+        match self.transport.call(Call::GetSettings(pb::GetSettingsRequest {})).await? {
             Reply::GetSettings(r) => Ok(r),
             other => Err(unexpected(&other)),
         }
@@ -133,12 +112,7 @@ impl Pedelec {
             Some(path) => Some(pb::WorkspaceSpec {
                 path: path
                     .to_str()
-                    .ok_or_else(|| {
-                        PedelecError::new(
-                            ErrorCode::WorkspaceInvalid,
-                            "workspace path is not UTF-8",
-                        )
-                    })?
+                    .ok_or_else(|| PedelecError::new(ErrorCode::WorkspaceInvalid, "workspace path is not UTF-8"))?
                     .to_owned(),
             }),
             None => None,
@@ -156,41 +130,26 @@ impl Pedelec {
             caller_origin: self.origin.clone(),
         };
         let info = match self.transport.call(Call::CreateSession(request)).await? {
-            Reply::CreateSession(pb::CreateSessionResponse {
-                session: Some(info),
-            }) => info,
+            Reply::CreateSession(pb::CreateSessionResponse { session: Some(info) }) => info,
             other => return Err(unexpected(&other)),
         };
-        let inline = options
-            .tools
-            .into_iter()
-            .filter_map(|t| t.handler.map(|h| (t.name.as_str().to_owned(), h)))
-            .collect();
+        let inline =
+            options.tools.into_iter().filter_map(|t| t.handler.map(|h| (t.name.as_str().to_owned(), h))).collect();
         let meta = SessionMeta {
             session_id: info.session_id.clone(),
             provider: info.provider.clone(),
-            effort_level: pb::EffortLevel::try_from(info.effort_level)
-                .ok()
-                .and_then(|e| e.seed_str()),
+            effort_level: pb::EffortLevel::try_from(info.effort_level).ok().and_then(|e| e.seed_str()),
             session_created_at: now_ms(),
         };
-        let session = PedelecSession::new(
-            self.transport.clone(),
-            self.registry.clone(),
-            self.origin.clone(),
-            meta,
-            inline,
-        );
+        let session =
+            PedelecSession::new(self.transport.clone(), self.registry.clone(), self.origin.clone(), meta, inline);
         session.attach().await?;
         Ok(session)
     }
 
     /// Re-attaches to an existing session; the handle is synchronised from
     /// Core's snapshot before it is returned (an ended thread stays ended).
-    pub async fn resume_session<T: ToolName>(
-        &self,
-        session_id: &str,
-    ) -> Result<PedelecSession<T>, PedelecError> {
+    pub async fn resume_session<T: ToolName>(&self, session_id: &str) -> Result<PedelecSession<T>, PedelecError> {
         let meta = SessionMeta {
             session_id: session_id.to_owned(),
             provider: String::new(),

@@ -79,10 +79,7 @@ pub struct SessionMeta {
 }
 
 pub fn now_ms() -> i64 {
-    std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .map(|d| d.as_millis() as i64)
-        .unwrap_or(0)
+    std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map(|d| d.as_millis() as i64).unwrap_or(0)
 }
 
 impl SessionMeta {
@@ -112,9 +109,7 @@ impl SessionMeta {
             event_emitted_at: emitted_at,
             turn_id: turn.map(|t| t.turn_id.clone()),
             turn_started_at: turn.map(|t| t.started_at_ms),
-            turn_kind: turn
-                .and_then(|t| pb::TurnKind::try_from(t.kind).ok())
-                .and_then(|k| k.seed_str()),
+            turn_kind: turn.and_then(|t| pb::TurnKind::try_from(t.kind).ok()).and_then(|k| k.seed_str()),
             source: Source::Core,
         }
     }

@@ -35,11 +35,7 @@ pub fn find_core_binary() -> PathBuf {
 
 impl CoreProcess {
     /// Starts Core on `socket` with `state_dir`, and waits until it accepts connections.
-    pub fn spawn(
-        socket: &Path,
-        state_dir: &Path,
-        disconnect_grace: Duration,
-    ) -> Result<Self, PedelecError> {
+    pub fn spawn(socket: &Path, state_dir: &Path, disconnect_grace: Duration) -> Result<Self, PedelecError> {
         Self::spawn_with(&find_core_binary(), socket, state_dir, disconnect_grace)
     }
 
@@ -61,16 +57,10 @@ impl CoreProcess {
             .stdout(Stdio::null())
             .spawn()
             .map_err(|e| {
-                PedelecError::new(
-                    ErrorCode::CoreRuntimeUnavailable,
-                    format!("cannot start {}: {e}", binary.display()),
-                )
+                PedelecError::new(ErrorCode::CoreRuntimeUnavailable, format!("cannot start {}: {e}", binary.display()))
             })?;
-        let mut process = CoreProcess {
-            child: Some(child),
-            socket: socket.to_owned(),
-            state_dir: state_dir.to_owned(),
-        };
+        let mut process =
+            CoreProcess { child: Some(child), socket: socket.to_owned(), state_dir: state_dir.to_owned() };
         process.wait_ready(Duration::from_secs(20))?;
         Ok(process)
     }
@@ -91,10 +81,7 @@ impl CoreProcess {
             }
             std::thread::sleep(Duration::from_millis(5));
         }
-        Err(PedelecError::new(
-            ErrorCode::CoreRuntimeUnavailable,
-            "Core did not start listening in time",
-        ))
+        Err(PedelecError::new(ErrorCode::CoreRuntimeUnavailable, "Core did not start listening in time"))
     }
 
     pub fn pid(&self) -> Option<u32> {

@@ -14,11 +14,7 @@ pub struct PedelecError {
 
 impl PedelecError {
     pub fn new(code: ErrorCode, message: impl Into<String>) -> Self {
-        PedelecError {
-            code: code.as_str().to_owned(),
-            message: message.into(),
-            details: None,
-        }
+        PedelecError { code: code.as_str().to_owned(), message: message.into(), details: None }
     }
 
     /// The code, when this SDK knows it.
@@ -34,27 +30,15 @@ impl PedelecError {
         pb::Error {
             code: self.code.clone(),
             message: self.message.clone(),
-            details_json: self
-                .details
-                .as_ref()
-                .map(|d| d.to_string())
-                .unwrap_or_default(),
+            details_json: self.details.as_ref().map(|d| d.to_string()).unwrap_or_default(),
         }
     }
 }
 
 impl From<pb::Error> for PedelecError {
     fn from(error: pb::Error) -> Self {
-        let details = if error.details_json.is_empty() {
-            None
-        } else {
-            serde_json::from_str(&error.details_json).ok()
-        };
-        PedelecError {
-            code: error.code,
-            message: error.message,
-            details,
-        }
+        let details = if error.details_json.is_empty() { None } else { serde_json::from_str(&error.details_json).ok() };
+        PedelecError { code: error.code, message: error.message, details }
     }
 }
 

@@ -26,11 +26,7 @@ impl GrpcTransport {
         let channel = Endpoint::from_static("http://pedelec-core.invalid")
             .connect_with_connector(tower::service_fn(move |_: Uri| {
                 let path = path.clone();
-                async move {
-                    Ok::<_, std::io::Error>(TokioIo::new(
-                        tokio::net::UnixStream::connect(path).await?,
-                    ))
-                }
+                async move { Ok::<_, std::io::Error>(TokioIo::new(tokio::net::UnixStream::connect(path).await?)) }
             }))
             .await
             .map_err(|e| {
@@ -39,10 +35,7 @@ impl GrpcTransport {
                     format!("cannot reach Core at {}: {e}", socket.display()),
                 )
             })?;
-        Ok(GrpcTransport {
-            client: CoreClient::new(channel),
-            socket,
-        })
+        Ok(GrpcTransport { client: CoreClient::new(channel), socket })
     }
 
     pub fn socket(&self) -> &Path {
@@ -60,52 +53,31 @@ impl Transport for GrpcTransport {
         Box::pin(async move {
             Ok(match call {
                 Call::Ping(r) => Reply::Ping(c.ping(r).await.map_err(status)?.into_inner()),
-                Call::ListProviders(r) => {
-                    Reply::ListProviders(c.list_providers(r).await.map_err(status)?.into_inner())
+                Call::ListProviders(r) => Reply::ListProviders(c.list_providers(r).await.map_err(status)?.into_inner()),
+                Call::GetSettings(r) => Reply::GetSettings(c.get_settings(r).await.map_err(status)?.into_inner()),
+                Call::CreateSession(r) => Reply::CreateSession(c.create_session(r).await.map_err(status)?.into_inner()),
+                Call::Prepare(r) => Reply::Prepare(c.prepare(r).await.map_err(status)?.into_inner()),
+                Call::SendText(r) => Reply::SendText(c.send_text(r).await.map_err(status)?.into_inner()),
+                Call::SubmitToolResult(r) => {
+                    Reply::SubmitToolResult(c.submit_tool_result(r).await.map_err(status)?.into_inner())
                 }
-                Call::GetSettings(r) => {
-                    Reply::GetSettings(c.get_settings(r).await.map_err(status)?.into_inner())
-                }
-                Call::CreateSession(r) => {
-                    Reply::CreateSession(c.create_session(r).await.map_err(status)?.into_inner())
-                }
-                Call::Prepare(r) => {
-                    Reply::Prepare(c.prepare(r).await.map_err(status)?.into_inner())
-                }
-                Call::SendText(r) => {
-                    Reply::SendText(c.send_text(r).await.map_err(status)?.into_inner())
-                }
-                Call::SubmitToolResult(r) => Reply::SubmitToolResult(
-                    c.submit_tool_result(r).await.map_err(status)?.into_inner(),
-                ),
                 Call::End(r) => Reply::End(c.end(r).await.map_err(status)?.into_inner()),
                 Call::Resume(r) => Reply::Resume(c.resume(r).await.map_err(status)?.into_inner()),
-                Call::CreateAssetUpload(r) => Reply::CreateAssetUpload(
-                    c.create_asset_upload(r).await.map_err(status)?.into_inner(),
-                ),
-                Call::CreateAssetDownload(r) => Reply::CreateAssetDownload(
-                    c.create_asset_download(r)
-                        .await
-                        .map_err(status)?
-                        .into_inner(),
-                ),
-                Call::ListAssets(r) => {
-                    Reply::ListAssets(c.list_assets(r).await.map_err(status)?.into_inner())
+                Call::CreateAssetUpload(r) => {
+                    Reply::CreateAssetUpload(c.create_asset_upload(r).await.map_err(status)?.into_inner())
                 }
+                Call::CreateAssetDownload(r) => {
+                    Reply::CreateAssetDownload(c.create_asset_download(r).await.map_err(status)?.into_inner())
+                }
+                Call::ListAssets(r) => Reply::ListAssets(c.list_assets(r).await.map_err(status)?.into_inner()),
                 Call::Subscribe(_) | Call::Unsubscribe(_) => {
-                    return Err(PedelecError::new(
-                        ErrorCode::InvalidArgument,
-                        "use Transport::subscribe",
-                    ));
+                    return Err(PedelecError::new(ErrorCode::InvalidArgument, "use Transport::subscribe"));
                 }
             })
         })
     }
 
-    fn subscribe(
-        &self,
-        request: pb::SubscribeRequest,
-    ) -> BoxFuture<'static, Result<EventStream, PedelecError>> {
+    fn subscribe(&self, request: pb::SubscribeRequest) -> BoxFuture<'static, Result<EventStream, PedelecError>> {
         let mut c = self.client.clone();
         Box::pin(async move {
             let stream = c.subscribe(request).await.map_err(status)?.into_inner();

@@ -141,21 +141,9 @@ impl SessionMachine {
         }
         let previous = self.status;
         self.status = next;
-        let ended_ctx = EventContext {
-            kind: if ctx.source == Source::Core {
-                "ended"
-            } else {
-                "sdk_ended"
-            },
-            ..ctx.clone()
-        };
-        out.push(Effect::Status {
-            status: next,
-            ctx: StatusContext {
-                base: ctx,
-                previous_status: previous,
-            },
-        });
+        let ended_ctx =
+            EventContext { kind: if ctx.source == Source::Core { "ended" } else { "sdk_ended" }, ..ctx.clone() };
+        out.push(Effect::Status { status: next, ctx: StatusContext { base: ctx, previous_status: previous } });
         if next == SessionStatus::Ended {
             out.push(Effect::Ended { ctx: ended_ctx });
             self.reject_all(ErrorCode::SessionEnded, "the session ended", out);
@@ -168,10 +156,7 @@ impl SessionMachine {
         let mut ids: Vec<String> = self.awaiting.drain().map(|(id, _)| id).collect();
         ids.sort();
         for operation_id in ids {
-            out.push(Effect::Settle {
-                operation_id,
-                outcome: Err(PedelecError::new(code, message)),
-            });
+            out.push(Effect::Settle { operation_id, outcome: Err(PedelecError::new(code, message)) });
         }
     }
 
@@ -192,22 +177,13 @@ impl SessionMachine {
     pub fn begin_local(&mut self, kind: pb::OperationKind) -> Result<Vec<Effect>, PedelecError> {
         match self.status {
             SessionStatus::Ended => {
-                return Err(PedelecError::new(
-                    ErrorCode::SessionEnded,
-                    "the session has ended",
-                ));
+                return Err(PedelecError::new(ErrorCode::SessionEnded, "the session has ended"));
             }
             SessionStatus::Error => {
-                return Err(PedelecError::new(
-                    ErrorCode::SessionError,
-                    "the session is in the error status",
-                ));
+                return Err(PedelecError::new(ErrorCode::SessionError, "the session is in the error status"));
             }
             _ if !self.status.can_send_text() || self.has_operation_in_flight() => {
-                return Err(PedelecError::new(
-                    ErrorCode::SessionBusy,
-                    "another turn is active",
-                ));
+                return Err(PedelecError::new(ErrorCode::SessionBusy, "another turn is active"));
             }
             _ => {}
         }
@@ -219,39 +195,21 @@ impl SessionMachine {
     }
 
     /// Core returned the operation id (or said a preparation was already done).
-    pub fn operation_accepted(
-        &mut self,
-        accepted: &pb::OperationAccepted,
-    ) -> (Accepted, Vec<Effect>) {
-        let kind = self
-            .local_operation
-            .take()
-            .unwrap_or(pb::OperationKind::try_from(accepted.kind).unwrap_or_default());
+    pub fn operation_accepted(&mut self, accepted: &pb::OperationAccepted) -> (Accepted, Vec<Effect>) {
+        let kind =
+            self.local_operation.take().unwrap_or(pb::OperationKind::try_from(accepted.kind).unwrap_or_default());
         let mut out = Vec::new();
         if accepted.already_done {
             self.prepared = true;
             self.revert_local_running(&mut out);
             return (Accepted::Settled(Ok(())), out);
         }
-        if let Some(index) = self
-            .completed_early
-            .iter()
-            .position(|(id, _)| id == &accepted.operation_id)
-        {
-            let (_, outcome) = self
-                .completed_early
-                .remove(index)
-                .expect("index from position");
+        if let Some(index) = self.completed_early.iter().position(|(id, _)| id == &accepted.operation_id) {
+            let (_, outcome) = self.completed_early.remove(index).expect("index from position");
             return (Accepted::Settled(outcome), out);
         }
         if self.status == SessionStatus::Ended {
-            return (
-                Accepted::Settled(Err(PedelecError::new(
-                    ErrorCode::SessionEnded,
-                    "the session ended",
-                ))),
-                out,
-            );
+            return (Accepted::Settled(Err(PedelecError::new(ErrorCode::SessionEnded, "the session ended"))), out);
         }
         self.awaiting.insert(accepted.operation_id.clone(), kind);
         (Accepted::Pending, out)
@@ -266,15 +224,8 @@ impl SessionMachine {
     }
 
     fn revert_local_running(&mut self, out: &mut Vec<Effect>) {
-        if self.status == SessionStatus::Running
-            && self.gate.active_operation().is_none()
-            && self.awaiting.is_empty()
-        {
-            let back = self
-                .gate
-                .core_status()
-                .filter(|s| *s != SessionStatus::Running)
-                .unwrap_or(SessionStatus::Idle);
+        if self.status == SessionStatus::Running && self.gate.active_operation().is_none() && self.awaiting.is_empty() {
+            let back = self.gate.core_status().filter(|s| *s != SessionStatus::Running).unwrap_or(SessionStatus::Idle);
             let ctx = self.status_ctx(Source::Sdk, None, 0, None);
             self.change_status(back, ctx, out);
         }
@@ -292,28 +243,20 @@ impl SessionMachine {
     pub fn detached(&mut self) -> Vec<Effect> {
         let mut out = Vec::new();
         self.local_operation = None;
-        self.reject_all(
-            ErrorCode::TransportDetached,
-            "the connection to Core was lost",
-            &mut out,
-        );
+        self.reject_all(ErrorCode::TransportDetached, "the connection to Core was lost", &mut out);
         out
     }
 
     /// An SDK-originated error for `onError`.
     pub fn sdk_error(&self, error: PedelecError) -> Effect {
-        Effect::Error {
-            error,
-            ctx: self.meta.sdk("sdk_error", None),
-        }
+        Effect::Error { error, ctx: self.meta.sdk("sdk_error", None) }
     }
 
     /// A handler was registered: queued requests it can answer are released.
     pub fn handler_registered(&mut self, has_handler: HasHandler<'_>) -> Vec<Effect> {
         let mut out = Vec::new();
-        let (ready, waiting): (Vec<_>, Vec<_>) = std::mem::take(&mut self.queued_tools)
-            .into_iter()
-            .partition(|(r, _)| has_handler(&r.tool));
+        let (ready, waiting): (Vec<_>, Vec<_>) =
+            std::mem::take(&mut self.queued_tools).into_iter().partition(|(r, _)| has_handler(&r.tool));
         self.queued_tools = waiting;
         for (request, ctx) in ready {
             self.handling.insert(request.tool_request_id.clone());
@@ -330,12 +273,7 @@ impl SessionMachine {
         out: &mut Vec<Effect>,
     ) {
         let id = &request.tool_request_id;
-        if self.handling.contains(id)
-            || self
-                .queued_tools
-                .iter()
-                .any(|(r, _)| &r.tool_request_id == id)
-        {
+        if self.handling.contains(id) || self.queued_tools.iter().any(|(r, _)| &r.tool_request_id == id) {
             return;
         }
         if self.status != SessionStatus::WaitingToolResult && self.status.is_active_turn() {
@@ -351,12 +289,7 @@ impl SessionMachine {
     }
 
     /// Feeds one Core event.
-    pub fn on_event(
-        &mut self,
-        event: &pb::SessionEvent,
-        received_at: i64,
-        has_handler: HasHandler<'_>,
-    ) -> Vec<Effect> {
+    pub fn on_event(&mut self, event: &pb::SessionEvent, received_at: i64, has_handler: HasHandler<'_>) -> Vec<Effect> {
         let verdict = self.gate.admit(event);
         if verdict != Verdict::Accept {
             tracing::trace!(seq = event.seq, ?verdict, "event ignored by the gate");
@@ -368,9 +301,7 @@ impl SessionMachine {
         let received = Some(received_at);
         let Some(kind) = &event.kind else { return out };
         match kind {
-            Kind::Snapshot(snapshot) => {
-                self.adopt_snapshot(snapshot, emitted, received, has_handler, &mut out)
-            }
+            Kind::Snapshot(snapshot) => self.adopt_snapshot(snapshot, emitted, received, has_handler, &mut out),
             Kind::StatusChanged(change) => {
                 if let Some(status) = SessionStatus::from_pb(change.status) {
                     let ctx = self.status_ctx(Source::Core, turn, emitted, received);
@@ -378,10 +309,9 @@ impl SessionMachine {
                 }
             }
             Kind::OperationStarted(_) => {}
-            Kind::Chat(chat) if !is_prepare(turn) => out.push(Effect::Chat {
-                text: chat.text.clone(),
-                ctx: self.meta.core("chat", turn, emitted, received),
-            }),
+            Kind::Chat(chat) if !is_prepare(turn) => {
+                out.push(Effect::Chat { text: chat.text.clone(), ctx: self.meta.core("chat", turn, emitted, received) })
+            }
             Kind::ChatDelta(delta) if !is_prepare(turn) => out.push(Effect::ChatDelta {
                 text: delta.text.clone(),
                 ctx: self.meta.core("chat_delta", turn, emitted, received),
@@ -397,8 +327,7 @@ impl SessionMachine {
                 self.dispatch_tool(request, ctx, has_handler, &mut out);
             }
             Kind::ToolCallSettled(settled) => {
-                self.queued_tools
-                    .retain(|(r, _)| r.tool_request_id != settled.tool_request_id);
+                self.queued_tools.retain(|(r, _)| r.tool_request_id != settled.tool_request_id);
                 self.handling.remove(&settled.tool_request_id);
             }
             Kind::UsageUpdated(update) => {
@@ -423,16 +352,12 @@ impl SessionMachine {
                     self.prepared = true;
                 }
                 if self.awaiting.remove(&event.operation_id).is_some() {
-                    out.push(Effect::Settle {
-                        operation_id: event.operation_id.clone(),
-                        outcome,
-                    });
+                    out.push(Effect::Settle { operation_id: event.operation_id.clone(), outcome });
                 } else {
                     if self.completed_early.len() == EARLY_COMPLETIONS {
                         self.completed_early.pop_front();
                     }
-                    self.completed_early
-                        .push_back((event.operation_id.clone(), outcome));
+                    self.completed_early.push_back((event.operation_id.clone(), outcome));
                 }
             }
             Kind::Ended(_) => {
@@ -446,9 +371,7 @@ impl SessionMachine {
     fn grow_usage(&mut self, total: u64, out: &mut Vec<Effect>) {
         if self.usage.is_none_or(|known| total > known) {
             self.usage = Some(total);
-            out.push(Effect::Usage {
-                total_tokens: total,
-            });
+            out.push(Effect::Usage { total_tokens: total });
         }
     }
 
@@ -478,25 +401,15 @@ impl SessionMachine {
             self.meta.provider = snapshot.provider.clone();
         }
         if self.meta.effort_level.is_none() {
-            self.meta.effort_level = pb::EffortLevel::try_from(snapshot.effort_level)
-                .ok()
-                .and_then(|e| e.seed_str());
+            self.meta.effort_level = pb::EffortLevel::try_from(snapshot.effort_level).ok().and_then(|e| e.seed_str());
         }
         self.prepared = snapshot.prepared;
         if let Some(total) = snapshot.usage.and_then(|u| u.total_tokens) {
             self.grow_usage(total, out);
         }
         // Operations we wait for that Core no longer runs finished while we were not listening.
-        let active = snapshot
-            .active_operation
-            .as_ref()
-            .map(|a| a.operation_id.as_str());
-        let missed: Vec<String> = self
-            .awaiting
-            .keys()
-            .filter(|id| Some(id.as_str()) != active)
-            .cloned()
-            .collect();
+        let active = snapshot.active_operation.as_ref().map(|a| a.operation_id.as_str());
+        let missed: Vec<String> = self.awaiting.keys().filter(|id| Some(id.as_str()) != active).cloned().collect();
         for operation_id in missed {
             self.awaiting.remove(&operation_id);
             out.push(Effect::Settle {
@@ -511,13 +424,8 @@ impl SessionMachine {
             let ctx = self.status_ctx(Source::Core, snapshot.turn.as_ref(), emitted, received);
             self.change_status(status, ctx, out);
         }
-        let pending: HashSet<&str> = snapshot
-            .pending_tools
-            .iter()
-            .map(|p| p.tool_request_id.as_str())
-            .collect();
-        self.queued_tools
-            .retain(|(r, _)| pending.contains(r.tool_request_id.as_str()));
+        let pending: HashSet<&str> = snapshot.pending_tools.iter().map(|p| p.tool_request_id.as_str()).collect();
+        self.queued_tools.retain(|(r, _)| pending.contains(r.tool_request_id.as_str()));
         self.handling.retain(|id| pending.contains(id.as_str()));
         for call in &snapshot.pending_tools {
             let request = ToolRequest {
@@ -553,11 +461,7 @@ mod tests {
     }
 
     fn turn() -> Option<pb::TurnInfo> {
-        Some(pb::TurnInfo {
-            turn_id: "t1".into(),
-            kind: pb::TurnKind::User as i32,
-            started_at_ms: 5,
-        })
+        Some(pb::TurnInfo { turn_id: "t1".into(), kind: pb::TurnKind::User as i32, started_at_ms: 5 })
     }
 
     fn ev(seq: u64, op: &str, kind: Kind) -> pb::SessionEvent {
@@ -574,13 +478,7 @@ mod tests {
     }
 
     fn started(seq: u64, op: &str) -> pb::SessionEvent {
-        ev(
-            seq,
-            op,
-            Kind::OperationStarted(pb::OperationStarted {
-                kind: pb::OperationKind::SendText as i32,
-            }),
-        )
+        ev(seq, op, Kind::OperationStarted(pb::OperationStarted { kind: pb::OperationKind::SendText as i32 }))
     }
 
     fn completed(seq: u64, op: &str, error: Option<ErrorCode>) -> pb::SessionEvent {
@@ -588,19 +486,12 @@ mod tests {
         ev(
             seq,
             op,
-            Kind::OperationCompleted(pb::OperationCompleted {
-                kind: pb::OperationKind::SendText as i32,
-                error,
-            }),
+            Kind::OperationCompleted(pb::OperationCompleted { kind: pb::OperationKind::SendText as i32, error }),
         )
     }
 
     fn accepted(op: &str) -> pb::OperationAccepted {
-        pb::OperationAccepted {
-            operation_id: op.into(),
-            kind: pb::OperationKind::SendText as i32,
-            already_done: false,
-        }
+        pb::OperationAccepted { operation_id: op.into(), kind: pb::OperationKind::SendText as i32, already_done: false }
     }
 
     fn snapshot(
@@ -615,10 +506,7 @@ mod tests {
             Kind::Snapshot(pb::Snapshot {
                 status: st.to_pb() as i32,
                 last_seq,
-                active_operation: op.map(|id| pb::ActiveOperation {
-                    operation_id: id.into(),
-                    kind: 2,
-                }),
+                active_operation: op.map(|id| pb::ActiveOperation { operation_id: id.into(), kind: 2 }),
                 pending_tools: tools,
                 usage: Some(pb::Usage { total_tokens: None }),
                 provider: "scripted".into(),
@@ -638,15 +526,8 @@ mod tests {
     }
 
     /// Runs a whole send on the machine; returns every effect in order.
-    fn feed(
-        m: &mut SessionMachine,
-        events: &[pb::SessionEvent],
-        handlers: HasHandler<'_>,
-    ) -> Vec<Effect> {
-        events
-            .iter()
-            .flat_map(|e| m.on_event(e, 1_000, handlers))
-            .collect()
+    fn feed(m: &mut SessionMachine, events: &[pb::SessionEvent], handlers: HasHandler<'_>) -> Vec<Effect> {
+        events.iter().flat_map(|e| m.on_event(e, 1_000, handlers)).collect()
     }
 
     #[test]
@@ -659,23 +540,14 @@ mod tests {
     fn send_sets_running_locally_then_core_running_is_deduplicated() {
         let mut m = machine();
         let local = m.begin_local(pb::OperationKind::SendText).unwrap();
-        assert_eq!(
-            statuses(&local),
-            vec![(SessionStatus::Running, "sdk", "sdk_status_changed")]
-        );
+        assert_eq!(statuses(&local), vec![(SessionStatus::Running, "sdk", "sdk_status_changed")]);
         assert_eq!(m.operation_accepted(&accepted("op1")).0, Accepted::Pending);
         let effects = feed(
             &mut m,
-            &[
-                started(1, "op1"),
-                status(2, "op1", SessionStatus::Running, SessionStatus::Idle),
-            ],
+            &[started(1, "op1"), status(2, "op1", SessionStatus::Running, SessionStatus::Idle)],
             NO_HANDLERS,
         );
-        assert!(
-            statuses(&effects).is_empty(),
-            "core running after sdk running is not a change"
-        );
+        assert!(statuses(&effects).is_empty(), "core running after sdk running is not a change");
     }
 
     #[test]
@@ -685,28 +557,13 @@ mod tests {
         m.operation_accepted(&accepted("op1"));
         let effects = feed(
             &mut m,
-            &[
-                started(1, "op1"),
-                status(2, "op1", SessionStatus::Idle, SessionStatus::Running),
-            ],
+            &[started(1, "op1"), status(2, "op1", SessionStatus::Idle, SessionStatus::Running)],
             NO_HANDLERS,
         );
-        assert_eq!(
-            statuses(&effects),
-            vec![(SessionStatus::Idle, "core", "status_changed")]
-        );
-        assert!(
-            !effects.iter().any(|e| matches!(e, Effect::Settle { .. })),
-            "idle alone settles nothing"
-        );
+        assert_eq!(statuses(&effects), vec![(SessionStatus::Idle, "core", "status_changed")]);
+        assert!(!effects.iter().any(|e| matches!(e, Effect::Settle { .. })), "idle alone settles nothing");
         let effects = feed(&mut m, &[completed(3, "op1", None)], NO_HANDLERS);
-        assert_eq!(
-            effects,
-            vec![Effect::Settle {
-                operation_id: "op1".into(),
-                outcome: Ok(())
-            }]
-        );
+        assert_eq!(effects, vec![Effect::Settle { operation_id: "op1".into(), outcome: Ok(()) }]);
     }
 
     #[test]
@@ -714,20 +571,10 @@ mod tests {
         let mut m = machine();
         m.begin_local(pb::OperationKind::SendText).unwrap();
         m.operation_accepted(&accepted("op1"));
-        let effects = feed(
-            &mut m,
-            &[
-                started(1, "op1"),
-                completed(2, "op1", Some(ErrorCode::SendTextFailed)),
-            ],
-            NO_HANDLERS,
-        );
+        let effects =
+            feed(&mut m, &[started(1, "op1"), completed(2, "op1", Some(ErrorCode::SendTextFailed))], NO_HANDLERS);
         match &effects[..] {
-            [
-                Effect::Settle {
-                    outcome: Err(e), ..
-                },
-            ] => assert!(e.is(ErrorCode::SendTextFailed)),
+            [Effect::Settle { outcome: Err(e), .. }] => assert!(e.is(ErrorCode::SendTextFailed)),
             other => panic!("{other:?}"),
         }
     }
@@ -736,49 +583,22 @@ mod tests {
     fn a_completion_that_arrives_before_the_operation_id_still_settles() {
         let mut m = machine();
         m.begin_local(pb::OperationKind::SendText).unwrap();
-        feed(
-            &mut m,
-            &[started(1, "op1"), completed(2, "op1", None)],
-            NO_HANDLERS,
-        );
-        assert_eq!(
-            m.operation_accepted(&accepted("op1")).0,
-            Accepted::Settled(Ok(()))
-        );
+        feed(&mut m, &[started(1, "op1"), completed(2, "op1", None)], NO_HANDLERS);
+        assert_eq!(m.operation_accepted(&accepted("op1")).0, Accepted::Settled(Ok(())));
     }
 
     #[test]
     fn send_text_is_refused_while_busy_ended_or_in_error() {
         let mut m = machine();
         m.begin_local(pb::OperationKind::SendText).unwrap();
-        assert!(
-            m.begin_local(pb::OperationKind::SendText)
-                .unwrap_err()
-                .is(ErrorCode::SessionBusy)
-        );
-        assert!(
-            m.begin_local(pb::OperationKind::Prepare)
-                .unwrap_err()
-                .is(ErrorCode::SessionBusy)
-        );
+        assert!(m.begin_local(pb::OperationKind::SendText).unwrap_err().is(ErrorCode::SessionBusy));
+        assert!(m.begin_local(pb::OperationKind::Prepare).unwrap_err().is(ErrorCode::SessionBusy));
         let mut m = machine();
         m.local_ended();
-        assert!(
-            m.begin_local(pb::OperationKind::SendText)
-                .unwrap_err()
-                .is(ErrorCode::SessionEnded)
-        );
+        assert!(m.begin_local(pb::OperationKind::SendText).unwrap_err().is(ErrorCode::SessionEnded));
         let mut m = machine();
-        feed(
-            &mut m,
-            &[status(1, "", SessionStatus::Error, SessionStatus::Idle)],
-            NO_HANDLERS,
-        );
-        assert!(
-            m.begin_local(pb::OperationKind::SendText)
-                .unwrap_err()
-                .is(ErrorCode::SessionError)
-        );
+        feed(&mut m, &[status(1, "", SessionStatus::Error, SessionStatus::Idle)], NO_HANDLERS);
+        assert!(m.begin_local(pb::OperationKind::SendText).unwrap_err().is(ErrorCode::SessionError));
     }
 
     #[test]
@@ -786,20 +606,13 @@ mod tests {
         let mut m = machine();
         m.begin_local(pb::OperationKind::SendText).unwrap();
         let effects = m.operation_failed_to_start();
-        assert_eq!(
-            statuses(&effects),
-            vec![(SessionStatus::Idle, "sdk", "sdk_status_changed")]
-        );
+        assert_eq!(statuses(&effects), vec![(SessionStatus::Idle, "sdk", "sdk_status_changed")]);
     }
 
     #[test]
     fn stale_events_are_ignored() {
         let mut m = machine();
-        feed(
-            &mut m,
-            &[status(5, "", SessionStatus::Error, SessionStatus::Idle)],
-            NO_HANDLERS,
-        );
+        feed(&mut m, &[status(5, "", SessionStatus::Error, SessionStatus::Idle)], NO_HANDLERS);
         let effects = feed(
             &mut m,
             &[
@@ -821,33 +634,15 @@ mod tests {
             &mut m,
             &[
                 started(1, "op1"),
-                ev(
-                    2,
-                    "op-other",
-                    Kind::Chat(pb::Chat {
-                        text: "not mine".into(),
-                    }),
-                ),
+                ev(2, "op-other", Kind::Chat(pb::Chat { text: "not mine".into() })),
                 completed(3, "op-other", None),
-                ev(
-                    4,
-                    "op1",
-                    Kind::Chat(pb::Chat {
-                        text: "mine".into(),
-                    }),
-                ),
+                ev(4, "op1", Kind::Chat(pb::Chat { text: "mine".into() })),
             ],
             NO_HANDLERS,
         );
         let chats: Vec<_> = effects
             .iter()
-            .filter_map(|e| {
-                if let Effect::Chat { text, .. } = e {
-                    Some(text.as_str())
-                } else {
-                    None
-                }
-            })
+            .filter_map(|e| if let Effect::Chat { text, .. } = e { Some(text.as_str()) } else { None })
             .collect();
         assert_eq!(chats, vec!["mine"]);
         assert!(!effects.iter().any(|e| matches!(e, Effect::Settle { .. })));
@@ -860,19 +655,10 @@ mod tests {
         m.operation_accepted(&accepted("op1"));
         let effects = feed(
             &mut m,
-            &[
-                started(1, "op1"),
-                ev(
-                    2,
-                    "op1",
-                    Kind::ChatDelta(pb::ChatDelta { text: "He".into() }),
-                ),
-            ],
+            &[started(1, "op1"), ev(2, "op1", Kind::ChatDelta(pb::ChatDelta { text: "He".into() }))],
             NO_HANDLERS,
         );
-        let Effect::ChatDelta { text, ctx } = &effects[0] else {
-            panic!("{effects:?}")
-        };
+        let Effect::ChatDelta { text, ctx } = &effects[0] else { panic!("{effects:?}") };
         assert_eq!(text, "He");
         assert_eq!(ctx.kind, "chat_delta");
         assert_eq!(ctx.source, Source::Core);
@@ -890,42 +676,21 @@ mod tests {
         let mut m = machine();
         m.begin_local(pb::OperationKind::Prepare).unwrap();
         let mut e = started(1, "p1");
-        e.turn = Some(pb::TurnInfo {
-            turn_id: "tp".into(),
-            kind: pb::TurnKind::Prepare as i32,
-            started_at_ms: 1,
-        });
-        let mut chat = ev(
-            2,
-            "p1",
-            Kind::Chat(pb::Chat {
-                text: "PEDELEC_PREPARED".into(),
-            }),
-        );
+        e.turn = Some(pb::TurnInfo { turn_id: "tp".into(), kind: pb::TurnKind::Prepare as i32, started_at_ms: 1 });
+        let mut chat = ev(2, "p1", Kind::Chat(pb::Chat { text: "PEDELEC_PREPARED".into() }));
         chat.turn = e.turn.clone();
         let effects = feed(&mut m, &[e, chat], NO_HANDLERS);
-        assert!(
-            effects
-                .iter()
-                .all(|e| !matches!(e, Effect::Chat { .. } | Effect::ChatDelta { .. }))
-        );
+        assert!(effects.iter().all(|e| !matches!(e, Effect::Chat { .. } | Effect::ChatDelta { .. })));
     }
 
     #[test]
     fn prepare_already_done_settles_at_once_and_restores_idle() {
         let mut m = machine();
         m.begin_local(pb::OperationKind::Prepare).unwrap();
-        let done = pb::OperationAccepted {
-            operation_id: String::new(),
-            kind: 1,
-            already_done: true,
-        };
+        let done = pb::OperationAccepted { operation_id: String::new(), kind: 1, already_done: true };
         let (state, effects) = m.operation_accepted(&done);
         assert_eq!(state, Accepted::Settled(Ok(())));
-        assert_eq!(
-            statuses(&effects),
-            vec![(SessionStatus::Idle, "sdk", "sdk_status_changed")]
-        );
+        assert_eq!(statuses(&effects), vec![(SessionStatus::Idle, "sdk", "sdk_status_changed")]);
         assert!(m.prepared());
     }
 
@@ -939,43 +704,22 @@ mod tests {
             &[
                 started(1, "op1"),
                 status(2, "", SessionStatus::Ended, SessionStatus::Running),
-                ev(
-                    3,
-                    "",
-                    Kind::Ended(pb::Ended {
-                        reason: "requested".into(),
-                    }),
-                ),
-                ev(
-                    4,
-                    "",
-                    Kind::Ended(pb::Ended {
-                        reason: "again".into(),
-                    }),
-                ),
+                ev(3, "", Kind::Ended(pb::Ended { reason: "requested".into() })),
+                ev(4, "", Kind::Ended(pb::Ended { reason: "again".into() })),
             ],
             NO_HANDLERS,
         );
-        let ended = effects
-            .iter()
-            .filter(|e| matches!(e, Effect::Ended { .. }))
-            .count();
+        let ended = effects.iter().filter(|e| matches!(e, Effect::Ended { .. })).count();
         assert_eq!(ended, 1);
-        assert!(effects.iter().any(|e| matches!(e, Effect::Settle { outcome: Err(err), .. } if err.is(ErrorCode::SessionEnded))));
         assert!(
-            m.local_ended().is_empty(),
-            "already ended: no second callback"
+            effects
+                .iter()
+                .any(|e| matches!(e, Effect::Settle { outcome: Err(err), .. } if err.is(ErrorCode::SessionEnded)))
         );
+        assert!(m.local_ended().is_empty(), "already ended: no second callback");
         // resume: the snapshot says idle, a later end runs the callback again.
-        let effects = feed(
-            &mut m,
-            &[snapshot(10, SessionStatus::Idle, None, vec![])],
-            NO_HANDLERS,
-        );
-        assert_eq!(
-            statuses(&effects),
-            vec![(SessionStatus::Idle, "core", "status_changed")]
-        );
+        let effects = feed(&mut m, &[snapshot(10, SessionStatus::Idle, None, vec![])], NO_HANDLERS);
+        assert_eq!(statuses(&effects), vec![(SessionStatus::Idle, "core", "status_changed")]);
         let effects = m.local_ended();
         assert!(
             matches!(&effects[..], [Effect::Status { .. }, Effect::Ended { ctx }] if ctx.kind == "sdk_ended" && ctx.source == Source::Sdk)
@@ -985,27 +729,10 @@ mod tests {
     #[test]
     fn a_snapshot_adopts_core_status_and_active_operation() {
         let mut m = machine();
-        let effects = feed(
-            &mut m,
-            &[snapshot(40, SessionStatus::Running, Some("op9"), vec![])],
-            NO_HANDLERS,
-        );
-        assert_eq!(
-            statuses(&effects),
-            vec![(SessionStatus::Running, "core", "status_changed")]
-        );
+        let effects = feed(&mut m, &[snapshot(40, SessionStatus::Running, Some("op9"), vec![])], NO_HANDLERS);
+        assert_eq!(statuses(&effects), vec![(SessionStatus::Running, "core", "status_changed")]);
         assert_eq!(m.last_seq(), 40);
-        let effects = feed(
-            &mut m,
-            &[ev(
-                41,
-                "op9",
-                Kind::Chat(pb::Chat {
-                    text: "resumed".into(),
-                }),
-            )],
-            NO_HANDLERS,
-        );
+        let effects = feed(&mut m, &[ev(41, "op9", Kind::Chat(pb::Chat { text: "resumed".into() }))], NO_HANDLERS);
         assert!(matches!(&effects[..], [Effect::Chat { .. }]));
     }
 
@@ -1029,30 +756,13 @@ mod tests {
         m.operation_accepted(&accepted("op1"));
         let effects = feed(
             &mut m,
-            &[
-                started(1, "op1"),
-                tool_call(2, "t1", "counter"),
-                tool_call(3, "t1", "counter"),
-            ],
+            &[started(1, "op1"), tool_call(2, "t1", "counter"), tool_call(3, "t1", "counter")],
             ALL_HANDLERS,
         );
-        assert_eq!(
-            statuses(&effects),
-            vec![(
-                SessionStatus::WaitingToolResult,
-                "sdk",
-                "sdk_status_changed"
-            )]
-        );
+        assert_eq!(statuses(&effects), vec![(SessionStatus::WaitingToolResult, "sdk", "sdk_status_changed")]);
         let invoked: Vec<_> = effects
             .iter()
-            .filter_map(|e| {
-                if let Effect::InvokeTool { ctx, .. } = e {
-                    Some(ctx)
-                } else {
-                    None
-                }
-            })
+            .filter_map(|e| if let Effect::InvokeTool { ctx, .. } = e { Some(ctx) } else { None })
             .collect();
         assert_eq!(invoked.len(), 1);
         assert_eq!(invoked[0].kind, "tool_call");
@@ -1071,41 +781,18 @@ mod tests {
         };
         let effects = feed(
             &mut m,
-            &[snapshot(
-                9,
-                SessionStatus::WaitingToolResult,
-                Some("op1"),
-                vec![pending.clone()],
-            )],
+            &[snapshot(9, SessionStatus::WaitingToolResult, Some("op1"), vec![pending.clone()])],
             NO_HANDLERS,
         );
-        assert!(
-            !effects
-                .iter()
-                .any(|e| matches!(e, Effect::InvokeTool { .. }))
-        );
+        assert!(!effects.iter().any(|e| matches!(e, Effect::InvokeTool { .. })));
         assert_eq!(m.queued_tools().count(), 1);
         assert!(m.handler_registered(&|t| t == "other").is_empty());
         let effects = m.handler_registered(&|t| t == "counter");
-        assert!(
-            matches!(&effects[..], [Effect::InvokeTool { request, .. }] if request.tool_request_id == "t7")
-        );
+        assert!(matches!(&effects[..], [Effect::InvokeTool { request, .. }] if request.tool_request_id == "t7"));
         // The same request in a later snapshot is not invoked twice.
-        let effects = feed(
-            &mut m,
-            &[snapshot(
-                10,
-                SessionStatus::WaitingToolResult,
-                Some("op1"),
-                vec![pending],
-            )],
-            ALL_HANDLERS,
-        );
-        assert!(
-            !effects
-                .iter()
-                .any(|e| matches!(e, Effect::InvokeTool { .. }))
-        );
+        let effects =
+            feed(&mut m, &[snapshot(10, SessionStatus::WaitingToolResult, Some("op1"), vec![pending])], ALL_HANDLERS);
+        assert!(!effects.iter().any(|e| matches!(e, Effect::InvokeTool { .. })));
     }
 
     #[test]
@@ -1113,11 +800,7 @@ mod tests {
         let mut m = machine();
         m.begin_local(pb::OperationKind::SendText).unwrap();
         m.operation_accepted(&accepted("op1"));
-        feed(
-            &mut m,
-            &[started(1, "op1"), tool_call(2, "t1", "counter")],
-            NO_HANDLERS,
-        );
+        feed(&mut m, &[started(1, "op1"), tool_call(2, "t1", "counter")], NO_HANDLERS);
         assert_eq!(m.queued_tools().count(), 1);
         feed(
             &mut m,
@@ -1140,67 +823,33 @@ mod tests {
         m.begin_local(pb::OperationKind::SendText).unwrap();
         m.operation_accepted(&accepted("op1"));
         let usage = |seq, total| {
-            ev(
-                seq,
-                "op1",
-                Kind::UsageUpdated(pb::UsageUpdated {
-                    usage: Some(pb::Usage {
-                        total_tokens: total,
-                    }),
-                }),
-            )
+            ev(seq, "op1", Kind::UsageUpdated(pb::UsageUpdated { usage: Some(pb::Usage { total_tokens: total }) }))
         };
         let effects = feed(&mut m, &[started(1, "op1"), usage(2, None)], NO_HANDLERS);
         assert!(effects.is_empty());
         assert_eq!(m.usage(), None);
-        let effects = feed(
-            &mut m,
-            &[usage(3, Some(50)), usage(4, Some(20)), usage(5, Some(50))],
-            NO_HANDLERS,
-        );
-        assert_eq!(
-            effects,
-            vec![Effect::Usage { total_tokens: 50 }],
-            "only growth, and only usage effects"
-        );
+        let effects = feed(&mut m, &[usage(3, Some(50)), usage(4, Some(20)), usage(5, Some(50))], NO_HANDLERS);
+        assert_eq!(effects, vec![Effect::Usage { total_tokens: 50 }], "only growth, and only usage effects");
         assert_eq!(m.usage(), Some(50));
-        let effects = feed(
-            &mut m,
-            &[snapshot(6, SessionStatus::Running, Some("op1"), vec![])],
-            NO_HANDLERS,
-        );
+        let effects = feed(&mut m, &[snapshot(6, SessionStatus::Running, Some("op1"), vec![])], NO_HANDLERS);
         assert!(effects.is_empty());
-        assert_eq!(
-            m.usage(),
-            Some(50),
-            "a snapshot without a total keeps the known one"
-        );
+        assert_eq!(m.usage(), Some(50), "a snapshot without a total keeps the known one");
     }
 
     #[test]
     fn errors_do_not_change_status() {
         let mut m = machine();
-        let raised = ev(
-            1,
-            "",
-            Kind::Error(pb::ErrorRaised {
-                error: Some(pb::Error::new(ErrorCode::ProviderError, "x")),
-            }),
-        );
+        let raised =
+            ev(1, "", Kind::Error(pb::ErrorRaised { error: Some(pb::Error::new(ErrorCode::ProviderError, "x")) }));
         let effects = feed(&mut m, &[raised], NO_HANDLERS);
         assert!(
             matches!(&effects[..], [Effect::Error { ctx, .. }] if ctx.kind == "error" && ctx.source == Source::Core)
         );
         assert_eq!(m.status(), SessionStatus::Idle);
-        let Effect::Error { ctx, .. } =
-            m.sdk_error(PedelecError::new(ErrorCode::SubmitToolResultFailed, "x"))
-        else {
+        let Effect::Error { ctx, .. } = m.sdk_error(PedelecError::new(ErrorCode::SubmitToolResultFailed, "x")) else {
             panic!()
         };
-        assert_eq!(
-            (ctx.kind, ctx.source, ctx.event_received_at),
-            ("sdk_error", Source::Sdk, None)
-        );
+        assert_eq!((ctx.kind, ctx.source, ctx.event_received_at), ("sdk_error", Source::Sdk, None));
     }
 
     #[test]
@@ -1209,8 +858,6 @@ mod tests {
         m.begin_local(pb::OperationKind::SendText).unwrap();
         m.operation_accepted(&accepted("op1"));
         let effects = m.detached();
-        assert!(
-            matches!(&effects[..], [Effect::Settle { outcome: Err(e), .. }] if e.is(ErrorCode::TransportDetached))
-        );
+        assert!(matches!(&effects[..], [Effect::Settle { outcome: Err(e), .. }] if e.is(ErrorCode::TransportDetached)));
     }
 }

@@ -67,9 +67,7 @@ impl Handlers {
     }
 
     fn has_tool(&self, tool: &str) -> bool {
-        self.named.iter().any(|(_, n, _)| n == tool)
-            || self.inline.contains_key(tool)
-            || !self.generic.is_empty()
+        self.named.iter().any(|(_, n, _)| n == tool) || self.inline.contains_key(tool) || !self.generic.is_empty()
     }
 
     /// Named > inline > generic; the newest registration of a kind wins.
@@ -127,18 +125,13 @@ pub struct PedelecSession<T: ToolName = String> {
 
 impl<T: ToolName> Clone for PedelecSession<T> {
     fn clone(&self) -> Self {
-        PedelecSession {
-            inner: self.inner.clone(),
-            _names: PhantomData,
-        }
+        PedelecSession { inner: self.inner.clone(), _names: PhantomData }
     }
 }
 
 impl<T: ToolName> std::fmt::Debug for PedelecSession<T> {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("PedelecSession")
-            .field("session_id", &self.inner.session_id)
-            .finish()
+        f.debug_struct("PedelecSession").field("session_id", &self.inner.session_id).finish()
     }
 }
 
@@ -150,10 +143,7 @@ impl<T: ToolName> PedelecSession<T> {
         meta: SessionMeta,
         inline: HashMap<String, ToolHandlerFn>,
     ) -> Self {
-        let handlers = Handlers {
-            inline,
-            ..Handlers::default()
-        };
+        let handlers = Handlers { inline, ..Handlers::default() };
         let inner = Arc::new(Inner {
             session_id: meta.session_id.clone(),
             origin,
@@ -168,17 +158,13 @@ impl<T: ToolName> PedelecSession<T> {
             generation: AtomicU64::new(0),
             event_loop: Mutex::default(),
         });
-        PedelecSession {
-            inner,
-            _names: PhantomData,
-        }
+        PedelecSession { inner, _names: PhantomData }
     }
 
     /// Subscribes, adopts the first snapshot, then follows live events in the background.
     pub(crate) async fn attach(&self) -> Result<(), PedelecError> {
         Inner::attach(&self.inner).await?;
-        lock(&self.inner.registry)
-            .insert(self.inner.session_id.clone(), Arc::downgrade(&self.inner));
+        lock(&self.inner.registry).insert(self.inner.session_id.clone(), Arc::downgrade(&self.inner));
         Ok(())
     }
 
@@ -203,9 +189,7 @@ impl<T: ToolName> PedelecSession<T> {
     }
 
     pub fn usage(&self) -> PedelecSessionUsage {
-        PedelecSessionUsage {
-            total_tokens: lock(&self.inner.machine).usage(),
-        }
+        PedelecSessionUsage { total_tokens: lock(&self.inner.machine).usage() }
     }
 
     /// The current local status.
@@ -230,12 +214,7 @@ impl<T: ToolName> PedelecSession<T> {
             caller_origin: self.inner.origin.clone(),
             text: text.into(),
         };
-        Inner::run_operation(
-            &self.inner,
-            pb::OperationKind::SendText,
-            Call::SendText(request),
-        )
-        .await
+        Inner::run_operation(&self.inner, pb::OperationKind::SendText, Call::SendText(request)).await
     }
 
     /// Optional preparation: idempotent after success; concurrent calls share one request.
@@ -254,12 +233,8 @@ impl<T: ToolName> PedelecSession<T> {
                         caller_origin: inner.origin.clone(),
                     };
                     let fut: BoxFuture<'static, Result<(), PedelecError>> = Box::pin(async move {
-                        let out = Inner::run_operation(
-                            &inner,
-                            pb::OperationKind::Prepare,
-                            Call::Prepare(request),
-                        )
-                        .await;
+                        let out =
+                            Inner::run_operation(&inner, pb::OperationKind::Prepare, Call::Prepare(request)).await;
                         *lock(&inner.prepare) = None;
                         out
                     });
@@ -277,10 +252,8 @@ impl<T: ToolName> PedelecSession<T> {
         if self.get_status() == SessionStatus::Ended {
             return Ok(());
         }
-        let request = pb::EndRequest {
-            session_id: self.inner.session_id.clone(),
-            caller_origin: self.inner.origin.clone(),
-        };
+        let request =
+            pb::EndRequest { session_id: self.inner.session_id.clone(), caller_origin: self.inner.origin.clone() };
         match self.inner.transport.call(Call::End(request)).await {
             Ok(Reply::End(_)) => {
                 let effects = lock(&self.inner.machine).local_ended();
@@ -324,11 +297,7 @@ impl<T: ToolName> PedelecSession<T> {
         shared.await
     }
 
-    fn register<F>(
-        &self,
-        add: impl FnOnce(&mut Handlers, u64) -> F,
-        remove: fn(&mut Handlers, u64),
-    ) -> Disposer {
+    fn register<F>(&self, add: impl FnOnce(&mut Handlers, u64) -> F, remove: fn(&mut Handlers, u64)) -> Disposer {
         let id = {
             let mut h = lock(&self.inner.handlers);
             let id = h.id();
@@ -346,64 +315,37 @@ impl<T: ToolName> PedelecSession<T> {
     /// Completed assistant messages.
     pub fn on_chat(&self, f: impl Fn(&str, &EventContext) + Send + Sync + 'static) -> Disposer {
         let f: ChatFn = Arc::new(f);
-        self.register(
-            move |h, id| h.chat.push((id, f)),
-            |h, id| h.chat.retain(|(i, _)| *i != id),
-        )
+        self.register(move |h, id| h.chat.push((id, f)), |h, id| h.chat.retain(|(i, _)| *i != id))
     }
 
     /// Best-effort incremental assistant text.
-    pub fn on_chat_delta(
-        &self,
-        f: impl Fn(&str, &EventContext) + Send + Sync + 'static,
-    ) -> Disposer {
+    pub fn on_chat_delta(&self, f: impl Fn(&str, &EventContext) + Send + Sync + 'static) -> Disposer {
         let f: ChatFn = Arc::new(f);
-        self.register(
-            move |h, id| h.delta.push((id, f)),
-            |h, id| h.delta.retain(|(i, _)| *i != id),
-        )
+        self.register(move |h, id| h.delta.push((id, f)), |h, id| h.delta.retain(|(i, _)| *i != id))
     }
 
     /// Status changes (only when the value changes; never the initial value).
-    pub fn on_status(
-        &self,
-        f: impl Fn(SessionStatus, &StatusContext) + Send + Sync + 'static,
-    ) -> Disposer {
+    pub fn on_status(&self, f: impl Fn(SessionStatus, &StatusContext) + Send + Sync + 'static) -> Disposer {
         let f: StatusFn = Arc::new(f);
-        self.register(
-            move |h, id| h.status.push((id, f)),
-            |h, id| h.status.retain(|(i, _)| *i != id),
-        )
+        self.register(move |h, id| h.status.push((id, f)), |h, id| h.status.retain(|(i, _)| *i != id))
     }
 
     /// Core and SDK errors.
-    pub fn on_error(
-        &self,
-        f: impl Fn(&PedelecError, &EventContext) + Send + Sync + 'static,
-    ) -> Disposer {
+    pub fn on_error(&self, f: impl Fn(&PedelecError, &EventContext) + Send + Sync + 'static) -> Disposer {
         let f: ErrorFn = Arc::new(f);
-        self.register(
-            move |h, id| h.error.push((id, f)),
-            |h, id| h.error.retain(|(i, _)| *i != id),
-        )
+        self.register(move |h, id| h.error.push((id, f)), |h, id| h.error.retain(|(i, _)| *i != id))
     }
 
     /// Each transition into ended.
     pub fn on_ended(&self, f: impl Fn(&EventContext) + Send + Sync + 'static) -> Disposer {
         let f: EndedFn = Arc::new(f);
-        self.register(
-            move |h, id| h.ended.push((id, f)),
-            |h, id| h.ended.retain(|(i, _)| *i != id),
-        )
+        self.register(move |h, id| h.ended.push((id, f)), |h, id| h.ended.retain(|(i, _)| *i != id))
     }
 
     /// Usage growth (never runs chat, status or error handlers).
     pub fn on_usage(&self, f: impl Fn(u64) + Send + Sync + 'static) -> Disposer {
         let f: UsageFn = Arc::new(f);
-        self.register(
-            move |h, id| h.usage.push((id, f)),
-            |h, id| h.usage.retain(|(i, _)| *i != id),
-        )
+        self.register(move |h, id| h.usage.push((id, f)), |h, id| h.usage.retain(|(i, _)| *i != id))
     }
 
     /// Named async handler for one tool (overrides an inline handler).
@@ -432,10 +374,8 @@ impl<T: ToolName> PedelecSession<T> {
     /// Named handler from an erased function.
     pub fn on_tool_fn(&self, tool: T, f: ToolHandlerFn) -> Disposer {
         let name = tool.as_str().to_owned();
-        let disposer = self.register(
-            move |h, id| h.named.push((id, name, f)),
-            |h, id| h.named.retain(|(i, _, _)| *i != id),
-        );
+        let disposer =
+            self.register(move |h, id| h.named.push((id, name, f)), |h, id| h.named.retain(|(i, _, _)| *i != id));
         self.release_queued();
         disposer
     }
@@ -450,15 +390,12 @@ impl<T: ToolName> PedelecSession<T> {
         let g: GenericToolHandlerFn<String> = Arc::new(move |name: String, args, ctx| {
             let f = f.clone();
             Box::pin(async move {
-                let name = T::from_name(&name)
-                    .ok_or_else(|| format!("tool {name:?} is not one of this session's tools"))?;
+                let name =
+                    T::from_name(&name).ok_or_else(|| format!("tool {name:?} is not one of this session's tools"))?;
                 f(name, args, ctx).await
             })
         });
-        let disposer = self.register(
-            move |h, id| h.generic.push((id, g)),
-            |h, id| h.generic.retain(|(i, _)| *i != id),
-        );
+        let disposer = self.register(move |h, id| h.generic.push((id, g)), |h, id| h.generic.retain(|(i, _)| *i != id));
         self.release_queued();
         disposer
     }
@@ -474,10 +411,7 @@ impl<T: ToolName> PedelecSession<T> {
 
 impl Inner {
     async fn attach(self: &Arc<Self>) -> Result<(), PedelecError> {
-        let request = pb::SubscribeRequest {
-            session_id: self.session_id.clone(),
-            caller_origin: self.origin.clone(),
-        };
+        let request = pb::SubscribeRequest { session_id: self.session_id.clone(), caller_origin: self.origin.clone() };
         let mut stream = self.transport.subscribe(request).await?;
         let generation = self.generation.fetch_add(1, Ordering::SeqCst) + 1;
         match stream.next().await {
@@ -530,10 +464,9 @@ impl Inner {
         let effects = {
             let mut machine = lock(&self.machine);
             let mut e = machine.detached();
-            e.push(machine.sdk_error(PedelecError::new(
-                ErrorCode::TransportDetached,
-                "the connection to Core was lost",
-            )));
+            e.push(
+                machine.sdk_error(PedelecError::new(ErrorCode::TransportDetached, "the connection to Core was lost")),
+            );
             e
         };
         self.apply(effects);
@@ -547,11 +480,7 @@ impl Inner {
         self.apply(effects);
     }
 
-    async fn run_operation(
-        self: &Arc<Self>,
-        kind: pb::OperationKind,
-        call: Call,
-    ) -> Result<(), PedelecError> {
+    async fn run_operation(self: &Arc<Self>, kind: pb::OperationKind, call: Call) -> Result<(), PedelecError> {
         let effects = lock(&self.machine).begin_local(kind)?;
         self.apply(effects);
         let accepted = match self.transport.call(call).await {
@@ -575,12 +504,9 @@ impl Inner {
             receiver
         };
         match receiver {
-            Ok(rx) => rx.await.unwrap_or_else(|_| {
-                Err(PedelecError::new(
-                    ErrorCode::TransportDetached,
-                    "handle dropped",
-                ))
-            }),
+            Ok(rx) => {
+                rx.await.unwrap_or_else(|_| Err(PedelecError::new(ErrorCode::TransportDetached, "handle dropped")))
+            }
             Err(outcome) => outcome,
         }
     }
@@ -598,10 +524,7 @@ impl Inner {
     }
 
     async fn resume(self: &Arc<Self>) -> Result<(), PedelecError> {
-        let request = pb::ResumeRequest {
-            session_id: self.session_id.clone(),
-            caller_origin: self.origin.clone(),
-        };
+        let request = pb::ResumeRequest { session_id: self.session_id.clone(), caller_origin: self.origin.clone() };
         match self.transport.call(Call::Resume(request)).await? {
             Reply::Resume(_) => {}
             other => return Err(unexpected(&other)),
@@ -616,58 +539,31 @@ impl Inner {
         for effect in effects {
             match effect {
                 Effect::Status { status, ctx } => {
-                    let list: Vec<StatusFn> = lock(&self.handlers)
-                        .status
-                        .iter()
-                        .map(|(_, f)| f.clone())
-                        .collect();
+                    let list: Vec<StatusFn> = lock(&self.handlers).status.iter().map(|(_, f)| f.clone()).collect();
                     list.iter().for_each(|f| f(status, &ctx));
                 }
                 Effect::Chat { text, ctx } => {
-                    let list: Vec<ChatFn> = lock(&self.handlers)
-                        .chat
-                        .iter()
-                        .map(|(_, f)| f.clone())
-                        .collect();
+                    let list: Vec<ChatFn> = lock(&self.handlers).chat.iter().map(|(_, f)| f.clone()).collect();
                     list.iter().for_each(|f| f(&text, &ctx));
                 }
                 Effect::ChatDelta { text, ctx } => {
-                    let list: Vec<ChatFn> = lock(&self.handlers)
-                        .delta
-                        .iter()
-                        .map(|(_, f)| f.clone())
-                        .collect();
+                    let list: Vec<ChatFn> = lock(&self.handlers).delta.iter().map(|(_, f)| f.clone()).collect();
                     list.iter().for_each(|f| f(&text, &ctx));
                 }
                 Effect::Error { error, ctx } => {
-                    let list: Vec<ErrorFn> = lock(&self.handlers)
-                        .error
-                        .iter()
-                        .map(|(_, f)| f.clone())
-                        .collect();
+                    let list: Vec<ErrorFn> = lock(&self.handlers).error.iter().map(|(_, f)| f.clone()).collect();
                     list.iter().for_each(|f| f(&error, &ctx));
                 }
                 Effect::Ended { ctx } => {
-                    let list: Vec<EndedFn> = lock(&self.handlers)
-                        .ended
-                        .iter()
-                        .map(|(_, f)| f.clone())
-                        .collect();
+                    let list: Vec<EndedFn> = lock(&self.handlers).ended.iter().map(|(_, f)| f.clone()).collect();
                     list.iter().for_each(|f| f(&ctx));
                     lock(&self.registry).remove(&self.session_id);
                 }
                 Effect::Usage { total_tokens } => {
-                    let list: Vec<UsageFn> = lock(&self.handlers)
-                        .usage
-                        .iter()
-                        .map(|(_, f)| f.clone())
-                        .collect();
+                    let list: Vec<UsageFn> = lock(&self.handlers).usage.iter().map(|(_, f)| f.clone()).collect();
                     list.iter().for_each(|f| f(total_tokens));
                 }
-                Effect::Settle {
-                    operation_id,
-                    outcome,
-                } => {
+                Effect::Settle { operation_id, outcome } => {
                     if let Some(tx) = lock(&self.waiters).remove(&operation_id) {
                         let _ = tx.send(outcome);
                     }
@@ -702,7 +598,8 @@ impl Inner {
                     ErrorCode::SubmitToolResultFailed,
                     format!("could not submit the result of {}: {}", request.tool, error.message),
                 );
-                wrapped.details = Some(serde_json::json!({ "cause": error.code, "toolRequestId": request.tool_request_id }));
+                wrapped.details =
+                    Some(serde_json::json!({ "cause": error.code, "toolRequestId": request.tool_request_id }));
                 let effect = lock(&inner.machine).sdk_error(wrapped);
                 inner.apply(vec![effect]);
             }

@@ -29,14 +29,12 @@ impl ToolName for String {
 pub type ToolOutcome = Result<serde_json::Value, String>;
 
 /// A handler for one tool, erased to JSON.
-pub type ToolHandlerFn = Arc<
-    dyn Fn(serde_json::Value, ToolCallContext) -> BoxFuture<'static, ToolOutcome> + Send + Sync,
->;
+pub type ToolHandlerFn =
+    Arc<dyn Fn(serde_json::Value, ToolCallContext) -> BoxFuture<'static, ToolOutcome> + Send + Sync>;
 
 /// The generic fallback handler, which also receives the tool name.
-pub type GenericToolHandlerFn<T> = Arc<
-    dyn Fn(T, serde_json::Value, ToolCallContext) -> BoxFuture<'static, ToolOutcome> + Send + Sync,
->;
+pub type GenericToolHandlerFn<T> =
+    Arc<dyn Fn(T, serde_json::Value, ToolCallContext) -> BoxFuture<'static, ToolOutcome> + Send + Sync>;
 
 /// Wraps a typed async handler: arguments are deserialised into `A` (a
 /// mismatch is a handler failure), the result serialised from `R`.
@@ -88,13 +86,7 @@ pub struct ToolSpec<T: ToolName = String> {
 
 impl<T: ToolName> ToolSpec<T> {
     pub fn new(name: T, description: impl Into<String>, input_schema: serde_json::Value) -> Self {
-        ToolSpec {
-            name,
-            description: description.into(),
-            input_schema,
-            timeout_ms: None,
-            handler: None,
-        }
+        ToolSpec { name, description: description.into(), input_schema, timeout_ms: None, handler: None }
     }
 
     pub fn timeout_ms(mut self, timeout_ms: u32) -> Self {

@@ -20,18 +20,12 @@ pub trait Transport: Send + Sync + 'static {
     /// One request and its response.
     fn call(&self, call: Call) -> BoxFuture<'static, Result<Reply, PedelecError>>;
     /// A session's events: a snapshot first, then live events.
-    fn subscribe(
-        &self,
-        request: pb::SubscribeRequest,
-    ) -> BoxFuture<'static, Result<EventStream, PedelecError>>;
+    fn subscribe(&self, request: pb::SubscribeRequest) -> BoxFuture<'static, Result<EventStream, PedelecError>>;
     /// Runs background work (event loops, tool handlers).
     fn spawn(&self, task: BoxFuture<'static, ()>);
 }
 
 /// A reply of the wrong kind for its call.
 pub fn unexpected(reply: &Reply) -> PedelecError {
-    PedelecError::new(
-        pedelec_protocol::ErrorCode::TransportError,
-        format!("unexpected reply {reply:?}"),
-    )
+    PedelecError::new(pedelec_protocol::ErrorCode::TransportError, format!("unexpected reply {reply:?}"))
 }

@@ -36,11 +36,7 @@ pub trait TurnSink: Send + Sync {
     /// The provider's own session identity (for resume).
     fn provider_session(&self, id: &str);
     /// Calls a frontend tool and waits for the application's result (JSON text).
-    fn call_tool<'a>(
-        &'a self,
-        tool: &'a str,
-        args_json: String,
-    ) -> BoxFuture<'a, Result<String, pb::Error>>;
+    fn call_tool<'a>(&'a self, tool: &'a str, args_json: String) -> BoxFuture<'a, Result<String, pb::Error>>;
 }
 
 /// Why a turn failed.
@@ -54,18 +50,10 @@ pub struct ProviderFailure {
 
 impl ProviderFailure {
     pub fn turn(message: impl Into<String>) -> Self {
-        ProviderFailure {
-            code: ErrorCode::ProviderError,
-            message: message.into(),
-            fatal: false,
-        }
+        ProviderFailure { code: ErrorCode::ProviderError, message: message.into(), fatal: false }
     }
     pub fn crashed(message: impl Into<String>) -> Self {
-        ProviderFailure {
-            code: ErrorCode::ProviderCrashed,
-            message: message.into(),
-            fatal: true,
-        }
+        ProviderFailure { code: ErrorCode::ProviderCrashed, message: message.into(), fatal: true }
     }
 }
 
@@ -110,9 +98,7 @@ pub struct Providers {
 
 impl Providers {
     pub fn builtin() -> Self {
-        Providers {
-            all: vec![Arc::new(Scripted)],
-        }
+        Providers { all: vec![Arc::new(Scripted)] }
     }
 
     /// The provider used when a request names none.
@@ -129,9 +115,6 @@ impl Providers {
     }
 
     pub fn default_models(&self) -> std::collections::HashMap<String, String> {
-        self.all
-            .iter()
-            .map(|p| (p.info().code, p.default_model()))
-            .collect()
+        self.all.iter().map(|p| (p.info().code, p.default_model())).collect()
     }
 }

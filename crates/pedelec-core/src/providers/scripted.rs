@@ -24,20 +24,14 @@ use std::time::{Duration, Instant};
 use pedelec_protocol::pb;
 
 use super::{
-    BoxFuture, PREPARED_ACK, Provider, ProviderFailure, ProviderSession, ProviderSetup,
-    TurnRequest, TurnSink,
+    BoxFuture, PREPARED_ACK, Provider, ProviderFailure, ProviderSession, ProviderSetup, TurnRequest, TurnSink,
 };
 
 pub struct Scripted;
 
 impl Provider for Scripted {
     fn info(&self) -> pb::ProviderInfo {
-        pb::ProviderInfo {
-            name: "Scripted".into(),
-            code: "scripted".into(),
-            available: true,
-            reason: String::new(),
-        }
+        pb::ProviderInfo { name: "Scripted".into(), code: "scripted".into(), available: true, reason: String::new() }
     }
 
     fn default_model(&self) -> String {
@@ -45,10 +39,8 @@ impl Provider for Scripted {
     }
 
     fn start(&self, setup: ProviderSetup) -> Result<Box<dyn ProviderSession>, ProviderFailure> {
-        let identity = setup
-            .provider_session_id
-            .clone()
-            .unwrap_or_else(|| format!("scripted-{}", uuid::Uuid::new_v4()));
+        let identity =
+            setup.provider_session_id.clone().unwrap_or_else(|| format!("scripted-{}", uuid::Uuid::new_v4()));
         Ok(Box::new(ScriptedSession {
             model: setup.model,
             identity,
@@ -66,11 +58,7 @@ struct ScriptedSession {
 }
 
 enum Directive<'a> {
-    Tool {
-        times: usize,
-        name: &'a str,
-        args: &'a str,
-    },
+    Tool { times: usize, name: &'a str, args: &'a str },
     Deltas(usize),
     Slow(u64),
     Sleep(u64),
@@ -84,28 +72,17 @@ fn parse(line: &str) -> Option<Result<Directive<'_>, String>> {
     let rest = line.strip_prefix('/')?;
     let (word, args) = rest.split_once(' ').unwrap_or((rest, ""));
     let args = args.trim();
-    let number = |text: &str| {
-        text.parse::<u64>()
-            .map_err(|_| format!("/{word} needs a number, got {text:?}"))
-    };
+    let number = |text: &str| text.parse::<u64>().map_err(|_| format!("/{word} needs a number, got {text:?}"));
     Some((|| {
         Ok(match word {
             "tool" => {
                 let (name, json) = args.split_once(' ').unwrap_or((args, "{}"));
-                Directive::Tool {
-                    times: 1,
-                    name,
-                    args: json.trim(),
-                }
+                Directive::Tool { times: 1, name, args: json.trim() }
             }
             "tools" => {
                 let (n, rest) = args.split_once(' ').ok_or("/tools N NAME JSON")?;
                 let (name, json) = rest.trim().split_once(' ').unwrap_or((rest.trim(), "{}"));
-                Directive::Tool {
-                    times: number(n)? as usize,
-                    name,
-                    args: json.trim(),
-                }
+                Directive::Tool { times: number(n)? as usize, name, args: json.trim() }
             }
             "deltas" => Directive::Deltas(number(args)? as usize),
             "slow" => Directive::Slow(number(args)?),
@@ -165,9 +142,7 @@ impl ScriptedSession {
                         timings.push(started.elapsed());
                     }
                     match last {
-                        Ok(result) if times == 1 => {
-                            reply.push(format!("Tool {name} returned {result}."))
-                        }
+                        Ok(result) if times == 1 => reply.push(format!("Tool {name} returned {result}.")),
                         Ok(_) => {
                             timings.sort();
                             reply.push(format!(
@@ -176,10 +151,7 @@ impl ScriptedSession {
                                 percentile(&timings, 0.99)
                             ));
                         }
-                        Err(error) => reply.push(format!(
-                            "Tool {name} failed with {}: {}.",
-                            error.code, error.message
-                        )),
+                        Err(error) => reply.push(format!("Tool {name} failed with {}: {}.", error.code, error.message)),
                     }
                 }
                 Directive::Deltas(n) => {
@@ -193,11 +165,7 @@ impl ScriptedSession {
                 Directive::Sleep(ms) => tokio::time::sleep(Duration::from_millis(ms)).await,
                 Directive::Usage(n) => sink.usage(n),
                 Directive::Fail(message) => {
-                    let message = if message.is_empty() {
-                        "scripted failure"
-                    } else {
-                        message
-                    };
+                    let message = if message.is_empty() { "scripted failure" } else { message };
                     return Err(ProviderFailure::turn(message));
                 }
                 Directive::Crash => {
@@ -235,11 +203,7 @@ impl ProviderSession for ScriptedSession {
                 if self.model == "scripted-slow" {
                     tokio::time::sleep(Duration::from_secs(2)).await;
                 }
-                let answer = if self.model == "scripted-unprepared" {
-                    "Not ready yet."
-                } else {
-                    PREPARED_ACK
-                };
+                let answer = if self.model == "scripted-unprepared" { "Not ready yet." } else { PREPARED_ACK };
                 self.stream(sink, &format!("  {answer}\n"), None).await;
                 return Ok(());
             }

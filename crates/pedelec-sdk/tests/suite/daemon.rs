@@ -16,8 +16,8 @@ async fn socket_and_discovery_file_are_private_and_removed_at_exit() {
     assert_eq!(mode(&h.socket()), 0o600);
     assert_eq!(mode(h.socket().parent().unwrap()), 0o700);
     let discovery = h.socket().with_file_name("core.json");
-    let body: serde_json::Value =
-        serde_json::from_str(&std::fs::read_to_string(&discovery).unwrap()).unwrap();
+    eventually("the discovery file", || discovery.exists()).await;
+    let body: serde_json::Value = serde_json::from_str(&std::fs::read_to_string(&discovery).unwrap()).unwrap();
     assert_eq!(body["pid"], h.core.pid().unwrap());
     assert_eq!(body["socket"], h.socket().display().to_string());
     let ping = h.client().await.ping().await.unwrap();
@@ -43,18 +43,10 @@ async fn a_second_core_refuses_a_live_socket_and_takes_over_a_stale_one() {
         "{}",
         String::from_utf8_lossy(&out.stderr)
     );
-    h.client()
-        .await
-        .ping()
-        .await
-        .expect("the first Core is undisturbed");
+    h.client().await.ping().await.expect("the first Core is undisturbed");
 
     h.core.kill();
     assert!(h.socket().exists(), "a crash leaves the socket behind");
     h.restart();
-    h.client()
-        .await
-        .ping()
-        .await
-        .expect("the stale socket was taken over");
+    h.client().await.ping().await.expect("the stale socket was taken over");
 }

@@ -12,19 +12,10 @@ async fn after_kill_9_and_a_restart_sessions_resume_with_transcript_usage_and_id
     let (session, _) = counter_session(&client).await;
     let id = session.session_id().to_string();
     session.prepare().await.unwrap();
-    session
-        .send_text("/tool update_counter {\"delta\": 3}\nremember this")
-        .await
-        .unwrap();
-    let usage = session
-        .usage()
-        .total_tokens
-        .expect("scripted reports usage");
+    session.send_text("/tool update_counter {\"delta\": 3}\nremember this").await.unwrap();
+    let usage = session.usage().total_tokens.expect("scripted reports usage");
     let seq_before = session.last_seq();
-    let identity = read_record(&h.database(), &id)
-        .unwrap()
-        .unwrap()
-        .provider_session_id;
+    let identity = read_record(&h.database(), &id).unwrap().unwrap().provider_session_id;
     assert!(identity.is_some());
 
     h.crash_and_restart();
@@ -33,60 +24,35 @@ async fn after_kill_9_and_a_restart_sessions_resume_with_transcript_usage_and_id
     assert_eq!(resumed.get_status(), SessionStatus::Idle);
     assert_eq!(resumed.usage().total_tokens, Some(usage));
     assert_eq!(resumed.provider(), "scripted");
-    assert!(
-        resumed.last_seq() >= seq_before,
-        "sequence numbers keep increasing across the restart"
-    );
+    assert!(resumed.last_seq() >= seq_before, "sequence numbers keep increasing across the restart");
     let log = Recorder::attach(&resumed);
     resumed.prepare().await.unwrap();
     assert_eq!(log.count("status"), 0, "the prepared flag survived");
     let _h = resumed.on_tool_sync("update_counter".to_string(), |_: serde_json::Value, _| {
         Ok::<_, String>(serde_json::json!({"value": 4}))
     });
-    resumed
-        .send_text("/tool update_counter {\"delta\": 1}")
-        .await
-        .unwrap();
+    resumed.send_text("/tool update_counter {\"delta\": 1}").await.unwrap();
     assert!(resumed.usage().total_tokens.unwrap() > usage);
     assert_eq!(
-        read_record(&h.database(), &id)
-            .unwrap()
-            .unwrap()
-            .provider_session_id,
+        read_record(&h.database(), &id).unwrap().unwrap().provider_session_id,
         identity,
         "provider identity kept"
     );
 
-    let kinds: Vec<String> = read_transcript(&h.database(), &id)
-        .unwrap()
-        .into_iter()
-        .map(|e| e.kind)
-        .collect();
+    let kinds: Vec<String> = read_transcript(&h.database(), &id).unwrap().into_iter().map(|e| e.kind).collect();
     let first_turn: Vec<&str> = kinds.iter().map(String::as_str).take(7).collect();
     assert_eq!(
         first_turn,
-        vec![
-            "prepare",
-            "operation_completed",
-            "user_text",
-            "tool_call",
-            "tool_result",
-            "chat",
-            "operation_completed"
-        ]
+        vec!["prepare", "operation_completed", "user_text", "tool_call", "tool_result", "chat", "operation_completed"]
     );
     assert!(kinds.len() > 7, "the new turn was appended: {kinds:?}");
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn an_operation_interrupted_by_a_crash_is_reported_failed_and_the_session_accepts_a_new_prompt()
- {
+async fn an_operation_interrupted_by_a_crash_is_reported_failed_and_the_session_accepts_a_new_prompt() {
     let mut h = Harness::start();
     let client = h.client().await;
-    let session = client
-        .create_session::<String>(SessionOptions::default())
-        .await
-        .unwrap();
+    let session = client.create_session::<String>(SessionOptions::default()).await.unwrap();
     let id = session.session_id().to_string();
     let s = session.clone();
     let turn = tokio::spawn(async move { s.send_text("/sleep 30000").await });
@@ -101,9 +67,7 @@ async fn an_operation_interrupted_by_a_crash_is_reported_failed_and_the_session_
     resumed.send_text("after the crash").await.unwrap();
     let transcript = read_transcript(&h.database(), &id).unwrap();
     assert!(
-        transcript
-            .iter()
-            .any(|e| e.kind == "operation_completed" && e.body["error"] == "CORE_RESTARTED"),
+        transcript.iter().any(|e| e.kind == "operation_completed" && e.body["error"] == "CORE_RESTARTED"),
         "{transcript:?}"
     );
 }
@@ -126,11 +90,7 @@ async fn a_normal_restart_keeps_explicit_workspace_sessions_resumable() {
     h.restart();
     let client = h.client().await;
     let resumed = client.resume_session::<String>(&id).await.unwrap();
-    assert_eq!(
-        resumed.get_status(),
-        SessionStatus::Ended,
-        "a normal exit ends sessions"
-    );
+    assert_eq!(resumed.get_status(), SessionStatus::Ended, "a normal exit ends sessions");
     resumed.resume().await.unwrap();
     resumed.send_text("after").await.unwrap();
 }

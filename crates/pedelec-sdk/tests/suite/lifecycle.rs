@@ -12,58 +12,29 @@ use super::*;
 async fn end_marks_ended_once_removes_from_registry_and_is_idempotent() {
     let h = Harness::start();
     let client = h.client().await;
-    let session = client
-        .create_session::<String>(SessionOptions::default())
-        .await
-        .unwrap();
+    let session = client.create_session::<String>(SessionOptions::default()).await.unwrap();
     assert_eq!(client.session_ids(), vec![session.session_id().to_string()]);
     let log = Recorder::attach(&session);
     session.end().await.unwrap();
     assert_eq!(session.get_status(), SessionStatus::Ended);
-    assert!(
-        client.session_ids().is_empty(),
-        "removed from the client registry"
-    );
+    assert!(client.session_ids().is_empty(), "removed from the client registry");
     session.end().await.unwrap();
-    assert_eq!(
-        log.count("ended"),
-        1,
-        "duplicate ends do not run onEnded again"
-    );
-    assert!(
-        session
-            .send_text("x")
-            .await
-            .unwrap_err()
-            .is(ErrorCode::SessionEnded)
-    );
-    assert!(
-        session
-            .prepare()
-            .await
-            .unwrap_err()
-            .is(ErrorCode::SessionEnded)
-    );
+    assert_eq!(log.count("ended"), 1, "duplicate ends do not run onEnded again");
+    assert!(session.send_text("x").await.unwrap_err().is(ErrorCode::SessionEnded));
+    assert!(session.prepare().await.unwrap_err().is(ErrorCode::SessionEnded));
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_failed_end_emits_an_sdk_error_and_does_not_claim_success() {
     let mut h = Harness::start();
     let client = h.client().await;
-    let session = client
-        .create_session::<String>(SessionOptions::default())
-        .await
-        .unwrap();
+    let session = client.create_session::<String>(SessionOptions::default()).await.unwrap();
     let log = Recorder::attach(&session);
     h.core.kill();
     eventually("detached", || session.is_detached()).await;
     assert!(session.end().await.is_err());
     assert_ne!(session.get_status(), SessionStatus::Ended);
-    assert!(
-        log.lines()
-            .iter()
-            .any(|l| l.starts_with("error") && l.ends_with("[sdk/sdk_error]"))
-    );
+    assert!(log.lines().iter().any(|l| l.starts_with("error") && l.ends_with("[sdk/sdk_error]")));
     assert_eq!(log.count("ended"), 0);
 }
 
@@ -74,44 +45,24 @@ async fn resume_reactivates_the_same_handle_with_its_state() {
     let (session, counter) = counter_session(&client).await;
     let log = Recorder::attach(&session);
     session.prepare().await.unwrap();
-    session
-        .send_text("/tool update_counter {\"delta\": 1}")
-        .await
-        .unwrap();
+    session.send_text("/tool update_counter {\"delta\": 1}").await.unwrap();
     let usage = session.usage();
     let id = session.session_id().to_string();
     session.end().await.unwrap();
     session.resume().await.unwrap();
-    assert_eq!(
-        session.get_status(),
-        SessionStatus::Idle,
-        "idle at the await boundary"
-    );
+    assert_eq!(session.get_status(), SessionStatus::Idle, "idle at the await boundary");
     assert_eq!(session.session_id(), id);
     assert_eq!(session.usage(), usage, "usage preserved");
     assert_eq!(session.provider(), "scripted");
     assert_eq!(client.session_ids(), vec![id.clone()], "registered again");
     session.prepare().await.unwrap();
-    assert_eq!(
-        log.count("status idle→running"),
-        2,
-        "prepared state preserved: no new preparation"
-    );
-    session
-        .send_text("/tool update_counter {\"delta\": 1}")
-        .await
-        .unwrap();
+    assert_eq!(log.count("status idle→running"), 2, "prepared state preserved: no new preparation");
+    session.send_text("/tool update_counter {\"delta\": 1}").await.unwrap();
     assert_eq!(*counter.lock().unwrap(), 2, "inline handlers preserved");
     session.end().await.unwrap();
-    assert_eq!(
-        log.count("ended"),
-        2,
-        "a new lifecycle transition runs onEnded again"
-    );
+    assert_eq!(log.count("ended"), 2, "a new lifecycle transition runs onEnded again");
     assert!(
-        log.lines()
-            .iter()
-            .any(|l| l == "status ended→idle [core/status_changed]"),
+        log.lines().iter().any(|l| l == "status ended→idle [core/status_changed]"),
         "resume never sets idle optimistically"
     );
 }
@@ -120,10 +71,7 @@ async fn resume_reactivates_the_same_handle_with_its_state() {
 async fn resume_on_an_active_handle_resolves_and_concurrent_calls_share_one_request() {
     let h = Harness::start();
     let client = h.client().await;
-    let session = client
-        .create_session::<String>(SessionOptions::default())
-        .await
-        .unwrap();
+    let session = client.create_session::<String>(SessionOptions::default()).await.unwrap();
     session.resume().await.unwrap();
     session.end().await.unwrap();
     let idles = Arc::new(Mutex::new(0));
@@ -144,32 +92,16 @@ async fn resume_session_only_reattaches_and_an_ended_thread_stays_ended() {
     let h = Harness::start();
     let client = h.client().await;
     let session = client
-        .create_session::<String>(SessionOptions {
-            auto_end_on_disconnect: false,
-            ..Default::default()
-        })
+        .create_session::<String>(SessionOptions { auto_end_on_disconnect: false, ..Default::default() })
         .await
         .unwrap();
     session.send_text("/usage 77").await.unwrap();
     session.end().await.unwrap();
     let other = h.client().await;
-    let again = other
-        .resume_session::<String>(session.session_id())
-        .await
-        .unwrap();
+    let again = other.resume_session::<String>(session.session_id()).await.unwrap();
     assert_eq!(again.get_status(), SessionStatus::Ended);
-    assert_eq!(
-        again.usage().total_tokens,
-        Some(77),
-        "usage hydrated from the snapshot"
-    );
-    assert!(
-        again
-            .send_text("x")
-            .await
-            .unwrap_err()
-            .is(ErrorCode::SessionEnded)
-    );
+    assert_eq!(again.usage().total_tokens, Some(77), "usage hydrated from the snapshot");
+    assert!(again.send_text("x").await.unwrap_err().is(ErrorCode::SessionEnded));
     again.resume().await.unwrap();
     assert_eq!(again.get_status(), SessionStatus::Idle);
 }
@@ -178,32 +110,20 @@ async fn resume_session_only_reattaches_and_an_ended_thread_stays_ended() {
 async fn resume_fails_with_thread_not_found_and_workspace_open_failed() {
     let h = Harness::start();
     let client = h.client().await;
-    let err = client
-        .resume_session::<String>("sess-missing")
-        .await
-        .unwrap_err();
+    let err = client.resume_session::<String>("sess-missing").await.unwrap_err();
     assert!(err.is(ErrorCode::ThreadNotFound), "{err}");
     let mut raw = h.raw().await;
     let status = raw
-        .resume(pb::ResumeRequest {
-            session_id: "sess-missing".into(),
-            caller_origin: ORIGIN.into(),
-        })
+        .resume(pb::ResumeRequest { session_id: "sess-missing".into(), caller_origin: ORIGIN.into() })
         .await
         .unwrap_err();
-    assert_eq!(
-        pedelec_protocol::grpc::error_from_status(&status).code,
-        "THREAD_NOT_FOUND"
-    );
+    assert_eq!(pedelec_protocol::grpc::error_from_status(&status).code, "THREAD_NOT_FOUND");
 
     let workspace = tempfile::tempdir().unwrap();
     let root = workspace.path().join("project");
     std::fs::create_dir(&root).unwrap();
     let session = client
-        .create_session::<String>(SessionOptions {
-            workspace_path: Some(root.clone()),
-            ..Default::default()
-        })
+        .create_session::<String>(SessionOptions { workspace_path: Some(root.clone()), ..Default::default() })
         .await
         .unwrap();
     session.end().await.unwrap();
@@ -213,79 +133,38 @@ async fn resume_fails_with_thread_not_found_and_workspace_open_failed() {
     assert_eq!(session.get_status(), SessionStatus::Ended);
     // A manifest that no longer loads is the same failure.
     std::fs::create_dir(&root).unwrap();
-    assert!(
-        session
-            .resume()
-            .await
-            .unwrap_err()
-            .is(ErrorCode::WorkspaceOpenFailed)
-    );
+    assert!(session.resume().await.unwrap_err().is(ErrorCode::WorkspaceOpenFailed));
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_detached_handle_cannot_resume() {
     let mut h = Harness::start();
     let client = h.client().await;
-    let session = client
-        .create_session::<String>(SessionOptions::default())
-        .await
-        .unwrap();
+    let session = client.create_session::<String>(SessionOptions::default()).await.unwrap();
     h.core.kill();
     eventually("detached", || session.is_detached()).await;
-    assert!(
-        session
-            .resume()
-            .await
-            .unwrap_err()
-            .is(ErrorCode::TransportDetached)
-    );
+    assert!(session.resume().await.unwrap_err().is(ErrorCode::TransportDetached));
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn core_ends_a_session_when_its_last_subscriber_leaves_after_the_grace_period() {
     let h = Harness::start();
     let client = h.client().await;
-    let auto = client
-        .create_session::<String>(SessionOptions::default())
-        .await
-        .unwrap();
+    let auto = client.create_session::<String>(SessionOptions::default()).await.unwrap();
     let kept = client
-        .create_session::<String>(SessionOptions {
-            auto_end_on_disconnect: false,
-            ..Default::default()
-        })
+        .create_session::<String>(SessionOptions { auto_end_on_disconnect: false, ..Default::default() })
         .await
         .unwrap();
-    let quick = client
-        .create_session::<String>(SessionOptions::default())
-        .await
-        .unwrap();
-    let (auto_id, kept_id, quick_id) = (
-        auto.session_id().to_string(),
-        kept.session_id().to_string(),
-        quick.session_id().to_string(),
-    );
+    let quick = client.create_session::<String>(SessionOptions::default()).await.unwrap();
+    let (auto_id, kept_id, quick_id) =
+        (auto.session_id().to_string(), kept.session_id().to_string(), quick.session_id().to_string());
     drop((auto, kept, quick));
     // Re-attaching within the grace period keeps a session alive.
     let quick = client.resume_session::<String>(&quick_id).await.unwrap();
     tokio::time::sleep(h.grace + Duration::from_millis(300)).await;
     let observer = h.client().await;
-    assert_eq!(
-        observer
-            .resume_session::<String>(&auto_id)
-            .await
-            .unwrap()
-            .get_status(),
-        SessionStatus::Ended
-    );
-    assert_eq!(
-        observer
-            .resume_session::<String>(&kept_id)
-            .await
-            .unwrap()
-            .get_status(),
-        SessionStatus::Idle
-    );
+    assert_eq!(observer.resume_session::<String>(&auto_id).await.unwrap().get_status(), SessionStatus::Ended);
+    assert_eq!(observer.resume_session::<String>(&kept_id).await.unwrap().get_status(), SessionStatus::Idle);
     assert_eq!(quick.get_status(), SessionStatus::Idle);
 }
 
@@ -294,17 +173,11 @@ async fn sessions_are_bound_to_their_origin() {
     let h = Harness::start();
     let owner = h.client_for("https://app.example").await;
     let session = owner
-        .create_session::<String>(SessionOptions {
-            auto_end_on_disconnect: false,
-            ..Default::default()
-        })
+        .create_session::<String>(SessionOptions { auto_end_on_disconnect: false, ..Default::default() })
         .await
         .unwrap();
     let stranger = h.client_for("https://evil.example").await;
-    let err = stranger
-        .resume_session::<String>(session.session_id())
-        .await
-        .unwrap_err();
+    let err = stranger.resume_session::<String>(session.session_id()).await.unwrap_err();
     assert!(err.is(ErrorCode::ThreadAccessDenied), "{err}");
     let mut raw = h.raw().await;
     let denied = raw
@@ -315,10 +188,7 @@ async fn sessions_are_bound_to_their_origin() {
         })
         .await
         .unwrap_err();
-    assert_eq!(
-        pedelec_protocol::grpc::error_from_status(&denied).code,
-        "THREAD_ACCESS_DENIED"
-    );
+    assert_eq!(pedelec_protocol::grpc::error_from_status(&denied).code, "THREAD_ACCESS_DENIED");
     assert_eq!(session.get_status(), SessionStatus::Idle, "nothing changed");
 }
 
@@ -326,51 +196,29 @@ async fn sessions_are_bound_to_their_origin() {
 async fn managed_and_explicit_workspaces() {
     let mut h = Harness::start();
     let client = h.client().await;
-    let managed = client
-        .create_session::<String>(SessionOptions::default())
-        .await
-        .unwrap();
+    let managed = client.create_session::<String>(SessionOptions::default()).await.unwrap();
     let managed_dir = h.state().join("workspaces").join(managed.session_id());
     assert!(managed_dir.join(".pedelec-runtime/assets").is_dir());
 
     let shared = tempfile::tempdir().unwrap();
-    let options = || SessionOptions::<String> {
-        workspace_path: Some(shared.path().to_path_buf()),
-        ..Default::default()
-    };
+    let options =
+        || SessionOptions::<String> { workspace_path: Some(shared.path().to_path_buf()), ..Default::default() };
     let a = client.create_session(options()).await.unwrap();
     let b = client.create_session(options()).await.unwrap();
     for s in [&a, &b] {
         assert!(
-            shared
-                .path()
-                .join(".pedelec-runtime/sessions")
-                .join(s.session_id())
-                .join("assets")
-                .is_dir(),
+            shared.path().join(".pedelec-runtime/sessions").join(s.session_id()).join("assets").is_dir(),
             "per-session runtime dir"
         );
     }
     a.end().await.unwrap();
     assert!(shared.path().is_dir(), "end never deletes a workspace");
-    assert!(
-        managed_dir.is_dir(),
-        "end does not delete a managed workspace either"
-    );
+    assert!(managed_dir.is_dir(), "end does not delete a managed workspace either");
     assert!(h.core.terminate(), "Core exits cleanly");
-    assert!(
-        !managed_dir.exists(),
-        "managed workspaces are removed at normal exit"
-    );
-    assert!(
-        shared.path().join(".pedelec-runtime").is_dir(),
-        "explicit workspaces are never deleted"
-    );
+    assert!(!managed_dir.exists(), "managed workspaces are removed at normal exit");
+    assert!(shared.path().join(".pedelec-runtime").is_dir(), "explicit workspaces are never deleted");
 
     std::fs::create_dir_all(h.state().join("workspaces/sess-leftover")).unwrap();
     h.restart();
-    assert!(
-        !h.state().join("workspaces/sess-leftover").exists(),
-        "leftovers are removed at the next start"
-    );
+    assert!(!h.state().join("workspaces/sess-leftover").exists(), "leftovers are removed at the next start");
 }

@@ -32,12 +32,8 @@ impl Harness {
 
     pub fn with_grace(grace: Duration) -> Self {
         let dir = tempfile::tempdir().expect("tempdir");
-        let core = CoreProcess::spawn(
-            &dir.path().join("run/core.sock"),
-            &dir.path().join("state"),
-            grace,
-        )
-        .expect("Core starts (run `cargo build -p pedelec-core` first)");
+        let core = CoreProcess::spawn(&dir.path().join("run/core.sock"), &dir.path().join("state"), grace)
+            .expect("Core starts (run `cargo build -p pedelec-core` first)");
         Harness { dir, core, grace }
     }
 
@@ -58,9 +54,7 @@ impl Harness {
     }
 
     pub async fn client_for(&self, origin: &str) -> Pedelec {
-        Pedelec::connect(self.socket(), origin)
-            .await
-            .expect("connect")
+        Pedelec::connect(self.socket(), origin).await.expect("connect")
     }
 
     pub async fn raw(&self) -> CoreClient<tonic::transport::Channel> {
@@ -69,9 +63,7 @@ impl Harness {
             .connect_with_connector(tower::service_fn(move |_: tonic::transport::Uri| {
                 let path = path.clone();
                 async move {
-                    Ok::<_, std::io::Error>(hyper_util::rt::TokioIo::new(
-                        tokio::net::UnixStream::connect(path).await?,
-                    ))
+                    Ok::<_, std::io::Error>(hyper_util::rt::TokioIo::new(tokio::net::UnixStream::connect(path).await?))
                 }
             }))
             .await
@@ -86,8 +78,7 @@ impl Harness {
     }
 
     pub fn restart(&mut self) {
-        self.core =
-            CoreProcess::spawn(&self.socket(), &self.state(), self.grace).expect("Core restarts");
+        self.core = CoreProcess::spawn(&self.socket(), &self.state(), self.grace).expect("Core restarts");
     }
 }
 
@@ -95,10 +86,7 @@ impl Harness {
 pub async fn counter_session(client: &Pedelec) -> (PedelecSession, Arc<Mutex<i64>>) {
     let counter = Arc::new(Mutex::new(0));
     let session = client
-        .create_session(SessionOptions {
-            tools: vec![counter_tool(counter.clone())],
-            ..Default::default()
-        })
+        .create_session(SessionOptions { tools: vec![counter_tool(counter.clone())], ..Default::default() })
         .await
         .expect("create");
     (session, counter)
@@ -130,34 +118,20 @@ impl Recorder {
         let r = Recorder::default();
         let l = r.clone();
         std::mem::forget(session.on_status(move |s, ctx| {
-            l.push(format!(
-                "status {}→{s} [{}/{}]",
-                ctx.previous_status,
-                ctx.source.as_str(),
-                ctx.kind
-            ))
+            l.push(format!("status {}→{s} [{}/{}]", ctx.previous_status, ctx.source.as_str(), ctx.kind))
         }));
         let l = r.clone();
         std::mem::forget(session.on_chat_delta(move |t, _| l.push(format!("delta {t:?}"))));
         let l = r.clone();
-        std::mem::forget(session.on_chat(move |t, ctx| {
-            l.push(format!("chat {t:?} [{}]", ctx.turn_kind.unwrap_or("-")))
-        }));
-        let l = r.clone();
-        std::mem::forget(session.on_error(move |e, ctx| {
-            l.push(format!(
-                "error {} [{}/{}]",
-                e.code,
-                ctx.source.as_str(),
-                ctx.kind
-            ))
-        }));
+        std::mem::forget(
+            session.on_chat(move |t, ctx| l.push(format!("chat {t:?} [{}]", ctx.turn_kind.unwrap_or("-")))),
+        );
         let l = r.clone();
         std::mem::forget(
-            session.on_ended(move |ctx| {
-                l.push(format!("ended [{}/{}]", ctx.source.as_str(), ctx.kind))
-            }),
+            session.on_error(move |e, ctx| l.push(format!("error {} [{}/{}]", e.code, ctx.source.as_str(), ctx.kind))),
         );
+        let l = r.clone();
+        std::mem::forget(session.on_ended(move |ctx| l.push(format!("ended [{}/{}]", ctx.source.as_str(), ctx.kind))));
         let l = r.clone();
         std::mem::forget(session.on_usage(move |n| l.push(format!("usage {n}"))));
         r
@@ -172,10 +146,7 @@ impl Recorder {
     }
 
     pub fn count(&self, prefix: &str) -> usize {
-        self.lines()
-            .iter()
-            .filter(|l| l.starts_with(prefix))
-            .count()
+        self.lines().iter().filter(|l| l.starts_with(prefix)).count()
     }
 
     /// The log with runs of deltas joined, so snapshots stay readable.

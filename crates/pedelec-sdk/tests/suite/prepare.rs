@@ -10,26 +10,16 @@ use super::*;
 async fn prepare_is_idempotent_hidden_and_not_required() {
     let h = Harness::start();
     let client = h.client().await;
-    let session = client
-        .create_session::<String>(SessionOptions::default())
-        .await
-        .unwrap();
+    let session = client.create_session::<String>(SessionOptions::default()).await.unwrap();
     let log = Recorder::attach(&session);
     session.prepare().await.unwrap();
-    assert_eq!(
-        log.count("chat") + log.count("delta"),
-        0,
-        "preparation text never reaches chat handlers"
-    );
+    assert_eq!(log.count("chat") + log.count("delta"), 0, "preparation text never reaches chat handlers");
     let after_first = log.lines();
     session.prepare().await.unwrap();
     assert_eq!(log.lines(), after_first, "a second prepare does nothing");
     insta::assert_snapshot!(log.transcript());
 
-    let unprepared = client
-        .create_session::<String>(SessionOptions::default())
-        .await
-        .unwrap();
+    let unprepared = client.create_session::<String>(SessionOptions::default()).await.unwrap();
     unprepared.send_text("no prepare needed").await.unwrap();
 }
 
@@ -37,10 +27,7 @@ async fn prepare_is_idempotent_hidden_and_not_required() {
 async fn concurrent_prepares_share_one_request() {
     let h = Harness::start();
     let client = h.client().await;
-    let session = client
-        .create_session::<String>(SessionOptions::default())
-        .await
-        .unwrap();
+    let session = client.create_session::<String>(SessionOptions::default()).await.unwrap();
     let runs = Arc::new(Mutex::new(0));
     let r = runs.clone();
     let _off = session.on_status(move |s, _| {
@@ -58,29 +45,14 @@ async fn concurrent_prepares_share_one_request() {
 async fn prepare_is_busy_during_a_user_turn_and_ended_after_end() {
     let h = Harness::start();
     let client = h.client().await;
-    let session = client
-        .create_session::<String>(SessionOptions::default())
-        .await
-        .unwrap();
+    let session = client.create_session::<String>(SessionOptions::default()).await.unwrap();
     let s = session.clone();
     let turn = tokio::spawn(async move { s.send_text("/sleep 300").await });
     eventually("running", || session.get_status() == SessionStatus::Running).await;
-    assert!(
-        session
-            .prepare()
-            .await
-            .unwrap_err()
-            .is(ErrorCode::SessionBusy)
-    );
+    assert!(session.prepare().await.unwrap_err().is(ErrorCode::SessionBusy));
     turn.await.unwrap().unwrap();
     session.end().await.unwrap();
-    assert!(
-        session
-            .prepare()
-            .await
-            .unwrap_err()
-            .is(ErrorCode::SessionEnded)
-    );
+    assert!(session.prepare().await.unwrap_err().is(ErrorCode::SessionEnded));
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -88,10 +60,7 @@ async fn prepare_rejects_unless_the_provider_answers_exactly_pedelec_prepared() 
     let h = Harness::start();
     let client = h.client().await;
     let session = client
-        .create_session::<String>(SessionOptions {
-            model: Some("scripted-unprepared".into()),
-            ..Default::default()
-        })
+        .create_session::<String>(SessionOptions { model: Some("scripted-unprepared".into()), ..Default::default() })
         .await
         .unwrap();
     let err = session.prepare().await.unwrap_err();
@@ -105,10 +74,7 @@ async fn pending_prepare_rejects_session_ended_when_the_session_ends() {
     let h = Harness::start();
     let client = h.client().await;
     let session = client
-        .create_session::<String>(SessionOptions {
-            model: Some("scripted-slow".into()),
-            ..Default::default()
-        })
+        .create_session::<String>(SessionOptions { model: Some("scripted-slow".into()), ..Default::default() })
         .await
         .unwrap();
     let s = session.clone();

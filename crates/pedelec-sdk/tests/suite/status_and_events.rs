@@ -10,15 +10,8 @@ use super::*;
 async fn a_turn_without_tools_follows_idle_running_idle() {
     let h = Harness::start();
     let client = h.client().await;
-    let session = client
-        .create_session::<String>(SessionOptions::default())
-        .await
-        .unwrap();
-    assert_eq!(
-        session.get_status(),
-        SessionStatus::Idle,
-        "new handles begin idle"
-    );
+    let session = client.create_session::<String>(SessionOptions::default()).await.unwrap();
+    assert_eq!(session.get_status(), SessionStatus::Idle, "new handles begin idle");
     let log = Recorder::attach(&session);
     session.send_text("hello there").await.unwrap();
     assert_eq!(session.get_status(), SessionStatus::Idle);
@@ -31,10 +24,7 @@ async fn a_turn_with_a_frontend_tool_passes_through_waiting_tool_result() {
     let client = h.client().await;
     let (session, counter) = counter_session(&client).await;
     let log = Recorder::attach(&session);
-    session
-        .send_text("/tool update_counter {\"delta\": 2}")
-        .await
-        .unwrap();
+    session.send_text("/tool update_counter {\"delta\": 2}").await.unwrap();
     assert_eq!(*counter.lock().unwrap(), 2);
     insta::assert_snapshot!(log.transcript());
 }
@@ -43,22 +33,12 @@ async fn a_turn_with_a_frontend_tool_passes_through_waiting_tool_result() {
 async fn running_moves_to_error_when_the_runtime_fails() {
     let h = Harness::start();
     let client = h.client().await;
-    let session = client
-        .create_session::<String>(SessionOptions::default())
-        .await
-        .unwrap();
+    let session = client.create_session::<String>(SessionOptions::default()).await.unwrap();
     let log = Recorder::attach(&session);
     let err = session.send_text("/crash").await.unwrap_err();
     assert!(err.is(ErrorCode::SessionError), "{err}");
     assert_eq!(session.get_status(), SessionStatus::Error);
-    assert!(
-        session
-            .send_text("again")
-            .await
-            .unwrap_err()
-            .is(ErrorCode::SessionError),
-        "error does not allow sendText"
-    );
+    assert!(session.send_text("again").await.unwrap_err().is(ErrorCode::SessionError), "error does not allow sendText");
     insta::assert_snapshot!(log.transcript());
 }
 
@@ -66,10 +46,7 @@ async fn running_moves_to_error_when_the_runtime_fails() {
 async fn running_moves_to_ended_and_the_pending_send_rejects_session_ended() {
     let h = Harness::start();
     let client = h.client().await;
-    let session = client
-        .create_session::<String>(SessionOptions::default())
-        .await
-        .unwrap();
+    let session = client.create_session::<String>(SessionOptions::default()).await.unwrap();
     let log = Recorder::attach(&session);
     let s = session.clone();
     let turn = tokio::spawn(async move { s.send_text("/sleep 10000").await });
@@ -93,20 +70,13 @@ async fn waiting_tool_result_moves_to_ended() {
         .await
         .unwrap();
     // A named handler that never answers keeps Core waiting.
-    let _slow = session.on_tool(
-        "update_counter".to_string(),
-        |_: serde_json::Value, _| async {
-            tokio::time::sleep(std::time::Duration::from_secs(30)).await;
-            Ok::<_, String>(serde_json::json!(null))
-        },
-    );
+    let _slow = session.on_tool("update_counter".to_string(), |_: serde_json::Value, _| async {
+        tokio::time::sleep(std::time::Duration::from_secs(30)).await;
+        Ok::<_, String>(serde_json::json!(null))
+    });
     let s = session.clone();
-    let turn =
-        tokio::spawn(async move { s.send_text("/tool update_counter {\"delta\": 1}").await });
-    eventually("waiting", || {
-        session.get_status() == SessionStatus::WaitingToolResult
-    })
-    .await;
+    let turn = tokio::spawn(async move { s.send_text("/tool update_counter {\"delta\": 1}").await });
+    eventually("waiting", || session.get_status() == SessionStatus::WaitingToolResult).await;
     session.end().await.unwrap();
     assert!(turn.await.unwrap().unwrap_err().is(ErrorCode::SessionEnded));
     assert_eq!(session.get_status(), SessionStatus::Ended);
@@ -116,26 +86,17 @@ async fn waiting_tool_result_moves_to_ended() {
 async fn status_handlers_run_only_on_change_and_never_for_the_initial_value() {
     let h = Harness::start();
     let client = h.client().await;
-    let session = client
-        .create_session::<String>(SessionOptions::default())
-        .await
-        .unwrap();
+    let session = client.create_session::<String>(SessionOptions::default()).await.unwrap();
     let seen = Arc::new(Mutex::new(Vec::new()));
     let s = seen.clone();
     let _off = session.on_status(move |status, ctx| s.lock().unwrap().push((status, ctx.source)));
     tokio::time::sleep(std::time::Duration::from_millis(50)).await;
-    assert!(
-        seen.lock().unwrap().is_empty(),
-        "registering does not emit the current status"
-    );
+    assert!(seen.lock().unwrap().is_empty(), "registering does not emit the current status");
     session.send_text("hi").await.unwrap();
     let seen = seen.lock().unwrap().clone();
     assert_eq!(
         seen,
-        vec![
-            (SessionStatus::Running, Source::Sdk),
-            (SessionStatus::Idle, Source::Core)
-        ],
+        vec![(SessionStatus::Running, Source::Sdk), (SessionStatus::Idle, Source::Core)],
         "sdk running then core running is one callback"
     );
 }
@@ -164,68 +125,37 @@ async fn contexts_carry_the_seed_fields() {
     assert_eq!(ctx.provider, "scripted");
     assert_eq!(ctx.effort_level, Some("low"));
     assert_eq!(ctx.session_created_at, session.session_created_at());
-    assert!(
-        ctx.event_received_at.is_some(),
-        "Core chat callbacks include the received time"
-    );
+    assert!(ctx.event_received_at.is_some(), "Core chat callbacks include the received time");
     assert!(ctx.event_emitted_at > 0);
     assert!(ctx.turn_id.is_some() && ctx.turn_started_at.is_some());
     assert_eq!(ctx.turn_kind, Some("user"));
     assert_eq!(ctx.source, Source::Core);
     let local = statuses.lock().unwrap()[0].clone();
-    assert_eq!(
-        (local.kind, local.source),
-        ("sdk_status_changed", Source::Sdk)
-    );
-    assert_eq!(
-        local.event_received_at, None,
-        "local status changes have no received time"
-    );
+    assert_eq!((local.kind, local.source), ("sdk_status_changed", Source::Sdk));
+    assert_eq!(local.event_received_at, None, "local status changes have no received time");
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn send_text_neither_trims_nor_requires_text() {
     let h = Harness::start();
     let client = h.client().await;
-    let session = client
-        .create_session::<String>(SessionOptions::default())
-        .await
-        .unwrap();
+    let session = client.create_session::<String>(SessionOptions::default()).await.unwrap();
     let log = Recorder::attach(&session);
     session.send_text("").await.unwrap();
     session.send_text("  spaced  ").await.unwrap();
-    let chats: Vec<String> = log
-        .lines()
-        .into_iter()
-        .filter(|l| l.starts_with("chat"))
-        .collect();
-    assert_eq!(
-        chats,
-        vec![
-            "chat \"You said: \" [user]",
-            "chat \"You said:   spaced  \" [user]"
-        ]
-    );
+    let chats: Vec<String> = log.lines().into_iter().filter(|l| l.starts_with("chat")).collect();
+    assert_eq!(chats, vec!["chat \"You said: \" [user]", "chat \"You said:   spaced  \" [user]"]);
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_second_send_during_a_turn_is_session_busy() {
     let h = Harness::start();
     let client = h.client().await;
-    let session = client
-        .create_session::<String>(SessionOptions::default())
-        .await
-        .unwrap();
+    let session = client.create_session::<String>(SessionOptions::default()).await.unwrap();
     let s = session.clone();
     let first = tokio::spawn(async move { s.send_text("/sleep 300\nfirst").await });
     eventually("running", || session.get_status() == SessionStatus::Running).await;
-    assert!(
-        session
-            .send_text("second")
-            .await
-            .unwrap_err()
-            .is(ErrorCode::SessionBusy)
-    );
+    assert!(session.send_text("second").await.unwrap_err().is(ErrorCode::SessionBusy));
     first.await.unwrap().unwrap();
 }
 
@@ -233,33 +163,18 @@ async fn a_second_send_during_a_turn_is_session_busy() {
 async fn send_resolves_after_its_messages_and_rejects_when_the_turn_fails() {
     let h = Harness::start();
     let client = h.client().await;
-    let session = client
-        .create_session::<String>(SessionOptions::default())
-        .await
-        .unwrap();
+    let session = client.create_session::<String>(SessionOptions::default()).await.unwrap();
     let log = Recorder::attach(&session);
     session.send_text("complete me").await.unwrap();
     assert!(
-        log.lines()
-            .contains(&"chat \"You said: complete me\" [user]".to_string()),
+        log.lines().contains(&"chat \"You said: complete me\" [user]".to_string()),
         "completion comes after the chat"
     );
-    let err = session
-        .send_text("/fail model overloaded")
-        .await
-        .unwrap_err();
+    let err = session.send_text("/fail model overloaded").await.unwrap_err();
     assert!(err.is(ErrorCode::SendTextFailed));
     assert_eq!(err.message, "model overloaded");
-    assert_eq!(
-        session.get_status(),
-        SessionStatus::Idle,
-        "a failed turn leaves the session usable"
-    );
-    assert_eq!(
-        log.count("error SEND_TEXT_FAILED [core/error]"),
-        1,
-        "onError observes the Core error"
-    );
+    assert_eq!(session.get_status(), SessionStatus::Idle, "a failed turn leaves the session usable");
+    assert_eq!(log.count("error SEND_TEXT_FAILED [core/error]"), 1, "onError observes the Core error");
     session.send_text("still works").await.unwrap();
 }
 
@@ -267,20 +182,13 @@ async fn send_resolves_after_its_messages_and_rejects_when_the_turn_fails() {
 async fn usage_is_absent_until_reported_monotonic_and_silent() {
     let h = Harness::start();
     let client = h.client().await;
-    let session = client
-        .create_session::<String>(SessionOptions::default())
-        .await
-        .unwrap();
+    let session = client.create_session::<String>(SessionOptions::default()).await.unwrap();
     assert_eq!(session.usage().total_tokens, None);
     let log = Recorder::attach(&session);
     session.send_text("/usage 500").await.unwrap();
     assert_eq!(session.usage().total_tokens, Some(500));
     session.send_text("/usage 100").await.unwrap();
-    assert_eq!(
-        session.usage().total_tokens,
-        Some(500),
-        "monotonic per handle"
-    );
+    assert_eq!(session.usage().total_tokens, Some(500), "monotonic per handle");
     let lines = log.lines();
     let usage_lines: Vec<&String> = lines.iter().filter(|l| l.starts_with("usage")).collect();
     assert_eq!(usage_lines, vec!["usage 500"]);
@@ -291,10 +199,7 @@ async fn usage_is_absent_until_reported_monotonic_and_silent() {
 async fn disposers_unregister_without_cancelling_work() {
     let h = Harness::start();
     let client = h.client().await;
-    let session = client
-        .create_session::<String>(SessionOptions::default())
-        .await
-        .unwrap();
+    let session = client.create_session::<String>(SessionOptions::default()).await.unwrap();
     let count = Arc::new(Mutex::new(0));
     let c = count.clone();
     let off = session.on_chat(move |_, _| *c.lock().unwrap() += 1);
@@ -302,8 +207,6 @@ async fn disposers_unregister_without_cancelling_work() {
     let s = session.clone();
     let turn = tokio::spawn(async move { s.send_text("/sleep 100\ntwo").await });
     off.dispose();
-    turn.await
-        .unwrap()
-        .expect("disposing a handler does not cancel the turn");
+    turn.await.unwrap().expect("disposing a handler does not cancel the turn");
     assert_eq!(*count.lock().unwrap(), 1);
 }

@@ -8,33 +8,21 @@ use serde_json::json;
 use super::*;
 
 fn replies(log: &Recorder) -> Vec<String> {
-    log.lines()
-        .into_iter()
-        .filter(|l| l.starts_with("chat"))
-        .collect()
+    log.lines().into_iter().filter(|l| l.starts_with("chat")).collect()
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn handler_precedence_is_named_then_inline_then_generic() {
     let h = Harness::start();
     let client = h.client().await;
-    let inline = ToolSpec::new("a".to_string(), "tool a", schema_object()).with_handler(handler(
-        |_: serde_json::Value, _| async { Ok::<_, String>(json!("inline")) },
-    ));
+    let inline = ToolSpec::new("a".to_string(), "tool a", schema_object())
+        .with_handler(handler(|_: serde_json::Value, _| async { Ok::<_, String>(json!("inline")) }));
     let plain = ToolSpec::new("b".to_string(), "tool b", schema_object());
-    let session = client
-        .create_session(SessionOptions {
-            tools: vec![inline, plain],
-            ..Default::default()
-        })
-        .await
-        .unwrap();
+    let session =
+        client.create_session(SessionOptions { tools: vec![inline, plain], ..Default::default() }).await.unwrap();
     let log = Recorder::attach(&session);
-    let _generic = session
-        .on_any_tool(|name: String, _, _| async move { Ok(json!(format!("generic:{name}"))) });
-    let named = session.on_tool_sync("a".to_string(), |_: serde_json::Value, _| {
-        Ok::<_, String>("named")
-    });
+    let _generic = session.on_any_tool(|name: String, _, _| async move { Ok(json!(format!("generic:{name}"))) });
+    let named = session.on_tool_sync("a".to_string(), |_: serde_json::Value, _| Ok::<_, String>("named"));
     session.send_text("/tool a {}\n/tool b {}").await.unwrap();
     named.dispose();
     session.send_text("/tool a {}").await.unwrap();
@@ -85,14 +73,9 @@ async fn a_failing_handler_becomes_tool_handler_error_for_the_agent() {
         .await
         .unwrap();
     let log = Recorder::attach(&session);
-    let _off = session.on_tool("t".to_string(), |_: serde_json::Value, _| async {
-        Err::<(), _>("disk full")
-    });
+    let _off = session.on_tool("t".to_string(), |_: serde_json::Value, _| async { Err::<(), _>("disk full") });
     session.send_text("/tool t {}").await.unwrap();
-    assert_eq!(
-        replies(&log),
-        vec!["chat \"Tool t failed with TOOL_HANDLER_ERROR: disk full.\" [user]"]
-    );
+    assert_eq!(replies(&log), vec!["chat \"Tool t failed with TOOL_HANDLER_ERROR: disk full.\" [user]"]);
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -101,27 +84,15 @@ async fn arguments_are_validated_before_they_reach_the_app() {
     let client = h.client().await;
     let counter = Arc::new(Mutex::new(0));
     let session = client
-        .create_session(SessionOptions {
-            tools: vec![counter_tool(counter.clone())],
-            ..Default::default()
-        })
+        .create_session(SessionOptions { tools: vec![counter_tool(counter.clone())], ..Default::default() })
         .await
         .unwrap();
     let log = Recorder::attach(&session);
-    session
-        .send_text("/tool update_counter {\"delta\": \"two\"}\n/tool nope {}")
-        .await
-        .unwrap();
+    session.send_text("/tool update_counter {\"delta\": \"two\"}\n/tool nope {}").await.unwrap();
     assert_eq!(*counter.lock().unwrap(), 0, "the handler never ran");
     let reply = replies(&log).join("");
-    assert!(
-        reply.contains("Tool update_counter failed with TOOL_ARGS_INVALID"),
-        "{reply}"
-    );
-    assert!(
-        reply.contains("Tool nope failed with TOOL_NOT_FOUND"),
-        "{reply}"
-    );
+    assert!(reply.contains("Tool update_counter failed with TOOL_ARGS_INVALID"), "{reply}");
+    assert!(reply.contains("Tool nope failed with TOOL_NOT_FOUND"), "{reply}");
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -129,13 +100,7 @@ async fn core_times_a_tool_out_and_a_late_result_is_refused() {
     let h = Harness::start();
     let client = h.client().await;
     let slow = ToolSpec::new("slow".to_string(), "slow", schema_object()).timeout_ms(200);
-    let session = client
-        .create_session(SessionOptions {
-            tools: vec![slow],
-            ..Default::default()
-        })
-        .await
-        .unwrap();
+    let session = client.create_session(SessionOptions { tools: vec![slow], ..Default::default() }).await.unwrap();
     let log = Recorder::attach(&session);
     let _off = session.on_tool("slow".to_string(), |_: serde_json::Value, _| async {
         tokio::time::sleep(std::time::Duration::from_millis(600)).await;
@@ -143,15 +108,8 @@ async fn core_times_a_tool_out_and_a_late_result_is_refused() {
     });
     session.send_text("/tool slow {}").await.unwrap();
     assert!(replies(&log).join("").contains("failed with TOOL_TIMEOUT"));
-    eventually("the late submit to fail", || {
-        log.count("error SUBMIT_TOOL_RESULT_FAILED [sdk/sdk_error]") == 1
-    })
-    .await;
-    assert_eq!(
-        session.get_status(),
-        SessionStatus::Idle,
-        "an SDK error does not change status"
-    );
+    eventually("the late submit to fail", || log.count("error SUBMIT_TOOL_RESULT_FAILED [sdk/sdk_error]") == 1).await;
+    assert_eq!(session.get_status(), SessionStatus::Idle, "an SDK error does not change status");
 }
 
 #[derive(Clone, Debug, PartialEq)]
@@ -174,26 +132,15 @@ async fn a_recovered_tool_call_waits_for_its_handler_after_resume_session() {
     let first = h.client().await;
     let spec = ToolSpec::new(Tools::UpdateCounter, "counter", schema_object());
     let session = first
-        .create_session(SessionOptions {
-            tools: vec![spec],
-            auto_end_on_disconnect: false,
-            ..Default::default()
-        })
+        .create_session(SessionOptions { tools: vec![spec], auto_end_on_disconnect: false, ..Default::default() })
         .await
         .unwrap();
     let s = session.clone();
-    let turn =
-        tokio::spawn(async move { s.send_text("/tool update_counter {\"delta\": 5}").await });
-    eventually("waiting", || {
-        session.get_status() == SessionStatus::WaitingToolResult
-    })
-    .await;
+    let turn = tokio::spawn(async move { s.send_text("/tool update_counter {\"delta\": 5}").await });
+    eventually("waiting", || session.get_status() == SessionStatus::WaitingToolResult).await;
 
     let second = h.client().await;
-    let recovered = second
-        .resume_session::<Tools>(session.session_id())
-        .await
-        .unwrap();
+    let recovered = second.resume_session::<Tools>(session.session_id()).await.unwrap();
     assert_eq!(
         recovered.get_status(),
         SessionStatus::WaitingToolResult,
@@ -201,11 +148,7 @@ async fn a_recovered_tool_call_waits_for_its_handler_after_resume_session() {
     );
     assert_eq!(recovered.provider(), "scripted");
     tokio::time::sleep(std::time::Duration::from_millis(100)).await;
-    assert_eq!(
-        session.get_status(),
-        SessionStatus::WaitingToolResult,
-        "queued, not answered, without a handler"
-    );
+    assert_eq!(session.get_status(), SessionStatus::WaitingToolResult, "queued, not answered, without a handler");
     let calls = Arc::new(Mutex::new(Vec::new()));
     let c = calls.clone();
     let _off = recovered.on_tool_sync(Tools::UpdateCounter, move |args: serde_json::Value, _| {
@@ -221,13 +164,7 @@ async fn generic_handlers_see_typed_names() {
     let h = Harness::start();
     let client = h.client().await;
     let spec = ToolSpec::new(Tools::UpdateCounter, "counter", schema_object());
-    let session = client
-        .create_session(SessionOptions {
-            tools: vec![spec],
-            ..Default::default()
-        })
-        .await
-        .unwrap();
+    let session = client.create_session(SessionOptions { tools: vec![spec], ..Default::default() }).await.unwrap();
     let seen = Arc::new(Mutex::new(Vec::new()));
     let s = seen.clone();
     let _off = session.on_any_tool(move |name: Tools, _, _| {
