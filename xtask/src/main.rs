@@ -65,8 +65,8 @@ fn ci() -> Result<()> {
     } else {
         eprintln!("warning: wasm32-unknown-unknown target unavailable; skipping the wasm build of pedelec-protocol");
     }
-    // The SDK's tests start the real Core binary.
-    cargo(&["build", "-p", "pedelec-core", "--bin", "pedelec-core"])?;
+    // The SDK's tests start the real Core and native-host binaries.
+    cargo(&["build", "-p", "pedelec-core", "-p", "pedelec-native-host", "--bins"])?;
     if has_nextest() {
         cargo(&["nextest", "run", "--workspace", "--no-fail-fast"])
     } else {

@@ -13,6 +13,8 @@ pub mod error;
 #[cfg(feature = "grpc")]
 pub mod grpc;
 pub mod machine;
+#[cfg(feature = "grpc")]
+pub mod native;
 pub mod session;
 pub mod tool;
 pub mod transport;

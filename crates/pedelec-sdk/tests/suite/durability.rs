@@ -5,9 +5,8 @@ use pedelec_sdk::{ErrorCode, SessionOptions, SessionStatus};
 
 use super::*;
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn after_kill_9_and_a_restart_sessions_resume_with_transcript_usage_and_identity() {
-    let mut h = Harness::start();
+async fn after_kill_9_and_a_restart_sessions_resume_with_transcript_usage_and_identity(via: Via) {
+    let mut h = Harness::start_via(via);
     let client = h.client().await;
     let (session, _) = counter_session(&client).await;
     let id = session.session_id().to_string();
@@ -48,9 +47,8 @@ async fn after_kill_9_and_a_restart_sessions_resume_with_transcript_usage_and_id
     assert!(kinds.len() > 7, "the new turn was appended: {kinds:?}");
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn an_operation_interrupted_by_a_crash_is_reported_failed_and_the_session_accepts_a_new_prompt() {
-    let mut h = Harness::start();
+async fn an_operation_interrupted_by_a_crash_is_reported_failed_and_the_session_accepts_a_new_prompt(via: Via) {
+    let mut h = Harness::start_via(via);
     let client = h.client().await;
     let session = client.create_session::<String>(SessionOptions::default()).await.unwrap();
     let id = session.session_id().to_string();
@@ -72,9 +70,8 @@ async fn an_operation_interrupted_by_a_crash_is_reported_failed_and_the_session_
     );
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_normal_restart_keeps_explicit_workspace_sessions_resumable() {
-    let mut h = Harness::start();
+async fn a_normal_restart_keeps_explicit_workspace_sessions_resumable(via: Via) {
+    let mut h = Harness::start_via(via);
     let workspace = tempfile::tempdir().unwrap();
     let client = h.client().await;
     let session = client
@@ -94,3 +91,9 @@ async fn a_normal_restart_keeps_explicit_workspace_sessions_resumable() {
     resumed.resume().await.unwrap();
     resumed.send_text("after").await.unwrap();
 }
+
+super::over_both_transports!(
+    after_kill_9_and_a_restart_sessions_resume_with_transcript_usage_and_identity,
+    an_operation_interrupted_by_a_crash_is_reported_failed_and_the_session_accepts_a_new_prompt,
+    a_normal_restart_keeps_explicit_workspace_sessions_resumable,
+);

@@ -8,9 +8,8 @@ use pedelec_sdk::{ErrorCode, SessionOptions, SessionStatus};
 
 use super::*;
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn end_marks_ended_once_removes_from_registry_and_is_idempotent() {
-    let h = Harness::start();
+async fn end_marks_ended_once_removes_from_registry_and_is_idempotent(via: Via) {
+    let h = Harness::start_via(via);
     let client = h.client().await;
     let session = client.create_session::<String>(SessionOptions::default()).await.unwrap();
     assert_eq!(client.session_ids(), vec![session.session_id().to_string()]);
@@ -24,9 +23,8 @@ async fn end_marks_ended_once_removes_from_registry_and_is_idempotent() {
     assert!(session.prepare().await.unwrap_err().is(ErrorCode::SessionEnded));
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_failed_end_emits_an_sdk_error_and_does_not_claim_success() {
-    let mut h = Harness::start();
+async fn a_failed_end_emits_an_sdk_error_and_does_not_claim_success(via: Via) {
+    let mut h = Harness::start_via(via);
     let client = h.client().await;
     let session = client.create_session::<String>(SessionOptions::default()).await.unwrap();
     let log = Recorder::attach(&session);
@@ -38,9 +36,8 @@ async fn a_failed_end_emits_an_sdk_error_and_does_not_claim_success() {
     assert_eq!(log.count("ended"), 0);
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn resume_reactivates_the_same_handle_with_its_state() {
-    let h = Harness::start();
+async fn resume_reactivates_the_same_handle_with_its_state(via: Via) {
+    let h = Harness::start_via(via);
     let client = h.client().await;
     let (session, counter) = counter_session(&client).await;
     let log = Recorder::attach(&session);
@@ -67,9 +64,8 @@ async fn resume_reactivates_the_same_handle_with_its_state() {
     );
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn resume_on_an_active_handle_resolves_and_concurrent_calls_share_one_request() {
-    let h = Harness::start();
+async fn resume_on_an_active_handle_resolves_and_concurrent_calls_share_one_request(via: Via) {
+    let h = Harness::start_via(via);
     let client = h.client().await;
     let session = client.create_session::<String>(SessionOptions::default()).await.unwrap();
     session.resume().await.unwrap();
@@ -87,9 +83,8 @@ async fn resume_on_an_active_handle_resolves_and_concurrent_calls_share_one_requ
     assert_eq!(*idles.lock().unwrap(), 1);
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn resume_session_only_reattaches_and_an_ended_thread_stays_ended() {
-    let h = Harness::start();
+async fn resume_session_only_reattaches_and_an_ended_thread_stays_ended(via: Via) {
+    let h = Harness::start_via(via);
     let client = h.client().await;
     let session = client
         .create_session::<String>(SessionOptions { auto_end_on_disconnect: false, ..Default::default() })
@@ -106,9 +101,8 @@ async fn resume_session_only_reattaches_and_an_ended_thread_stays_ended() {
     assert_eq!(again.get_status(), SessionStatus::Idle);
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn resume_fails_with_thread_not_found_and_workspace_open_failed() {
-    let h = Harness::start();
+async fn resume_fails_with_thread_not_found_and_workspace_open_failed(via: Via) {
+    let h = Harness::start_via(via);
     let client = h.client().await;
     let err = client.resume_session::<String>("sess-missing").await.unwrap_err();
     assert!(err.is(ErrorCode::ThreadNotFound), "{err}");
@@ -136,9 +130,8 @@ async fn resume_fails_with_thread_not_found_and_workspace_open_failed() {
     assert!(session.resume().await.unwrap_err().is(ErrorCode::WorkspaceOpenFailed));
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_detached_handle_cannot_resume() {
-    let mut h = Harness::start();
+async fn a_detached_handle_cannot_resume(via: Via) {
+    let mut h = Harness::start_via(via);
     let client = h.client().await;
     let session = client.create_session::<String>(SessionOptions::default()).await.unwrap();
     h.core.kill();
@@ -146,9 +139,8 @@ async fn a_detached_handle_cannot_resume() {
     assert!(session.resume().await.unwrap_err().is(ErrorCode::TransportDetached));
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn core_ends_a_session_when_its_last_subscriber_leaves_after_the_grace_period() {
-    let h = Harness::start();
+async fn core_ends_a_session_when_its_last_subscriber_leaves_after_the_grace_period(via: Via) {
+    let h = Harness::start_via(via);
     let client = h.client().await;
     let auto = client.create_session::<String>(SessionOptions::default()).await.unwrap();
     let kept = client
@@ -168,9 +160,8 @@ async fn core_ends_a_session_when_its_last_subscriber_leaves_after_the_grace_per
     assert_eq!(quick.get_status(), SessionStatus::Idle);
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn sessions_are_bound_to_their_origin() {
-    let h = Harness::start();
+async fn sessions_are_bound_to_their_origin(via: Via) {
+    let h = Harness::start_via(via);
     let owner = h.client_for("https://app.example").await;
     let session = owner
         .create_session::<String>(SessionOptions { auto_end_on_disconnect: false, ..Default::default() })
@@ -192,9 +183,8 @@ async fn sessions_are_bound_to_their_origin() {
     assert_eq!(session.get_status(), SessionStatus::Idle, "nothing changed");
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn managed_and_explicit_workspaces() {
-    let mut h = Harness::start();
+async fn managed_and_explicit_workspaces(via: Via) {
+    let mut h = Harness::start_via(via);
     let client = h.client().await;
     let managed = client.create_session::<String>(SessionOptions::default()).await.unwrap();
     let managed_dir = h.state().join("workspaces").join(managed.session_id());
@@ -222,3 +212,16 @@ async fn managed_and_explicit_workspaces() {
     h.restart();
     assert!(!h.state().join("workspaces/sess-leftover").exists(), "leftovers are removed at the next start");
 }
+
+super::over_both_transports!(
+    end_marks_ended_once_removes_from_registry_and_is_idempotent,
+    a_failed_end_emits_an_sdk_error_and_does_not_claim_success,
+    resume_reactivates_the_same_handle_with_its_state,
+    resume_on_an_active_handle_resolves_and_concurrent_calls_share_one_request,
+    resume_session_only_reattaches_and_an_ended_thread_stays_ended,
+    resume_fails_with_thread_not_found_and_workspace_open_failed,
+    a_detached_handle_cannot_resume,
+    core_ends_a_session_when_its_last_subscriber_leaves_after_the_grace_period,
+    sessions_are_bound_to_their_origin,
+    managed_and_explicit_workspaces,
+);

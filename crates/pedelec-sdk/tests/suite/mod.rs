@@ -14,27 +14,66 @@ use std::time::Duration;
 
 use pedelec_protocol::pb::core_client::CoreClient;
 use pedelec_sdk::daemon::CoreProcess;
+use pedelec_sdk::native::{NativeMessagingTransport, find_host_binary};
 use pedelec_sdk::{Pedelec, PedelecSession, SessionOptions, ToolSpec, sync_handler};
 use serde_json::json;
 
 pub const ORIGIN: &str = "app:pedelec-tests";
 
+/// The extension id the native-host tests present (32 characters a–p).
+pub const EXTENSION_ID: &str = "pedelecpedelecpedelecpedelecpede";
+
+/// Which transport a seed test drives Core through.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Via {
+    /// The SDK's gRPC transport straight to Core's socket.
+    Grpc,
+    /// A real `pedelec-native-host` process speaking native-messaging frames.
+    Native,
+}
+
+/// Runs each listed `async fn name(via: Via)` once per transport.
+#[macro_export]
+macro_rules! over_both_transports {
+    ($($name:ident),* $(,)?) => {
+        mod grpc {
+            $(
+                #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+                async fn $name() {
+                    super::$name($crate::suite::Via::Grpc).await
+                }
+            )*
+        }
+        mod native_host {
+            $(
+                #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+                async fn $name() {
+                    super::$name($crate::suite::Via::Native).await
+                }
+            )*
+        }
+    };
+}
+pub use over_both_transports;
+
 pub struct Harness {
     pub dir: tempfile::TempDir,
     pub core: CoreProcess,
     pub grace: Duration,
+    pub via: Via,
 }
 
 impl Harness {
     pub fn start() -> Self {
-        Self::with_grace(Duration::from_millis(300))
+        Self::start_via(Via::Grpc)
     }
 
-    pub fn with_grace(grace: Duration) -> Self {
+    pub fn start_via(via: Via) -> Self {
+        let grace = Duration::from_millis(300);
         let dir = tempfile::tempdir().expect("tempdir");
         let core = CoreProcess::spawn(&dir.path().join("run/core.sock"), &dir.path().join("state"), grace)
-            .expect("Core starts (run `cargo build -p pedelec-core` first)");
-        Harness { dir, core, grace }
+            .expect("Core starts (run `cargo build -p pedelec-core -p pedelec-native-host` first)");
+        Harness { dir, core, grace, via }
     }
 
     pub fn socket(&self) -> PathBuf {
@@ -54,7 +93,19 @@ impl Harness {
     }
 
     pub async fn client_for(&self, origin: &str) -> Pedelec {
-        Pedelec::connect(self.socket(), origin).await.expect("connect")
+        match self.via {
+            Via::Grpc => Pedelec::connect(self.socket(), origin).await.expect("connect"),
+            Via::Native => {
+                let socket = self.socket().display().to_string();
+                let transport = NativeMessagingTransport::spawn(
+                    &find_host_binary(),
+                    &format!("chrome-extension://{EXTENSION_ID}/"),
+                    &[("PEDELEC_CORE_SOCKET", &socket), ("PEDELEC_ALLOWED_EXTENSIONS", EXTENSION_ID)],
+                )
+                .expect("the native host starts");
+                Pedelec::with_transport(Arc::new(transport), origin)
+            }
+        }
     }
 
     pub async fn raw(&self) -> CoreClient<tonic::transport::Channel> {

@@ -6,9 +6,8 @@ use pedelec_sdk::{ErrorCode, SessionOptions, SessionStatus};
 
 use super::*;
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn prepare_is_idempotent_hidden_and_not_required() {
-    let h = Harness::start();
+async fn prepare_is_idempotent_hidden_and_not_required(via: Via) {
+    let h = Harness::start_via(via);
     let client = h.client().await;
     let session = client.create_session::<String>(SessionOptions::default()).await.unwrap();
     let log = Recorder::attach(&session);
@@ -23,9 +22,8 @@ async fn prepare_is_idempotent_hidden_and_not_required() {
     unprepared.send_text("no prepare needed").await.unwrap();
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn concurrent_prepares_share_one_request() {
-    let h = Harness::start();
+async fn concurrent_prepares_share_one_request(via: Via) {
+    let h = Harness::start_via(via);
     let client = h.client().await;
     let session = client.create_session::<String>(SessionOptions::default()).await.unwrap();
     let runs = Arc::new(Mutex::new(0));
@@ -41,9 +39,8 @@ async fn concurrent_prepares_share_one_request() {
     assert_eq!(*runs.lock().unwrap(), 1);
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn prepare_is_busy_during_a_user_turn_and_ended_after_end() {
-    let h = Harness::start();
+async fn prepare_is_busy_during_a_user_turn_and_ended_after_end(via: Via) {
+    let h = Harness::start_via(via);
     let client = h.client().await;
     let session = client.create_session::<String>(SessionOptions::default()).await.unwrap();
     let s = session.clone();
@@ -55,9 +52,8 @@ async fn prepare_is_busy_during_a_user_turn_and_ended_after_end() {
     assert!(session.prepare().await.unwrap_err().is(ErrorCode::SessionEnded));
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn prepare_rejects_unless_the_provider_answers_exactly_pedelec_prepared() {
-    let h = Harness::start();
+async fn prepare_rejects_unless_the_provider_answers_exactly_pedelec_prepared(via: Via) {
+    let h = Harness::start_via(via);
     let client = h.client().await;
     let session = client
         .create_session::<String>(SessionOptions { model: Some("scripted-unprepared".into()), ..Default::default() })
@@ -69,9 +65,8 @@ async fn prepare_rejects_unless_the_provider_answers_exactly_pedelec_prepared() 
     session.send_text("sendText stays available").await.unwrap();
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn pending_prepare_rejects_session_ended_when_the_session_ends() {
-    let h = Harness::start();
+async fn pending_prepare_rejects_session_ended_when_the_session_ends(via: Via) {
+    let h = Harness::start_via(via);
     let client = h.client().await;
     let session = client
         .create_session::<String>(SessionOptions { model: Some("scripted-slow".into()), ..Default::default() })
@@ -83,3 +78,11 @@ async fn pending_prepare_rejects_session_ended_when_the_session_ends() {
     session.end().await.unwrap();
     assert!(prep.await.unwrap().unwrap_err().is(ErrorCode::SessionEnded));
 }
+
+super::over_both_transports!(
+    prepare_is_idempotent_hidden_and_not_required,
+    concurrent_prepares_share_one_request,
+    prepare_is_busy_during_a_user_turn_and_ended_after_end,
+    prepare_rejects_unless_the_provider_answers_exactly_pedelec_prepared,
+    pending_prepare_rejects_session_ended_when_the_session_ends,
+);

@@ -6,9 +6,8 @@ use pedelec_sdk::{ErrorCode, SessionOptions, SessionStatus, Source};
 
 use super::*;
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_turn_without_tools_follows_idle_running_idle() {
-    let h = Harness::start();
+async fn a_turn_without_tools_follows_idle_running_idle(via: Via) {
+    let h = Harness::start_via(via);
     let client = h.client().await;
     let session = client.create_session::<String>(SessionOptions::default()).await.unwrap();
     assert_eq!(session.get_status(), SessionStatus::Idle, "new handles begin idle");
@@ -18,9 +17,8 @@ async fn a_turn_without_tools_follows_idle_running_idle() {
     insta::assert_snapshot!(log.transcript());
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_turn_with_a_frontend_tool_passes_through_waiting_tool_result() {
-    let h = Harness::start();
+async fn a_turn_with_a_frontend_tool_passes_through_waiting_tool_result(via: Via) {
+    let h = Harness::start_via(via);
     let client = h.client().await;
     let (session, counter) = counter_session(&client).await;
     let log = Recorder::attach(&session);
@@ -29,9 +27,8 @@ async fn a_turn_with_a_frontend_tool_passes_through_waiting_tool_result() {
     insta::assert_snapshot!(log.transcript());
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn running_moves_to_error_when_the_runtime_fails() {
-    let h = Harness::start();
+async fn running_moves_to_error_when_the_runtime_fails(via: Via) {
+    let h = Harness::start_via(via);
     let client = h.client().await;
     let session = client.create_session::<String>(SessionOptions::default()).await.unwrap();
     let log = Recorder::attach(&session);
@@ -42,9 +39,8 @@ async fn running_moves_to_error_when_the_runtime_fails() {
     insta::assert_snapshot!(log.transcript());
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn running_moves_to_ended_and_the_pending_send_rejects_session_ended() {
-    let h = Harness::start();
+async fn running_moves_to_ended_and_the_pending_send_rejects_session_ended(via: Via) {
+    let h = Harness::start_via(via);
     let client = h.client().await;
     let session = client.create_session::<String>(SessionOptions::default()).await.unwrap();
     let log = Recorder::attach(&session);
@@ -58,9 +54,8 @@ async fn running_moves_to_ended_and_the_pending_send_rejects_session_ended() {
     assert_eq!(log.count("ended"), 1);
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn waiting_tool_result_moves_to_ended() {
-    let h = Harness::start();
+async fn waiting_tool_result_moves_to_ended(via: Via) {
+    let h = Harness::start_via(via);
     let client = h.client().await;
     let session = client
         .create_session::<String>(SessionOptions {
@@ -82,9 +77,8 @@ async fn waiting_tool_result_moves_to_ended() {
     assert_eq!(session.get_status(), SessionStatus::Ended);
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn status_handlers_run_only_on_change_and_never_for_the_initial_value() {
-    let h = Harness::start();
+async fn status_handlers_run_only_on_change_and_never_for_the_initial_value(via: Via) {
+    let h = Harness::start_via(via);
     let client = h.client().await;
     let session = client.create_session::<String>(SessionOptions::default()).await.unwrap();
     let seen = Arc::new(Mutex::new(Vec::new()));
@@ -101,9 +95,8 @@ async fn status_handlers_run_only_on_change_and_never_for_the_initial_value() {
     );
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn contexts_carry_the_seed_fields() {
-    let h = Harness::start();
+async fn contexts_carry_the_seed_fields(via: Via) {
+    let h = Harness::start_via(via);
     let client = h.client().await;
     let session = client
         .create_session::<String>(SessionOptions {
@@ -135,9 +128,8 @@ async fn contexts_carry_the_seed_fields() {
     assert_eq!(local.event_received_at, None, "local status changes have no received time");
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn send_text_neither_trims_nor_requires_text() {
-    let h = Harness::start();
+async fn send_text_neither_trims_nor_requires_text(via: Via) {
+    let h = Harness::start_via(via);
     let client = h.client().await;
     let session = client.create_session::<String>(SessionOptions::default()).await.unwrap();
     let log = Recorder::attach(&session);
@@ -147,9 +139,8 @@ async fn send_text_neither_trims_nor_requires_text() {
     assert_eq!(chats, vec!["chat \"You said: \" [user]", "chat \"You said:   spaced  \" [user]"]);
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_second_send_during_a_turn_is_session_busy() {
-    let h = Harness::start();
+async fn a_second_send_during_a_turn_is_session_busy(via: Via) {
+    let h = Harness::start_via(via);
     let client = h.client().await;
     let session = client.create_session::<String>(SessionOptions::default()).await.unwrap();
     let s = session.clone();
@@ -159,9 +150,8 @@ async fn a_second_send_during_a_turn_is_session_busy() {
     first.await.unwrap().unwrap();
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn send_resolves_after_its_messages_and_rejects_when_the_turn_fails() {
-    let h = Harness::start();
+async fn send_resolves_after_its_messages_and_rejects_when_the_turn_fails(via: Via) {
+    let h = Harness::start_via(via);
     let client = h.client().await;
     let session = client.create_session::<String>(SessionOptions::default()).await.unwrap();
     let log = Recorder::attach(&session);
@@ -178,9 +168,8 @@ async fn send_resolves_after_its_messages_and_rejects_when_the_turn_fails() {
     session.send_text("still works").await.unwrap();
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn usage_is_absent_until_reported_monotonic_and_silent() {
-    let h = Harness::start();
+async fn usage_is_absent_until_reported_monotonic_and_silent(via: Via) {
+    let h = Harness::start_via(via);
     let client = h.client().await;
     let session = client.create_session::<String>(SessionOptions::default()).await.unwrap();
     assert_eq!(session.usage().total_tokens, None);
@@ -195,9 +184,8 @@ async fn usage_is_absent_until_reported_monotonic_and_silent() {
     assert_eq!(log.count("error"), 0);
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn disposers_unregister_without_cancelling_work() {
-    let h = Harness::start();
+async fn disposers_unregister_without_cancelling_work(via: Via) {
+    let h = Harness::start_via(via);
     let client = h.client().await;
     let session = client.create_session::<String>(SessionOptions::default()).await.unwrap();
     let count = Arc::new(Mutex::new(0));
@@ -210,3 +198,18 @@ async fn disposers_unregister_without_cancelling_work() {
     turn.await.unwrap().expect("disposing a handler does not cancel the turn");
     assert_eq!(*count.lock().unwrap(), 1);
 }
+
+super::over_both_transports!(
+    a_turn_without_tools_follows_idle_running_idle,
+    a_turn_with_a_frontend_tool_passes_through_waiting_tool_result,
+    running_moves_to_error_when_the_runtime_fails,
+    running_moves_to_ended_and_the_pending_send_rejects_session_ended,
+    waiting_tool_result_moves_to_ended,
+    status_handlers_run_only_on_change_and_never_for_the_initial_value,
+    contexts_carry_the_seed_fields,
+    send_text_neither_trims_nor_requires_text,
+    a_second_send_during_a_turn_is_session_busy,
+    send_resolves_after_its_messages_and_rejects_when_the_turn_fails,
+    usage_is_absent_until_reported_monotonic_and_silent,
+    disposers_unregister_without_cancelling_work,
+);

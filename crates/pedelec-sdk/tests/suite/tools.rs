@@ -11,9 +11,8 @@ fn replies(log: &Recorder) -> Vec<String> {
     log.lines().into_iter().filter(|l| l.starts_with("chat")).collect()
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn handler_precedence_is_named_then_inline_then_generic() {
-    let h = Harness::start();
+async fn handler_precedence_is_named_then_inline_then_generic(via: Via) {
+    let h = Harness::start_via(via);
     let client = h.client().await;
     let inline = ToolSpec::new("a".to_string(), "tool a", schema_object())
         .with_handler(handler(|_: serde_json::Value, _| async { Ok::<_, String>(json!("inline")) }));
@@ -35,9 +34,8 @@ async fn handler_precedence_is_named_then_inline_then_generic() {
     );
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn tool_contexts_name_the_request_and_the_tool() {
-    let h = Harness::start();
+async fn tool_contexts_name_the_request_and_the_tool(via: Via) {
+    let h = Harness::start_via(via);
     let client = h.client().await;
     let session = client
         .create_session(SessionOptions {
@@ -61,9 +59,8 @@ async fn tool_contexts_name_the_request_and_the_tool() {
     assert!(ctx.turn_id.is_some());
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_failing_handler_becomes_tool_handler_error_for_the_agent() {
-    let h = Harness::start();
+async fn a_failing_handler_becomes_tool_handler_error_for_the_agent(via: Via) {
+    let h = Harness::start_via(via);
     let client = h.client().await;
     let session = client
         .create_session(SessionOptions {
@@ -78,9 +75,8 @@ async fn a_failing_handler_becomes_tool_handler_error_for_the_agent() {
     assert_eq!(replies(&log), vec!["chat \"Tool t failed with TOOL_HANDLER_ERROR: disk full.\" [user]"]);
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn arguments_are_validated_before_they_reach_the_app() {
-    let h = Harness::start();
+async fn arguments_are_validated_before_they_reach_the_app(via: Via) {
+    let h = Harness::start_via(via);
     let client = h.client().await;
     let counter = Arc::new(Mutex::new(0));
     let session = client
@@ -95,9 +91,8 @@ async fn arguments_are_validated_before_they_reach_the_app() {
     assert!(reply.contains("Tool nope failed with TOOL_NOT_FOUND"), "{reply}");
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn core_times_a_tool_out_and_a_late_result_is_refused() {
-    let h = Harness::start();
+async fn core_times_a_tool_out_and_a_late_result_is_refused(via: Via) {
+    let h = Harness::start_via(via);
     let client = h.client().await;
     let slow = ToolSpec::new("slow".to_string(), "slow", schema_object()).timeout_ms(200);
     let session = client.create_session(SessionOptions { tools: vec![slow], ..Default::default() }).await.unwrap();
@@ -126,9 +121,8 @@ impl ToolName for Tools {
     }
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_recovered_tool_call_waits_for_its_handler_after_resume_session() {
-    let h = Harness::start();
+async fn a_recovered_tool_call_waits_for_its_handler_after_resume_session(via: Via) {
+    let h = Harness::start_via(via);
     let first = h.client().await;
     let spec = ToolSpec::new(Tools::UpdateCounter, "counter", schema_object());
     let session = first
@@ -159,9 +153,8 @@ async fn a_recovered_tool_call_waits_for_its_handler_after_resume_session() {
     assert_eq!(*calls.lock().unwrap(), vec![json!({"delta": 5})]);
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn generic_handlers_see_typed_names() {
-    let h = Harness::start();
+async fn generic_handlers_see_typed_names(via: Via) {
+    let h = Harness::start_via(via);
     let client = h.client().await;
     let spec = ToolSpec::new(Tools::UpdateCounter, "counter", schema_object());
     let session = client.create_session(SessionOptions { tools: vec![spec], ..Default::default() }).await.unwrap();
@@ -174,3 +167,13 @@ async fn generic_handlers_see_typed_names() {
     session.send_text("/tool update_counter {}").await.unwrap();
     assert_eq!(*seen.lock().unwrap(), vec![Tools::UpdateCounter]);
 }
+
+super::over_both_transports!(
+    handler_precedence_is_named_then_inline_then_generic,
+    tool_contexts_name_the_request_and_the_tool,
+    a_failing_handler_becomes_tool_handler_error_for_the_agent,
+    arguments_are_validated_before_they_reach_the_app,
+    core_times_a_tool_out_and_a_late_result_is_refused,
+    a_recovered_tool_call_waits_for_its_handler_after_resume_session,
+    generic_handlers_see_typed_names,
+);

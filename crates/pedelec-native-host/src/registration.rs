@@ -1,0 +1,267 @@
+//! Registering the host with browsers: the host manifest in each browser's
+//! per-user `NativeMessagingHosts` directory (or one profile's), and on
+//! Windows the registry key that points at it.
+
+use std::path::{Path, PathBuf};
+
+use serde_json::{Value, json};
+
+use crate::caller::{allowed_file, is_valid_addon_id, is_valid_extension_id};
+
+/// The host's registered name (lowercase, dots; the manifest file is `<name>.json`).
+pub const HOST_NAME: &str = "dev.pedelec.host";
+const DESCRIPTION: &str = "Pedelec: drive a local AI coding agent from web pages";
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+pub enum Browser {
+    Chrome,
+    Chromium,
+    Edge,
+    Brave,
+    Firefox,
+    All,
+}
+
+impl Browser {
+    pub const EACH: [Browser; 5] =
+        [Browser::Chrome, Browser::Chromium, Browser::Edge, Browser::Brave, Browser::Firefox];
+
+    pub fn expand(self) -> Vec<Browser> {
+        if self == Browser::All { Self::EACH.to_vec() } else { vec![self] }
+    }
+
+    pub fn name(self) -> &'static str {
+        match self {
+            Browser::Chrome => "chrome",
+            Browser::Chromium => "chromium",
+            Browser::Edge => "edge",
+            Browser::Brave => "brave",
+            Browser::Firefox => "firefox",
+            Browser::All => "all",
+        }
+    }
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Os {
+    Linux,
+    MacOs,
+}
+
+/// Where manifests go for one user.
+#[derive(Debug, Clone)]
+pub struct Layout {
+    pub home: PathBuf,
+    /// `$XDG_CONFIG_HOME` (Linux), defaulting to `~/.config`.
+    pub config_home: PathBuf,
+    pub os: Os,
+}
+
+impl Layout {
+    pub fn for_current_user() -> Self {
+        let home = std::env::var_os("HOME").map(PathBuf::from).unwrap_or_else(|| PathBuf::from("/"));
+        let config_home = std::env::var_os("XDG_CONFIG_HOME")
+            .filter(|v| !v.is_empty())
+            .map(PathBuf::from)
+            .unwrap_or_else(|| home.join(".config"));
+        let os = if cfg!(target_os = "macos") { Os::MacOs } else { Os::Linux };
+        Layout { home, config_home, os }
+    }
+
+    /// The per-user manifest directory of a browser.
+    pub fn manifest_dir(&self, browser: Browser) -> PathBuf {
+        match self.os {
+            Os::Linux => match browser {
+                Browser::Firefox => self.home.join(".mozilla/native-messaging-hosts"),
+                Browser::Chrome => self.config_home.join("google-chrome/NativeMessagingHosts"),
+                Browser::Chromium | Browser::All => self.config_home.join("chromium/NativeMessagingHosts"),
+                Browser::Edge => self.config_home.join("microsoft-edge/NativeMessagingHosts"),
+                Browser::Brave => self.config_home.join("BraveSoftware/Brave-Browser/NativeMessagingHosts"),
+            },
+            Os::MacOs => {
+                let support = self.home.join("Library/Application Support");
+                match browser {
+                    Browser::Firefox => support.join("Mozilla/NativeMessagingHosts"),
+                    Browser::Chrome => support.join("Google/Chrome/NativeMessagingHosts"),
+                    Browser::Chromium | Browser::All => support.join("Chromium/NativeMessagingHosts"),
+                    Browser::Edge => support.join("Microsoft Edge/NativeMessagingHosts"),
+                    Browser::Brave => support.join("BraveSoftware/Brave-Browser/NativeMessagingHosts"),
+                }
+            }
+        }
+    }
+}
+
+#[derive(Debug, thiserror::Error)]
+pub enum RegistrationError {
+    #[error("extension id {0:?} is not 32 characters a-p")]
+    BadExtensionId(String),
+    #[error("Firefox add-on id {0:?} is not valid")]
+    BadAddonId(String),
+    #[error("host path {0} must be absolute")]
+    RelativeHostPath(PathBuf),
+    #[error("nothing to register: give --extension-id (and --firefox-addon-id for Firefox)")]
+    NothingToRegister,
+    #[error("{context}: {source}")]
+    Io { context: String, source: std::io::Error },
+}
+
+fn io(context: impl Into<String>) -> impl FnOnce(std::io::Error) -> RegistrationError {
+    let context = context.into();
+    move |source| RegistrationError::Io { context, source }
+}
+
+/// The Chromium-family manifest.
+pub fn chromium_manifest(host_path: &Path, extension_ids: &[String]) -> Value {
+    json!({
+        "name": HOST_NAME,
+        "description": DESCRIPTION,
+        "path": host_path.display().to_string(),
+        "type": "stdio",
+        "allowed_origins": extension_ids.iter().map(|id| format!("chrome-extension://{id}/")).collect::<Vec<_>>(),
+    })
+}
+
+/// The Firefox manifest (only `allowed_extensions`: old Firefox rejects `allowed_origins`).
+pub fn firefox_manifest(host_path: &Path, addon_ids: &[String]) -> Value {
+    json!({
+        "name": HOST_NAME,
+        "description": DESCRIPTION,
+        "path": host_path.display().to_string(),
+        "type": "stdio",
+        "allowed_extensions": addon_ids,
+    })
+}
+
+/// What to register.
+#[derive(Debug, Clone)]
+pub struct Install {
+    pub host_path: PathBuf,
+    pub extension_ids: Vec<String>,
+    pub firefox_addon_ids: Vec<String>,
+    pub browser: Browser,
+    /// Register into this browser profile's own `NativeMessagingHosts/` instead.
+    pub profile: Option<PathBuf>,
+}
+
+/// Writes the manifests and the allowed-id list; returns the manifest paths written.
+pub fn install(layout: &Layout, request: &Install) -> Result<Vec<PathBuf>, RegistrationError> {
+    for id in &request.extension_ids {
+        if !is_valid_extension_id(id) {
+            return Err(RegistrationError::BadExtensionId(id.clone()));
+        }
+    }
+    for id in &request.firefox_addon_ids {
+        if !is_valid_addon_id(id) {
+            return Err(RegistrationError::BadAddonId(id.clone()));
+        }
+    }
+    if !request.host_path.is_absolute() {
+        return Err(RegistrationError::RelativeHostPath(request.host_path.clone()));
+    }
+    let mut targets: Vec<(PathBuf, Value)> = Vec::new();
+    let chromium = chromium_manifest(&request.host_path, &request.extension_ids);
+    match &request.profile {
+        Some(profile) => targets.push((profile.join("NativeMessagingHosts"), chromium.clone())),
+        None => {
+            for browser in request.browser.expand() {
+                let manifest = match browser {
+                    Browser::Firefox if request.firefox_addon_ids.is_empty() => continue,
+                    Browser::Firefox => firefox_manifest(&request.host_path, &request.firefox_addon_ids),
+                    _ if request.extension_ids.is_empty() => continue,
+                    _ => chromium.clone(),
+                };
+                targets.push((layout.manifest_dir(browser), manifest));
+            }
+        }
+    }
+    if targets.is_empty() {
+        return Err(RegistrationError::NothingToRegister);
+    }
+    let mut written = Vec::new();
+    for (dir, manifest) in targets {
+        std::fs::create_dir_all(&dir).map_err(io(format!("creating {}", dir.display())))?;
+        let path = dir.join(format!("{HOST_NAME}.json"));
+        let text = serde_json::to_string_pretty(&manifest).expect("JSON values serialize");
+        std::fs::write(&path, text + "\n").map_err(io(format!("writing {}", path.display())))?;
+        #[cfg(windows)]
+        windows::register(&path)?;
+        written.push(path);
+    }
+    let allowed: Vec<&String> = request.extension_ids.iter().chain(&request.firefox_addon_ids).collect();
+    let file = allowed_file(&layout.config_home);
+    if let Some(parent) = file.parent() {
+        std::fs::create_dir_all(parent).map_err(io("creating the Pedelec config directory"))?;
+    }
+    std::fs::write(&file, json!({ "allowed": allowed }).to_string())
+        .map_err(io("writing the allowed-extension list"))?;
+    Ok(written)
+}
+
+/// Removes the manifests (and the allowed list); returns what was removed.
+pub fn uninstall(layout: &Layout, browser: Browser, profile: Option<&Path>) -> Vec<PathBuf> {
+    let dirs: Vec<PathBuf> = match profile {
+        Some(p) => vec![p.join("NativeMessagingHosts")],
+        None => browser.expand().into_iter().map(|b| layout.manifest_dir(b)).collect(),
+    };
+    let mut removed = Vec::new();
+    for dir in dirs {
+        let path = dir.join(format!("{HOST_NAME}.json"));
+        if std::fs::remove_file(&path).is_ok() {
+            removed.push(path);
+        }
+    }
+    if profile.is_none() && browser == Browser::All {
+        let _ = std::fs::remove_file(allowed_file(&layout.config_home));
+    }
+    removed
+}
+
+/// One browser's registration state.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Registered {
+    pub browser: Browser,
+    pub manifest: PathBuf,
+    /// The manifest's contents when present and readable.
+    pub contents: Option<Value>,
+}
+
+pub fn status(layout: &Layout) -> Vec<Registered> {
+    Browser::EACH
+        .iter()
+        .map(|&browser| {
+            let manifest = layout.manifest_dir(browser).join(format!("{HOST_NAME}.json"));
+            let contents = std::fs::read_to_string(&manifest).ok().and_then(|t| serde_json::from_str(&t).ok());
+            Registered { browser, manifest, contents }
+        })
+        .collect()
+}
+
+#[cfg(windows)]
+mod windows {
+    use super::*;
+
+    /// Points each browser's `HKCU\…\NativeMessagingHosts\<name>` default value at the manifest.
+    pub fn register(manifest: &Path) -> Result<(), RegistrationError> {
+        for key in [
+            "Software\\Google\\Chrome\\NativeMessagingHosts",
+            "Software\\Chromium\\NativeMessagingHosts",
+            "Software\\Microsoft\\Edge\\NativeMessagingHosts",
+            "Software\\Mozilla\\NativeMessagingHosts",
+        ] {
+            let status = std::process::Command::new("reg")
+                .args(["add", &format!("HKCU\\{key}\\{HOST_NAME}"), "/ve", "/t", "REG_SZ", "/d"])
+                .arg(manifest)
+                .arg("/f")
+                .status()
+                .map_err(io("running reg.exe"))?;
+            if !status.success() {
+                return Err(RegistrationError::Io {
+                    context: format!("reg add {key}"),
+                    source: std::io::Error::other(status.to_string()),
+                });
+            }
+        }
+        Ok(())
+    }
+}

@@ -1,0 +1,248 @@
+//! The relay: native-messaging frames on one side, Core on the other.
+//!
+//! Requests are forwarded concurrently (at most [`MAX_IN_FLIGHT`] at a time;
+//! reading pauses beyond that, so memory stays bounded) and their responses
+//! are written in request order. A Subscribe is answered with its snapshot,
+//! then its events follow as frames tagged with the Subscribe's request id,
+//! in Core's order. Every frame written is ≤ 1 MiB; larger ones become chunks.
+//!
+//! When Core goes away, every live subscription gets an error frame
+//! (`CORE_RUNTIME_UNAVAILABLE`) and the relay ends, so the host exits and the
+//! extension reconnects (starting a fresh host, which finds or starts Core).
+
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex};
+
+use futures::future::{AbortHandle, Abortable};
+use futures::stream::FuturesOrdered;
+use futures::{FutureExt, StreamExt};
+use pedelec_protocol::native::{ChunkAssembler, FrameDecoder, FrameError, decode_native_frame, encode_native_frame};
+use pedelec_protocol::pb::{self, native_frame::Body};
+use pedelec_protocol::{ErrorCode, limits};
+use pedelec_sdk::PedelecError;
+use pedelec_sdk::transport::{BoxFuture, Call, EventStream, Reply, Transport};
+use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
+use tokio::sync::mpsc;
+
+/// Requests forwarded at once before the relay stops reading.
+pub const MAX_IN_FLIGHT: usize = 256;
+/// Frames queued for stdout before producers wait.
+const OUTGOING_QUEUE: usize = 1024;
+
+/// Why the relay stopped.
+#[derive(Debug, PartialEq, Eq)]
+pub enum Exit {
+    /// stdin closed: the browser port went away.
+    InputClosed,
+    /// The input cannot be read any further (truncated or oversized frame).
+    BadInput(ErrorCode),
+    /// Core went away.
+    CoreLost,
+    /// stdout is gone.
+    OutputClosed,
+}
+
+fn error_frame(request_id: u32, code: ErrorCode, message: impl Into<String>) -> pb::NativeFrame {
+    pb::NativeFrame { request_id, body: Some(Body::Error(pb::Error::new(code, message))) }
+}
+
+type Outcome = (u32, Result<(Reply, Option<EventStream>), PedelecError>);
+
+/// Writes frames in order, chunking anything over Chrome's 1 MiB limit.
+async fn write_frames<W: AsyncWrite + Unpin>(mut output: W, mut frames: mpsc::Receiver<pb::NativeFrame>) {
+    let mut message_id = 0u32;
+    let mut bytes = Vec::new();
+    while let Some(frame) = frames.recv().await {
+        let mut next = Some(frame);
+        while let Some(frame) = next.take() {
+            message_id = message_id.wrapping_add(1);
+            for piece in encode_native_frame(&frame, limits::NATIVE_HOST_TO_BROWSER_MAX, message_id) {
+                bytes.extend_from_slice(&piece);
+            }
+            if bytes.len() < 256 * 1024 {
+                next = frames.try_recv().ok();
+            }
+        }
+        if output.write_all(&bytes).await.is_err() || output.flush().await.is_err() {
+            return;
+        }
+        bytes.clear();
+    }
+}
+
+/// Runs the relay until the input closes, the input breaks, or Core goes away.
+/// `core` is `None` when Core could not be reached: every request is then
+/// answered `CORE_RUNTIME_UNAVAILABLE`.
+pub async fn run<R, W>(mut input: R, output: W, core: Option<Arc<dyn Transport>>) -> Exit
+where
+    R: AsyncRead + Unpin,
+    W: AsyncWrite + Unpin + Send + 'static,
+{
+    let (out, frames) = mpsc::channel::<pb::NativeFrame>(OUTGOING_QUEUE);
+    let writer = tokio::spawn(write_frames(output, frames));
+    let subscriptions: Arc<Mutex<HashMap<u32, AbortHandle>>> = Arc::default();
+    let (lost_tx, mut lost_rx) = mpsc::channel::<()>(1);
+    let mut decoder = FrameDecoder::new(limits::NATIVE_BROWSER_TO_HOST_MAX);
+    let mut assembler = ChunkAssembler::new(limits::NATIVE_BROWSER_TO_HOST_MAX);
+    let mut in_flight: FuturesOrdered<BoxFuture<'static, Outcome>> = FuturesOrdered::new();
+    let mut buf = vec![0u8; 64 * 1024];
+
+    let exit = loop {
+        tokio::select! {
+            biased;
+            _ = lost_rx.recv() => break Exit::CoreLost,
+            Some((request_id, outcome)) = in_flight.next(), if !in_flight.is_empty() => {
+                let frame = match outcome {
+                    Ok((reply, stream)) => {
+                        if let Some(stream) = stream {
+                            start_forwarding(request_id, stream, out.clone(), subscriptions.clone(), lost_tx.clone());
+                        }
+                        pb::NativeFrame { request_id, body: Some(Body::Response(pb::NativeResponse { result: Some(reply) })) }
+                    }
+                    Err(error) => pb::NativeFrame { request_id, body: Some(Body::Error(error.to_pb())) },
+                };
+                if out.send(frame).await.is_err() {
+                    break Exit::OutputClosed;
+                }
+            }
+            read = input.read(&mut buf), if in_flight.len() < MAX_IN_FLIGHT => {
+                let n = match read {
+                    Ok(0) | Err(_) => {
+                        if let Err(e) = decoder.finish() {
+                            tracing::warn!(error = %e, "input ended inside a frame");
+                        }
+                        // The browser is gone; nobody reads the remaining answers.
+                        break Exit::InputClosed;
+                    }
+                    Ok(n) => n,
+                };
+                decoder.push(&buf[..n]);
+                let mut fatal = None;
+                while let Some(next) = decoder.next_frame() {
+                    let reply = match next {
+                        Err(error @ FrameError::TooLarge { .. }) => {
+                            fatal = Some(error.code());
+                            Some(error_frame(0, error.code(), error.to_string()))
+                        }
+                        Err(error) => Some(error_frame(0, error.code(), error.to_string())),
+                        Ok(text) => match decode_native_frame(&text).and_then(|f| assembler.accept(f)) {
+                            Err(error) => Some(error_frame(request_id_of(&text), error.code(), error.to_string())),
+                            Ok(None) => None,
+                            Ok(Some(frame)) => match accept(frame, core.as_ref(), &subscriptions) {
+                                Ok(future) => {
+                                    in_flight.push_back(future);
+                                    None
+                                }
+                                Err(frame) => Some(frame),
+                            },
+                        },
+                    };
+                    if let Some(frame) = reply {
+                        if out.send(frame).await.is_err() {
+                            fatal = Some(ErrorCode::TransportError);
+                        }
+                    }
+                    if fatal.is_some() {
+                        break;
+                    }
+                }
+                if let Some(code) = fatal {
+                    break Exit::BadInput(code);
+                }
+            }
+        }
+    };
+    for (_, handle) in subscriptions.lock().unwrap_or_else(|p| p.into_inner()).drain() {
+        handle.abort();
+    }
+    drop(in_flight);
+    drop(out);
+    let _ = writer.await;
+    exit
+}
+
+/// Best effort: the `requestId` of a frame that did not decode, so the error can pair.
+fn request_id_of(text: &str) -> u32 {
+    serde_json::from_str::<serde_json::Value>(text)
+        .ok()
+        .and_then(|v| v.get("requestId").and_then(|id| id.as_u64()))
+        .and_then(|id| u32::try_from(id).ok())
+        .unwrap_or(0)
+}
+
+/// Turns one decoded frame into the future that answers it, or an immediate error frame.
+fn accept(
+    frame: pb::NativeFrame,
+    core: Option<&Arc<dyn Transport>>,
+    subscriptions: &Arc<Mutex<HashMap<u32, AbortHandle>>>,
+) -> Result<BoxFuture<'static, Outcome>, pb::NativeFrame> {
+    let request_id = frame.request_id;
+    let request = match frame.body {
+        Some(Body::Request(request)) => request,
+        _ => return Err(error_frame(request_id, ErrorCode::InvalidArgument, "expected a request frame")),
+    };
+    if request_id == 0 {
+        return Err(error_frame(0, ErrorCode::InvalidArgument, "a request needs a non-zero requestId"));
+    }
+    let Some(call) = request.call else {
+        return Err(error_frame(request_id, ErrorCode::InvalidArgument, "unknown or missing request type"));
+    };
+    let Some(core) = core.cloned() else {
+        return Err(error_frame(
+            request_id,
+            ErrorCode::CoreRuntimeUnavailable,
+            "Core is not running and could not be started",
+        ));
+    };
+    let future: BoxFuture<'static, Result<(Reply, Option<EventStream>), PedelecError>> = match call {
+        Call::Subscribe(subscribe) => Box::pin(async move {
+            let mut stream = core.subscribe(subscribe).await?;
+            match stream.next().await {
+                Some(Ok(snapshot)) => Ok((Reply::Subscribe(snapshot), Some(stream))),
+                Some(Err(error)) => Err(error),
+                None => Err(PedelecError::new(ErrorCode::CoreRuntimeUnavailable, "Core closed the subscription")),
+            }
+        }),
+        Call::Unsubscribe(unsubscribe) => {
+            let handle = subscriptions.lock().unwrap_or_else(|p| p.into_inner()).remove(&unsubscribe.subscription_id);
+            if let Some(handle) = handle {
+                handle.abort();
+            }
+            Box::pin(async { Ok((Reply::Unsubscribe(pb::UnsubscribeResponse {}), None)) })
+        }
+        call => Box::pin(async move { core.call(call).await.map(|reply| (reply, None)) }),
+    };
+    Ok(Box::pin(future.map(move |outcome| (request_id, outcome))))
+}
+
+/// Forwards one subscription's live events, in order, tagged with its request id.
+fn start_forwarding(
+    request_id: u32,
+    mut stream: EventStream,
+    out: mpsc::Sender<pb::NativeFrame>,
+    subscriptions: Arc<Mutex<HashMap<u32, AbortHandle>>>,
+    lost: mpsc::Sender<()>,
+) {
+    let (handle, registration) = AbortHandle::new_pair();
+    subscriptions.lock().unwrap_or_else(|p| p.into_inner()).insert(request_id, handle);
+    let forward = async move {
+        while let Some(item) = stream.next().await {
+            let frame = match item {
+                Ok(event) => pb::NativeFrame { request_id, body: Some(Body::Event(event)) },
+                Err(error) => {
+                    tracing::warn!(%error, "a subscription failed");
+                    break;
+                }
+            };
+            if out.send(frame).await.is_err() {
+                return;
+            }
+        }
+        let _ = out
+            .send(error_frame(request_id, ErrorCode::CoreRuntimeUnavailable, "the connection to Core was lost"))
+            .await;
+        subscriptions.lock().unwrap_or_else(|p| p.into_inner()).remove(&request_id);
+        let _ = lost.try_send(());
+    };
+    tokio::spawn(Abortable::new(forward, registration));
+}

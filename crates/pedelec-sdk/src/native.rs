@@ -1,0 +1,253 @@
+//! The native-messaging transport: starts `pedelec-native-host` exactly as a
+//! browser does (argv `chrome-extension://<id>/`, frames on stdio) and speaks
+//! `NativeFrame`s with the protocol crate's codec. Requests pair with
+//! responses by `requestId`; events arrive tagged with their Subscribe's id.
+
+use std::collections::HashMap;
+use std::path::{Path, PathBuf};
+use std::process::Stdio;
+use std::sync::atomic::{AtomicU32, Ordering};
+use std::sync::{Arc, Mutex};
+
+use futures::channel::{mpsc, oneshot};
+use futures::{SinkExt, StreamExt};
+use pedelec_protocol::native::{ChunkAssembler, FrameDecoder, decode_native_frame, encode_native_frame};
+use pedelec_protocol::pb::{self, native_frame::Body};
+use pedelec_protocol::{ErrorCode, limits};
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+
+use crate::error::PedelecError;
+use crate::transport::{BoxFuture, Call, EventStream, Reply, Transport};
+
+type Pending = oneshot::Sender<Result<Reply, PedelecError>>;
+type EventSender = mpsc::UnboundedSender<Result<pb::SessionEvent, PedelecError>>;
+
+struct Shared {
+    pending: Mutex<HashMap<u32, Pending>>,
+    subscriptions: Mutex<HashMap<u32, EventSender>>,
+    next_id: AtomicU32,
+    outgoing: mpsc::UnboundedSender<pb::NativeFrame>,
+}
+
+/// A transport through a `pedelec-native-host` child process.
+pub struct NativeMessagingTransport {
+    shared: Arc<Shared>,
+    child: Mutex<Option<tokio::process::Child>>,
+}
+
+/// Finds `pedelec-native-host` like [`crate::daemon::find_core_binary`] finds Core.
+pub fn find_host_binary() -> PathBuf {
+    if let Some(bin) = std::env::var_os("PEDELEC_NATIVE_HOST_BIN") {
+        return PathBuf::from(bin);
+    }
+    if let Ok(exe) = std::env::current_exe() {
+        for dir in exe.ancestors().skip(1).take(3) {
+            let candidate = dir.join("pedelec-native-host");
+            if candidate.is_file() {
+                return candidate;
+            }
+        }
+    }
+    PathBuf::from("pedelec-native-host")
+}
+
+fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(|p| p.into_inner())
+}
+
+fn detached() -> PedelecError {
+    PedelecError::new(ErrorCode::TransportDetached, "the native host exited")
+}
+
+impl NativeMessagingTransport {
+    /// Starts the host with the extension's origin as its only argument, as
+    /// Chrome does; `envs` are added to its environment (e.g. the Core socket).
+    pub fn spawn(host: &Path, extension_origin: &str, envs: &[(&str, &str)]) -> Result<Self, PedelecError> {
+        let mut command = tokio::process::Command::new(host);
+        command.arg(extension_origin).stdin(Stdio::piped()).stdout(Stdio::piped()).stderr(Stdio::inherit());
+        if let Some(dir) = host.parent().filter(|d| !d.as_os_str().is_empty()) {
+            command.current_dir(dir);
+        }
+        for (k, v) in envs {
+            command.env(k, v);
+        }
+        let mut child = command.kill_on_drop(true).spawn().map_err(|e| {
+            PedelecError::new(ErrorCode::CoreRuntimeUnavailable, format!("cannot start {}: {e}", host.display()))
+        })?;
+        let mut stdin = child.stdin.take().expect("piped stdin");
+        let mut stdout = child.stdout.take().expect("piped stdout");
+        let (outgoing, mut frames) = mpsc::unbounded::<pb::NativeFrame>();
+        let shared = Arc::new(Shared {
+            pending: Mutex::default(),
+            subscriptions: Mutex::default(),
+            next_id: AtomicU32::new(1),
+            outgoing,
+        });
+
+        tokio::spawn(async move {
+            let mut message_id = 0u32;
+            while let Some(frame) = frames.next().await {
+                message_id = message_id.wrapping_add(1);
+                let mut bytes = Vec::new();
+                for piece in encode_native_frame(&frame, limits::NATIVE_BROWSER_TO_HOST_MAX, message_id) {
+                    bytes.extend_from_slice(&piece);
+                }
+                // Coalesce whatever else is queued into one write.
+                while let Ok(more) = frames.try_recv() {
+                    message_id = message_id.wrapping_add(1);
+                    for piece in encode_native_frame(&more, limits::NATIVE_BROWSER_TO_HOST_MAX, message_id) {
+                        bytes.extend_from_slice(&piece);
+                    }
+                }
+                if stdin.write_all(&bytes).await.is_err() || stdin.flush().await.is_err() {
+                    break;
+                }
+            }
+        });
+
+        let reader = shared.clone();
+        tokio::spawn(async move {
+            let mut decoder = FrameDecoder::new(limits::NATIVE_HOST_TO_BROWSER_MAX);
+            let mut assembler = ChunkAssembler::new(limits::NATIVE_BROWSER_TO_HOST_MAX);
+            let mut buf = vec![0u8; 64 * 1024];
+            'read: loop {
+                let n = match stdout.read(&mut buf).await {
+                    Ok(0) | Err(_) => break,
+                    Ok(n) => n,
+                };
+                decoder.push(&buf[..n]);
+                while let Some(frame) = decoder.next_frame() {
+                    let Ok(text) = frame else { break 'read };
+                    let frame = match decode_native_frame(&text).and_then(|f| assembler.accept(f)) {
+                        Ok(Some(frame)) => frame,
+                        Ok(None) => continue,
+                        Err(error) => {
+                            tracing::warn!(%error, "bad frame from the native host");
+                            continue;
+                        }
+                    };
+                    reader.route(frame);
+                }
+            }
+            reader.close();
+        });
+        Ok(NativeMessagingTransport { shared, child: Mutex::new(Some(child)) })
+    }
+
+    /// The host's process id.
+    pub fn host_pid(&self) -> Option<u32> {
+        lock(&self.child).as_ref().and_then(|c| c.id())
+    }
+}
+
+impl Shared {
+    fn route(&self, frame: pb::NativeFrame) {
+        let id = frame.request_id;
+        match frame.body {
+            Some(Body::Event(event)) => {
+                if let Some(tx) = lock(&self.subscriptions).get(&id) {
+                    let _ = tx.unbounded_send(Ok(event));
+                }
+            }
+            Some(Body::Response(response)) => {
+                if let (Some(tx), Some(result)) = (lock(&self.pending).remove(&id), response.result) {
+                    let _ = tx.send(Ok(result));
+                }
+            }
+            Some(Body::Error(error)) => {
+                if let Some(tx) = lock(&self.pending).remove(&id) {
+                    let _ = tx.send(Err(error.into()));
+                } else if let Some(tx) = lock(&self.subscriptions).remove(&id) {
+                    // A live subscription failed (e.g. Core went away).
+                    let _ = tx.unbounded_send(Err(error.into()));
+                }
+            }
+            _ => tracing::warn!(request_id = id, "unexpected frame from the native host"),
+        }
+    }
+
+    fn close(&self) {
+        for (_, tx) in lock(&self.pending).drain() {
+            let _ = tx.send(Err(detached()));
+        }
+        for (_, tx) in lock(&self.subscriptions).drain() {
+            let _ = tx.unbounded_send(Err(detached()));
+        }
+    }
+
+    fn request(self: &Arc<Self>, call: Call) -> (u32, BoxFuture<'static, Result<Reply, PedelecError>>) {
+        let id = self.next_id.fetch_add(1, Ordering::Relaxed);
+        let (tx, rx) = oneshot::channel();
+        lock(&self.pending).insert(id, tx);
+        let frame =
+            pb::NativeFrame { request_id: id, body: Some(Body::Request(pb::NativeRequest { call: Some(call) })) };
+        if self.outgoing.unbounded_send(frame).is_err() {
+            lock(&self.pending).remove(&id);
+            return (id, Box::pin(async { Err(detached()) }));
+        }
+        (id, Box::pin(async move { rx.await.unwrap_or_else(|_| Err(detached())) }))
+    }
+}
+
+/// Ends the host-side subscription when the SDK drops its stream.
+struct Unsubscribe {
+    shared: Arc<Shared>,
+    id: u32,
+    session_id: String,
+}
+
+impl Drop for Unsubscribe {
+    fn drop(&mut self) {
+        if lock(&self.shared.subscriptions).remove(&self.id).is_some() {
+            let call = Call::Unsubscribe(pb::UnsubscribeRequest {
+                session_id: std::mem::take(&mut self.session_id),
+                subscription_id: self.id,
+            });
+            let (_, reply) = self.shared.request(call);
+            drop(reply);
+        }
+    }
+}
+
+impl Transport for NativeMessagingTransport {
+    fn call(&self, call: Call) -> BoxFuture<'static, Result<Reply, PedelecError>> {
+        self.shared.request(call).1
+    }
+
+    fn subscribe(&self, request: pb::SubscribeRequest) -> BoxFuture<'static, Result<EventStream, PedelecError>> {
+        let shared = self.shared.clone();
+        Box::pin(async move {
+            let session_id = request.session_id.clone();
+            let id = shared.next_id.fetch_add(1, Ordering::Relaxed);
+            // Registered before the request goes out, so no event can slip past.
+            let (tx, rx) = mpsc::unbounded();
+            lock(&shared.subscriptions).insert(id, tx);
+            let (reply_tx, reply_rx) = oneshot::channel();
+            lock(&shared.pending).insert(id, reply_tx);
+            let frame = pb::NativeFrame {
+                request_id: id,
+                body: Some(Body::Request(pb::NativeRequest { call: Some(Call::Subscribe(request)) })),
+            };
+            let guard = Unsubscribe { shared: shared.clone(), id, session_id };
+            let mut outgoing = shared.outgoing.clone();
+            outgoing.send(frame).await.map_err(|_| detached())?;
+            let snapshot = match reply_rx.await.unwrap_or_else(|_| Err(detached())) {
+                Ok(Reply::Subscribe(snapshot)) => snapshot,
+                Ok(other) => return Err(crate::transport::unexpected(&other)),
+                Err(error) => {
+                    lock(&shared.subscriptions).remove(&id);
+                    return Err(error);
+                }
+            };
+            let live = rx.map(move |item| {
+                let _ = &guard;
+                item
+            });
+            Ok(Box::pin(futures::stream::once(async move { Ok(snapshot) }).chain(live)) as EventStream)
+        })
+    }
+
+    fn spawn(&self, task: BoxFuture<'static, ()>) {
+        tokio::spawn(task);
+    }
+}
