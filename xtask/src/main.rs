@@ -24,6 +24,17 @@ enum Task {
     },
     /// Print the benchmark figures (release build).
     Bench,
+    /// Build release binaries into dist/ (binaries, manifest template, instructions) and a tar.gz.
+    Package,
+    /// Register the packaged native host for the current user.
+    Install {
+        /// Chromium-family extension id (32 characters a-p).
+        #[arg(long)]
+        extension_id: String,
+        /// chrome, chromium, edge, brave, firefox or all.
+        #[arg(long, default_value = "all")]
+        browser: String,
+    },
 }
 
 fn main() -> Result<()> {
@@ -31,6 +42,8 @@ fn main() -> Result<()> {
         Task::Ci => ci(),
         Task::Demo { provider } => demo(&provider),
         Task::Bench => bench(),
+        Task::Package => package().map(|_| ()),
+        Task::Install { extension_id, browser } => install(&extension_id, &browser),
     }
 }
 
@@ -80,6 +93,74 @@ fn demo(provider: &str) -> Result<()> {
 }
 
 fn bench() -> Result<()> {
-    cargo(&["build", "--release", "--quiet", "-p", "pedelec-core", "--bin", "pedelec-core"])?;
-    cargo(&["run", "--release", "--quiet", "-p", "pedelec-sdk", "--example", "bench"])
+    cargo(&["build", "--release", "--quiet", "-p", "pedelec-core", "-p", "pedelec-native-host", "--bins"])?;
+    cargo(&["run", "--release", "--quiet", "-p", "pedelec-sdk", "--example", "bench"])?;
+    cargo(&["run", "--release", "--quiet", "-p", "pedelec-native-host", "--example", "host_bench"])
+}
+
+fn root() -> std::path::PathBuf {
+    std::path::Path::new(env!("CARGO_MANIFEST_DIR")).parent().expect("xtask lives in the workspace").to_path_buf()
+}
+
+const MANIFEST_TEMPLATE: &str = r#"{
+  "name": "dev.pedelec.host",
+  "description": "Pedelec: drive a local AI coding agent from web pages",
+  "path": "@HOST_PATH@",
+  "type": "stdio",
+  "allowed_origins": ["chrome-extension://@EXTENSION_ID@/"]
+}
+"#;
+
+const INSTALL_TEXT: &str = "# Installing Pedelec
+
+1. Put this folder somewhere permanent (e.g. ~/.local/share/pedelec).
+2. Register the native host for your browser(s):
+
+       bin/pedelec-native-host install --extension-id <your extension id> [--browser chrome|chromium|edge|brave|firefox|all]
+
+   (`--profile <user-data-dir>` registers into one browser profile instead;
+   `bin/pedelec-native-host status` shows what is registered, `uninstall` removes it.)
+3. The host starts `bin/pedelec-core serve` on demand; you can also run it yourself.
+
+`dev.pedelec.host.json.template` is the manifest the install command writes,
+for registering by hand.
+";
+
+/// Builds release binaries and lays out dist/pedelec-<version>/ plus a tar.gz.
+fn package() -> Result<std::path::PathBuf> {
+    cargo(&["build", "--release", "-p", "pedelec-core", "-p", "pedelec-native-host", "--bins"])?;
+    let root = root();
+    let name = format!("pedelec-{}", env!("CARGO_PKG_VERSION"));
+    let dist = root.join("dist");
+    let folder = dist.join(&name);
+    if folder.exists() {
+        std::fs::remove_dir_all(&folder)?;
+    }
+    std::fs::create_dir_all(folder.join("bin"))?;
+    for bin in ["pedelec-core", "pedelec-native-host"] {
+        std::fs::copy(root.join("target/release").join(bin), folder.join("bin").join(bin))
+            .with_context(|| format!("copying {bin}"))?;
+    }
+    std::fs::write(folder.join("dev.pedelec.host.json.template"), MANIFEST_TEMPLATE)?;
+    std::fs::write(folder.join("INSTALL.md"), INSTALL_TEXT)?;
+    let tarball = dist.join(format!("{name}.tar.gz"));
+    let status = Command::new("tar").arg("-czf").arg(&tarball).arg("-C").arg(&dist).arg(&name).status()?;
+    if !status.success() {
+        bail!("tar failed ({status})");
+    }
+    println!("packaged {} and {}", folder.display(), tarball.display());
+    Ok(folder)
+}
+
+fn install(extension_id: &str, browser: &str) -> Result<()> {
+    let folder = package()?;
+    let host = folder.join("bin/pedelec-native-host");
+    let status = Command::new(&host)
+        .args(["install", "--extension-id", extension_id, "--browser", browser, "--host-path"])
+        .arg(&host)
+        .status()?;
+    if !status.success() {
+        bail!("registration failed ({status})");
+    }
+    Ok(())
 }

@@ -25,10 +25,10 @@ pub fn core_binary() -> PathBuf {
 /// serve` in its own process group (so it outlives this host) and retries
 /// until [`START_TIMEOUT`].
 pub async fn connect_or_start(socket: &Path, core: &Path) -> Option<GrpcTransport> {
-    if std::os::unix::net::UnixStream::connect(socket).is_ok() {
-        if let Ok(t) = GrpcTransport::connect(socket).await {
-            return Some(t);
-        }
+    if std::os::unix::net::UnixStream::connect(socket).is_ok()
+        && let Ok(t) = GrpcTransport::connect(socket).await
+    {
+        return Some(t);
     }
     tracing::info!(core = %core.display(), socket = %socket.display(), "starting Core");
     let mut command = Command::new(core);
@@ -41,10 +41,10 @@ pub async fn connect_or_start(socket: &Path, core: &Path) -> Option<GrpcTranspor
     }
     let started = Instant::now();
     while started.elapsed() < START_TIMEOUT {
-        if std::os::unix::net::UnixStream::connect(socket).is_ok() {
-            if let Ok(t) = GrpcTransport::connect(socket).await {
-                return Some(t);
-            }
+        if std::os::unix::net::UnixStream::connect(socket).is_ok()
+            && let Ok(t) = GrpcTransport::connect(socket).await
+        {
+            return Some(t);
         }
         tokio::time::sleep(Duration::from_millis(10)).await;
     }

@@ -140,9 +140,8 @@ fn run_host(caller: Caller) -> ExitCode {
             .map(|t| Arc::new(t) as Arc<dyn pedelec_sdk::transport::Transport>);
         let exit = relay::run(tokio::io::stdin(), tokio::io::stdout(), core).await;
         tracing::info!(?exit, "relay finished");
-        match exit {
-            relay::Exit::InputClosed => ExitCode::SUCCESS,
-            _ => ExitCode::FAILURE,
-        }
+        // Exit now: tokio's stdin reader sits in a blocking read that would
+        // otherwise hold the runtime's shutdown until the browser closes the pipe.
+        std::process::exit(if exit == relay::Exit::InputClosed { 0 } else { 1 })
     })
 }

@@ -133,15 +133,14 @@ where
                                     in_flight.push_back(future);
                                     None
                                 }
-                                Err(frame) => Some(frame),
+                                Err(frame) => Some(*frame),
                             },
                         },
                     };
-                    if let Some(frame) = reply {
-                        if out.send(frame).await.is_err() {
+                    if let Some(frame) = reply
+                        && out.send(frame).await.is_err() {
                             fatal = Some(ErrorCode::TransportError);
                         }
-                    }
                     if fatal.is_some() {
                         break;
                     }
@@ -152,8 +151,15 @@ where
             }
         }
     };
-    for (_, handle) in subscriptions.lock().unwrap_or_else(|p| p.into_inner()).drain() {
+    let remaining: Vec<(u32, AbortHandle)> = subscriptions.lock().unwrap_or_else(|p| p.into_inner()).drain().collect();
+    for (request_id, handle) in remaining {
         handle.abort();
+        if exit == Exit::CoreLost {
+            // Every affected subscription hears about it, not only the first to notice.
+            let _ = out
+                .send(error_frame(request_id, ErrorCode::CoreRuntimeUnavailable, "the connection to Core was lost"))
+                .await;
+        }
     }
     drop(in_flight);
     drop(out);
@@ -175,24 +181,21 @@ fn accept(
     frame: pb::NativeFrame,
     core: Option<&Arc<dyn Transport>>,
     subscriptions: &Arc<Mutex<HashMap<u32, AbortHandle>>>,
-) -> Result<BoxFuture<'static, Outcome>, pb::NativeFrame> {
+) -> Result<BoxFuture<'static, Outcome>, Box<pb::NativeFrame>> {
     let request_id = frame.request_id;
     let request = match frame.body {
         Some(Body::Request(request)) => request,
-        _ => return Err(error_frame(request_id, ErrorCode::InvalidArgument, "expected a request frame")),
+        _ => return Err(Box::new(error_frame(request_id, ErrorCode::InvalidArgument, "expected a request frame"))),
     };
     if request_id == 0 {
-        return Err(error_frame(0, ErrorCode::InvalidArgument, "a request needs a non-zero requestId"));
+        return Err(Box::new(error_frame(0, ErrorCode::InvalidArgument, "a request needs a non-zero requestId")));
     }
     let Some(call) = request.call else {
-        return Err(error_frame(request_id, ErrorCode::InvalidArgument, "unknown or missing request type"));
+        return Err(Box::new(error_frame(request_id, ErrorCode::InvalidArgument, "unknown or missing request type")));
     };
     let Some(core) = core.cloned() else {
-        return Err(error_frame(
-            request_id,
-            ErrorCode::CoreRuntimeUnavailable,
-            "Core is not running and could not be started",
-        ));
+        let message = "Core is not running and could not be started";
+        return Err(Box::new(error_frame(request_id, ErrorCode::CoreRuntimeUnavailable, message)));
     };
     let future: BoxFuture<'static, Result<(Reply, Option<EventStream>), PedelecError>> = match call {
         Call::Subscribe(subscribe) => Box::pin(async move {

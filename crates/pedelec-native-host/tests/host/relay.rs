@@ -1,0 +1,157 @@
+//! What the relay must do for a well-behaved browser.
+
+use std::time::Duration;
+
+use pedelec_protocol::pb::{self, native_frame::Body, native_request::Call, native_response::Result as R};
+
+use super::*;
+
+#[test]
+fn pings_pair_by_request_id_and_the_host_exits_when_stdin_closes() {
+    let env = Env::with_core();
+    let mut host = env.host();
+    for id in [7, 3, 9] {
+        host.send(&request(id, Call::Ping(pb::PingRequest {})));
+    }
+    let ids: Vec<u32> = (0..3).map(|_| host.recv().unwrap().request_id).collect();
+    assert_eq!(ids, vec![7, 3, 9], "replies keep request order");
+    host.close_stdin();
+    let status = host.wait_exit(Duration::from_secs(2)).expect("the host exits promptly");
+    assert!(status.success());
+}
+
+#[test]
+fn a_session_runs_through_the_host_with_its_events_in_order() {
+    let env = Env::with_core();
+    let mut host = env.host();
+    let session = create(&mut host, 1, ORIGIN);
+    let Body::Response(pb::NativeResponse { result: Some(R::Subscribe(snapshot)) }) = host
+        .call(2, Call::Subscribe(pb::SubscribeRequest { session_id: session.clone(), caller_origin: ORIGIN.into() }))
+    else {
+        panic!("subscribe answers with the snapshot")
+    };
+    assert!(matches!(snapshot.kind, Some(pb::session_event::Kind::Snapshot(_))));
+    host.send(&request(
+        3,
+        Call::SendText(pb::SendTextRequest {
+            session_id: session.clone(),
+            caller_origin: ORIGIN.into(),
+            text: "/deltas 50".into(),
+        }),
+    ));
+    let mut seqs = Vec::new();
+    loop {
+        let frame = host.recv().unwrap();
+        if let Some(Body::Event(e)) = frame.body {
+            assert_eq!(frame.request_id, 2, "events carry their subscription's id");
+            seqs.push(e.seq);
+            if matches!(e.kind, Some(pb::session_event::Kind::OperationCompleted(_))) {
+                break;
+            }
+        }
+    }
+    assert!(seqs.windows(2).all(|w| w[1] == w[0] + 1), "per-session order, no gap: {seqs:?}");
+    assert!(seqs.len() > 50);
+}
+
+#[test]
+fn a_large_event_travels_as_chunks_no_frame_over_one_mebibyte() {
+    let env = Env::with_core();
+    let mut host = env.host();
+    let session = create(&mut host, 1, ORIGIN);
+    host.call(2, Call::Subscribe(pb::SubscribeRequest { session_id: session.clone(), caller_origin: ORIGIN.into() }));
+    // Within the 1 MiB text limit, but control characters are escaped six-fold
+    // in JSON, so the echoed chat event is about 3 MiB of JSON.
+    let text = "\u{1}".repeat(500 * 1024);
+    host.send(&request(
+        3,
+        Call::SendText(pb::SendTextRequest { session_id: session, caller_origin: ORIGIN.into(), text: text.clone() }),
+    ));
+    let chat = loop {
+        if let Some(Body::Event(pb::SessionEvent { kind: Some(pb::session_event::Kind::Chat(c)), .. })) =
+            host.recv().unwrap().body
+        {
+            break c.text;
+        }
+    };
+    assert_eq!(chat, format!("You said: {text}"), "never truncated");
+    assert!(host.raw_sizes.iter().all(|&n| n <= limits::NATIVE_HOST_TO_BROWSER_MAX));
+    assert!(host.raw_sizes.iter().filter(|&&n| n > 900_000).count() >= 3, "it was chunked");
+}
+
+#[test]
+fn the_host_starts_core_when_it_is_not_running() {
+    let mut env = Env::without_core();
+    let mut host = env.host();
+    match host.call(1, Call::Ping(pb::PingRequest {})) {
+        Body::Response(pb::NativeResponse { result: Some(R::Ping(p)) }) => {
+            assert!(p.pid > 0);
+            // Core outlives the host: stop it here.
+            unsafe_kill(p.pid);
+        }
+        other => panic!("{other:?}"),
+    }
+    env.core = None;
+}
+
+#[test]
+fn without_a_startable_core_requests_get_core_runtime_unavailable() {
+    let env = Env::without_core();
+    let mut host =
+        env.host_with(&[format!("chrome-extension://{ID}/")], &[("PEDELEC_CORE_BIN", "/nonexistent/pedelec-core")]);
+    assert_eq!(error_code(&host.call(1, Call::Ping(pb::PingRequest {}))), "CORE_RUNTIME_UNAVAILABLE");
+}
+
+#[test]
+fn a_disallowed_extension_is_refused() {
+    let env = Env::with_core();
+    let other = "abcdefghijklmnopabcdefghijklmnop";
+    let mut host = env.host_with(&[format!("chrome-extension://{other}/")], &[]);
+    let frame = host.recv().expect("an explanation frame");
+    assert!(matches!(&frame.body, Some(Body::Error(e)) if e.code == "ORIGIN_NOT_ALLOWED"));
+    assert!(!host.wait_exit(Duration::from_secs(2)).unwrap().success());
+    let mut malformed = env.host_with(&["chrome-extension://nope/".into()], &[]);
+    assert!(matches!(malformed.recv().unwrap().body, Some(Body::Error(e)) if e.code == "ORIGIN_NOT_ALLOWED"));
+}
+
+#[test]
+fn core_killed_mid_stream_is_reported_on_every_subscription_and_the_host_exits() {
+    let mut env = Env::with_core();
+    let mut host = env.host();
+    let a = create(&mut host, 1, ORIGIN);
+    let b = create(&mut host, 2, ORIGIN);
+    host.call(3, Call::Subscribe(pb::SubscribeRequest { session_id: a, caller_origin: ORIGIN.into() }));
+    host.call(4, Call::Subscribe(pb::SubscribeRequest { session_id: b, caller_origin: ORIGIN.into() }));
+    env.core.as_mut().unwrap().kill();
+    let mut reported = Vec::new();
+    while let Some(frame) = host.recv() {
+        if let Some(Body::Error(e)) = frame.body {
+            assert_eq!(e.code, "CORE_RUNTIME_UNAVAILABLE");
+            reported.push(frame.request_id);
+        }
+    }
+    reported.sort();
+    assert_eq!(reported, vec![3, 4]);
+    assert!(host.wait_exit(Duration::from_secs(2)).is_some());
+}
+
+#[test]
+fn unsubscribing_ends_the_core_subscription_so_auto_end_applies() {
+    let env = Env::with_core();
+    let mut host = env.host();
+    let session = create(&mut host, 1, ORIGIN);
+    host.call(2, Call::Subscribe(pb::SubscribeRequest { session_id: session.clone(), caller_origin: ORIGIN.into() }));
+    host.call(3, Call::Unsubscribe(pb::UnsubscribeRequest { session_id: session.clone(), subscription_id: 2 }));
+    std::thread::sleep(Duration::from_millis(700));
+    let Body::Response(pb::NativeResponse { result: Some(R::Subscribe(snapshot)) }) =
+        host.call(4, Call::Subscribe(pb::SubscribeRequest { session_id: session, caller_origin: ORIGIN.into() }))
+    else {
+        panic!()
+    };
+    let Some(pb::session_event::Kind::Snapshot(s)) = snapshot.kind else { panic!() };
+    assert_eq!(s.status, pb::SessionStatus::Ended as i32);
+}
+
+fn unsafe_kill(pid: u32) {
+    let _ = Command::new("kill").arg("-9").arg(pid.to_string()).status();
+}
