@@ -45,10 +45,18 @@ async fn bind(socket: &Path) -> CoreResult<UnixListener> {
 
 /// Runs Core until SIGINT/SIGTERM, then shuts down cleanly.
 pub async fn serve(config: CoreConfig) -> CoreResult<()> {
+    // Signal handlers first: a SIGTERM at any point after this is a clean shutdown.
+    let signals = Signals::install()?;
     ensure_private_dir(&config.state_dir)?;
     let listener = bind(&config.socket).await?;
-    // Written once the socket is bound, so a client that finds the file can
-    // connect; connections wait in the listen backlog until the services start.
+    let started = std::time::Instant::now();
+    let (store, records) = Store::open(&config.database())?;
+    let shared = Arc::new(Shared { store, providers: Providers::builtin(), disconnect_grace: config.disconnect_grace });
+    let registry = Arc::new(Registry::new(shared, config.managed_root()));
+    let restored = records.len();
+    registry.restore(records);
+    // Written once sessions are restored: a client that finds the file (with
+    // this pid) is served at once; earlier connections wait in the backlog.
     let discovery = config.discovery_file();
     let body = serde_json::json!({ "pid": std::process::id(), "socket": config.socket.display().to_string() });
     // Atomic: a reader never sees a half-written file.
@@ -56,12 +64,6 @@ pub async fn serve(config: CoreConfig) -> CoreResult<()> {
     std::fs::write(&partial, body.to_string())
         .and_then(|()| std::fs::rename(&partial, &discovery))
         .map_err(|e| CoreError::io("writing the discovery file", e))?;
-    let started = std::time::Instant::now();
-    let (store, records) = Store::open(&config.database())?;
-    let shared = Arc::new(Shared { store, providers: Providers::builtin(), disconnect_grace: config.disconnect_grace });
-    let registry = Arc::new(Registry::new(shared, config.managed_root()));
-    let restored = records.len();
-    registry.restore(records);
     tracing::info!(socket = %config.socket.display(), restored, elapsed_ms = started.elapsed().as_millis() as u64, "Core serving");
     println!("pedelec-core listening on {}", config.socket.display());
 
@@ -76,7 +78,7 @@ pub async fn serve(config: CoreConfig) -> CoreResult<()> {
     tokio::pin!(server);
     let result = tokio::select! {
         result = &mut server => result,
-        _ = shutdown_signal() => {
+        _ = signals.wait() => {
             tracing::info!("shutting down");
             // Ending sessions closes their subscription streams, which lets
             // the graceful shutdown finish instead of waiting on idle clients.
@@ -90,13 +92,23 @@ pub async fn serve(config: CoreConfig) -> CoreResult<()> {
     result.map_err(|e| CoreError::new(ErrorCode::Internal, format!("gRPC server failed: {e}")))
 }
 
-async fn shutdown_signal() {
-    use tokio::signal::unix::{SignalKind, signal};
-    let (Ok(mut term), Ok(mut int)) = (signal(SignalKind::terminate()), signal(SignalKind::interrupt())) else {
-        return std::future::pending().await;
-    };
-    tokio::select! {
-        _ = term.recv() => {}
-        _ = int.recv() => {}
+struct Signals {
+    term: tokio::signal::unix::Signal,
+    int: tokio::signal::unix::Signal,
+}
+
+impl Signals {
+    fn install() -> CoreResult<Self> {
+        use tokio::signal::unix::{SignalKind, signal};
+        let term = signal(SignalKind::terminate()).map_err(|e| CoreError::io("installing the SIGTERM handler", e))?;
+        let int = signal(SignalKind::interrupt()).map_err(|e| CoreError::io("installing the SIGINT handler", e))?;
+        Ok(Signals { term, int })
+    }
+
+    async fn wait(mut self) {
+        tokio::select! {
+            _ = self.term.recv() => {}
+            _ = self.int.recv() => {}
+        }
     }
 }

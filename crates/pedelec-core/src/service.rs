@@ -57,13 +57,13 @@ impl Core for CoreService {
     async fn prepare(&self, request: Request<pb::PrepareRequest>) -> Reply<pb::OperationAccepted> {
         let request = request.into_inner();
         let session = self.registry.get(&request.session_id, &request.caller_origin)?;
-        Ok(Response::new(session.prepare()?))
+        Ok(Response::new(session.prepare().await?))
     }
 
     async fn send_text(&self, request: Request<pb::SendTextRequest>) -> Reply<pb::OperationAccepted> {
         let request = request.into_inner();
         let session = self.registry.get(&request.session_id, &request.caller_origin)?;
-        Ok(Response::new(session.send_text(request.text)?))
+        Ok(Response::new(session.send_text(request.text).await?))
     }
 
     async fn submit_tool_result(

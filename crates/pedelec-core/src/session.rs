@@ -331,7 +331,7 @@ impl Session {
         self.lock().subscribers.clear();
     }
 
-    pub fn send_text(self: &Arc<Self>, text: String) -> CoreResult<pb::OperationAccepted> {
+    pub async fn send_text(self: &Arc<Self>, text: String) -> CoreResult<pb::OperationAccepted> {
         if text.len() > limits::MAX_TEXT_BYTES {
             return Err(CoreError::with_details(
                 ErrorCode::TextTooLarge,
@@ -339,26 +339,32 @@ impl Session {
                 serde_json::json!({ "limit": limits::MAX_TEXT_BYTES }),
             ));
         }
-        let mut st = self.lock();
-        self.check_can_start(&st)?;
-        Ok(self.start_operation(&mut st, pb::OperationKind::SendText, text))
+        let starting = {
+            let mut st = self.lock();
+            self.check_can_start(&st)?;
+            self.start_operation(&mut st, pb::OperationKind::SendText, text)
+        };
+        self.announce(starting).await
     }
 
-    pub fn prepare(self: &Arc<Self>) -> CoreResult<pb::OperationAccepted> {
-        let mut st = self.lock();
-        if st.status == SessionStatus::Ended {
-            return Err(CoreError::new(ErrorCode::SessionEnded, "the session has ended"));
-        }
-        if let Some(active) = &st.active
-            && active.kind == pb::OperationKind::Prepare
-        {
-            return Ok(accepted(&active.id, pb::OperationKind::Prepare, false));
-        }
-        if st.prepared {
-            return Ok(accepted("", pb::OperationKind::Prepare, true));
-        }
-        self.check_can_start(&st)?;
-        Ok(self.start_operation(&mut st, pb::OperationKind::Prepare, PREPARE_PROMPT.to_owned()))
+    pub async fn prepare(self: &Arc<Self>) -> CoreResult<pb::OperationAccepted> {
+        let starting = {
+            let mut st = self.lock();
+            if st.status == SessionStatus::Ended {
+                return Err(CoreError::new(ErrorCode::SessionEnded, "the session has ended"));
+            }
+            if let Some(active) = &st.active {
+                if active.kind == pb::OperationKind::Prepare {
+                    return Ok(accepted(&active.id, pb::OperationKind::Prepare, false));
+                }
+            }
+            if st.prepared {
+                return Ok(accepted("", pb::OperationKind::Prepare, true));
+            }
+            self.check_can_start(&st)?;
+            self.start_operation(&mut st, pb::OperationKind::Prepare, PREPARE_PROMPT.to_owned())
+        };
+        self.announce(starting).await
     }
 
     fn check_can_start(&self, st: &State) -> CoreResult<()> {
@@ -372,28 +378,37 @@ impl Session {
         }
     }
 
-    fn start_operation(
-        self: &Arc<Self>,
-        st: &mut State,
-        kind: pb::OperationKind,
-        text: String,
-    ) -> pb::OperationAccepted {
+    /// Records a new operation as the active one (durably, see [`Session::announce`]).
+    fn start_operation(&self, st: &mut State, kind: pb::OperationKind, text: String) -> StartingOperation {
         let operation_id = new_id("op");
         let turn_kind = if kind == pb::OperationKind::Prepare { pb::TurnKind::Prepare } else { pb::TurnKind::User };
         let turn = pb::TurnInfo { turn_id: new_id("turn"), kind: turn_kind as i32, started_at_ms: now_ms() };
         st.active = Some(ActiveOperation { id: operation_id.clone(), kind, turn, task: None });
-        self.emit(st, &operation_id, Kind::OperationStarted(pb::OperationStarted { kind: kind as i32 }));
-        self.set_status(st, SessionStatus::Running, &operation_id);
         let entry = if kind == pb::OperationKind::Prepare { "prepare" } else { "user_text" };
         self.append(st, entry, serde_json::json!({ "operation_id": operation_id, "text": text }));
         self.shared.store.save(self.record(st));
+        StartingOperation { operation_id, kind, turn_kind, text }
+    }
+
+    /// Once the operation is committed, announces it and starts the turn, so
+    /// that a client which saw it start can count on it across a crash.
+    async fn announce(self: &Arc<Self>, starting: StartingOperation) -> CoreResult<pb::OperationAccepted> {
+        self.shared.store.flush().await?;
+        let StartingOperation { operation_id, kind, turn_kind, text } = starting;
+        let mut st = self.lock();
+        if !st.active.as_ref().is_some_and(|a| a.id == operation_id) {
+            // Ended in the meantime: end() already settled it.
+            return Err(CoreError::new(ErrorCode::SessionEnded, "the session ended"));
+        }
+        self.emit(&mut st, &operation_id, Kind::OperationStarted(pb::OperationStarted { kind: kind as i32 }));
+        self.set_status(&mut st, SessionStatus::Running, &operation_id);
         let session = self.clone();
         let op = operation_id.clone();
         let task = tokio::spawn(async move { session.run_operation(op, turn_kind, text).await });
         if let Some(active) = st.active.as_mut() {
             active.task = Some(task.abort_handle());
         }
-        accepted(&operation_id, kind, false)
+        Ok(accepted(&operation_id, kind, false))
     }
 
     fn provider_setup(&self) -> ProviderSetup {
@@ -716,6 +731,14 @@ impl Session {
             }
         }
     }
+}
+
+/// An operation recorded but not yet announced.
+struct StartingOperation {
+    operation_id: String,
+    kind: pb::OperationKind,
+    turn_kind: pb::TurnKind,
+    text: String,
 }
 
 fn accepted(operation_id: &str, kind: pb::OperationKind, already_done: bool) -> pb::OperationAccepted {

@@ -67,8 +67,16 @@ impl CoreProcess {
 
     fn wait_ready(&mut self, limit: Duration) -> Result<(), PedelecError> {
         let started = Instant::now();
+        // Core writes its discovery file (with its pid) once it has restored
+        // its sessions and is about to serve.
+        let discovery = self.socket.with_file_name("core.json");
+        let pid = self.pid().unwrap_or(0);
         while started.elapsed() < limit {
-            if std::os::unix::net::UnixStream::connect(&self.socket).is_ok() {
+            let announced = std::fs::read_to_string(&discovery)
+                .ok()
+                .and_then(|t| serde_json::from_str::<serde_json::Value>(&t).ok())
+                .is_some_and(|v| v["pid"] == pid);
+            if announced && std::os::unix::net::UnixStream::connect(&self.socket).is_ok() {
                 return Ok(());
             }
             if let Some(child) = self.child.as_mut()

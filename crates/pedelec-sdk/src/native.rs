@@ -23,6 +23,8 @@ type Pending = oneshot::Sender<Result<Reply, PedelecError>>;
 type EventSender = mpsc::UnboundedSender<Result<pb::SessionEvent, PedelecError>>;
 
 struct Shared {
+    /// Set once the host's output ended; nothing can be answered after that.
+    closed: std::sync::atomic::AtomicBool,
     pending: Mutex<HashMap<u32, Pending>>,
     subscriptions: Mutex<HashMap<u32, EventSender>>,
     next_id: AtomicU32,
@@ -78,6 +80,7 @@ impl NativeMessagingTransport {
         let mut stdout = child.stdout.take().expect("piped stdout");
         let (outgoing, mut frames) = mpsc::unbounded::<pb::NativeFrame>();
         let shared = Arc::new(Shared {
+            closed: std::sync::atomic::AtomicBool::new(false),
             pending: Mutex::default(),
             subscriptions: Mutex::default(),
             next_id: AtomicU32::new(1),
@@ -167,6 +170,7 @@ impl Shared {
     }
 
     fn close(&self) {
+        self.closed.store(true, Ordering::SeqCst);
         for (_, tx) in lock(&self.pending).drain() {
             let _ = tx.send(Err(detached()));
         }
@@ -181,7 +185,8 @@ impl Shared {
         lock(&self.pending).insert(id, tx);
         let frame =
             pb::NativeFrame { request_id: id, body: Some(Body::Request(pb::NativeRequest { call: Some(call) })) };
-        if self.outgoing.unbounded_send(frame).is_err() {
+        // `close` sets the flag before draining, so either it drains this entry or we see the flag.
+        if self.closed.load(Ordering::SeqCst) || self.outgoing.unbounded_send(frame).is_err() {
             lock(&self.pending).remove(&id);
             return (id, Box::pin(async { Err(detached()) }));
         }
@@ -224,6 +229,11 @@ impl Transport for NativeMessagingTransport {
             lock(&shared.subscriptions).insert(id, tx);
             let (reply_tx, reply_rx) = oneshot::channel();
             lock(&shared.pending).insert(id, reply_tx);
+            if shared.closed.load(Ordering::SeqCst) {
+                lock(&shared.pending).remove(&id);
+                lock(&shared.subscriptions).remove(&id);
+                return Err(detached());
+            }
             let frame = pb::NativeFrame {
                 request_id: id,
                 body: Some(Body::Request(pb::NativeRequest { call: Some(Call::Subscribe(request)) })),

@@ -52,9 +52,11 @@ async fn an_operation_interrupted_by_a_crash_is_reported_failed_and_the_session_
     let client = h.client().await;
     let session = client.create_session::<String>(SessionOptions::default()).await.unwrap();
     let id = session.session_id().to_string();
+    let before = session.last_seq();
     let s = session.clone();
     let turn = tokio::spawn(async move { s.send_text("/sleep 30000").await });
-    eventually("running", || session.get_status() == SessionStatus::Running).await;
+    // Core announces an operation only once it is durable.
+    eventually("Core to announce the operation", || session.last_seq() > before).await;
     h.crash_and_restart();
     let err = turn.await.unwrap().unwrap_err();
     assert!(err.is(ErrorCode::TransportDetached), "{err}");
