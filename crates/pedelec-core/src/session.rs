@@ -353,10 +353,10 @@ impl Session {
             if st.status == SessionStatus::Ended {
                 return Err(CoreError::new(ErrorCode::SessionEnded, "the session has ended"));
             }
-            if let Some(active) = &st.active {
-                if active.kind == pb::OperationKind::Prepare {
-                    return Ok(accepted(&active.id, pb::OperationKind::Prepare, false));
-                }
+            if let Some(active) = &st.active
+                && active.kind == pb::OperationKind::Prepare
+            {
+                return Ok(accepted(&active.id, pb::OperationKind::Prepare, false));
             }
             if st.prepared {
                 return Ok(accepted("", pb::OperationKind::Prepare, true));
@@ -396,7 +396,7 @@ impl Session {
         self.shared.store.flush().await?;
         let StartingOperation { operation_id, kind, turn_kind, text } = starting;
         let mut st = self.lock();
-        if !st.active.as_ref().is_some_and(|a| a.id == operation_id) {
+        if st.active.as_ref().is_none_or(|a| a.id != operation_id) {
             // Ended in the meantime: end() already settled it.
             return Err(CoreError::new(ErrorCode::SessionEnded, "the session ended"));
         }
