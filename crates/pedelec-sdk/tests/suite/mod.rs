@@ -1,5 +1,6 @@
 //! The harness: start/kill/restart Core, clients, recorders.
 
+mod agent_tools;
 mod bad_input;
 mod daemon;
 mod durability;
