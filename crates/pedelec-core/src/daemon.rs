@@ -51,7 +51,9 @@ pub async fn serve(config: CoreConfig) -> CoreResult<()> {
     let listener = bind(&config.socket).await?;
     let started = std::time::Instant::now();
     let (store, records) = Store::open(&config.database())?;
-    let shared = Arc::new(Shared { store, providers: Providers::builtin(), disconnect_grace: config.disconnect_grace });
+    let assets = crate::assets::AssetServer::start().await?;
+    let shared =
+        Arc::new(Shared { store, assets, providers: Providers::builtin(), disconnect_grace: config.disconnect_grace });
     let registry = Arc::new(Registry::new(shared, config.managed_root()));
     let restored = records.len();
     registry.restore(records);

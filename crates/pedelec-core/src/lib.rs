@@ -5,6 +5,7 @@
 //! [`session::Session`]s, persisted in SQLite ([`store`]), working in
 //! [`workspace`]s, answered by [`providers`].
 
+pub mod assets;
 pub mod config;
 pub mod daemon;
 pub mod error;

@@ -91,16 +91,44 @@ impl Core for CoreService {
         Ok(Response::new(pb::ResumeResponse { session: Some(session.info.clone()) }))
     }
 
-    async fn create_asset_upload(&self, _: Request<pb::CreateAssetUploadRequest>) -> Reply<pb::AssetTicket> {
-        Err(Status::unimplemented("asset transfer is not available in this Core yet"))
+    async fn create_asset_upload(&self, request: Request<pb::CreateAssetUploadRequest>) -> Reply<pb::AssetTicket> {
+        let request = request.into_inner();
+        let session = self.usable_for_assets(&request.session_id, &request.caller_origin)?;
+        let assets = &self.registry.shared.assets;
+        Ok(Response::new(assets.create_upload(&session.id, &session.origin, &session.workspace.runtime, &request)?))
     }
 
-    async fn create_asset_download(&self, _: Request<pb::CreateAssetDownloadRequest>) -> Reply<pb::AssetTicket> {
-        Err(Status::unimplemented("asset transfer is not available in this Core yet"))
+    async fn create_asset_download(&self, request: Request<pb::CreateAssetDownloadRequest>) -> Reply<pb::AssetTicket> {
+        let request = request.into_inner();
+        let session = self.usable_for_assets(&request.session_id, &request.caller_origin)?;
+        let assets = &self.registry.shared.assets;
+        Ok(Response::new(assets.create_download(
+            &session.id,
+            &session.origin,
+            &session.workspace.runtime,
+            &request.path,
+        )?))
     }
 
-    async fn list_assets(&self, _: Request<pb::ListAssetsRequest>) -> Reply<pb::ListAssetsResponse> {
-        Err(Status::unimplemented("asset transfer is not available in this Core yet"))
+    async fn list_assets(&self, request: Request<pb::ListAssetsRequest>) -> Reply<pb::ListAssetsResponse> {
+        let request = request.into_inner();
+        let session = self.usable_for_assets(&request.session_id, &request.caller_origin)?;
+        let root = session.workspace.assets();
+        let assets = tokio::task::spawn_blocking(move || crate::assets::list(&root))
+            .await
+            .map_err(|e| Status::internal(format!("listing failed: {e}")))?;
+        Ok(Response::new(pb::ListAssetsResponse { assets }))
+    }
+}
+
+impl CoreService {
+    /// Assets are usable while a session is not ending or ended.
+    fn usable_for_assets(&self, id: &str, origin: &str) -> Result<Arc<crate::session::Session>, CoreError> {
+        let session = self.registry.get(id, origin)?;
+        if session.status() == pedelec_protocol::SessionStatus::Ended {
+            return Err(CoreError::new(pedelec_protocol::ErrorCode::SessionEnded, "the session has ended"));
+        }
+        Ok(session)
     }
 }
 

@@ -37,6 +37,7 @@ pub fn new_id(prefix: &str) -> String {
 /// What every session shares with Core.
 pub struct Shared {
     pub store: Store,
+    pub assets: Arc<crate::assets::AssetServer>,
     pub providers: Providers,
     pub disconnect_grace: Duration,
 }

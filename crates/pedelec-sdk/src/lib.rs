@@ -5,6 +5,8 @@
 //! is the sans-IO [`machine::SessionMachine`]; transports ([`transport`],
 //! with [`grpc`] to Core's socket) only move messages.
 
+#[cfg(feature = "grpc")]
+pub mod assets;
 pub mod client;
 pub mod context;
 #[cfg(unix)]

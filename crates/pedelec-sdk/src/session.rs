@@ -606,3 +606,85 @@ impl Inner {
         }));
     }
 }
+
+#[cfg(feature = "grpc")]
+impl<T: ToolName> PedelecSession<T> {
+    fn check_assets_usable(&self) -> Result<(), PedelecError> {
+        if self.get_status() == SessionStatus::Ended {
+            return Err(PedelecError::new(ErrorCode::SessionEnded, "the session has ended"));
+        }
+        Ok(())
+    }
+
+    /// Uploads one file; returns its public path. `target_path` writes exactly
+    /// there (creating parents, replacing a regular file).
+    pub async fn upload_asset(
+        &self,
+        source: crate::assets::UploadSource,
+        target_path: Option<&str>,
+    ) -> Result<String, PedelecError> {
+        self.check_assets_usable()?;
+        if let Some(path) = target_path {
+            crate::assets::check_path(path)?;
+        }
+        if source.size > pedelec_protocol::limits::MAX_ASSET_BYTES {
+            return Err(PedelecError::new(ErrorCode::AssetTooLarge, "a file is limited to 100 MiB"));
+        }
+        let request = pb::CreateAssetUploadRequest {
+            session_id: self.inner.session_id.clone(),
+            caller_origin: self.inner.origin.clone(),
+            target_path: target_path.unwrap_or_default().to_owned(),
+            file_name: source.name.clone(),
+            size: source.size,
+        };
+        let ticket = match self.inner.transport.call(Call::CreateAssetUpload(request)).await? {
+            Reply::CreateAssetUpload(t) => t,
+            other => return Err(unexpected(&other)),
+        };
+        crate::assets::put(&ticket, source).await?;
+        Ok(ticket.path)
+    }
+
+    /// Completed regular files from every level, newest first then by name.
+    pub async fn list_assets(&self) -> Result<Vec<pb::Asset>, PedelecError> {
+        self.check_assets_usable()?;
+        let request = pb::ListAssetsRequest {
+            session_id: self.inner.session_id.clone(),
+            caller_origin: self.inner.origin.clone(),
+        };
+        match self.inner.transport.call(Call::ListAssets(request)).await? {
+            Reply::ListAssets(r) => Ok(r.assets),
+            other => Err(unexpected(&other)),
+        }
+    }
+
+    /// Reads a file (`readAsset(path, "file")`).
+    pub async fn read_asset_file(&self, path: &str) -> Result<crate::assets::AssetFile, PedelecError> {
+        self.check_assets_usable()?;
+        crate::assets::check_path(path)?;
+        let request = pb::CreateAssetDownloadRequest {
+            session_id: self.inner.session_id.clone(),
+            caller_origin: self.inner.origin.clone(),
+            path: path.to_owned(),
+        };
+        let ticket = match self.inner.transport.call(Call::CreateAssetDownload(request)).await? {
+            Reply::CreateAssetDownload(t) => t,
+            other => return Err(unexpected(&other)),
+        };
+        crate::assets::get(&ticket).await
+    }
+
+    /// Reads a file as strict UTF-8 (`ASSET_TEXT_DECODE_FAILED` otherwise).
+    pub async fn read_asset_text(&self, path: &str) -> Result<String, PedelecError> {
+        let file = self.read_asset_file(path).await?;
+        String::from_utf8(file.bytes)
+            .map_err(|e| PedelecError::new(ErrorCode::AssetTextDecodeFailed, format!("{path} is not UTF-8: {e}")))
+    }
+
+    /// Reads and parses JSON (`ASSET_INVALID_JSON` otherwise); `J` is typing only.
+    pub async fn read_asset_json<J: DeserializeOwned>(&self, path: &str) -> Result<J, PedelecError> {
+        let text = self.read_asset_text(path).await?;
+        serde_json::from_str(&text)
+            .map_err(|e| PedelecError::new(ErrorCode::AssetInvalidJson, format!("{path} is not valid JSON: {e}")))
+    }
+}

@@ -1,6 +1,7 @@
 //! The harness: start/kill/restart Core, clients, recorders.
 
 mod agent_tools;
+mod assets;
 mod bad_input;
 mod daemon;
 mod durability;

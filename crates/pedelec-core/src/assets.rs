@@ -1,0 +1,584 @@
+//! Session assets: the files under `<runtime>/assets/`, named by public
+//! paths, listed by the seed's rules, and moved over Core's 127.0.0.1
+//! transfer server with single-use tickets — never through gRPC bodies.
+
+use std::collections::HashMap;
+use std::path::{Path, PathBuf};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use http_body_util::{BodyExt, Full, StreamBody, combinators::BoxBody};
+use hyper::body::{Bytes, Frame, Incoming};
+use hyper::{Method, Request, Response, StatusCode};
+use pedelec_protocol::{AssetPath, ErrorCode, limits, pb};
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+
+use crate::error::{CoreError, CoreResult};
+use crate::session::now_ms;
+
+/// No upload progress for this long aborts the upload.
+pub const STALL_TIMEOUT: Duration = Duration::from_secs(10);
+/// Prefix of Core's own files; hidden from listings at every level.
+const RESERVED_PREFIX: &str = ".pedelec-";
+
+type Body = BoxBody<Bytes, std::io::Error>;
+
+#[derive(Debug, Clone)]
+enum TicketKind {
+    Upload { target: AssetPath, size: u64 },
+    Download { path: AssetPath },
+}
+
+#[derive(Debug, Clone)]
+struct Ticket {
+    token: String,
+    kind: TicketKind,
+    session_id: String,
+    origin: String,
+    assets_root: PathBuf,
+    runtime: PathBuf,
+    expires: Instant,
+}
+
+/// One upload slot per session: the ticket id that holds it, and until when an unused ticket may hold it.
+type Slots = HashMap<String, (String, Option<Instant>)>;
+
+/// The loopback transfer server and its tickets.
+pub struct AssetServer {
+    pub addr: std::net::SocketAddr,
+    tickets: Mutex<HashMap<String, Ticket>>,
+    slots: Mutex<Slots>,
+}
+
+fn random_hex(bytes: usize) -> String {
+    use rand::RngCore;
+    let mut buf = vec![0u8; bytes];
+    rand::rng().fill_bytes(&mut buf);
+    buf.iter().map(|b| format!("{b:02x}")).collect()
+}
+
+/// Compares secrets without an early exit.
+fn constant_time_eq(a: &[u8], b: &[u8]) -> bool {
+    a.len() == b.len() && a.iter().zip(b).fold(0u8, |acc, (x, y)| acc | (x ^ y)) == 0
+}
+
+fn coded(code: ErrorCode, message: impl Into<String>) -> CoreError {
+    CoreError::new(code, message)
+}
+
+fn parse_path(text: &str) -> CoreResult<AssetPath> {
+    let path = AssetPath::parse(text).map_err(|e| {
+        CoreError::with_details(
+            ErrorCode::AssetPathInvalid,
+            format!("{text:?}: {e}"),
+            serde_json::json!({ "path": text }),
+        )
+    })?;
+    if path.is_reserved() {
+        return Err(coded(ErrorCode::AssetPathInvalid, format!("{text:?} uses the reserved prefix {RESERVED_PREFIX}")));
+    }
+    Ok(path)
+}
+
+/// A safe basename from an uploaded file's name.
+fn sanitize_name(name: &str) -> String {
+    let base = name.rsplit(['/', '\\']).next().unwrap_or_default();
+    let cleaned: String = base.chars().filter(|c| !c.is_control()).take(200).collect();
+    let cleaned = cleaned.trim().trim_start_matches(RESERVED_PREFIX).to_owned();
+    if cleaned.is_empty() || cleaned == "." || cleaned == ".." { "upload".into() } else { cleaned }
+}
+
+/// Guesses a MIME type from the extension.
+pub fn mime_for(name: &str) -> &'static str {
+    let ext = name.rsplit_once('.').map(|(_, e)| e.to_ascii_lowercase()).unwrap_or_default();
+    match ext.as_str() {
+        "txt" | "md" | "log" => "text/plain",
+        "json" => "application/json",
+        "html" | "htm" => "text/html",
+        "css" => "text/css",
+        "js" | "mjs" => "text/javascript",
+        "csv" => "text/csv",
+        "png" => "image/png",
+        "jpg" | "jpeg" => "image/jpeg",
+        "gif" => "image/gif",
+        "svg" => "image/svg+xml",
+        "webp" => "image/webp",
+        "pdf" => "application/pdf",
+        "zip" => "application/zip",
+        "glb" => "model/gltf-binary",
+        "gltf" => "model/gltf+json",
+        "wasm" => "application/wasm",
+        _ => "application/octet-stream",
+    }
+}
+
+fn modified_ms(meta: &std::fs::Metadata) -> i64 {
+    meta.modified()
+        .ok()
+        .and_then(|t| t.duration_since(std::time::UNIX_EPOCH).ok())
+        .map(|d| d.as_millis() as i64)
+        .unwrap_or(0)
+}
+
+/// Every completed regular file below `root`, by the seed's rules: every
+/// level, no directories, symlinks neither returned nor followed, `.pedelec-`
+/// names hidden at every level, newest first then by path.
+pub fn list(root: &Path) -> Vec<pb::Asset> {
+    let mut out = Vec::new();
+    let mut stack = vec![root.to_path_buf()];
+    while let Some(dir) = stack.pop() {
+        let Ok(entries) = std::fs::read_dir(&dir) else { continue };
+        for entry in entries.flatten() {
+            let name = entry.file_name().to_string_lossy().into_owned();
+            if name.starts_with(RESERVED_PREFIX) {
+                continue;
+            }
+            let Ok(meta) = entry.path().symlink_metadata() else { continue };
+            if meta.file_type().is_symlink() {
+                continue;
+            }
+            if meta.is_dir() {
+                stack.push(entry.path());
+            } else if meta.is_file() {
+                let Some(path) = entry.path().strip_prefix(root).ok().and_then(AssetPath::from_relative) else {
+                    continue;
+                };
+                out.push(pb::Asset {
+                    mime_type: mime_for(&name).into(),
+                    name,
+                    path: path.to_string(),
+                    size: meta.len(),
+                    modified_at_ms: modified_ms(&meta),
+                });
+            }
+        }
+    }
+    out.sort_by(|a, b| b.modified_at_ms.cmp(&a.modified_at_ms).then_with(|| a.path.cmp(&b.path)));
+    out
+}
+
+/// The regular file at `path` below `root`, refusing symlinks at every level.
+fn regular_file(root: &Path, path: &AssetPath) -> CoreResult<(PathBuf, std::fs::Metadata)> {
+    let mut current = root.to_path_buf();
+    let segments: Vec<&str> = path.segments().collect();
+    let not_found = || {
+        CoreError::with_details(
+            ErrorCode::AssetNotFound,
+            format!("no asset at {path}"),
+            serde_json::json!({ "path": path.as_str() }),
+        )
+    };
+    for (i, segment) in segments.iter().enumerate() {
+        current.push(segment);
+        let meta = current.symlink_metadata().map_err(|_| not_found())?;
+        let last = i + 1 == segments.len();
+        if meta.file_type().is_symlink() || (!last && !meta.is_dir()) || (last && !meta.is_file()) {
+            return Err(not_found());
+        }
+        if last {
+            return Ok((current, meta));
+        }
+    }
+    Err(not_found())
+}
+
+/// Creates the parents of `path` below `root`, refusing symlinks and non-directories.
+fn prepare_target(root: &Path, path: &AssetPath) -> Result<PathBuf, String> {
+    let mut current = root.to_path_buf();
+    let segments: Vec<&str> = path.segments().collect();
+    for (i, segment) in segments.iter().enumerate() {
+        current.push(segment);
+        let last = i + 1 == segments.len();
+        match current.symlink_metadata() {
+            Ok(meta) if meta.file_type().is_symlink() => return Err(format!("{} is a symlink", current.display())),
+            Ok(meta) if last && meta.is_dir() => return Err(format!("{path} is a directory")),
+            Ok(meta) if !last && !meta.is_dir() => return Err(format!("a parent of {path} is a file")),
+            Ok(_) => {}
+            Err(_) if last => {}
+            Err(_) => std::fs::create_dir(&current).map_err(|e| format!("creating {}: {e}", current.display()))?,
+        }
+    }
+    Ok(current)
+}
+
+impl AssetServer {
+    /// Binds 127.0.0.1 on an ephemeral port and serves transfers.
+    pub async fn start() -> CoreResult<Arc<Self>> {
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
+            .await
+            .map_err(|e| CoreError::io("binding the asset server", e))?;
+        let addr = listener.local_addr().map_err(|e| CoreError::io("asset server address", e))?;
+        let server = Arc::new(AssetServer { addr, tickets: Mutex::default(), slots: Mutex::default() });
+        let serving = server.clone();
+        tokio::spawn(async move {
+            loop {
+                let Ok((stream, _)) = listener.accept().await else { continue };
+                // Nagle's algorithm costs ~40 ms per request on a reused connection.
+                let _ = stream.set_nodelay(true);
+                let server = serving.clone();
+                tokio::spawn(async move {
+                    let service = hyper::service::service_fn(move |req| {
+                        let server = server.clone();
+                        async move { Ok::<_, std::convert::Infallible>(server.handle(req).await) }
+                    });
+                    let _ = hyper::server::conn::http1::Builder::new()
+                        .serve_connection(hyper_util::rt::TokioIo::new(stream), service)
+                        .await;
+                });
+            }
+        });
+        Ok(server)
+    }
+
+    fn lock_tickets(&self) -> std::sync::MutexGuard<'_, HashMap<String, Ticket>> {
+        self.tickets.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    fn lock_slots(&self) -> std::sync::MutexGuard<'_, Slots> {
+        self.slots.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    fn issue(&self, ticket: Ticket, asset: Option<pb::Asset>, path: &AssetPath) -> pb::AssetTicket {
+        let id = random_hex(16);
+        let reply = pb::AssetTicket {
+            url: format!("http://{}/transfer/{id}", self.addr),
+            token: ticket.token.clone(),
+            expires_at_ms: now_ms() + limits::ASSET_TICKET_TTL.as_millis() as i64,
+            path: path.to_string(),
+            asset,
+        };
+        let mut tickets = self.lock_tickets();
+        let now = Instant::now();
+        tickets.retain(|_, t| t.expires > now);
+        tickets.insert(id, ticket);
+        reply
+    }
+
+    /// A ticket to upload one file (`CreateAssetUpload`).
+    pub fn create_upload(
+        &self,
+        session_id: &str,
+        origin: &str,
+        runtime: &Path,
+        request: &pb::CreateAssetUploadRequest,
+    ) -> CoreResult<pb::AssetTicket> {
+        if request.size > limits::MAX_ASSET_BYTES {
+            return Err(CoreError::with_details(
+                ErrorCode::AssetTooLarge,
+                format!("{} bytes exceeds the {}-byte limit", request.size, limits::MAX_ASSET_BYTES),
+                serde_json::json!({ "limit": limits::MAX_ASSET_BYTES }),
+            ));
+        }
+        let assets_root = runtime.join("assets");
+        let target = if request.target_path.is_empty() {
+            self.derive_path(&assets_root, &request.file_name)?
+        } else {
+            parse_path(&request.target_path)?
+        };
+        let ticket_id_token = random_hex(32);
+        {
+            let mut slots = self.lock_slots();
+            let now = Instant::now();
+            if let Some((_, Some(until))) = slots.get(session_id)
+                && *until <= now
+            {
+                slots.remove(session_id);
+            }
+            if slots.contains_key(session_id) {
+                return Err(coded(ErrorCode::SessionBusy, "another upload is running for this session"));
+            }
+            slots.insert(session_id.to_owned(), (ticket_id_token.clone(), Some(now + limits::ASSET_TICKET_TTL)));
+        }
+        let ticket = Ticket {
+            token: ticket_id_token,
+            kind: TicketKind::Upload { target: target.clone(), size: request.size },
+            session_id: session_id.to_owned(),
+            origin: origin.to_owned(),
+            assets_root,
+            runtime: runtime.to_owned(),
+            expires: Instant::now() + limits::ASSET_TICKET_TTL,
+        };
+        Ok(self.issue(ticket, None, &target))
+    }
+
+    fn derive_path(&self, root: &Path, file_name: &str) -> CoreResult<AssetPath> {
+        let name = sanitize_name(file_name);
+        let (stem, ext) = match name.rsplit_once('.') {
+            Some((s, e)) if !s.is_empty() => (s.to_owned(), format!(".{e}")),
+            _ => (name.clone(), String::new()),
+        };
+        for n in 0..1000 {
+            let candidate = if n == 0 { name.clone() } else { format!("{stem} ({n}){ext}") };
+            let path = parse_path(&format!("/{candidate}"))?;
+            if path.join_to(root).symlink_metadata().is_err() {
+                return Ok(path);
+            }
+        }
+        Err(coded(ErrorCode::AssetPathInvalid, format!("no free name for {file_name:?}")))
+    }
+
+    /// A ticket to download one file (`CreateAssetDownload`).
+    pub fn create_download(
+        &self,
+        session_id: &str,
+        origin: &str,
+        runtime: &Path,
+        path: &str,
+    ) -> CoreResult<pb::AssetTicket> {
+        let path = parse_path(path)?;
+        let assets_root = runtime.join("assets");
+        let (_, meta) = regular_file(&assets_root, &path)?;
+        if meta.len() > limits::MAX_ASSET_BYTES {
+            return Err(coded(ErrorCode::AssetTooLarge, format!("{path} is over the 100 MiB read limit")));
+        }
+        let asset = pb::Asset {
+            name: path.file_name().to_owned(),
+            path: path.to_string(),
+            size: meta.len(),
+            modified_at_ms: modified_ms(&meta),
+            mime_type: mime_for(path.file_name()).into(),
+        };
+        let ticket = Ticket {
+            token: random_hex(32),
+            kind: TicketKind::Download { path: path.clone() },
+            session_id: session_id.to_owned(),
+            origin: origin.to_owned(),
+            assets_root,
+            runtime: runtime.to_owned(),
+            expires: Instant::now() + limits::ASSET_TICKET_TTL,
+        };
+        Ok(self.issue(ticket, Some(asset), &path))
+    }
+
+    fn release_slot(&self, session_id: &str, token: &str) {
+        let mut slots = self.lock_slots();
+        if slots.get(session_id).is_some_and(|(t, _)| t == token) {
+            slots.remove(session_id);
+        }
+    }
+
+    async fn handle(&self, request: Request<Incoming>) -> Response<Body> {
+        let id = request.uri().path().strip_prefix("/transfer/").unwrap_or_default().to_owned();
+        let origin_header =
+            request.headers().get(hyper::header::ORIGIN).and_then(|v| v.to_str().ok()).map(str::to_owned);
+        let ticket_origin = self.lock_tickets().get(&id).map(|t| t.origin.clone());
+        let cors = ticket_origin.filter(|o| o.starts_with("http://") || o.starts_with("https://"));
+        if request.method() == Method::OPTIONS {
+            return with_cors(Response::builder().status(StatusCode::NO_CONTENT), cors.as_deref())
+                .header("Access-Control-Allow-Methods", "GET, PUT")
+                .header("Access-Control-Allow-Headers", "Authorization, Content-Type")
+                .header("Access-Control-Max-Age", "60")
+                .body(empty())
+                .expect("static response");
+        }
+        if let (Some(sent), Some(allowed)) = (&origin_header, &cors)
+            && sent != allowed
+        {
+            return error_response(StatusCode::FORBIDDEN, ErrorCode::OriginNotAllowed, "origin not allowed", None);
+        }
+        let token = request
+            .headers()
+            .get(hyper::header::AUTHORIZATION)
+            .and_then(|v| v.to_str().ok())
+            .and_then(|v| v.strip_prefix("Bearer "))
+            .unwrap_or_default()
+            .to_owned();
+        // Single use: a ticket is taken out only by a request that proves its token.
+        let ticket = {
+            let mut tickets = self.lock_tickets();
+            match tickets.get(&id) {
+                Some(t) if t.expires <= Instant::now() => {
+                    let t = tickets.remove(&id).expect("present");
+                    drop(tickets);
+                    self.release_slot(&t.session_id, &t.token);
+                    return error_response(
+                        StatusCode::GONE,
+                        ErrorCode::AssetTicketInvalid,
+                        "ticket expired",
+                        cors.as_deref(),
+                    );
+                }
+                Some(t) if constant_time_eq(t.token.as_bytes(), token.as_bytes()) => {
+                    tickets.remove(&id).expect("present")
+                }
+                _ => {
+                    return error_response(
+                        StatusCode::UNAUTHORIZED,
+                        ErrorCode::AssetTicketInvalid,
+                        "unknown ticket or wrong token",
+                        cors.as_deref(),
+                    );
+                }
+            }
+        };
+        let response = match (&ticket.kind, request.method()) {
+            (TicketKind::Upload { target, size }, &Method::PUT) => {
+                {
+                    // The slot is now held by a running upload, whatever its ticket's expiry.
+                    let mut slots = self.lock_slots();
+                    if let Some(slot) = slots.get_mut(&ticket.session_id) {
+                        slot.1 = None;
+                    }
+                }
+                let result = receive(request, &ticket, target, *size).await;
+                self.release_slot(&ticket.session_id, &ticket.token);
+                match result {
+                    Ok(()) => Response::builder()
+                        .status(StatusCode::CREATED)
+                        .header("Content-Type", "application/json")
+                        .body(full(serde_json::json!({ "path": target.as_str() }).to_string()))
+                        .expect("static response"),
+                    Err((status, code, message)) => error_response(status, code, &message, None),
+                }
+            }
+            (TicketKind::Download { path }, &Method::GET) => send(&ticket, path).await,
+            _ => {
+                if matches!(ticket.kind, TicketKind::Upload { .. }) {
+                    self.release_slot(&ticket.session_id, &ticket.token);
+                }
+                error_response(
+                    StatusCode::METHOD_NOT_ALLOWED,
+                    ErrorCode::InvalidArgument,
+                    "wrong method for this ticket",
+                    None,
+                )
+            }
+        };
+        let (mut parts, body) = response.into_parts();
+        if let Some(origin) = &cors
+            && let Ok(value) = origin.parse()
+        {
+            parts.headers.insert("Access-Control-Allow-Origin", value);
+            parts.headers.insert("Vary", hyper::header::HeaderValue::from_static("Origin"));
+        }
+        Response::from_parts(parts, body)
+    }
+}
+
+type Failure = (StatusCode, ErrorCode, String);
+
+/// Streams the body into a temporary file and renames it into place only
+/// when exactly `size` bytes arrived (fsync first).
+async fn receive(request: Request<Incoming>, ticket: &Ticket, target: &AssetPath, size: u64) -> Result<(), Failure> {
+    let upload_failed = |m: String| (StatusCode::BAD_REQUEST, ErrorCode::AssetUploadFailed, m);
+    if let Some(declared) =
+        request.headers().get(hyper::header::CONTENT_LENGTH).and_then(|v| v.to_str().ok()?.parse::<u64>().ok())
+        && declared != size
+    {
+        return Err(upload_failed(format!("Content-Length {declared} does not match the ticket's {size} bytes")));
+    }
+    let temp = ticket.runtime.join(format!("{RESERVED_PREFIX}upload-{}", random_hex(8)));
+    let result = async {
+        std::fs::create_dir_all(&ticket.assets_root).map_err(|e| upload_failed(e.to_string()))?;
+        let mut file = tokio::fs::File::create(&temp).await.map_err(|e| upload_failed(e.to_string()))?;
+        let mut body = request.into_body();
+        let mut received = 0u64;
+        loop {
+            let frame = match tokio::time::timeout(STALL_TIMEOUT, body.frame()).await {
+                Err(_) => return Err(upload_failed("the upload stalled".into())),
+                Ok(None) => break,
+                Ok(Some(Err(e))) => return Err(upload_failed(format!("the upload was interrupted: {e}"))),
+                Ok(Some(Ok(frame))) => frame,
+            };
+            if let Ok(data) = frame.into_data() {
+                received += data.len() as u64;
+                if received > size {
+                    return Err((
+                        StatusCode::PAYLOAD_TOO_LARGE,
+                        ErrorCode::AssetUploadFailed,
+                        format!("more than the declared {size} bytes"),
+                    ));
+                }
+                file.write_all(&data).await.map_err(|e| upload_failed(e.to_string()))?;
+            }
+        }
+        if received != size {
+            return Err(upload_failed(format!("{received} of the declared {size} bytes arrived")));
+        }
+        file.sync_all().await.map_err(|e| upload_failed(e.to_string()))?;
+        drop(file);
+        let destination = prepare_target(&ticket.assets_root, target)
+            .map_err(|m| (StatusCode::CONFLICT, ErrorCode::AssetPathInvalid, m))?;
+        std::fs::rename(&temp, &destination).map_err(|e| upload_failed(e.to_string()))
+    }
+    .await;
+    if result.is_err() {
+        let _ = std::fs::remove_file(&temp);
+    }
+    result
+}
+
+async fn send(ticket: &Ticket, path: &AssetPath) -> Response<Body> {
+    let (physical, meta) = match regular_file(&ticket.assets_root, path) {
+        Ok(found) => found,
+        Err(e) => return error_response(StatusCode::NOT_FOUND, e.code(), &e.to_string(), None),
+    };
+    // Streaming body: read the file in chunks as the client consumes them.
+    let file = tokio::fs::File::open(&physical).await;
+    let Ok(file) = file else {
+        return error_response(StatusCode::NOT_FOUND, ErrorCode::AssetNotFound, "the asset vanished", None);
+    };
+    let chunks = futures::stream::unfold(file, |mut file| async move {
+        let mut buf = vec![0u8; 256 * 1024];
+        match file.read(&mut buf).await {
+            Ok(0) => None,
+            Ok(n) => {
+                buf.truncate(n);
+                Some((Ok(Frame::data(Bytes::from(buf))), file))
+            }
+            Err(e) => Some((Err(e), file)),
+        }
+    });
+    Response::builder()
+        .status(StatusCode::OK)
+        .header("Content-Type", mime_for(path.file_name()))
+        .header("Content-Length", meta.len())
+        .header("X-Pedelec-Modified-At", modified_ms(&meta))
+        .header("X-Pedelec-Name", path.file_name().replace(|c: char| !c.is_ascii_graphic() && c != ' ', "_"))
+        .body(BodyExt::boxed(StreamBody::new(chunks)))
+        .expect("valid headers")
+}
+
+fn empty() -> Body {
+    full(String::new())
+}
+
+fn full(text: String) -> Body {
+    Full::new(Bytes::from(text)).map_err(|never| match never {}).boxed()
+}
+
+fn with_cors(builder: hyper::http::response::Builder, origin: Option<&str>) -> hyper::http::response::Builder {
+    match origin {
+        Some(o) => builder.header("Access-Control-Allow-Origin", o).header("Vary", "Origin"),
+        None => builder,
+    }
+}
+
+fn error_response(status: StatusCode, code: ErrorCode, message: &str, cors: Option<&str>) -> Response<Body> {
+    let body = pedelec_protocol::json::to_json(&pb::Error::new(code, message));
+    with_cors(Response::builder().status(status), cors)
+        .header("Content-Type", "application/json")
+        .body(full(body))
+        .expect("static response")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn names_are_sanitised() {
+        assert_eq!(sanitize_name("../../etc/passwd"), "passwd");
+        assert_eq!(sanitize_name("C:\\x\\report.pdf"), "report.pdf");
+        assert_eq!(sanitize_name(".pedelec-secret"), "secret");
+        assert_eq!(sanitize_name(".."), "upload");
+        assert_eq!(sanitize_name(""), "upload");
+    }
+
+    #[test]
+    fn secrets_compare_by_value() {
+        assert!(constant_time_eq(b"abc", b"abc"));
+        assert!(!constant_time_eq(b"abc", b"abd"));
+        assert!(!constant_time_eq(b"abc", b"ab"));
+    }
+}
