@@ -11,7 +11,6 @@ use http_body_util::{BodyExt, Full, StreamBody, combinators::BoxBody};
 use hyper::body::{Bytes, Frame, Incoming};
 use hyper::{Method, Request, Response, StatusCode};
 use pedelec_protocol::{AssetPath, ErrorCode, limits, pb};
-use tokio::io::{AsyncReadExt, AsyncWriteExt};
 
 use crate::error::{CoreError, CoreResult};
 use crate::session::now_ms;
@@ -470,35 +469,53 @@ async fn receive(request: Request<Incoming>, ticket: &Ticket, target: &AssetPath
     let temp = ticket.runtime.join(format!("{RESERVED_PREFIX}upload-{}", random_hex(8)));
     let result = async {
         std::fs::create_dir_all(&ticket.assets_root).map_err(|e| upload_failed(e.to_string()))?;
-        let mut file = tokio::fs::File::create(&temp).await.map_err(|e| upload_failed(e.to_string()))?;
+        let file = std::fs::File::create(&temp).map_err(|e| upload_failed(e.to_string()))?;
+        // Disk writes run on a thread of their own, fed through a short queue:
+        // the network side never waits on the disk per chunk, and memory stays bounded.
+        let (chunks, mut queue) = tokio::sync::mpsc::channel::<Bytes>(16);
+        let writer = std::thread::spawn(move || -> std::io::Result<()> {
+            use std::io::Write;
+            let mut out = std::io::BufWriter::with_capacity(1 << 20, file);
+            while let Some(chunk) = queue.blocking_recv() {
+                out.write_all(&chunk)?;
+            }
+            out.into_inner().map_err(|e| e.into_error())?.sync_all()
+        });
         let mut body = request.into_body();
         let mut received = 0u64;
-        loop {
-            let frame = match tokio::time::timeout(STALL_TIMEOUT, body.frame()).await {
-                Err(_) => return Err(upload_failed("the upload stalled".into())),
-                Ok(None) => break,
-                Ok(Some(Err(e))) => return Err(upload_failed(format!("the upload was interrupted: {e}"))),
-                Ok(Some(Ok(frame))) => frame,
-            };
-            if let Ok(data) = frame.into_data() {
-                received += data.len() as u64;
-                if received > size {
-                    return Err((
-                        StatusCode::PAYLOAD_TOO_LARGE,
-                        ErrorCode::AssetUploadFailed,
-                        format!("more than the declared {size} bytes"),
-                    ));
+        let streamed = async {
+            loop {
+                let frame = match tokio::time::timeout(STALL_TIMEOUT, body.frame()).await {
+                    Err(_) => return Err(upload_failed("the upload stalled".into())),
+                    Ok(None) => return Ok(()),
+                    Ok(Some(Err(e))) => return Err(upload_failed(format!("the upload was interrupted: {e}"))),
+                    Ok(Some(Ok(frame))) => frame,
+                };
+                if let Ok(data) = frame.into_data() {
+                    received += data.len() as u64;
+                    if received > size {
+                        let message = format!("more than the declared {size} bytes");
+                        return Err((StatusCode::PAYLOAD_TOO_LARGE, ErrorCode::AssetUploadFailed, message));
+                    }
+                    if chunks.send(data).await.is_err() {
+                        return Err(upload_failed("writing the upload failed".into()));
+                    }
                 }
-                file.write_all(&data).await.map_err(|e| upload_failed(e.to_string()))?;
             }
         }
+        .await;
+        drop(chunks);
+        let written = tokio::task::spawn_blocking(move || writer.join())
+            .await
+            .map_err(|e| upload_failed(e.to_string()))?
+            .map_err(|_| upload_failed("the upload writer failed".into()))?;
+        streamed?;
+        written.map_err(|e| upload_failed(e.to_string()))?;
         if received != size {
             return Err(upload_failed(format!("{received} of the declared {size} bytes arrived")));
         }
-        file.sync_all().await.map_err(|e| upload_failed(e.to_string()))?;
-        drop(file);
-        let destination = prepare_target(&ticket.assets_root, target)
-            .map_err(|m| (StatusCode::CONFLICT, ErrorCode::AssetPathInvalid, m))?;
+        let destination =
+            prepare_target(&ticket.assets_root, target).map_err(|m| (StatusCode::CONFLICT, ErrorCode::AssetPathInvalid, m))?;
         std::fs::rename(&temp, &destination).map_err(|e| upload_failed(e.to_string()))
     }
     .await;
@@ -513,22 +530,33 @@ async fn send(ticket: &Ticket, path: &AssetPath) -> Response<Body> {
         Ok(found) => found,
         Err(e) => return error_response(StatusCode::NOT_FOUND, e.code(), &e.to_string(), None),
     };
-    // Streaming body: read the file in chunks as the client consumes them.
-    let file = tokio::fs::File::open(&physical).await;
-    let Ok(file) = file else {
-        return error_response(StatusCode::NOT_FOUND, ErrorCode::AssetNotFound, "the asset vanished", None);
+    // A reader thread fills a short queue with 1 MiB chunks as the client consumes them.
+    let file = match std::fs::File::open(&physical) {
+        Ok(file) => file,
+        Err(_) => return error_response(StatusCode::NOT_FOUND, ErrorCode::AssetNotFound, "the asset vanished", None),
     };
-    let chunks = futures::stream::unfold(file, |mut file| async move {
-        let mut buf = vec![0u8; 256 * 1024];
-        match file.read(&mut buf).await {
-            Ok(0) => None,
-            Ok(n) => {
-                buf.truncate(n);
-                Some((Ok(Frame::data(Bytes::from(buf))), file))
+    let (tx, rx) = tokio::sync::mpsc::channel::<std::io::Result<Bytes>>(4);
+    std::thread::spawn(move || {
+        use std::io::Read;
+        let mut file = file;
+        loop {
+            let mut buf = vec![0u8; 1 << 20];
+            match file.read(&mut buf) {
+                Ok(0) => return,
+                Ok(n) => {
+                    buf.truncate(n);
+                    if tx.blocking_send(Ok(Bytes::from(buf))).is_err() {
+                        return;
+                    }
+                }
+                Err(e) => {
+                    let _ = tx.blocking_send(Err(e));
+                    return;
+                }
             }
-            Err(e) => Some((Err(e), file)),
         }
     });
+    let chunks = futures::stream::unfold(rx, |mut rx| async move { rx.recv().await.map(|item| (item.map(Frame::data), rx)) });
     Response::builder()
         .status(StatusCode::OK)
         .header("Content-Type", mime_for(path.file_name()))

@@ -20,6 +20,13 @@ fn rss_kib(pid: u32) -> u64 {
         .unwrap_or(0)
 }
 
+fn hwm_kib(pid: u32) -> u64 {
+    std::fs::read_to_string(format!("/proc/{pid}/status"))
+        .ok()
+        .and_then(|s| s.lines().find(|l| l.starts_with("VmHWM:")).map(|l| l.split_whitespace().nth(1).unwrap_or("0").parse().unwrap_or(0)))
+        .unwrap_or(0)
+}
+
 fn mib(kib: u64) -> String {
     format!("{:.1} MiB", kib as f64 / 1024.0)
 }
@@ -90,6 +97,48 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
         mib(loaded_rss),
         mib(after_burst)
     );
+
+    // 5. Assets: 100 MiB upload and download over loopback, vs cp.
+    {
+        let session = client.create_session::<String>(SessionOptions::default()).await?;
+        let src = dir.path().join("big.bin");
+        let data: Vec<u8> = (0..100u32 * 1024 * 1024).map(|i| (i.wrapping_mul(2654435761) >> 24) as u8).collect();
+        std::fs::write(&src, &data)?;
+        drop(data);
+        let mb = 100.0 * 1024.0 * 1024.0 / 1e6;
+        let t = Instant::now();
+        let status = std::process::Command::new("cp").arg(&src).arg(dir.path().join("copy.bin")).status()?;
+        let cp = t.elapsed().as_secs_f64();
+        assert!(status.success());
+        // Uploads fsync before the rename, so also time a copy that does.
+        let t = Instant::now();
+        std::fs::copy(&src, dir.path().join("copy-sync.bin"))?;
+        std::fs::File::open(dir.path().join("copy-sync.bin"))?.sync_all()?;
+        let cp_sync = t.elapsed().as_secs_f64();
+        let before = rss_kib(pid);
+        let t = Instant::now();
+        session.upload_asset(pedelec_sdk::assets::UploadSource::from_path(&src).await?, Some("/big.bin")).await?;
+        let up = t.elapsed().as_secs_f64();
+        let after_up = hwm_kib(pid);
+        let t = Instant::now();
+        let file = session.read_asset_file("/big.bin").await?;
+        let down = t.elapsed().as_secs_f64();
+        let after_down = hwm_kib(pid);
+        assert_eq!(file.bytes.len(), 100 * 1024 * 1024);
+        println!(
+            "assets 100 MiB: upload {:.0} MB/s ({:.2}× cp, {:.2}× cp+fsync), download {:.0} MB/s ({:.2}× cp), cp {:.0} MB/s, cp+fsync {:.0} MB/s; Core peak RSS growth: upload {}, download {}",
+            mb / up,
+            cp / up,
+            cp_sync / up,
+            mb / down,
+            cp / down,
+            mb / cp,
+            mb / cp_sync,
+            mib(after_up.saturating_sub(before)),
+            mib(after_down.saturating_sub(before))
+        );
+        session.end().await?;
+    }
 
     // 4. Restart with 1000 stored sessions: spawn → first resume_session answered.
     core.kill();

@@ -107,7 +107,7 @@ pub async fn put(ticket: &pb::AssetTicket, source: UploadSource) -> Result<(), P
     let (mut sender, uri) = connect(ticket, code).await?;
     let reader = source.reader;
     let chunks = futures::stream::unfold(reader, |mut reader| async move {
-        let mut buf = vec![0u8; 256 * 1024];
+        let mut buf = vec![0u8; 1 << 20];
         match reader.read(&mut buf).await {
             Ok(0) => None,
             Ok(n) => {
