@@ -45,6 +45,8 @@ type Slots = HashMap<String, (String, Option<Instant>)>;
 /// The loopback transfer server and its tickets.
 pub struct AssetServer {
     pub addr: std::net::SocketAddr,
+    /// How long a ticket stays valid (default `limits::ASSET_TICKET_TTL`).
+    ticket_ttl: Duration,
     tickets: Mutex<HashMap<String, Ticket>>,
     slots: Mutex<Slots>,
 }
@@ -202,12 +204,12 @@ fn prepare_target(root: &Path, path: &AssetPath) -> Result<PathBuf, String> {
 
 impl AssetServer {
     /// Binds 127.0.0.1 on an ephemeral port and serves transfers.
-    pub async fn start() -> CoreResult<Arc<Self>> {
+    pub async fn start(ticket_ttl: Duration) -> CoreResult<Arc<Self>> {
         let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
             .await
             .map_err(|e| CoreError::io("binding the asset server", e))?;
         let addr = listener.local_addr().map_err(|e| CoreError::io("asset server address", e))?;
-        let server = Arc::new(AssetServer { addr, tickets: Mutex::default(), slots: Mutex::default() });
+        let server = Arc::new(AssetServer { addr, ticket_ttl, tickets: Mutex::default(), slots: Mutex::default() });
         let serving = server.clone();
         tokio::spawn(async move {
             loop {
@@ -242,7 +244,7 @@ impl AssetServer {
         let reply = pb::AssetTicket {
             url: format!("http://{}/transfer/{id}", self.addr),
             token: ticket.token.clone(),
-            expires_at_ms: now_ms() + limits::ASSET_TICKET_TTL.as_millis() as i64,
+            expires_at_ms: now_ms() + self.ticket_ttl.as_millis() as i64,
             path: path.to_string(),
             asset,
         };
@@ -286,7 +288,7 @@ impl AssetServer {
             if slots.contains_key(session_id) {
                 return Err(coded(ErrorCode::SessionBusy, "another upload is running for this session"));
             }
-            slots.insert(session_id.to_owned(), (ticket_id_token.clone(), Some(now + limits::ASSET_TICKET_TTL)));
+            slots.insert(session_id.to_owned(), (ticket_id_token.clone(), Some(now + self.ticket_ttl)));
         }
         let ticket = Ticket {
             token: ticket_id_token,
@@ -295,7 +297,7 @@ impl AssetServer {
             origin: origin.to_owned(),
             assets_root,
             runtime: runtime.to_owned(),
-            expires: Instant::now() + limits::ASSET_TICKET_TTL,
+            expires: Instant::now() + self.ticket_ttl,
         };
         Ok(self.issue(ticket, None, &target))
     }
@@ -344,7 +346,7 @@ impl AssetServer {
             origin: origin.to_owned(),
             assets_root,
             runtime: runtime.to_owned(),
-            expires: Instant::now() + limits::ASSET_TICKET_TTL,
+            expires: Instant::now() + self.ticket_ttl,
         };
         Ok(self.issue(ticket, Some(asset), &path))
     }
@@ -514,8 +516,8 @@ async fn receive(request: Request<Incoming>, ticket: &Ticket, target: &AssetPath
         if received != size {
             return Err(upload_failed(format!("{received} of the declared {size} bytes arrived")));
         }
-        let destination =
-            prepare_target(&ticket.assets_root, target).map_err(|m| (StatusCode::CONFLICT, ErrorCode::AssetPathInvalid, m))?;
+        let destination = prepare_target(&ticket.assets_root, target)
+            .map_err(|m| (StatusCode::CONFLICT, ErrorCode::AssetPathInvalid, m))?;
         std::fs::rename(&temp, &destination).map_err(|e| upload_failed(e.to_string()))
     }
     .await;
@@ -556,7 +558,8 @@ async fn send(ticket: &Ticket, path: &AssetPath) -> Response<Body> {
             }
         }
     });
-    let chunks = futures::stream::unfold(rx, |mut rx| async move { rx.recv().await.map(|item| (item.map(Frame::data), rx)) });
+    let chunks =
+        futures::stream::unfold(rx, |mut rx| async move { rx.recv().await.map(|item| (item.map(Frame::data), rx)) });
     Response::builder()
         .status(StatusCode::OK)
         .header("Content-Type", mime_for(path.file_name()))

@@ -12,6 +12,8 @@ pub struct CoreConfig {
     pub state_dir: PathBuf,
     /// How long a session with `auto_end_on_disconnect` survives without subscribers.
     pub disconnect_grace: Duration,
+    /// How long an asset transfer ticket stays valid.
+    pub asset_ticket_ttl: Duration,
 }
 
 impl CoreConfig {
@@ -20,7 +22,7 @@ impl CoreConfig {
     pub fn resolve(socket: Option<PathBuf>, state_dir: Option<PathBuf>, disconnect_grace: Duration) -> Self {
         let state_dir = state_dir.unwrap_or_else(default_state_dir);
         let socket = socket.unwrap_or_else(|| default_socket(&state_dir));
-        CoreConfig { socket, state_dir, disconnect_grace }
+        CoreConfig { socket, state_dir, disconnect_grace, asset_ticket_ttl: pedelec_protocol::limits::ASSET_TICKET_TTL }
     }
 
     pub fn database(&self) -> PathBuf {

@@ -51,7 +51,7 @@ pub async fn serve(config: CoreConfig) -> CoreResult<()> {
     let listener = bind(&config.socket).await?;
     let started = std::time::Instant::now();
     let (store, records) = Store::open(&config.database())?;
-    let assets = crate::assets::AssetServer::start().await?;
+    let assets = crate::assets::AssetServer::start(config.asset_ticket_ttl).await?;
     let shared =
         Arc::new(Shared { store, assets, providers: Providers::builtin(), disconnect_grace: config.disconnect_grace });
     let registry = Arc::new(Registry::new(shared, config.managed_root()));

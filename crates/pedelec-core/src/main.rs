@@ -26,6 +26,9 @@ enum Command {
         /// How long a session with auto_end_on_disconnect waits for a subscriber to come back.
         #[arg(long, default_value_t = 3000)]
         disconnect_grace_ms: u64,
+        /// How long an asset transfer ticket stays valid.
+        #[arg(long, default_value_t = 60_000)]
+        asset_ticket_ttl_ms: u64,
         /// Async worker threads; 0 runs everything on one current-thread runtime.
         #[arg(long, env = "PEDELEC_CORE_THREADS", default_value_t = 2)]
         worker_threads: usize,
@@ -37,8 +40,10 @@ fn main() -> std::process::ExitCode {
         .with_env_filter(tracing_subscriber::EnvFilter::try_from_env("PEDELEC_LOG").unwrap_or_else(|_| "warn".into()))
         .with_writer(std::io::stderr)
         .init();
-    let Command::Serve { socket, state_dir, disconnect_grace_ms, worker_threads } = Cli::parse().command;
-    let config = CoreConfig::resolve(socket, state_dir, Duration::from_millis(disconnect_grace_ms));
+    let Command::Serve { socket, state_dir, disconnect_grace_ms, asset_ticket_ttl_ms, worker_threads } =
+        Cli::parse().command;
+    let mut config = CoreConfig::resolve(socket, state_dir, Duration::from_millis(disconnect_grace_ms));
+    config.asset_ticket_ttl = Duration::from_millis(asset_ticket_ttl_ms);
     let runtime = match runtime_builder(worker_threads).enable_all().build() {
         Ok(runtime) => runtime,
         Err(error) => {

@@ -23,7 +23,11 @@ fn rss_kib(pid: u32) -> u64 {
 fn hwm_kib(pid: u32) -> u64 {
     std::fs::read_to_string(format!("/proc/{pid}/status"))
         .ok()
-        .and_then(|s| s.lines().find(|l| l.starts_with("VmHWM:")).map(|l| l.split_whitespace().nth(1).unwrap_or("0").parse().unwrap_or(0)))
+        .and_then(|s| {
+            s.lines()
+                .find(|l| l.starts_with("VmHWM:"))
+                .map(|l| l.split_whitespace().nth(1).unwrap_or("0").parse().unwrap_or(0))
+        })
         .unwrap_or(0)
 }
 

@@ -45,6 +45,17 @@ impl CoreProcess {
         state_dir: &Path,
         disconnect_grace: Duration,
     ) -> Result<Self, PedelecError> {
+        Self::spawn_with_args(binary, socket, state_dir, disconnect_grace, &[])
+    }
+
+    /// As [`CoreProcess::spawn_with`], with extra `serve` arguments.
+    pub fn spawn_with_args(
+        binary: &Path,
+        socket: &Path,
+        state_dir: &Path,
+        disconnect_grace: Duration,
+        extra: &[&str],
+    ) -> Result<Self, PedelecError> {
         let child = Command::new(binary)
             .arg("serve")
             .arg("--socket")
@@ -53,6 +64,7 @@ impl CoreProcess {
             .arg(state_dir)
             .arg("--disconnect-grace-ms")
             .arg(disconnect_grace.as_millis().to_string())
+            .args(extra)
             .stdin(Stdio::null())
             .stdout(Stdio::null())
             .spawn()

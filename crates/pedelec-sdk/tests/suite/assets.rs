@@ -302,3 +302,46 @@ async fn cors_admits_only_the_sessions_origin() {
     assert!(ok.starts_with("http/1.1 200") && ok.contains(&format!("access-control-allow-origin: {page}")), "{ok}");
     assert!(ok.ends_with("\r\n\r\nhi"));
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_expired_ticket_is_refused_and_frees_the_upload_slot() {
+    let dir = tempfile::tempdir().unwrap();
+    let socket = dir.path().join("core.sock");
+    let _core = pedelec_sdk::daemon::CoreProcess::spawn_with_args(
+        &pedelec_sdk::daemon::find_core_binary(),
+        &socket,
+        &dir.path().join("state"),
+        Duration::from_secs(3),
+        &["--asset-ticket-ttl-ms", "200"],
+    )
+    .unwrap();
+    let client = pedelec_sdk::Pedelec::connect(&socket, ORIGIN).await.unwrap();
+    let s = client.create_session::<String>(SessionOptions::default()).await.unwrap();
+    s.upload_asset(bytes("a", b"a"), Some("/a")).await.unwrap();
+    let mut raw = pedelec_protocol::pb::core_client::CoreClient::new(
+        tonic::transport::Endpoint::from_static("http://core.invalid")
+            .connect_with_connector(tower::service_fn(move |_: tonic::transport::Uri| {
+                let path = socket.clone();
+                async move {
+                    Ok::<_, std::io::Error>(hyper_util::rt::TokioIo::new(tokio::net::UnixStream::connect(path).await?))
+                }
+            }))
+            .await
+            .unwrap(),
+    );
+    let ticket = upload_ticket(&mut raw, &s, "/late.txt", 1).await.unwrap();
+    let download = raw
+        .create_asset_download(pb::CreateAssetDownloadRequest {
+            session_id: s.session_id().into(),
+            caller_origin: ORIGIN.into(),
+            path: "/a".into(),
+        })
+        .await
+        .unwrap()
+        .into_inner();
+    tokio::time::sleep(Duration::from_millis(400)).await;
+    assert_eq!(raw_http(&ticket.url, "PUT", &ticket.token, Some(1), b"x", false).await, 410);
+    assert_eq!(raw_http(&download.url, "GET", &download.token, None, b"", false).await, 410);
+    assert!(upload_ticket(&mut raw, &s, "/next.txt", 1).await.is_ok(), "an expired ticket no longer holds the slot");
+    assert!(s.list_assets().await.unwrap().iter().all(|a| a.path != "/late.txt"));
+}
