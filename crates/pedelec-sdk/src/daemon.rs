@@ -16,21 +16,26 @@ pub struct CoreProcess {
     pub state_dir: PathBuf,
 }
 
-/// Finds the `pedelec-core` binary: `$PEDELEC_CORE_BIN`, next to this
-/// executable (or its parent directory, as for cargo examples and tests), else `PATH`.
-pub fn find_core_binary() -> PathBuf {
-    if let Some(bin) = std::env::var_os("PEDELEC_CORE_BIN") {
+/// Finds one of Pedelec's binaries: `$<env_var>`, next to this executable
+/// (or up to two directories above it, as for cargo examples and tests), else `PATH`.
+pub fn find_binary(name: &str, env_var: &str) -> PathBuf {
+    if let Some(bin) = std::env::var_os(env_var) {
         return PathBuf::from(bin);
     }
     if let Ok(exe) = std::env::current_exe() {
         for dir in exe.ancestors().skip(1).take(3) {
-            let candidate = dir.join("pedelec-core");
+            let candidate = dir.join(name);
             if candidate.is_file() {
                 return candidate;
             }
         }
     }
-    PathBuf::from("pedelec-core")
+    PathBuf::from(name)
+}
+
+/// The `pedelec-core` binary (`$PEDELEC_CORE_BIN` overrides).
+pub fn find_core_binary() -> PathBuf {
+    find_binary("pedelec-core", "PEDELEC_CORE_BIN")
 }
 
 impl CoreProcess {

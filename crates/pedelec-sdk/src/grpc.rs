@@ -22,25 +22,29 @@ impl GrpcTransport {
     /// Connects to Core's socket.
     pub async fn connect(socket: impl AsRef<Path>) -> Result<Self, PedelecError> {
         let socket = socket.as_ref().to_path_buf();
-        let path = socket.clone();
-        let channel = Endpoint::from_static("http://pedelec-core.invalid")
-            .connect_with_connector(tower::service_fn(move |_: Uri| {
-                let path = path.clone();
-                async move { Ok::<_, std::io::Error>(TokioIo::new(tokio::net::UnixStream::connect(path).await?)) }
-            }))
-            .await
-            .map_err(|e| {
-                PedelecError::new(
-                    ErrorCode::CoreRuntimeUnavailable,
-                    format!("cannot reach Core at {}: {e}", socket.display()),
-                )
-            })?;
+        let channel = uds_channel(&socket).await.map_err(|e| {
+            PedelecError::new(
+                ErrorCode::CoreRuntimeUnavailable,
+                format!("cannot reach Core at {}: {e}", socket.display()),
+            )
+        })?;
         Ok(GrpcTransport { client: CoreClient::new(channel), socket })
     }
 
     pub fn socket(&self) -> &Path {
         &self.socket
     }
+}
+
+/// A tonic channel to a gRPC server on a Unix socket (Core's, or any for tests).
+pub async fn uds_channel(socket: &Path) -> Result<Channel, tonic::transport::Error> {
+    let path = socket.to_path_buf();
+    Endpoint::from_static("http://pedelec-core.invalid")
+        .connect_with_connector(tower::service_fn(move |_: Uri| {
+            let path = path.clone();
+            async move { Ok::<_, std::io::Error>(TokioIo::new(tokio::net::UnixStream::connect(path).await?)) }
+        }))
+        .await
 }
 
 fn status(e: tonic::Status) -> PedelecError {

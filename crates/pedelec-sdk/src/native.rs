@@ -37,20 +37,9 @@ pub struct NativeMessagingTransport {
     child: Mutex<Option<tokio::process::Child>>,
 }
 
-/// Finds `pedelec-native-host` like [`crate::daemon::find_core_binary`] finds Core.
+/// The `pedelec-native-host` binary (`$PEDELEC_NATIVE_HOST_BIN` overrides).
 pub fn find_host_binary() -> PathBuf {
-    if let Some(bin) = std::env::var_os("PEDELEC_NATIVE_HOST_BIN") {
-        return PathBuf::from(bin);
-    }
-    if let Ok(exe) = std::env::current_exe() {
-        for dir in exe.ancestors().skip(1).take(3) {
-            let candidate = dir.join("pedelec-native-host");
-            if candidate.is_file() {
-                return candidate;
-            }
-        }
-    }
-    PathBuf::from("pedelec-native-host")
+    crate::daemon::find_binary("pedelec-native-host", "PEDELEC_NATIVE_HOST_BIN")
 }
 
 fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {

@@ -12,17 +12,7 @@ use serde_json::json;
 use super::*;
 
 async fn agent(h: &Harness) -> AgentToolsClient<tonic::transport::Channel> {
-    let path = h.socket();
-    let channel = tonic::transport::Endpoint::from_static("http://core.invalid")
-        .connect_with_connector(tower::service_fn(move |_: tonic::transport::Uri| {
-            let path = path.clone();
-            async move {
-                Ok::<_, std::io::Error>(hyper_util::rt::TokioIo::new(tokio::net::UnixStream::connect(path).await?))
-            }
-        }))
-        .await
-        .unwrap();
-    AgentToolsClient::new(channel)
+    AgentToolsClient::new(pedelec_sdk::grpc::uds_channel(&h.socket()).await.unwrap())
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

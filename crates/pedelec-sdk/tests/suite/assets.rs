@@ -318,17 +318,7 @@ async fn an_expired_ticket_is_refused_and_frees_the_upload_slot() {
     let client = pedelec_sdk::Pedelec::connect(&socket, ORIGIN).await.unwrap();
     let s = client.create_session::<String>(SessionOptions::default()).await.unwrap();
     s.upload_asset(bytes("a", b"a"), Some("/a")).await.unwrap();
-    let mut raw = pedelec_protocol::pb::core_client::CoreClient::new(
-        tonic::transport::Endpoint::from_static("http://core.invalid")
-            .connect_with_connector(tower::service_fn(move |_: tonic::transport::Uri| {
-                let path = socket.clone();
-                async move {
-                    Ok::<_, std::io::Error>(hyper_util::rt::TokioIo::new(tokio::net::UnixStream::connect(path).await?))
-                }
-            }))
-            .await
-            .unwrap(),
-    );
+    let mut raw = pb::core_client::CoreClient::new(pedelec_sdk::grpc::uds_channel(&socket).await.unwrap());
     let ticket = upload_ticket(&mut raw, &s, "/late.txt", 1).await.unwrap();
     let download = raw
         .create_asset_download(pb::CreateAssetDownloadRequest {

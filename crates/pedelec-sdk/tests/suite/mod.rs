@@ -111,17 +111,7 @@ impl Harness {
     }
 
     pub async fn raw(&self) -> CoreClient<tonic::transport::Channel> {
-        let path = self.socket();
-        let channel = tonic::transport::Endpoint::from_static("http://core.invalid")
-            .connect_with_connector(tower::service_fn(move |_: tonic::transport::Uri| {
-                let path = path.clone();
-                async move {
-                    Ok::<_, std::io::Error>(hyper_util::rt::TokioIo::new(tokio::net::UnixStream::connect(path).await?))
-                }
-            }))
-            .await
-            .expect("raw connect");
-        CoreClient::new(channel)
+        CoreClient::new(pedelec_sdk::grpc::uds_channel(&self.socket()).await.expect("raw connect"))
     }
 
     /// `kill -9`, then a fresh Core on the same state.
