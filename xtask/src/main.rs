@@ -71,8 +71,12 @@ fn has_wasm_target() -> bool {
 fn ci() -> Result<()> {
     cargo(&["fmt", "--all", "--", "--check"])?;
     cargo(&["clippy", "--workspace", "--all-targets", "--", "-D", "warnings"])?;
+    // A fresh machine may lack the target; adding it must not hang CI.
     if has_wasm_target()
-        || Command::new("rustup").args(["target", "add", "wasm32-unknown-unknown"]).status().is_ok_and(|s| s.success())
+        || Command::new("timeout")
+            .args(["120", "rustup", "target", "add", "wasm32-unknown-unknown"])
+            .status()
+            .is_ok_and(|s| s.success())
     {
         cargo(&["build", "-p", "pedelec-protocol", "--target", "wasm32-unknown-unknown", "--no-default-features"])?;
     } else {
