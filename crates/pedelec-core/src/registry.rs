@@ -152,10 +152,9 @@ impl Registry {
         for record in records {
             let workspace = Workspace::recorded(&record.workspace, record.managed_workspace, &record.id);
             let ended = record.status == SessionStatus::Ended.as_str();
-            if record.managed_workspace && (ended || !workspace.root.is_dir()) {
-                // Its managed workspace is (or will be) gone: keep the record for
-                // re-attachment, which will report it ended.
-            } else if record.managed_workspace {
+            // Managed workspaces of sessions that may still be resumed survive a
+            // restart; those of ended sessions are leftovers to remove.
+            if record.managed_workspace && !ended && workspace.root.is_dir() {
                 keep.insert(record.id.clone());
             }
             // A manifest that no longer loads leaves the session without tools; resume reports it.
