@@ -369,13 +369,9 @@ impl Session {
     }
 
     fn check_can_start(&self, st: &State) -> CoreResult<()> {
-        match st.status {
-            SessionStatus::Ended => Err(CoreError::new(ErrorCode::SessionEnded, "the session has ended")),
-            SessionStatus::Error => Err(CoreError::new(ErrorCode::SessionError, "the session is in the error status")),
-            s if !s.can_send_text() || st.active.is_some() => {
-                Err(CoreError::new(ErrorCode::SessionBusy, "another turn is active"))
-            }
-            _ => Ok(()),
+        match st.status.refuse_start(st.active.is_some()) {
+            Some((code, message)) => Err(CoreError::new(code, message)),
+            None => Ok(()),
         }
     }
 

@@ -35,6 +35,19 @@ impl SessionStatus {
         matches!(self, SessionStatus::Idle)
     }
 
+    /// Why a new operation (`sendText()`/`prepare()`) may not start from this
+    /// status, with its message; `None` when it may. `operation_in_flight`
+    /// says whether another operation is already under way.
+    pub fn refuse_start(self, operation_in_flight: bool) -> Option<(crate::ErrorCode, &'static str)> {
+        use crate::ErrorCode;
+        match self {
+            SessionStatus::Ended => Some((ErrorCode::SessionEnded, "the session has ended")),
+            SessionStatus::Error => Some((ErrorCode::SessionError, "the session is in the error status")),
+            s if !s.can_send_text() || operation_in_flight => Some((ErrorCode::SessionBusy, "another turn is active")),
+            _ => None,
+        }
+    }
+
     /// Whether a turn (preparation or user) is active.
     pub const fn is_active_turn(self) -> bool {
         matches!(self, SessionStatus::Running | SessionStatus::WaitingToolResult)
@@ -165,6 +178,17 @@ mod tests {
         for s in ALL {
             assert_eq!(s.can_send_text(), s == Idle, "{s}");
         }
+    }
+
+    #[test]
+    fn starting_is_refused_with_the_seed_codes() {
+        use crate::ErrorCode::*;
+        assert_eq!(Idle.refuse_start(false), None);
+        assert_eq!(Idle.refuse_start(true).map(|r| r.0), Some(SessionBusy));
+        assert_eq!(Running.refuse_start(false).map(|r| r.0), Some(SessionBusy));
+        assert_eq!(WaitingToolResult.refuse_start(false).map(|r| r.0), Some(SessionBusy));
+        assert_eq!(Ended.refuse_start(false).map(|r| r.0), Some(SessionEnded));
+        assert_eq!(Error.refuse_start(false).map(|r| r.0), Some(SessionError));
     }
 
     #[test]

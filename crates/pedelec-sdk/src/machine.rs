@@ -175,17 +175,8 @@ impl SessionMachine {
 
     /// `sendText()`/`prepare()` begin: local checks, then `running` locally.
     pub fn begin_local(&mut self, kind: pb::OperationKind) -> Result<Vec<Effect>, PedelecError> {
-        match self.status {
-            SessionStatus::Ended => {
-                return Err(PedelecError::new(ErrorCode::SessionEnded, "the session has ended"));
-            }
-            SessionStatus::Error => {
-                return Err(PedelecError::new(ErrorCode::SessionError, "the session is in the error status"));
-            }
-            _ if !self.status.can_send_text() || self.has_operation_in_flight() => {
-                return Err(PedelecError::new(ErrorCode::SessionBusy, "another turn is active"));
-            }
-            _ => {}
+        if let Some((code, message)) = self.status.refuse_start(self.has_operation_in_flight()) {
+            return Err(PedelecError::new(code, message));
         }
         self.local_operation = Some(kind);
         let mut out = Vec::new();
