@@ -9,26 +9,20 @@ use pedelec_sdk::daemon::CoreProcess;
 use pedelec_sdk::{Pedelec, SessionOptions, ToolSpec};
 use serde_json::json;
 
-fn rss_kib(pid: u32) -> u64 {
+/// A `VmRSS`/`VmHWM`-style figure from `/proc/<pid>/status`, in KiB.
+fn status_kib(pid: u32, field: &str) -> u64 {
     std::fs::read_to_string(format!("/proc/{pid}/status"))
         .ok()
-        .and_then(|s| {
-            s.lines()
-                .find(|l| l.starts_with("VmRSS:"))
-                .map(|l| l.split_whitespace().nth(1).unwrap_or("0").parse().unwrap_or(0))
-        })
+        .and_then(|s| s.lines().find(|l| l.starts_with(field)).and_then(|l| l.split_whitespace().nth(1)?.parse().ok()))
         .unwrap_or(0)
 }
 
+fn rss_kib(pid: u32) -> u64 {
+    status_kib(pid, "VmRSS:")
+}
+
 fn hwm_kib(pid: u32) -> u64 {
-    std::fs::read_to_string(format!("/proc/{pid}/status"))
-        .ok()
-        .and_then(|s| {
-            s.lines()
-                .find(|l| l.starts_with("VmHWM:"))
-                .map(|l| l.split_whitespace().nth(1).unwrap_or("0").parse().unwrap_or(0))
-        })
-        .unwrap_or(0)
+    status_kib(pid, "VmHWM:")
 }
 
 fn mib(kib: u64) -> String {
