@@ -1,7 +1,9 @@
 //! `Pedelec`: the client that creates and re-attaches sessions.
 
 use std::collections::HashMap;
-use std::path::{Path, PathBuf};
+#[cfg(feature = "grpc")]
+use std::path::Path;
+use std::path::PathBuf;
 use std::sync::{Arc, Mutex};
 
 use pedelec_protocol::{ErrorCode, pb};

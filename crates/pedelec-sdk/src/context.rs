@@ -78,6 +78,15 @@ pub struct SessionMeta {
     pub session_created_at: i64,
 }
 
+/// Milliseconds since the epoch. In the browser `SystemTime::now` panics
+/// (wasm32-unknown-unknown has no clock), so the page's `Date.now()` is used.
+#[cfg(all(target_arch = "wasm32", feature = "web"))]
+pub fn now_ms() -> i64 {
+    js_sys::Date::now() as i64
+}
+
+/// Milliseconds since the epoch.
+#[cfg(not(all(target_arch = "wasm32", feature = "web")))]
 pub fn now_ms() -> i64 {
     std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map(|d| d.as_millis() as i64).unwrap_or(0)
 }

@@ -3,7 +3,8 @@
 //! [`Pedelec`] creates and re-attaches sessions; [`PedelecSession`] sends
 //! text, streams answers and answers frontend tool calls. The session logic
 //! is the sans-IO [`machine::SessionMachine`]; transports ([`transport`],
-//! with [`grpc`] to Core's socket) only move messages.
+//! with [`grpc`] to Core's socket, and `web` over the browser extension's
+//! port in wasm32) only move messages.
 
 #[cfg(feature = "grpc")]
 pub mod assets;
@@ -20,6 +21,8 @@ pub mod native;
 pub mod session;
 pub mod tool;
 pub mod transport;
+#[cfg(all(feature = "web", target_arch = "wasm32"))]
+pub mod web;
 
 pub use client::{Pedelec, SessionOptions};
 pub use context::{EventContext, Source, StatusContext, ToolCallContext};

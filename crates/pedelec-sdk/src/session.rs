@@ -607,42 +607,63 @@ impl Inner {
     }
 }
 
-#[cfg(feature = "grpc")]
+/// Asset requests every transport shares: the usability check, the tickets
+/// and the listing. Only moving the bytes differs (hyper natively, `fetch` in
+/// the browser), so the rules here are written once.
 impl<T: ToolName> PedelecSession<T> {
-    fn check_assets_usable(&self) -> Result<(), PedelecError> {
+    pub(crate) fn check_assets_usable(&self) -> Result<(), PedelecError> {
         if self.get_status() == SessionStatus::Ended {
             return Err(PedelecError::new(ErrorCode::SessionEnded, "the session has ended"));
         }
         Ok(())
     }
 
-    /// Uploads one file; returns its public path. `target_path` writes exactly
-    /// there (creating parents, replacing a regular file).
-    pub async fn upload_asset(
+    fn check_asset_path(path: &str) -> Result<(), PedelecError> {
+        pedelec_protocol::AssetPath::parse(path)
+            .map(|_| ())
+            .map_err(|e| PedelecError::new(ErrorCode::AssetPathInvalid, format!("{path:?}: {e}")))
+    }
+
+    /// An upload ticket for a file of `size` bytes, after the path and size checks.
+    pub(crate) async fn upload_ticket(
         &self,
-        source: crate::assets::UploadSource,
+        file_name: &str,
+        size: u64,
         target_path: Option<&str>,
-    ) -> Result<String, PedelecError> {
+    ) -> Result<pb::AssetTicket, PedelecError> {
         self.check_assets_usable()?;
         if let Some(path) = target_path {
-            crate::assets::check_path(path)?;
+            Self::check_asset_path(path)?;
         }
-        if source.size > pedelec_protocol::limits::MAX_ASSET_BYTES {
+        if size > pedelec_protocol::limits::MAX_ASSET_BYTES {
             return Err(PedelecError::new(ErrorCode::AssetTooLarge, "a file is limited to 100 MiB"));
         }
         let request = pb::CreateAssetUploadRequest {
             session_id: self.inner.session_id.clone(),
             caller_origin: self.inner.origin.clone(),
             target_path: target_path.unwrap_or_default().to_owned(),
-            file_name: source.name.clone(),
-            size: source.size,
+            file_name: file_name.to_owned(),
+            size,
         };
-        let ticket = match self.inner.transport.call(Call::CreateAssetUpload(request)).await? {
-            Reply::CreateAssetUpload(t) => t,
-            other => return Err(unexpected(&other)),
+        match self.inner.transport.call(Call::CreateAssetUpload(request)).await? {
+            Reply::CreateAssetUpload(t) => Ok(t),
+            other => Err(unexpected(&other)),
+        }
+    }
+
+    /// A download ticket for one public path.
+    pub(crate) async fn download_ticket(&self, path: &str) -> Result<pb::AssetTicket, PedelecError> {
+        self.check_assets_usable()?;
+        Self::check_asset_path(path)?;
+        let request = pb::CreateAssetDownloadRequest {
+            session_id: self.inner.session_id.clone(),
+            caller_origin: self.inner.origin.clone(),
+            path: path.to_owned(),
         };
-        crate::assets::put(&ticket, source).await?;
-        Ok(ticket.path)
+        match self.inner.transport.call(Call::CreateAssetDownload(request)).await? {
+            Reply::CreateAssetDownload(t) => Ok(t),
+            other => Err(unexpected(&other)),
+        }
     }
 
     /// Completed regular files from every level, newest first then by name.
@@ -657,34 +678,47 @@ impl<T: ToolName> PedelecSession<T> {
             other => Err(unexpected(&other)),
         }
     }
+}
+
+/// Strict UTF-8 for `readAsset(path, "text")`.
+pub(crate) fn asset_text(path: &str, bytes: Vec<u8>) -> Result<String, PedelecError> {
+    String::from_utf8(bytes)
+        .map_err(|e| PedelecError::new(ErrorCode::AssetTextDecodeFailed, format!("{path} is not UTF-8: {e}")))
+}
+
+/// Strict JSON for `readAsset(path, "json")`.
+pub(crate) fn asset_json<J: DeserializeOwned>(path: &str, text: &str) -> Result<J, PedelecError> {
+    serde_json::from_str(text)
+        .map_err(|e| PedelecError::new(ErrorCode::AssetInvalidJson, format!("{path} is not valid JSON: {e}")))
+}
+
+#[cfg(feature = "grpc")]
+impl<T: ToolName> PedelecSession<T> {
+    /// Uploads one file; returns its public path. `target_path` writes exactly
+    /// there (creating parents, replacing a regular file).
+    pub async fn upload_asset(
+        &self,
+        source: crate::assets::UploadSource,
+        target_path: Option<&str>,
+    ) -> Result<String, PedelecError> {
+        let ticket = self.upload_ticket(&source.name, source.size, target_path).await?;
+        crate::assets::put(&ticket, source).await?;
+        Ok(ticket.path)
+    }
 
     /// Reads a file (`readAsset(path, "file")`).
     pub async fn read_asset_file(&self, path: &str) -> Result<crate::assets::AssetFile, PedelecError> {
-        self.check_assets_usable()?;
-        crate::assets::check_path(path)?;
-        let request = pb::CreateAssetDownloadRequest {
-            session_id: self.inner.session_id.clone(),
-            caller_origin: self.inner.origin.clone(),
-            path: path.to_owned(),
-        };
-        let ticket = match self.inner.transport.call(Call::CreateAssetDownload(request)).await? {
-            Reply::CreateAssetDownload(t) => t,
-            other => return Err(unexpected(&other)),
-        };
+        let ticket = self.download_ticket(path).await?;
         crate::assets::get(&ticket).await
     }
 
     /// Reads a file as strict UTF-8 (`ASSET_TEXT_DECODE_FAILED` otherwise).
     pub async fn read_asset_text(&self, path: &str) -> Result<String, PedelecError> {
-        let file = self.read_asset_file(path).await?;
-        String::from_utf8(file.bytes)
-            .map_err(|e| PedelecError::new(ErrorCode::AssetTextDecodeFailed, format!("{path} is not UTF-8: {e}")))
+        asset_text(path, self.read_asset_file(path).await?.bytes)
     }
 
     /// Reads and parses JSON (`ASSET_INVALID_JSON` otherwise); `J` is typing only.
     pub async fn read_asset_json<J: DeserializeOwned>(&self, path: &str) -> Result<J, PedelecError> {
-        let text = self.read_asset_text(path).await?;
-        serde_json::from_str(&text)
-            .map_err(|e| PedelecError::new(ErrorCode::AssetInvalidJson, format!("{path} is not valid JSON: {e}")))
+        asset_json(path, &self.read_asset_text(path).await?)
     }
 }

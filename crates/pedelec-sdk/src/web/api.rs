@@ -1,0 +1,416 @@
+//! The seed's JavaScript API (`Pedelec`, `PedelecSession`) as wasm-bindgen
+//! classes. Each method is a thin shim over the Rust [`crate::Pedelec`] and
+//! [`crate::PedelecSession`]: the session logic is the same code as natively.
+
+use std::rc::Rc;
+use std::sync::Arc;
+
+use js_sys::{Array, Function, Object, Promise};
+use pedelec_protocol::{ErrorCode, pb};
+use wasm_bindgen::prelude::*;
+use wasm_bindgen::{JsCast, JsValue};
+use wasm_bindgen_futures::future_to_promise;
+
+use super::js::{self, get, get_string, set};
+use super::local::Local;
+use super::port::{Link, PortTransport};
+use crate::client::SessionOptions;
+use crate::error::PedelecError;
+use crate::tool::{ToolHandlerFn, ToolSpec};
+
+type Session = crate::PedelecSession<String>;
+
+fn reject(error: PedelecError) -> JsValue {
+    js::error(&error)
+}
+
+fn invalid(message: impl Into<String>) -> JsValue {
+    js::error_value(ErrorCode::InvalidArgument, message)
+}
+
+/// A JS tool handler as the SDK's erased handler: sync or async, a throw or
+/// rejection becomes the handler failure the session submits as `TOOL_HANDLER_ERROR`.
+fn tool_handler(f: Function) -> ToolHandlerFn {
+    let f = Local(f);
+    Arc::new(move |args, ctx| {
+        let f = f.0.clone();
+        Box::pin(Local(async move {
+            let out = js::call_handler(&f, &[js::json_to_js(&args), js::tool_context(&ctx)]).await?;
+            js::js_to_json(&out)
+        }))
+    })
+}
+
+fn tool_specs(tools: &JsValue) -> Result<Vec<ToolSpec<String>>, JsValue> {
+    if tools.is_undefined() || tools.is_null() {
+        return Ok(Vec::new());
+    }
+    let tools: &Array = tools.dyn_ref().ok_or_else(|| invalid("tools must be an array"))?;
+    tools
+        .iter()
+        .map(|tool| {
+            let name = get_string(&tool, "name").ok_or_else(|| invalid("every tool needs a name"))?;
+            let schema = get(&tool, "inputSchema");
+            let schema = if schema.is_undefined() {
+                serde_json::json!({ "type": "object" })
+            } else {
+                js::js_to_json(&schema).map_err(invalid)?
+            };
+            let mut spec = ToolSpec::new(name, get_string(&tool, "description").unwrap_or_default(), schema);
+            if let Some(ms) = get(&tool, "timeoutMs").as_f64() {
+                spec = spec.timeout_ms(ms as u32);
+            }
+            if let Some(handler) = get(&tool, "handler").dyn_ref::<Function>() {
+                spec = spec.with_handler(tool_handler(handler.clone()));
+            }
+            Ok(spec)
+        })
+        .collect()
+}
+
+fn session_options(options: &JsValue) -> Result<SessionOptions<String>, JsValue> {
+    let mut out = SessionOptions::<String>::default();
+    if options.is_undefined() || options.is_null() {
+        return Ok(out);
+    }
+    out.provider = get_string(options, "provider");
+    out.model = get_string(options, "model");
+    if let Some(effort) = get_string(options, "effortLevel") {
+        out.effort_level = Some(
+            pb::EffortLevel::parse_seed(&effort).ok_or_else(|| invalid(format!("unknown effortLevel {effort:?}")))?,
+        );
+    }
+    let skills = get(options, "skills");
+    out.guidance = get_string(&skills, "guidance").or_else(|| get_string(options, "guidance")).unwrap_or_default();
+    // `skills.tools` per the design; a top-level `tools` array as the seed's type inference uses.
+    let mut tools = tool_specs(&get(&skills, "tools"))?;
+    tools.extend(tool_specs(&get(options, "tools"))?);
+    out.tools = tools;
+    out.workspace_path = get_string(&get(options, "workspace"), "path").map(Into::into);
+    if let Some(auto) = get(options, "autoEndOnDisconnect").as_bool() {
+        out.auto_end_on_disconnect = auto;
+    }
+    Ok(out)
+}
+
+fn page_origin() -> String {
+    get_string(&get(&js_sys::global(), "location"), "origin").unwrap_or_default()
+}
+
+/// `new Pedelec({ extensionId })`.
+#[wasm_bindgen(js_name = Pedelec)]
+pub struct JsPedelec {
+    client: crate::Pedelec,
+    link: Rc<Link>,
+}
+
+#[wasm_bindgen(js_class = Pedelec)]
+impl JsPedelec {
+    #[wasm_bindgen(constructor)]
+    pub fn new(options: JsValue) -> Result<JsPedelec, JsValue> {
+        let extension_id =
+            get_string(&options, "extensionId").ok_or_else(|| invalid("new Pedelec({ extensionId }) needs an id"))?;
+        let link = Link::new(extension_id);
+        // The extension overwrites the origin with the browser's sender origin;
+        // this one only labels the client.
+        let client = crate::Pedelec::with_transport(Arc::new(PortTransport::new(link.clone())), page_origin());
+        Ok(JsPedelec { client, link })
+    }
+
+    #[wasm_bindgen(js_name = createSession)]
+    pub fn create_session(&self, options: JsValue) -> Promise {
+        let client = self.client.clone();
+        let options = session_options(&options);
+        future_to_promise(async move {
+            let session = client.create_session(options?).await.map_err(reject)?;
+            Ok(JsPedelecSession { session }.into())
+        })
+    }
+
+    #[wasm_bindgen(js_name = resumeSession)]
+    pub fn resume_session(&self, session_id: String) -> Promise {
+        let client = self.client.clone();
+        future_to_promise(async move {
+            let session = client.resume_session::<String>(&session_id).await.map_err(reject)?;
+            Ok(JsPedelecSession { session }.into())
+        })
+    }
+
+    #[wasm_bindgen(js_name = listProviders)]
+    pub fn list_providers(&self) -> Promise {
+        let client = self.client.clone();
+        future_to_promise(async move {
+            let providers = client.list_providers().await.map_err(reject)?;
+            let out = Array::new();
+            for p in providers {
+                let o = Object::new();
+                set(&o, "name", p.name);
+                set(&o, "code", p.code);
+                set(&o, "available", p.available);
+                if !p.reason.is_empty() {
+                    set(&o, "reason", p.reason);
+                }
+                out.push(&o);
+            }
+            Ok(out.into())
+        })
+    }
+
+    #[wasm_bindgen(js_name = getSettings)]
+    pub fn get_settings(&self) -> Promise {
+        let client = self.client.clone();
+        future_to_promise(async move {
+            let settings = client.get_settings().await.map_err(reject)?;
+            let o = Object::new();
+            set(&o, "defaultProvider", settings.default_provider);
+            let models = Object::new();
+            for (k, v) in settings.default_models {
+                set(&models, &k, v);
+            }
+            set(&o, "defaultModels", models);
+            Ok(o.into())
+        })
+    }
+
+    /// `{ installed, approved, origin, appConnected }` — never opens a prompt.
+    #[wasm_bindgen(js_name = getApprovalStatus)]
+    pub fn get_approval_status(&self) -> Promise {
+        let link = self.link.clone();
+        future_to_promise(Local(async move {
+            let status = link.status().await;
+            let o = Object::new();
+            set(&o, "installed", status.installed);
+            set(&o, "approved", status.approved);
+            set(&o, "origin", if status.installed { status.origin } else { page_origin() });
+            set(&o, "appConnected", status.app_connected);
+            set(&o, "pending", status.pending);
+            Ok(o.into())
+        }))
+    }
+
+    /// `{ available, reason? }`: the extension is installed, this origin is
+    /// approved and Core answers. Never opens a prompt.
+    #[wasm_bindgen(js_name = checkAvailability)]
+    pub fn check_availability(&self) -> Promise {
+        let link = self.link.clone();
+        let client = self.client.clone();
+        future_to_promise(Local(async move {
+            let status = link.status().await;
+            let o = Object::new();
+            let reason = if !status.installed {
+                Some("extension_not_installed")
+            } else if !status.approved {
+                Some("origin_not_approved")
+            } else {
+                match client.ping().await {
+                    Ok(_) => None,
+                    Err(_) => Some("app_not_connected"),
+                }
+            };
+            set(&o, "available", reason.is_none());
+            if let Some(reason) = reason {
+                set(&o, "reason", reason);
+            }
+            Ok(o.into())
+        }))
+    }
+}
+
+/// One Core agent session (`PedelecSession<TToolName>`).
+#[wasm_bindgen(js_name = PedelecSession)]
+pub struct JsPedelecSession {
+    session: Session,
+}
+
+fn void(result: Result<(), PedelecError>) -> Result<JsValue, JsValue> {
+    result.map(|()| JsValue::UNDEFINED).map_err(reject)
+}
+
+#[wasm_bindgen(js_class = PedelecSession)]
+impl JsPedelecSession {
+    #[wasm_bindgen(getter, js_name = sessionId)]
+    pub fn session_id(&self) -> String {
+        self.session.session_id().to_owned()
+    }
+
+    #[wasm_bindgen(getter)]
+    pub fn provider(&self) -> String {
+        self.session.provider()
+    }
+
+    #[wasm_bindgen(getter, js_name = effortLevel)]
+    pub fn effort_level(&self) -> Option<String> {
+        self.session.effort_level().map(str::to_owned)
+    }
+
+    #[wasm_bindgen(getter, js_name = sessionCreatedAt)]
+    pub fn session_created_at(&self) -> f64 {
+        self.session.session_created_at() as f64
+    }
+
+    /// `{ totalTokens?: number }`.
+    #[wasm_bindgen(getter)]
+    pub fn usage(&self) -> JsValue {
+        let o = Object::new();
+        if let Some(total) = self.session.usage().total_tokens {
+            set(&o, "totalTokens", total as f64);
+        }
+        o.into()
+    }
+
+    #[wasm_bindgen(js_name = getStatus)]
+    pub fn get_status(&self) -> String {
+        self.session.get_status().as_str().to_owned()
+    }
+
+    pub fn prepare(&self) -> Promise {
+        let session = self.session.clone();
+        future_to_promise(async move { void(session.prepare().await) })
+    }
+
+    #[wasm_bindgen(js_name = sendText)]
+    pub fn send_text(&self, text: String) -> Promise {
+        let session = self.session.clone();
+        future_to_promise(async move { void(session.send_text(text).await) })
+    }
+
+    pub fn end(&self) -> Promise {
+        let session = self.session.clone();
+        future_to_promise(async move { void(session.end().await) })
+    }
+
+    pub fn resume(&self) -> Promise {
+        let session = self.session.clone();
+        future_to_promise(async move { void(session.resume().await) })
+    }
+
+    #[wasm_bindgen(js_name = onChat)]
+    pub fn on_chat(&self, handler: Function) -> JsValue {
+        let f = Local(handler);
+        js::disposer(self.session.on_chat(move |text, ctx| {
+            if let Err(e) = f.0.call2(&JsValue::NULL, &JsValue::from_str(text), &js::event_context(ctx)) {
+                js::report_handler_failure("onChat", &e);
+            }
+        }))
+    }
+
+    #[wasm_bindgen(js_name = onChatDelta)]
+    pub fn on_chat_delta(&self, handler: Function) -> JsValue {
+        let f = Local(handler);
+        js::disposer(self.session.on_chat_delta(move |text, ctx| {
+            if let Err(e) = f.0.call2(&JsValue::NULL, &JsValue::from_str(text), &js::event_context(ctx)) {
+                js::report_handler_failure("onChatDelta", &e);
+            }
+        }))
+    }
+
+    #[wasm_bindgen(js_name = onStatus)]
+    pub fn on_status(&self, handler: Function) -> JsValue {
+        let f = Local(handler);
+        js::disposer(self.session.on_status(move |status, ctx| {
+            if let Err(e) = f.0.call2(&JsValue::NULL, &JsValue::from_str(status.as_str()), &js::status_context(ctx)) {
+                js::report_handler_failure("onStatus", &e);
+            }
+        }))
+    }
+
+    #[wasm_bindgen(js_name = onError)]
+    pub fn on_error(&self, handler: Function) -> JsValue {
+        let f = Local(handler);
+        js::disposer(self.session.on_error(move |error, ctx| {
+            if let Err(e) = f.0.call2(&JsValue::NULL, &js::error(error), &js::event_context(ctx)) {
+                js::report_handler_failure("onError", &e);
+            }
+        }))
+    }
+
+    #[wasm_bindgen(js_name = onEnded)]
+    pub fn on_ended(&self, handler: Function) -> JsValue {
+        let f = Local(handler);
+        js::disposer(self.session.on_ended(move |ctx| {
+            if let Err(e) = f.0.call1(&JsValue::NULL, &js::event_context(ctx)) {
+                js::report_handler_failure("onEnded", &e);
+            }
+        }))
+    }
+
+    /// `onTool(handler)` (generic: `(tool, args, ctx)`) or `onTool(name, handler)` (named: `(args, ctx)`).
+    #[wasm_bindgen(js_name = onTool)]
+    pub fn on_tool(&self, first: JsValue, second: JsValue) -> Result<JsValue, JsValue> {
+        if let Some(generic) = first.dyn_ref::<Function>() {
+            let f = Local(generic.clone());
+            let disposer = self.session.on_any_tool(move |name: String, args, ctx| {
+                let f = f.0.clone();
+                Local(async move {
+                    let out = js::call_handler(
+                        &f,
+                        &[JsValue::from_str(&name), js::json_to_js(&args), js::tool_context(&ctx)],
+                    )
+                    .await?;
+                    js::js_to_json(&out)
+                })
+            });
+            return Ok(js::disposer(disposer));
+        }
+        let name = first.as_string().ok_or_else(|| invalid("onTool(name, handler) needs a tool name"))?;
+        let handler = second.dyn_into::<Function>().map_err(|_| invalid("onTool needs a handler function"))?;
+        Ok(js::disposer(self.session.on_tool_fn(name, tool_handler(handler))))
+    }
+
+    /// `uploadAsset(file, targetPath?)` → the asset's public path.
+    #[wasm_bindgen(js_name = uploadAsset)]
+    pub fn upload_asset(&self, file: web_sys::File, target_path: Option<String>) -> Promise {
+        let session = self.session.clone();
+        future_to_promise(Local(async move {
+            let size = file.size() as u64;
+            let ticket = session.upload_ticket(&file.name(), size, target_path.as_deref()).await.map_err(reject)?;
+            super::assets::put(&ticket, &file).await.map_err(reject)?;
+            Ok(JsValue::from_str(&ticket.path))
+        }))
+    }
+
+    /// `[{ name, path, size, mimeType, modifiedAt }]`, newest first then by name.
+    #[wasm_bindgen(js_name = listAssets)]
+    pub fn list_assets(&self) -> Promise {
+        let session = self.session.clone();
+        future_to_promise(async move {
+            let assets = session.list_assets().await.map_err(reject)?;
+            let out = Array::new();
+            for a in assets {
+                let o = Object::new();
+                set(&o, "name", a.name);
+                set(&o, "path", a.path);
+                set(&o, "size", a.size as f64);
+                set(&o, "mimeType", a.mime_type);
+                set(&o, "modifiedAt", a.modified_at_ms as f64);
+                out.push(&o);
+            }
+            Ok(out.into())
+        })
+    }
+
+    /// `readAsset(path, "text" | "json" | "file")`.
+    #[wasm_bindgen(js_name = readAsset)]
+    pub fn read_asset(&self, path: String, kind: String) -> Promise {
+        let session = self.session.clone();
+        future_to_promise(Local(async move {
+            if !matches!(kind.as_str(), "text" | "json" | "file") {
+                return Err(invalid(format!("readAsset type must be \"text\", \"json\" or \"file\", not {kind:?}")));
+            }
+            let ticket = session.download_ticket(&path).await.map_err(reject)?;
+            let bytes = super::assets::get(&ticket).await.map_err(reject)?;
+            match kind.as_str() {
+                "file" => {
+                    let asset = ticket.asset.clone().unwrap_or_default();
+                    Ok(super::assets::to_file(&asset, &bytes).map_err(reject)?.into())
+                }
+                "text" => Ok(JsValue::from_str(&crate::session::asset_text(&path, bytes).map_err(reject)?)),
+                _ => {
+                    let text = crate::session::asset_text(&path, bytes).map_err(reject)?;
+                    let value: serde_json::Value = crate::session::asset_json(&path, &text).map_err(reject)?;
+                    Ok(js::json_to_js(&value))
+                }
+            }
+        }))
+    }
+}

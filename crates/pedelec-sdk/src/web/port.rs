@@ -1,0 +1,415 @@
+//! The browser transport: a `chrome.runtime.connect(extensionId)` port to the
+//! Pedelec extension, carrying the same `NativeFrame`s the native host speaks
+//! (as `{ type: "frame", frame }` messages; see `extension/README.md`).
+//!
+//! Requests pair with responses by `requestId`, events arrive tagged with
+//! their Subscribe's id, and chunked frames are reassembled with the protocol
+//! crate's [`ChunkAssembler`] — the same rules as [`crate::native`]. When the
+//! port drops (the extension's service worker restarted, or the extension was
+//! reloaded) pending requests fail with `TRANSPORT_DETACHED` and live
+//! subscriptions are re-sent on a fresh port, so the session machine receives
+//! a new snapshot and carries on.
+
+use std::cell::{Cell, RefCell};
+use std::collections::{HashMap, HashSet};
+use std::rc::Rc;
+
+use futures::StreamExt;
+use futures::channel::{mpsc, oneshot};
+use js_sys::{Function, JSON, Object};
+use pedelec_protocol::native::{ChunkAssembler, decode_native_frame};
+use pedelec_protocol::pb::{self, native_frame::Body};
+use pedelec_protocol::{ErrorCode, json, limits};
+use wasm_bindgen::prelude::*;
+use wasm_bindgen::{JsCast, JsValue};
+
+use super::js;
+use super::local::Local;
+use crate::error::PedelecError;
+use crate::transport::{BoxFuture, Call, EventStream, Reply, Transport};
+
+#[wasm_bindgen]
+extern "C" {
+    /// A `chrome.runtime.Port`.
+    pub type Port;
+    #[wasm_bindgen(method, catch, js_name = postMessage)]
+    fn post_message(this: &Port, message: &JsValue) -> Result<(), JsValue>;
+    #[wasm_bindgen(method, getter, js_name = onMessage)]
+    fn on_message(this: &Port) -> PortEvent;
+    #[wasm_bindgen(method, getter, js_name = onDisconnect)]
+    fn on_disconnect(this: &Port) -> PortEvent;
+
+    pub type PortEvent;
+    #[wasm_bindgen(method, js_name = addListener)]
+    fn add_listener(this: &PortEvent, listener: &Function);
+
+    #[wasm_bindgen(js_name = setTimeout)]
+    fn set_timeout(callback: &Function, ms: i32) -> JsValue;
+}
+
+/// Resolves after `ms` milliseconds (pages and workers both have `setTimeout`).
+pub async fn sleep(ms: i32) {
+    let promise = js_sys::Promise::new(&mut |resolve, _| {
+        set_timeout(&resolve, ms);
+    });
+    let _ = wasm_bindgen_futures::JsFuture::from(promise).await;
+}
+
+type Pending = oneshot::Sender<Result<Reply, PedelecError>>;
+type EventSender = mpsc::UnboundedSender<Result<pb::SessionEvent, PedelecError>>;
+
+/// What the extension says about this page (`{ type: "status", ... }`).
+#[derive(Debug, Clone, PartialEq, Default)]
+pub struct ExtensionStatus {
+    pub installed: bool,
+    pub approved: bool,
+    pub origin: String,
+    pub app_connected: bool,
+    pub pending: bool,
+}
+
+struct Subscription {
+    events: EventSender,
+    request: pb::SubscribeRequest,
+}
+
+struct Connection {
+    port: Port,
+    // Kept alive as long as the port; dropped only after the port is gone.
+    _on_message: Closure<dyn FnMut(JsValue)>,
+    _on_disconnect: Closure<dyn FnMut(JsValue)>,
+}
+
+pub(crate) struct Link {
+    extension_id: String,
+    connection: RefCell<Option<Connection>>,
+    /// Bumped per port so a stale port's disconnect is ignored.
+    epoch: Cell<u32>,
+    pending: RefCell<HashMap<u32, Pending>>,
+    subscriptions: RefCell<HashMap<u32, Subscription>>,
+    /// Subscriptions re-sent on a fresh port: their snapshot reply is an event.
+    resubscribing: RefCell<HashSet<u32>>,
+    status_waiters: RefCell<Vec<oneshot::Sender<ExtensionStatus>>>,
+    assembler: RefCell<ChunkAssembler>,
+    next_id: Cell<u32>,
+}
+
+fn detached(message: &str) -> PedelecError {
+    PedelecError::new(ErrorCode::TransportDetached, message)
+}
+
+/// No extension answers on this page (`chrome.runtime` absent or the id unknown).
+fn not_installed(detail: &str) -> PedelecError {
+    let mut e =
+        PedelecError::new(ErrorCode::TransportError, format!("the Pedelec extension is not reachable: {detail}"));
+    e.details = Some(serde_json::json!({ "reason": "extension_not_installed" }));
+    e
+}
+
+impl Link {
+    pub(crate) fn new(extension_id: String) -> Rc<Self> {
+        Rc::new(Link {
+            extension_id,
+            connection: RefCell::new(None),
+            epoch: Cell::new(0),
+            pending: RefCell::default(),
+            subscriptions: RefCell::default(),
+            resubscribing: RefCell::default(),
+            status_waiters: RefCell::default(),
+            assembler: RefCell::new(ChunkAssembler::new(limits::NATIVE_BROWSER_TO_HOST_MAX)),
+            next_id: Cell::new(1),
+        })
+    }
+
+    fn next_id(&self) -> u32 {
+        let id = self.next_id.get();
+        self.next_id.set(id.wrapping_add(1).max(1));
+        id
+    }
+
+    /// Opens the port when there is none.
+    fn ensure_connected(self: &Rc<Self>) -> Result<(), PedelecError> {
+        if self.connection.borrow().is_some() {
+            return Ok(());
+        }
+        let global = js_sys::global();
+        let runtime = js::get(&js::get(&global, "chrome"), "runtime");
+        let connect = js::get(&runtime, "connect");
+        let Some(connect) = connect.dyn_ref::<Function>() else {
+            return Err(not_installed("chrome.runtime.connect is unavailable on this page"));
+        };
+        let info = Object::new();
+        js::set(&info, "name", "pedelec-sdk");
+        let port = connect
+            .call2(&runtime, &JsValue::from_str(&self.extension_id), &info)
+            .map_err(|e| not_installed(&js::thrown_message(&e)))?;
+        let port: Port = port.unchecked_into();
+        let epoch = self.epoch.get().wrapping_add(1);
+        self.epoch.set(epoch);
+        let weak = Rc::downgrade(self);
+        let on_message = Closure::<dyn FnMut(JsValue)>::new(move |message: JsValue| {
+            if let Some(link) = weak.upgrade() {
+                link.receive(&message);
+            }
+        });
+        let weak = Rc::downgrade(self);
+        let on_disconnect = Closure::<dyn FnMut(JsValue)>::new(move |_port: JsValue| {
+            if let Some(link) = weak.upgrade()
+                && link.epoch.get() == epoch
+            {
+                link.disconnected();
+            }
+        });
+        port.on_message().add_listener(on_message.as_ref().unchecked_ref());
+        port.on_disconnect().add_listener(on_disconnect.as_ref().unchecked_ref());
+        *self.connection.borrow_mut() =
+            Some(Connection { port, _on_message: on_message, _on_disconnect: on_disconnect });
+        Ok(())
+    }
+
+    fn post(&self, message: &JsValue) -> Result<(), PedelecError> {
+        let connection = self.connection.borrow();
+        let Some(connection) = connection.as_ref() else { return Err(detached("no port to the extension")) };
+        connection.port.post_message(message).map_err(|e| detached(&js::thrown_message(&e)))
+    }
+
+    fn post_frame(self: &Rc<Self>, frame: &pb::NativeFrame) -> Result<(), PedelecError> {
+        self.ensure_connected()?;
+        let message = Object::new();
+        js::set(&message, "type", "frame");
+        let frame = JSON::parse(&json::to_json(frame))
+            .map_err(|e| PedelecError::new(ErrorCode::Internal, js::thrown_message(&e)))?;
+        js::set(&message, "frame", frame);
+        self.post(&message.into())
+    }
+
+    fn receive(self: &Rc<Self>, message: &JsValue) {
+        match js::get_string(message, "type").as_deref() {
+            Some("frame") => {
+                let text = JSON::stringify(&js::get(message, "frame")).ok().and_then(|t| t.as_string());
+                let Some(text) = text else { return };
+                let frame = decode_native_frame(&text).and_then(|f| self.assembler.borrow_mut().accept(f));
+                match frame {
+                    Ok(Some(frame)) => self.route(frame),
+                    Ok(None) => {}
+                    Err(error) => tracing::warn!(%error, "bad frame from the extension"),
+                }
+            }
+            Some("status") => {
+                let status = ExtensionStatus {
+                    installed: true,
+                    approved: js::get(message, "approved").is_truthy(),
+                    origin: js::get_string(message, "origin").unwrap_or_default(),
+                    app_connected: js::get(message, "appConnected").is_truthy(),
+                    pending: js::get(message, "pending").is_truthy(),
+                };
+                for waiter in self.status_waiters.borrow_mut().drain(..) {
+                    let _ = waiter.send(status.clone());
+                }
+            }
+            // Approval progress notices (`{ type: "approval", state }`) need no action here:
+            // the gated requests themselves complete or fail.
+            _ => {}
+        }
+    }
+
+    fn route(&self, frame: pb::NativeFrame) {
+        let id = frame.request_id;
+        match frame.body {
+            Some(Body::Event(event)) => {
+                if let Some(sub) = self.subscriptions.borrow().get(&id) {
+                    let _ = sub.events.unbounded_send(Ok(event));
+                }
+            }
+            Some(Body::Response(response)) => {
+                let Some(result) = response.result else { return };
+                if self.resubscribing.borrow_mut().remove(&id) {
+                    if let (Reply::Subscribe(snapshot), Some(sub)) = (result, self.subscriptions.borrow().get(&id)) {
+                        let _ = sub.events.unbounded_send(Ok(snapshot));
+                    }
+                } else if let Some(tx) = self.pending.borrow_mut().remove(&id) {
+                    let _ = tx.send(Ok(result));
+                }
+            }
+            Some(Body::Error(error)) => {
+                self.resubscribing.borrow_mut().remove(&id);
+                if let Some(tx) = self.pending.borrow_mut().remove(&id) {
+                    let _ = tx.send(Err(error.into()));
+                } else if let Some(sub) = self.subscriptions.borrow_mut().remove(&id) {
+                    let _ = sub.events.unbounded_send(Err(error.into()));
+                }
+            }
+            _ => tracing::warn!(request_id = id, "unexpected frame from the extension"),
+        }
+    }
+
+    fn disconnected(self: &Rc<Self>) {
+        // The closures of this port are running now; drop them once this callback returns.
+        let old = self.connection.borrow_mut().take();
+        wasm_bindgen_futures::spawn_local(async move { drop(old) });
+        *self.assembler.borrow_mut() = ChunkAssembler::new(limits::NATIVE_BROWSER_TO_HOST_MAX);
+        let pending: Vec<Pending> = self.pending.borrow_mut().drain().map(|(_, tx)| tx).collect();
+        for tx in pending {
+            let _ = tx.send(Err(detached("the port to the extension closed")));
+        }
+        for waiter in self.status_waiters.borrow_mut().drain(..) {
+            let _ = waiter.send(ExtensionStatus::default());
+        }
+        self.resubscribing.borrow_mut().clear();
+        if !self.subscriptions.borrow().is_empty() {
+            let link = self.clone();
+            wasm_bindgen_futures::spawn_local(async move { link.resubscribe().await });
+        }
+    }
+
+    /// Re-sends every live Subscribe on a fresh port (backoff 100 ms … 3.2 s);
+    /// when the extension stays away the subscriptions fail and the handles detach.
+    async fn resubscribe(self: Rc<Self>) {
+        for attempt in 0..6 {
+            sleep(100 << attempt).await;
+            if self.subscriptions.borrow().is_empty() {
+                return;
+            }
+            if self.ensure_connected().is_err() {
+                continue;
+            }
+            let requests: Vec<(u32, pb::SubscribeRequest)> =
+                self.subscriptions.borrow().iter().map(|(id, s)| (*id, s.request.clone())).collect();
+            let mut sent = true;
+            for (id, request) in requests {
+                self.resubscribing.borrow_mut().insert(id);
+                let frame = subscribe_frame(id, request);
+                if self.post_frame(&frame).is_err() {
+                    sent = false;
+                    break;
+                }
+            }
+            if sent {
+                return;
+            }
+        }
+        let subscriptions: Vec<Subscription> = self.subscriptions.borrow_mut().drain().map(|(_, s)| s).collect();
+        for sub in subscriptions {
+            let _ = sub.events.unbounded_send(Err(detached("the extension did not come back")));
+        }
+    }
+
+    pub(crate) async fn request(self: Rc<Self>, call: Call) -> Result<Reply, PedelecError> {
+        let id = self.next_id();
+        let (tx, rx) = oneshot::channel();
+        self.pending.borrow_mut().insert(id, tx);
+        let frame =
+            pb::NativeFrame { request_id: id, body: Some(Body::Request(pb::NativeRequest { call: Some(call) })) };
+        if let Err(error) = self.post_frame(&frame) {
+            self.pending.borrow_mut().remove(&id);
+            return Err(error);
+        }
+        rx.await.unwrap_or_else(|_| Err(detached("the request was dropped")))
+    }
+
+    async fn subscribe(self: Rc<Self>, request: pb::SubscribeRequest) -> Result<EventStream, PedelecError> {
+        let id = self.next_id();
+        let (events, rx) = mpsc::unbounded();
+        // Registered before the request goes out, so no event can slip past.
+        self.subscriptions.borrow_mut().insert(id, Subscription { events, request: request.clone() });
+        let (reply_tx, reply_rx) = oneshot::channel();
+        self.pending.borrow_mut().insert(id, reply_tx);
+        let session_id = request.session_id.clone();
+        if let Err(error) = self.post_frame(&subscribe_frame(id, request)) {
+            self.pending.borrow_mut().remove(&id);
+            self.subscriptions.borrow_mut().remove(&id);
+            return Err(error);
+        }
+        let guard = Local(Unsubscribe { link: self.clone(), id, session_id });
+        let snapshot = match reply_rx.await.unwrap_or_else(|_| Err(detached("the subscription was dropped"))) {
+            Ok(Reply::Subscribe(snapshot)) => snapshot,
+            Ok(other) => return Err(crate::transport::unexpected(&other)),
+            Err(error) => {
+                self.subscriptions.borrow_mut().remove(&id);
+                return Err(error);
+            }
+        };
+        let live = rx.map(move |item| {
+            let _ = &guard;
+            item
+        });
+        Ok(Box::pin(futures::stream::once(async move { Ok(snapshot) }).chain(live)) as EventStream)
+    }
+
+    /// Asks the extension about this page without ever prompting.
+    pub(crate) async fn status(self: Rc<Self>) -> ExtensionStatus {
+        if self.ensure_connected().is_err() {
+            return ExtensionStatus::default();
+        }
+        let (tx, rx) = oneshot::channel();
+        self.status_waiters.borrow_mut().push(tx);
+        let message = Object::new();
+        js::set(&message, "type", "status");
+        if self.post(&message.into()).is_err() {
+            return ExtensionStatus::default();
+        }
+        // An unknown extension id gives a port that closes at once; a missing
+        // answer within the timeout means nothing is listening either.
+        let timeout = Box::pin(sleep(3000));
+        match futures::future::select(rx, timeout).await {
+            futures::future::Either::Left((Ok(status), _)) => status,
+            _ => ExtensionStatus::default(),
+        }
+    }
+}
+
+fn subscribe_frame(id: u32, request: pb::SubscribeRequest) -> pb::NativeFrame {
+    pb::NativeFrame {
+        request_id: id,
+        body: Some(Body::Request(pb::NativeRequest { call: Some(Call::Subscribe(request)) })),
+    }
+}
+
+/// Stops the extension forwarding a subscription when the SDK drops its stream.
+struct Unsubscribe {
+    link: Rc<Link>,
+    id: u32,
+    session_id: String,
+}
+
+impl Drop for Unsubscribe {
+    fn drop(&mut self) {
+        if self.link.subscriptions.borrow_mut().remove(&self.id).is_some() {
+            let call = Call::Unsubscribe(pb::UnsubscribeRequest {
+                session_id: std::mem::take(&mut self.session_id),
+                subscription_id: self.id,
+            });
+            let frame = pb::NativeFrame {
+                request_id: self.link.next_id(),
+                body: Some(Body::Request(pb::NativeRequest { call: Some(call) })),
+            };
+            // Best effort: a closed port already ended the subscription.
+            let _ = self.link.post_frame(&frame);
+        }
+    }
+}
+
+/// The [`Transport`] over the extension port.
+pub struct PortTransport {
+    link: Local<Rc<Link>>,
+}
+
+impl PortTransport {
+    pub(crate) fn new(link: Rc<Link>) -> Self {
+        PortTransport { link: Local(link) }
+    }
+}
+
+impl Transport for PortTransport {
+    fn call(&self, call: Call) -> BoxFuture<'static, Result<Reply, PedelecError>> {
+        Box::pin(Local(self.link.0.clone().request(call)))
+    }
+
+    fn subscribe(&self, request: pb::SubscribeRequest) -> BoxFuture<'static, Result<EventStream, PedelecError>> {
+        Box::pin(Local(self.link.0.clone().subscribe(request)))
+    }
+
+    fn spawn(&self, task: BoxFuture<'static, ()>) {
+        wasm_bindgen_futures::spawn_local(task);
+    }
+}

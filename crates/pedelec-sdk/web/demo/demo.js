@@ -1,0 +1,143 @@
+// The Pedelec demo page: one session on the scripted provider, driven through
+// the browser extension. `window.demo` exposes the same actions for the
+// end-to-end test (crates/pedelec-web-e2e), which drives this page over CDP.
+import init, { Pedelec } from "../pkg/pedelec_sdk.js";
+
+const params = new URLSearchParams(location.search);
+/** The id the extension's manifest key fixes (extension/README.md). */
+const EXTENSION_ID = params.get("ext") || "ighbaanpnpjegfpbhfnaekbncchadgfe";
+
+const $ = (id) => document.getElementById(id);
+const state = { chats: [], deltas: "", statuses: [], errors: [], ended: 0, counter: 0, toolCalls: 0 };
+let session = null;
+
+await init();
+const pedelec = new Pedelec({ extensionId: EXTENSION_ID });
+
+function log(text, cls) {
+  const p = document.createElement("p");
+  p.textContent = text;
+  if (cls) p.className = cls;
+  $("log").append(p);
+}
+
+function renderStatus(status) {
+  $("status").textContent = status;
+  $("status").dataset.status = status;
+  $("send").disabled = status !== "idle";
+  $("end").disabled = status === "ended" || !session;
+  $("resume").disabled = status !== "ended";
+  $("upload").disabled = !session || status === "ended";
+}
+
+const tools = [
+  {
+    name: "update_counter",
+    description: "Adds delta to the page's counter and returns the new value.",
+    inputSchema: { type: "object", properties: { delta: { type: "number" } }, required: ["delta"] },
+  },
+  {
+    name: "echo",
+    description: "Returns its arguments (used for the round-trip benchmark).",
+    inputSchema: { type: "object" },
+    // An inline handler; a named onTool("echo", …) would override it.
+    handler: (args) => args,
+  },
+];
+
+async function start(options = {}) {
+  session = await pedelec.createSession({
+    provider: "scripted",
+    skills: { guidance: "You are the Pedelec demo agent.", tools },
+    ...options,
+  });
+  session.onChatDelta((delta) => {
+    state.deltas += delta;
+    $("live").textContent += delta;
+  });
+  session.onChat((text) => {
+    state.chats.push(text);
+    $("live").textContent = "";
+    log(text);
+  });
+  session.onStatus((status, ctx) => {
+    state.statuses.push(`${ctx.source}:${status}`);
+    renderStatus(status);
+  });
+  session.onError((error, ctx) => {
+    state.errors.push(`${ctx.source}:${error.code}`);
+    log(`${error.code}: ${error.message}`, "error");
+  });
+  session.onEnded(() => {
+    state.ended += 1;
+  });
+  session.onTool("update_counter", async (args) => {
+    state.toolCalls += 1;
+    state.counter += args.delta;
+    $("counter").textContent = String(state.counter);
+    return { value: state.counter };
+  });
+  renderStatus(session.getStatus());
+  return session.sessionId;
+}
+
+async function send(text) {
+  log(text, "you");
+  await session.sendText(text);
+}
+
+async function refreshAssets() {
+  const list = await session.listAssets();
+  $("assets").replaceChildren(
+    ...list.map((a) => {
+      const li = document.createElement("li");
+      li.textContent = `${a.path} (${a.size} bytes)`;
+      return li;
+    }),
+  );
+  return list;
+}
+
+async function upload(file, targetPath) {
+  const path = await session.uploadAsset(file, targetPath);
+  await refreshAssets();
+  return path;
+}
+
+/** Runs an action and reports `{ ok, value }` or `{ ok: false, code, message }` (for the test). */
+async function attempt(action) {
+  try {
+    return { ok: true, value: await action() };
+  } catch (e) {
+    return { ok: false, code: e.code, message: e.message, details: e.details };
+  }
+}
+
+$("start").addEventListener("click", () => attempt(start));
+$("composer").addEventListener("submit", (e) => {
+  e.preventDefault();
+  const text = $("text").value;
+  $("text").value = "";
+  attempt(() => send(text));
+});
+$("end").addEventListener("click", () => attempt(() => session.end()));
+$("resume").addEventListener("click", () => attempt(() => session.resume()));
+$("upload").addEventListener("click", () => {
+  const file = $("file").files[0];
+  if (file) attempt(() => upload(file));
+});
+
+pedelec.getApprovalStatus().then((s) => {
+  $("approval").textContent = s.installed ? (s.approved ? `approved: ${s.origin}` : `not approved yet: ${s.origin}`) : "extension not installed";
+});
+
+window.demo = {
+  pedelec,
+  state,
+  attempt,
+  start,
+  send,
+  upload,
+  refreshAssets,
+  session: () => session,
+};

@@ -1,0 +1,154 @@
+// Hand-written types of the Pedelec browser SDK (the wasm-bindgen build of
+// pedelec-sdk, `cargo xtask web`). Names and shapes follow the seed pages.
+
+export type PedelecSessionStatus = "idle" | "running" | "waiting_tool_result" | "ended" | "error";
+export type EffortLevel = "default" | "low" | "high";
+/** A public asset path such as "/results/report.json". */
+export type AssetPath = string;
+export type JsonValue = null | boolean | number | string | JsonValue[] | { [key: string]: JsonValue };
+
+/** Rejections and onError values: a JS Error with a stable code. */
+export interface PedelecError extends Error {
+  name: "PedelecError";
+  code: string;
+  message: string;
+  details?: JsonValue;
+}
+
+export interface PedelecEventContext {
+  sessionId: string;
+  provider: string;
+  effortLevel?: EffortLevel;
+  sessionCreatedAt: number;
+  eventReceivedAt?: number;
+  eventEmittedAt: number;
+  turnId?: string;
+  turnStartedAt?: number;
+  turnKind?: "user" | "prepare";
+  source: "core" | "sdk";
+}
+export type StatusEventContext = PedelecEventContext & {
+  type: "status_changed" | "sdk_status_changed";
+  previousStatus: PedelecSessionStatus;
+};
+export type ChatEventContext = PedelecEventContext & { type: "chat" };
+export type ChatDeltaEventContext = PedelecEventContext & { type: "chat_delta" };
+export type ErrorEventContext = PedelecEventContext & { type: "error" | "sdk_error" };
+export type EndedEventContext = PedelecEventContext & { type: "ended" | "sdk_ended" };
+export type ToolCallContext = PedelecEventContext & { type: "tool_call"; toolRequestId: string; tool: string };
+
+export interface PedelecSessionUsage {
+  totalTokens?: number;
+}
+
+export interface Asset {
+  name: string;
+  path: AssetPath;
+  size: number;
+  mimeType: string;
+  modifiedAt: number;
+}
+
+export type ToolSpecificHandler<TArgs = unknown, TResult = unknown> = (
+  args: TArgs,
+  ctx: ToolCallContext,
+) => TResult | Promise<TResult>;
+
+export interface ToolDefinition<TName extends string = string> {
+  name: TName;
+  description?: string;
+  /** JSON Schema of the arguments; defaults to `{ "type": "object" }`. */
+  inputSchema?: JsonValue;
+  /** Enforced by Core (default 60 s). */
+  timeoutMs?: number;
+  /** Inline handler; a named onTool(name, handler) overrides it. */
+  handler?: ToolSpecificHandler;
+}
+
+export interface CreateSessionOptions<TName extends string = string> {
+  provider?: string;
+  model?: string;
+  effortLevel?: EffortLevel;
+  skills?: { guidance?: string; tools?: readonly ToolDefinition<TName>[] };
+  /** Same as `skills.tools`. */
+  tools?: readonly ToolDefinition<TName>[];
+  workspace?: { path?: string };
+  /** Core ends the session when its last subscriber leaves (default true). */
+  autoEndOnDisconnect?: boolean;
+}
+
+export interface ProviderInfo {
+  name: string;
+  code: string;
+  available: boolean;
+  reason?: string;
+}
+
+export interface Settings {
+  defaultProvider: string;
+  defaultModels: Record<string, string>;
+}
+
+export interface ApprovalStatus {
+  /** The extension answered on this page. */
+  installed: boolean;
+  /** This origin is approved. */
+  approved: boolean;
+  /** The origin the browser reports for this page. */
+  origin: string;
+  /** The native host and Core answered (checked only for approved origins). */
+  appConnected: boolean;
+  /** An approval prompt for this origin is open. */
+  pending: boolean;
+}
+
+export interface Availability {
+  available: boolean;
+  reason?: "extension_not_installed" | "origin_not_approved" | "app_not_connected";
+}
+
+export declare class PedelecSession<TToolName extends string = string> {
+  private constructor();
+  readonly sessionId: string;
+  readonly provider: string;
+  readonly effortLevel?: EffortLevel;
+  readonly sessionCreatedAt: number;
+  readonly usage: PedelecSessionUsage;
+
+  prepare(): Promise<void>;
+  sendText(text: string): Promise<void>;
+  uploadAsset(file: File, targetPath?: AssetPath): Promise<AssetPath>;
+  listAssets(): Promise<Asset[]>;
+  readAsset(path: AssetPath, type: "text"): Promise<string>;
+  readAsset<T = JsonValue>(path: AssetPath, type: "json"): Promise<T>;
+  readAsset(path: AssetPath, type: "file"): Promise<File>;
+
+  onChat(handler: (text: string, ctx: ChatEventContext) => void): () => void;
+  onChatDelta(handler: (text: string, ctx: ChatDeltaEventContext) => void): () => void;
+  onTool(handler: (tool: TToolName, args: unknown, ctx: ToolCallContext) => unknown | Promise<unknown>): () => void;
+  onTool<TArgs = unknown, TResult = unknown>(
+    toolName: TToolName,
+    handler: ToolSpecificHandler<TArgs, TResult>,
+  ): () => void;
+  onError(handler: (error: PedelecError, ctx: ErrorEventContext) => void): () => void;
+  onStatus(handler: (status: PedelecSessionStatus, ctx: StatusEventContext) => void): () => void;
+  onEnded(handler: (ctx: EndedEventContext) => void): () => void;
+  getStatus(): PedelecSessionStatus;
+  resume(): Promise<void>;
+  end(): Promise<void>;
+  free(): void;
+}
+
+export declare class Pedelec {
+  constructor(options: { extensionId: string });
+  createSession<TName extends string = string>(options?: CreateSessionOptions<TName>): Promise<PedelecSession<TName>>;
+  resumeSession<TName extends string = string>(sessionId: string): Promise<PedelecSession<TName>>;
+  listProviders(): Promise<ProviderInfo[]>;
+  getSettings(): Promise<Settings>;
+  getApprovalStatus(): Promise<ApprovalStatus>;
+  checkAvailability(): Promise<Availability>;
+  free(): void;
+}
+
+/** Loads the wasm module; call once before constructing `Pedelec`. */
+export default function init(module_or_path?: RequestInfo | URL | Response | BufferSource | WebAssembly.Module): Promise<unknown>;

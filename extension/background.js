@@ -1,0 +1,462 @@
+// Pedelec extension service worker.
+//
+// Web pages connect with chrome.runtime.connect(EXTENSION_ID). Each page port
+// gets its own native port (one pedelec-native-host process), so request ids
+// never need remapping, events can only reach the page that subscribed, and a
+// closed page closes its host: the host sees EOF, Core sees the subscriptions
+// end, and auto-end-on-disconnect does the rest. The page's origin comes only
+// from port.sender.origin and is stamped into every request's callerOrigin.
+// Message shapes are documented in README.md.
+"use strict";
+
+/** The host name pedelec-native-host registers (crates/pedelec-native-host/src/registration.rs). */
+const HOST_NAME = "dev.pedelec.host";
+/** This extension's id, fixed by the manifest key (see README.md). */
+const EXTENSION_ID = "ighbaanpnpjegfpbhfnaekbncchadgfe";
+const APPROVAL_PAGE = "approve.html";
+const APPROVAL_TIMEOUT_MS = 120000;
+const RECONNECT_DELAYS_MS = [100, 250, 500, 1000, 2000, 4000, 8000];
+/** A live subscription error that is not followed by the host exiting within this is forwarded. */
+const SUBSCRIPTION_ERROR_GRACE_MS = 1500;
+const MAX_REMEMBERED_SESSIONS = 1000;
+/** Request id 0 is never used by the SDK; the worker uses it for its own pings. */
+const INTERNAL_ID = 0;
+
+if (chrome.runtime.id !== EXTENSION_ID) {
+  console.warn(`pedelec: running as ${chrome.runtime.id}, expected ${EXTENSION_ID} (manifest key changed?)`);
+}
+
+// ---- state that must survive a worker restart (chrome.storage) ----
+
+/** origin -> { approvedAt } */
+let approvedOrigins = {};
+/** sessionId -> origin: which origin's sessions to end on revoke. */
+let sessionOrigins = {};
+/** origin -> { timer, tabId, deadline } (mirrored to storage.session without the timer) */
+const approvals = new Map();
+/** Every connected page. */
+const pages = new Set();
+
+const ready = (async () => {
+  const local = await chrome.storage.local.get(["approvedOrigins", "sessionOrigins"]);
+  approvedOrigins = local.approvedOrigins || {};
+  sessionOrigins = local.sessionOrigins || {};
+  const session = await chrome.storage.session.get(["pendingApprovals"]);
+  // An approval tab opened before a restart stays valid until its deadline.
+  for (const [origin, entry] of Object.entries(session.pendingApprovals || {})) {
+    const left = entry.deadline - Date.now();
+    if (left > 0) armApproval(origin, entry.tabId, entry.deadline);
+  }
+  await savePending();
+})();
+
+async function saveLocal() {
+  const ids = Object.keys(sessionOrigins);
+  for (const id of ids.slice(0, Math.max(0, ids.length - MAX_REMEMBERED_SESSIONS))) delete sessionOrigins[id];
+  await chrome.storage.local.set({ approvedOrigins, sessionOrigins });
+}
+
+async function savePending() {
+  const pendingApprovals = {};
+  for (const [origin, e] of approvals) pendingApprovals[origin] = { tabId: e.tabId, deadline: e.deadline };
+  await chrome.storage.session.set({ pendingApprovals });
+}
+
+function isApproved(origin) {
+  return Object.prototype.hasOwnProperty.call(approvedOrigins, origin);
+}
+
+function rememberSession(sessionId, origin) {
+  if (!sessionId || sessionOrigins[sessionId] === origin) return;
+  sessionOrigins[sessionId] = origin;
+  saveLocal().catch((e) => console.error("pedelec: saving session origins failed", e));
+}
+
+function errorFrame(requestId, code, message, details) {
+  const error = { code, message };
+  if (details !== undefined) error.detailsJson = JSON.stringify(details);
+  return { requestId, error };
+}
+
+// ---- one connected page ----
+
+class PageLink {
+  constructor(port, origin) {
+    this.port = port;
+    this.origin = origin;
+    this.host = null;
+    this.hostEpoch = 0;
+    /** Frames waiting for this origin's approval. */
+    this.queue = [];
+    /** requestId -> { call, sessionId } of requests the host has not answered. */
+    this.pending = new Map();
+    /** requestId -> Subscribe frame of live subscriptions (re-sent after a host reconnect). */
+    this.subs = new Map();
+    /** Subscriptions re-sent on a fresh host: their snapshot reply becomes an event. */
+    this.resubscribing = new Set();
+    this.chunks = new Map();
+    this.reconnectAttempt = 0;
+    this.reconnectTimer = null;
+    this.pingWaiters = [];
+    this.hostAnswered = false;
+    this.refused = null;
+    this.closed = false;
+  }
+
+  toPage(message) {
+    if (this.closed) return;
+    try {
+      this.port.postMessage(message);
+    } catch (e) {
+      console.warn("pedelec: page port is gone", e);
+    }
+  }
+
+  sendFrame(frame) {
+    this.toPage({ type: "frame", frame });
+  }
+
+  async fromPage(message) {
+    if (!message || typeof message !== "object") return;
+    if (message.type === "status") {
+      this.toPage(await this.status());
+      return;
+    }
+    if (message.type !== "frame") return;
+    const frame = message.frame;
+    const id = frame && frame.requestId;
+    if (!Number.isInteger(id) || id <= 0) return;
+    const request = frame.request;
+    const calls = request && typeof request === "object" ? Object.keys(request) : [];
+    if (calls.length !== 1 || typeof request[calls[0]] !== "object" || request[calls[0]] === null) {
+      this.sendFrame(errorFrame(id, "INVALID_ARGUMENT", "a page may only send one request per frame"));
+      return;
+    }
+    // Every request passes the gate, including send, tool result and end.
+    if (this.refused) {
+      this.sendFrame(this.refusal(id));
+      return;
+    }
+    if (!isApproved(this.origin)) {
+      this.queue.push(frame);
+      this.toPage({ type: "approval", origin: this.origin, state: "pending" });
+      requestApproval(this.origin);
+      return;
+    }
+    this.forward(frame);
+  }
+
+  refusal(id) {
+    return errorFrame(id, "ORIGIN_NOT_ALLOWED", `origin ${this.origin} is not approved (${this.refused})`, {
+      origin: this.origin,
+      reason: this.refused,
+    });
+  }
+
+  async status() {
+    const approved = isApproved(this.origin);
+    let appConnected = false;
+    if (approved) appConnected = await this.ping();
+    return { type: "status", origin: this.origin, approved, pending: approvals.has(this.origin), appConnected };
+  }
+
+  /** Pings Core through this page's host (id 0), answering false after 2 s. */
+  ping() {
+    return new Promise((resolve) => {
+      const timer = setTimeout(() => resolve(false), 2000);
+      this.pingWaiters.push((ok) => {
+        clearTimeout(timer);
+        resolve(ok);
+      });
+      this.ensureHost();
+      this.host.postMessage({ requestId: INTERNAL_ID, request: { ping: {} } });
+    });
+  }
+
+  forward(frame) {
+    const id = frame.requestId;
+    const call = Object.keys(frame.request)[0];
+    const body = frame.request[call];
+    // The page never chooses its origin; the browser's sender information does.
+    body.callerOrigin = this.origin;
+    if (call === "subscribe") this.subs.set(id, frame);
+    if (call === "unsubscribe") {
+      this.subs.delete(body.subscriptionId);
+      this.resubscribing.delete(body.subscriptionId);
+    }
+    this.pending.set(id, { call, sessionId: body.sessionId });
+    this.ensureHost();
+    this.host.postMessage(frame);
+  }
+
+  ensureHost() {
+    if (this.host) return;
+    const epoch = ++this.hostEpoch;
+    const port = chrome.runtime.connectNative(HOST_NAME);
+    port.onMessage.addListener((frame) => {
+      if (epoch === this.hostEpoch) this.fromHost(frame);
+    });
+    port.onDisconnect.addListener(() => {
+      const reason = (chrome.runtime.lastError && chrome.runtime.lastError.message) || "disconnected";
+      if (epoch === this.hostEpoch) this.hostLost(reason);
+    });
+    this.host = port;
+    this.hostAnswered = false;
+  }
+
+  fromHost(frame) {
+    if (frame.chunk) {
+      this.acceptChunk(frame.chunk);
+      return;
+    }
+    this.hostAnswered = true;
+    const id = frame.requestId || 0;
+    if (id === INTERNAL_ID) {
+      const ok = !!frame.response;
+      for (const w of this.pingWaiters.splice(0)) w(ok);
+      return;
+    }
+    if (frame.event) {
+      const owner = sessionOrigins[frame.event.sessionId];
+      // Events go only to a port of the session's origin.
+      if (!this.subs.has(id) || (owner && owner !== this.origin)) return;
+      this.sendFrame(frame);
+      return;
+    }
+    if (frame.response) {
+      if (this.resubscribing.delete(id)) {
+        this.reconnectAttempt = 0;
+        if (frame.response.subscribe) this.sendFrame({ requestId: id, event: frame.response.subscribe });
+        return;
+      }
+      const request = this.pending.get(id);
+      this.pending.delete(id);
+      const created = frame.response.createSession && frame.response.createSession.session;
+      if (created) rememberSession(created.sessionId, this.origin);
+      if (frame.response.subscribe && request) rememberSession(request.sessionId, this.origin);
+      this.sendFrame(frame);
+      return;
+    }
+    if (frame.error) {
+      if (this.pending.delete(id)) {
+        this.subs.delete(id);
+        this.sendFrame(frame);
+        return;
+      }
+      if (this.resubscribing.delete(id) || this.subs.has(id)) {
+        // Core going away errors every live subscription, then the host exits and
+        // we re-subscribe. Forward the error only when the host stays.
+        const epoch = this.hostEpoch;
+        setTimeout(() => {
+          if (epoch === this.hostEpoch && this.host && this.subs.delete(id)) this.sendFrame(frame);
+        }, SUBSCRIPTION_ERROR_GRACE_MS);
+      }
+    }
+  }
+
+  acceptChunk(chunk) {
+    const key = chunk.messageId || 0;
+    let set = this.chunks.get(key);
+    if (!set) {
+      set = { count: chunk.count || 0, parts: [] };
+      this.chunks.set(key, set);
+    }
+    set.parts[chunk.index || 0] = chunk.data || "";
+    if (set.parts.filter((p) => p !== undefined).length === set.count) {
+      this.chunks.delete(key);
+      try {
+        this.fromHost(JSON.parse(set.parts.join("")));
+      } catch (e) {
+        console.error("pedelec: bad chunked frame from the host", e);
+      }
+    }
+  }
+
+  hostLost(reason) {
+    this.host = null;
+    this.chunks.clear();
+    for (const w of this.pingWaiters.splice(0)) w(false);
+    for (const [id] of this.pending) {
+      this.subs.delete(id);
+      this.sendFrame(errorFrame(id, "CORE_RUNTIME_UNAVAILABLE", `the native host exited: ${reason}`));
+    }
+    this.pending.clear();
+    this.resubscribing.clear();
+    if (this.closed) return;
+    if (this.subs.size > 0) this.scheduleReconnect(reason);
+  }
+
+  /** Reconnects with backoff and re-subscribes, so the SDK receives fresh snapshots. */
+  scheduleReconnect(reason) {
+    if (this.reconnectTimer) return;
+    if (this.reconnectAttempt >= RECONNECT_DELAYS_MS.length) {
+      for (const [id] of this.subs) {
+        this.sendFrame(errorFrame(id, "CORE_RUNTIME_UNAVAILABLE", `the native host keeps exiting: ${reason}`));
+      }
+      this.subs.clear();
+      return;
+    }
+    const delay = RECONNECT_DELAYS_MS[this.reconnectAttempt++];
+    this.reconnectTimer = setTimeout(() => {
+      this.reconnectTimer = null;
+      if (this.closed || this.subs.size === 0) return;
+      this.ensureHost();
+      for (const [id, frame] of this.subs) {
+        frame.request.subscribe.callerOrigin = this.origin;
+        this.resubscribing.add(id);
+        this.host.postMessage(frame);
+      }
+    }, delay);
+  }
+
+  approvalDecided(approved, reason) {
+    const queued = this.queue.splice(0);
+    if (approved) {
+      this.refused = null;
+      this.toPage({ type: "approval", origin: this.origin, state: "approved" });
+      for (const frame of queued) this.forward(frame);
+      return;
+    }
+    // Remembered for this port, so a refused page cannot reopen the prompt in a loop.
+    this.refused = reason;
+    this.toPage({ type: "approval", origin: this.origin, state: reason });
+    for (const frame of queued) this.sendFrame(this.refusal(frame.requestId));
+  }
+
+  revoked() {
+    this.refused = "revoked";
+    this.toPage({ type: "approval", origin: this.origin, state: "revoked" });
+    this.close();
+    try {
+      this.port.disconnect();
+    } catch (_) {
+      // Already gone.
+    }
+  }
+
+  close() {
+    if (this.closed) return;
+    this.closed = true;
+    pages.delete(this);
+    clearTimeout(this.reconnectTimer);
+    // The host sees EOF and exits; Core sees this page's subscriptions end.
+    if (this.host) {
+      this.hostEpoch++;
+      this.host.disconnect();
+      this.host = null;
+    }
+  }
+}
+
+// ---- approval ----
+
+function armApproval(origin, tabId, deadline) {
+  const timer = setTimeout(() => {
+    decide(origin, false, "timeout").catch((e) => console.error(e));
+  }, Math.max(0, deadline - Date.now()));
+  approvals.set(origin, { timer, tabId, deadline });
+}
+
+async function requestApproval(origin) {
+  if (approvals.has(origin)) return;
+  armApproval(origin, null, Date.now() + APPROVAL_TIMEOUT_MS);
+  const url = chrome.runtime.getURL(`${APPROVAL_PAGE}?origin=${encodeURIComponent(origin)}`);
+  const tab = await chrome.tabs.create({ url, active: true });
+  const entry = approvals.get(origin);
+  if (entry) entry.tabId = tab.id;
+  await savePending();
+}
+
+async function decide(origin, approved, reason) {
+  const entry = approvals.get(origin);
+  if (entry) {
+    clearTimeout(entry.timer);
+    approvals.delete(origin);
+    if (entry.tabId != null) chrome.tabs.remove(entry.tabId).catch(() => {});
+  }
+  if (approved) {
+    approvedOrigins[origin] = { approvedAt: Date.now() };
+    await saveLocal();
+  }
+  await savePending();
+  for (const page of [...pages]) if (page.origin === origin) page.approvalDecided(approved, reason);
+}
+
+/** Ends each session through a throwaway host, answering when all replied or after 5 s. */
+function endSessions(origin, sessionIds) {
+  if (sessionIds.length === 0) return Promise.resolve();
+  return new Promise((resolve) => {
+    const port = chrome.runtime.connectNative(HOST_NAME);
+    let left = sessionIds.length;
+    const done = () => {
+      clearTimeout(timer);
+      try {
+        port.disconnect();
+      } catch (_) {
+        // Already gone.
+      }
+      resolve();
+    };
+    const timer = setTimeout(done, 5000);
+    port.onMessage.addListener((frame) => {
+      if ((frame.response || frame.error) && --left === 0) done();
+    });
+    port.onDisconnect.addListener(done);
+    sessionIds.forEach((sessionId, i) => {
+      port.postMessage({ requestId: i + 1, request: { end: { sessionId, callerOrigin: origin } } });
+    });
+  });
+}
+
+async function revoke(origin) {
+  delete approvedOrigins[origin];
+  const ids = Object.keys(sessionOrigins).filter((id) => sessionOrigins[id] === origin);
+  await saveLocal();
+  // End first, so connected pages still receive the ended events; then cut them off.
+  await endSessions(origin, ids);
+  for (const id of ids) delete sessionOrigins[id];
+  await saveLocal();
+  for (const page of [...pages]) if (page.origin === origin) page.revoked();
+}
+
+// ---- wiring ----
+
+chrome.runtime.onConnectExternal.addListener((port) => {
+  const origin = port.sender && port.sender.origin;
+  if (!origin || origin === "null") {
+    port.disconnect();
+    return;
+  }
+  const page = new PageLink(port, origin);
+  pages.add(page);
+  // `ready.then` keeps the page's messages in order.
+  port.onMessage.addListener((message) => {
+    ready.then(() => page.fromPage(message)).catch((e) => console.error("pedelec:", e));
+  });
+  port.onDisconnect.addListener(() => page.close());
+});
+
+chrome.runtime.onMessage.addListener((message, sender, sendResponse) => {
+  // Only the extension's own approval page may decide or revoke.
+  if (sender.id !== chrome.runtime.id || !sender.url || !sender.url.startsWith(chrome.runtime.getURL(APPROVAL_PAGE))) {
+    return false;
+  }
+  ready
+    .then(async () => {
+      switch (message && message.type) {
+        case "list":
+          return { approved: approvedOrigins, pending: [...approvals.keys()] };
+        case "decide":
+          if (!approvals.has(message.origin)) return { ok: false, error: "no pending request for this origin" };
+          await decide(message.origin, message.approved === true, message.approved === true ? "approved" : "rejected");
+          return { ok: true };
+        case "revoke":
+          await revoke(message.origin);
+          return { ok: true };
+        default:
+          return { ok: false, error: "unknown message" };
+      }
+    })
+    .then(sendResponse, (e) => sendResponse({ ok: false, error: String(e) }));
+  return true;
+});
