@@ -14,6 +14,8 @@ pub struct CoreConfig {
     pub disconnect_grace: Duration,
     /// How long an asset transfer ticket stays valid.
     pub asset_ticket_ttl: Duration,
+    /// Where `config.toml` (the settings) lives.
+    pub config_dir: PathBuf,
 }
 
 impl CoreConfig {
@@ -22,7 +24,13 @@ impl CoreConfig {
     pub fn resolve(socket: Option<PathBuf>, state_dir: Option<PathBuf>, disconnect_grace: Duration) -> Self {
         let state_dir = state_dir.unwrap_or_else(default_state_dir);
         let socket = socket.unwrap_or_else(|| default_socket(&state_dir));
-        CoreConfig { socket, state_dir, disconnect_grace, asset_ticket_ttl: pedelec_protocol::limits::ASSET_TICKET_TTL }
+        CoreConfig {
+            socket,
+            state_dir,
+            disconnect_grace,
+            asset_ticket_ttl: pedelec_protocol::limits::ASSET_TICKET_TTL,
+            config_dir: crate::settings::Settings::default_dir(),
+        }
     }
 
     pub fn database(&self) -> PathBuf {

@@ -47,13 +47,23 @@ async fn bind(socket: &Path) -> CoreResult<UnixListener> {
 pub async fn serve(config: CoreConfig) -> CoreResult<()> {
     // Signal handlers first: a SIGTERM at any point after this is a clean shutdown.
     let signals = Signals::install()?;
+    // A bad settings file stops Core before it binds: better than running the wrong agent.
+    let settings = crate::settings::Settings::load(&config.config_dir)?;
+    let providers = Providers::from_settings(&settings)?;
     ensure_private_dir(&config.state_dir)?;
     let listener = bind(&config.socket).await?;
     let started = std::time::Instant::now();
     let (store, records) = Store::open(&config.database())?;
     let assets = crate::assets::AssetServer::start(config.asset_ticket_ttl).await?;
-    let shared =
-        Arc::new(Shared { store, assets, providers: Providers::builtin(), disconnect_grace: config.disconnect_grace });
+    let shared = Arc::new(Shared {
+        store,
+        assets,
+        providers,
+        disconnect_grace: config.disconnect_grace,
+        turn_timeout: settings.turn_timeout(),
+        core_exe: std::env::current_exe().map_err(|e| CoreError::io("locating the pedelec-core executable", e))?,
+        socket: config.socket.clone(),
+    });
     let registry = Arc::new(Registry::new(shared, config.managed_root()));
     let restored = records.len();
     registry.restore(records);

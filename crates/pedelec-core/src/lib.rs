@@ -6,6 +6,7 @@
 //! [`workspace`]s, answered by [`providers`].
 
 pub mod assets;
+pub mod bridge;
 pub mod config;
 pub mod daemon;
 pub mod error;
@@ -13,6 +14,7 @@ pub mod providers;
 pub mod registry;
 pub mod service;
 pub mod session;
+pub mod settings;
 pub mod store;
 pub mod tools;
 pub mod workspace;

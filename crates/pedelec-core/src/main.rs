@@ -32,7 +32,27 @@ enum Command {
         /// Async worker threads; 0 runs everything on one current-thread runtime.
         #[arg(long, env = "PEDELEC_CORE_THREADS", default_value_t = 2)]
         worker_threads: usize,
+        /// Directory of config.toml, the settings (default: $XDG_CONFIG_HOME/pedelec).
+        #[arg(long, env = "PEDELEC_CONFIG_DIR")]
+        config_dir: Option<PathBuf>,
     },
+    /// Serve the session's frontend tools to an agent as a stdio MCP server
+    /// (started by agents from the configuration Core gives them; reads
+    /// PEDELEC_TOOL_TOKEN and PEDELEC_CORE_SOCKET from the environment).
+    Mcp,
+    /// Call or list the session's frontend tools from a shell (same environment as `mcp`).
+    Tool {
+        #[command(subcommand)]
+        action: ToolAction,
+    },
+}
+
+#[derive(Subcommand)]
+enum ToolAction {
+    /// Call tool NAME with a JSON object of arguments; prints the result JSON.
+    Call { name: String, args_json: String },
+    /// List the session's tools as JSON lines.
+    List,
 }
 
 fn main() -> std::process::ExitCode {
@@ -40,18 +60,57 @@ fn main() -> std::process::ExitCode {
         .with_env_filter(tracing_subscriber::EnvFilter::try_from_env("PEDELEC_LOG").unwrap_or_else(|_| "warn".into()))
         .with_writer(std::io::stderr)
         .init();
-    let Command::Serve { socket, state_dir, disconnect_grace_ms, asset_ticket_ttl_ms, worker_threads } =
-        Cli::parse().command;
-    let mut config = CoreConfig::resolve(socket, state_dir, Duration::from_millis(disconnect_grace_ms));
-    config.asset_ticket_ttl = Duration::from_millis(asset_ticket_ttl_ms);
-    let runtime = match runtime_builder(worker_threads).enable_all().build() {
+    match Cli::parse().command {
+        Command::Serve {
+            socket,
+            state_dir,
+            disconnect_grace_ms,
+            asset_ticket_ttl_ms,
+            worker_threads,
+            config_dir,
+        } => {
+            let mut config = CoreConfig::resolve(socket, state_dir, Duration::from_millis(disconnect_grace_ms));
+            config.asset_ticket_ttl = Duration::from_millis(asset_ticket_ttl_ms);
+            if let Some(dir) = config_dir {
+                config.config_dir = dir;
+            }
+            run(runtime_builder(worker_threads), async move {
+                pedelec_core::daemon::serve(config).await.map_err(|e| e.to_string())
+            })
+        }
+        Command::Mcp => run(tokio::runtime::Builder::new_current_thread(), async {
+            pedelec_core::bridge::serve_mcp().await.map_err(|e| e.to_string())
+        }),
+        Command::Tool { action } => {
+            let code = match tokio::runtime::Builder::new_current_thread().enable_all().build() {
+                Ok(rt) => rt.block_on(async {
+                    match action {
+                        ToolAction::Call { name, args_json } => pedelec_core::bridge::tool_call(&name, &args_json).await,
+                        ToolAction::List => pedelec_core::bridge::tool_list().await,
+                    }
+                }),
+                Err(error) => {
+                    eprintln!("pedelec-core: cannot start the async runtime: {error}");
+                    2
+                }
+            };
+            std::process::ExitCode::from(code as u8)
+        }
+    }
+}
+
+fn run(
+    mut builder: tokio::runtime::Builder,
+    work: impl std::future::Future<Output = Result<(), String>>,
+) -> std::process::ExitCode {
+    let runtime = match builder.enable_all().build() {
         Ok(runtime) => runtime,
         Err(error) => {
             eprintln!("pedelec-core: cannot start the async runtime: {error}");
             return std::process::ExitCode::FAILURE;
         }
     };
-    match runtime.block_on(pedelec_core::daemon::serve(config)) {
+    match runtime.block_on(work) {
         Ok(()) => std::process::ExitCode::SUCCESS,
         Err(error) => {
             eprintln!("pedelec-core: {error}");

@@ -106,6 +106,14 @@ impl Registry {
         if request.model.len() > limits::MAX_ID_LEN {
             return Err(CoreError::new(ErrorCode::InvalidArgument, "model name is too long"));
         }
+        let model = if request.model.is_empty() { provider.default_model() } else { request.model };
+        if model.is_empty() && provider.requires_model() {
+            return Err(CoreError::with_details(
+                ErrorCode::ModelRequired,
+                format!("provider {provider_code:?} needs a model: pass one or set providers.{provider_code}.model"),
+                serde_json::json!({ "provider": provider_code }),
+            ));
+        }
         let skills = request.skills.unwrap_or_default();
         if skills.guidance.len() > limits::MAX_GUIDANCE_BYTES {
             return Err(CoreError::new(ErrorCode::ToolsManifestInvalid, "skill guidance exceeds the size limit"));
@@ -117,7 +125,6 @@ impl Registry {
             workspace.remove_if_managed();
             return Err(error);
         }
-        let model = if request.model.is_empty() { provider.default_model() } else { request.model };
         let info = pb::SessionInfo {
             session_id: id.clone(),
             provider: provider_code,

@@ -15,7 +15,8 @@ use tokio::sync::{mpsc, oneshot};
 
 use crate::error::{CoreError, CoreResult};
 use crate::providers::{
-    BoxFuture, PREPARE_PROMPT, PREPARED_ACK, ProviderFailure, ProviderSession, ProviderSetup, Providers, TurnRequest,
+    BoxFuture, PREPARE_PROMPT, PREPARED_ACK, ProviderFailure, ProviderSession, ProviderSetup, Providers, ToolBridge,
+    TurnRequest,
     TurnSink,
 };
 use crate::store::{SessionRecord, Store, TranscriptEntry};
@@ -40,6 +41,11 @@ pub struct Shared {
     pub assets: Arc<crate::assets::AssetServer>,
     pub providers: Providers,
     pub disconnect_grace: Duration,
+    /// A turn running longer fails with `PROVIDER_TIMEOUT` and its runtime is stopped.
+    pub turn_timeout: Duration,
+    /// What agent processes need to reach the MCP bridge: Core's executable and socket.
+    pub core_exe: std::path::PathBuf,
+    pub socket: std::path::PathBuf,
 }
 
 pub type EventSender = mpsc::UnboundedSender<pb::SessionEvent>;
@@ -415,10 +421,16 @@ impl Session {
             model: self.info.model.clone(),
             effort_level: pb::EffortLevel::try_from(self.info.effort_level).unwrap_or_default(),
             workspace: self.workspace.root.clone(),
+            runtime_dir: self.workspace.runtime.clone(),
             guidance: self.guidance.clone(),
             tools: self.tools.definitions.clone(),
             provider_session_id: st.provider_session_id.clone(),
             usage_total: st.usage,
+            bridge: ToolBridge {
+                command: self.shared.core_exe.clone(),
+                socket: self.shared.socket.clone(),
+                tool_token: self.tool_token.clone(),
+            },
         }
     }
 
@@ -438,20 +450,34 @@ impl Session {
                     },
                     None => {
                         drop(runtime);
-                        let failure = ProviderFailure {
-                            code: ErrorCode::ProviderNotFound,
-                            message: format!("provider {:?} is not available", self.info.provider),
-                            fatal: true,
-                        };
+                        let failure = ProviderFailure::coded(
+                            ErrorCode::ProviderNotFound,
+                            format!("provider {:?} is not available", self.info.provider),
+                            true,
+                        );
                         return self.finish_operation(&operation_id, Err(failure), String::new()).await;
                     }
                 }
             }
             let provider = runtime.as_mut().expect("started above");
-            let outcome = provider.run_turn(TurnRequest { kind, text }, &sink).await;
-            if outcome.as_ref().is_err_and(|f| f.fatal)
-                && let Some(mut gone) = runtime.take()
+            let timeout = self.shared.turn_timeout;
+            let outcome = match tokio::time::timeout(timeout, provider.run_turn(TurnRequest { kind, text }, &sink)).await
             {
+                Ok(outcome) => outcome,
+                // The runtime's state is unknown after a hang: stop it; the next
+                // turn starts a fresh one that continues the provider session.
+                Err(_) => Err(ProviderFailure {
+                    code: ErrorCode::ProviderTimeout,
+                    message: format!("the provider did not finish the turn within {} ms", timeout.as_millis()),
+                    fatal: false,
+                    details: serde_json::json!({ "timeoutMs": timeout.as_millis() as u64 }),
+                }),
+            };
+            let restart = match &outcome {
+                Err(f) => f.fatal || f.code == ErrorCode::ProviderTimeout,
+                Ok(()) => false,
+            };
+            if restart && let Some(mut gone) = runtime.take() {
                 gone.shutdown();
             }
             outcome
@@ -487,7 +513,10 @@ impl Session {
                         (false, pb::OperationKind::Prepare) => ErrorCode::PrepareFailed,
                         (false, _) => ErrorCode::SendTextFailed,
                     };
-                    let details = serde_json::json!({ "providerCode": failure.code.as_str() });
+                    let mut details = serde_json::json!({ "providerCode": failure.code.as_str() });
+                    if let (Some(into), serde_json::Value::Object(extra)) = (details.as_object_mut(), failure.details) {
+                        into.extend(extra);
+                    }
                     Some((pb::Error::with_details(code, failure.message, &details), failure.fatal))
                 }
             };
@@ -797,6 +826,12 @@ impl TurnSink for OperationSink {
             if st.provider_session_id.as_deref() != Some(id) {
                 st.provider_session_id = Some(id.to_owned());
             }
+        });
+    }
+
+    fn activity(&self, kind: &str, summary: &str) {
+        self.with_active(|s, st| {
+            s.append(st, "agent_activity", serde_json::json!({ "operation_id": self.operation_id, "kind": kind, "summary": summary }));
         });
     }
 

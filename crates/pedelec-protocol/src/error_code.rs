@@ -74,6 +74,12 @@ error_codes! {
     ProviderNotFound = "PROVIDER_NOT_FOUND",
     /// The provider exists but cannot run here.
     ProviderUnavailable = "PROVIDER_UNAVAILABLE",
+    /// The provider needs a model and none was given or configured.
+    ModelRequired = "MODEL_REQUIRED",
+    /// A turn ran past the configured turn timeout.
+    ProviderTimeout = "PROVIDER_TIMEOUT",
+    /// Core's settings file cannot be read or breaks a rule.
+    ConfigInvalid = "CONFIG_INVALID",
     /// A request field is malformed or out of bounds.
     InvalidArgument = "INVALID_ARGUMENT",
     /// `SendText` text exceeds the limit.

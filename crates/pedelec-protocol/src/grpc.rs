@@ -54,3 +54,17 @@ mod tests {
         assert_eq!(error_from_status(&plain).code, "TRANSPORT_ERROR");
     }
 }
+
+/// A tonic channel to a gRPC server on a Unix socket (Core's, or any for tests).
+#[cfg(unix)]
+pub async fn uds_channel(socket: &std::path::Path) -> Result<tonic::transport::Channel, tonic::transport::Error> {
+    let path = socket.to_path_buf();
+    tonic::transport::Endpoint::from_static("http://pedelec-core.invalid")
+        .connect_with_connector(tower::service_fn(move |_: tonic::transport::Uri| {
+            let path = path.clone();
+            async move {
+                Ok::<_, std::io::Error>(hyper_util::rt::TokioIo::new(tokio::net::UnixStream::connect(path).await?))
+            }
+        }))
+        .await
+}

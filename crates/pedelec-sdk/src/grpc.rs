@@ -3,11 +3,10 @@
 use std::path::{Path, PathBuf};
 
 use futures::StreamExt;
-use hyper_util::rt::TokioIo;
 use pedelec_protocol::ErrorCode;
 use pedelec_protocol::grpc::error_from_status;
 use pedelec_protocol::pb::{self, core_client::CoreClient};
-use tonic::transport::{Channel, Endpoint, Uri};
+use tonic::transport::Channel;
 
 use crate::error::PedelecError;
 use crate::transport::{BoxFuture, Call, EventStream, Reply, Transport};
@@ -36,16 +35,7 @@ impl GrpcTransport {
     }
 }
 
-/// A tonic channel to a gRPC server on a Unix socket (Core's, or any for tests).
-pub async fn uds_channel(socket: &Path) -> Result<Channel, tonic::transport::Error> {
-    let path = socket.to_path_buf();
-    Endpoint::from_static("http://pedelec-core.invalid")
-        .connect_with_connector(tower::service_fn(move |_: Uri| {
-            let path = path.clone();
-            async move { Ok::<_, std::io::Error>(TokioIo::new(tokio::net::UnixStream::connect(path).await?)) }
-        }))
-        .await
-}
+pub use pedelec_protocol::grpc::uds_channel;
 
 fn status(e: tonic::Status) -> PedelecError {
     error_from_status(&e).into()

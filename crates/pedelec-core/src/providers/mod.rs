@@ -1,5 +1,13 @@
 //! Provider adapters: each turns a turn into normalised events through a [`TurnSink`].
 
+mod acp;
+pub mod catalog;
+pub mod claude;
+pub mod cli_turn;
+pub mod codex;
+mod events;
+pub mod openai;
+pub mod process;
 mod scripted;
 
 use std::path::PathBuf;
@@ -8,6 +16,11 @@ use std::sync::Arc;
 
 use pedelec_protocol::{ErrorCode, pb};
 
+use crate::error::CoreResult;
+use crate::settings::{ProviderKind, Settings};
+pub use catalog::ProviderConfig;
+
+pub use events::{AgentEvent, TurnOutcome};
 pub use scripted::Scripted;
 
 /// The preparation prompt Core sends; the provider must answer exactly [`PREPARED_ACK`].
@@ -35,6 +48,8 @@ pub trait TurnSink: Send + Sync {
     fn usage(&self, total_tokens: u64);
     /// The provider's own session identity (for resume).
     fn provider_session(&self, id: &str);
+    /// A diagnostic about agent-side work (commands, MCP calls, file edits); kept in the transcript.
+    fn activity(&self, kind: &str, summary: &str);
     /// Calls a frontend tool and waits for the application's result (JSON text).
     fn call_tool<'a>(&'a self, tool: &'a str, args_json: String) -> BoxFuture<'a, Result<String, pb::Error>>;
 }
@@ -46,14 +61,60 @@ pub struct ProviderFailure {
     pub message: String,
     /// The provider runtime is gone; the session moves to `error`.
     pub fatal: bool,
+    /// Extra facts for the error's details (exit status, stderr tail); `Null` for none.
+    pub details: serde_json::Value,
 }
 
 impl ProviderFailure {
     pub fn turn(message: impl Into<String>) -> Self {
-        ProviderFailure { code: ErrorCode::ProviderError, message: message.into(), fatal: false }
+        ProviderFailure { code: ErrorCode::ProviderError, message: message.into(), fatal: false, details: serde_json::Value::Null }
     }
     pub fn crashed(message: impl Into<String>) -> Self {
-        ProviderFailure { code: ErrorCode::ProviderCrashed, message: message.into(), fatal: true }
+        ProviderFailure { code: ErrorCode::ProviderCrashed, message: message.into(), fatal: true, details: serde_json::Value::Null }
+    }
+    pub fn coded(code: ErrorCode, message: impl Into<String>, fatal: bool) -> Self {
+        ProviderFailure { code, message: message.into(), fatal, details: serde_json::Value::Null }
+    }
+}
+
+/// How an agent process reaches this session's frontend tools: it runs
+/// `command mcp` (the MCP bridge) or `command tool call …` with these
+/// variables in its environment — the token never goes on a command line.
+#[derive(Debug, Clone)]
+pub struct ToolBridge {
+    /// The `pedelec-core` executable.
+    pub command: PathBuf,
+    pub socket: PathBuf,
+    pub tool_token: String,
+}
+
+/// Environment variable carrying the session's tool token to the bridge.
+pub const TOOL_TOKEN_ENV: &str = "PEDELEC_TOOL_TOKEN";
+/// Environment variable carrying Core's socket to the bridge.
+pub const SOCKET_ENV: &str = "PEDELEC_CORE_SOCKET";
+/// The MCP server name agents see the frontend tools under.
+pub const MCP_SERVER_NAME: &str = "pedelec";
+
+/// The effort name CLIs share (`low`/`high`); `None` leaves the provider's default.
+pub fn effort_name(level: pb::EffortLevel) -> Option<&'static str> {
+    match level {
+        pb::EffortLevel::Low => Some("low"),
+        pb::EffortLevel::High => Some("high"),
+        pb::EffortLevel::Default | pb::EffortLevel::Unspecified => None,
+    }
+}
+
+/// The first turn of a fresh provider conversation carries the session's guidance.
+pub fn with_guidance(guidance: &str, text: &str) -> String {
+    if guidance.trim().is_empty() { text.to_owned() } else { format!("{}\n\n{text}", guidance.trim()) }
+}
+
+impl ToolBridge {
+    pub fn env(&self) -> Vec<(String, String)> {
+        vec![
+            (TOOL_TOKEN_ENV.to_owned(), self.tool_token.clone()),
+            (SOCKET_ENV.to_owned(), self.socket.display().to_string()),
+        ]
     }
 }
 
@@ -64,12 +125,15 @@ pub struct ProviderSetup {
     pub model: String,
     pub effort_level: pb::EffortLevel,
     pub workspace: PathBuf,
+    /// The session's private runtime directory (inside `.pedelec-runtime/`).
+    pub runtime_dir: PathBuf,
     pub guidance: String,
     pub tools: Vec<pb::ToolDefinition>,
     /// Identity from an earlier run, to continue the same provider conversation.
     pub provider_session_id: Option<String>,
     /// Usage total already known for the session.
     pub usage_total: Option<u64>,
+    pub bridge: ToolBridge,
 }
 
 /// A running provider runtime for one session.
@@ -85,8 +149,16 @@ pub trait ProviderSession: Send {
 
 /// A provider Core can start sessions with.
 pub trait Provider: Send + Sync {
+    fn code(&self) -> String {
+        self.info().code
+    }
+    /// Name, code and whether it can run here (with the reason when not); never a secret.
     fn info(&self) -> pb::ProviderInfo;
     fn default_model(&self) -> String;
+    /// Whether a session needs a model name (`MODEL_REQUIRED` otherwise).
+    fn requires_model(&self) -> bool {
+        false
+    }
     fn start(&self, setup: ProviderSetup) -> Result<Box<dyn ProviderSession>, ProviderFailure>;
 }
 
@@ -94,20 +166,28 @@ pub trait Provider: Send + Sync {
 #[derive(Clone)]
 pub struct Providers {
     all: Vec<Arc<dyn Provider>>,
+    default: String,
 }
 
 impl Providers {
+    /// The presets alone, `scripted` the default.
     pub fn builtin() -> Self {
-        Providers { all: vec![Arc::new(Scripted)] }
+        Self::from_settings(&Settings::default()).expect("the presets are valid")
+    }
+
+    pub fn from_settings(settings: &Settings) -> CoreResult<Self> {
+        let all = catalog::resolve(settings)?.into_iter().map(build).collect();
+        let default = settings.default_provider.clone().unwrap_or_else(|| "scripted".into());
+        Ok(Providers { all, default })
     }
 
     /// The provider used when a request names none.
     pub fn default_code(&self) -> String {
-        "scripted".into()
+        self.default.clone()
     }
 
     pub fn get(&self, code: &str) -> Option<Arc<dyn Provider>> {
-        self.all.iter().find(|p| p.info().code == code).cloned()
+        self.all.iter().find(|p| p.code() == code).cloned()
     }
 
     pub fn list(&self) -> Vec<pb::ProviderInfo> {
@@ -115,6 +195,27 @@ impl Providers {
     }
 
     pub fn default_models(&self) -> std::collections::HashMap<String, String> {
-        self.all.iter().map(|p| (p.info().code, p.default_model())).collect()
+        self.all.iter().map(|p| (p.code(), p.default_model())).collect()
     }
+}
+
+fn build(config: ProviderConfig) -> Arc<dyn Provider> {
+    match config.kind {
+        ProviderKind::Scripted => Arc::new(Scripted),
+        ProviderKind::Acp => Arc::new(acp::Acp::new(config)),
+        ProviderKind::Codex => Arc::new(codex::Codex::new(config)),
+        ProviderKind::Claude => Arc::new(claude::Claude::new(config)),
+        ProviderKind::Openai => Arc::new(openai::OpenAi::new(config)),
+    }
+}
+
+/// Availability of a process-based provider: its program must resolve.
+pub(crate) fn program_info(config: &ProviderConfig) -> pb::ProviderInfo {
+    let found = config.command.first().map(|p| process::resolve_program(p));
+    let (available, reason) = match found {
+        Some(Ok(_)) => (true, String::new()),
+        Some(Err(reason)) => (false, reason),
+        None => (false, "no command configured".into()),
+    };
+    pb::ProviderInfo { name: config.name.clone(), code: config.code.clone(), available, reason }
 }

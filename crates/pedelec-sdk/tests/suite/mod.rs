@@ -71,11 +71,29 @@ impl Harness {
     }
 
     pub fn start_via(via: Via) -> Self {
+        Self::with_config(via, "")
+    }
+
+    /// Core with `settings` as its config.toml (its own config dir, never the developer's).
+    pub fn with_config(via: Via, settings: &str) -> Self {
         let grace = Duration::from_millis(300);
         let dir = tempfile::tempdir().expect("tempdir");
-        let core = CoreProcess::spawn(&dir.path().join("run/core.sock"), &dir.path().join("state"), grace)
-            .expect("Core starts (run `cargo build -p pedelec-core -p pedelec-native-host` first)");
+        std::fs::create_dir_all(dir.path().join("config")).expect("config dir");
+        std::fs::write(dir.path().join("config/config.toml"), settings).expect("config.toml");
+        let core = Self::spawn_core(dir.path(), grace);
         Harness { dir, core, grace, via }
+    }
+
+    fn spawn_core(dir: &std::path::Path, grace: Duration) -> CoreProcess {
+        let config = dir.join("config").display().to_string();
+        CoreProcess::spawn_with_args(
+            &pedelec_sdk::daemon::find_core_binary(),
+            &dir.join("run/core.sock"),
+            &dir.join("state"),
+            grace,
+            &["--config-dir", &config],
+        )
+        .expect("Core starts (run `cargo build -p pedelec-core -p pedelec-native-host` first)")
     }
 
     pub fn socket(&self) -> PathBuf {
@@ -121,7 +139,7 @@ impl Harness {
     }
 
     pub fn restart(&mut self) {
-        self.core = CoreProcess::spawn(&self.socket(), &self.state(), self.grace).expect("Core restarts");
+        self.core = Self::spawn_core(self.dir.path(), self.grace);
     }
 }
 

@@ -1,0 +1,173 @@
+//! The providers Core knows: built-in presets, merged with the settings file.
+
+use std::collections::BTreeMap;
+
+use pedelec_protocol::ErrorCode;
+
+use crate::error::{CoreError, CoreResult};
+use crate::settings::{ProviderKind, ProviderOverride, Settings};
+
+/// Everything an adapter needs to know about one provider; never holds a secret.
+#[derive(Debug, Clone)]
+pub struct ProviderConfig {
+    pub code: String,
+    pub name: String,
+    pub kind: ProviderKind,
+    /// Program and leading arguments (process-based kinds).
+    pub command: Vec<String>,
+    pub env: BTreeMap<String, String>,
+    /// The default model; `None` lets the agent pick (or, for `openai`, is `MODEL_REQUIRED`).
+    pub model: Option<String>,
+    pub base_url: Option<String>,
+    /// The variable the API key is read from at request time.
+    pub api_key_env: Option<String>,
+    pub max_rounds: u32,
+}
+
+/// Tool-calling rounds per turn for the openai loop, unless configured.
+pub const DEFAULT_MAX_ROUNDS: u32 = 8;
+
+fn preset(code: &str, name: &str, kind: ProviderKind, command: &[&str]) -> ProviderConfig {
+    ProviderConfig {
+        code: code.into(),
+        name: name.into(),
+        kind,
+        command: command.iter().map(|s| s.to_string()).collect(),
+        env: BTreeMap::new(),
+        model: None,
+        base_url: None,
+        api_key_env: None,
+        max_rounds: DEFAULT_MAX_ROUNDS,
+    }
+}
+
+fn endpoint(code: &str, name: &str, base_url: Option<&str>, api_key_env: Option<&str>) -> ProviderConfig {
+    let mut config = preset(code, name, ProviderKind::Openai, &[]);
+    config.base_url = base_url.map(str::to_owned);
+    config.api_key_env = api_key_env.map(str::to_owned);
+    config
+}
+
+/// The presets, in the order `ListProviders` reports them.
+pub fn presets() -> Vec<ProviderConfig> {
+    use ProviderKind::*;
+    let mut scripted = preset("scripted", "Scripted", Scripted, &[]);
+    scripted.model = Some("scripted-1".into());
+    vec![
+        scripted,
+        preset("gemini", "Gemini CLI (ACP)", Acp, &["gemini", "--acp"]),
+        preset("cursor", "Cursor agent (ACP)", Acp, &["cursor-agent", "acp"]),
+        preset("opencode", "OpenCode (ACP)", Acp, &["opencode", "acp"]),
+        preset("claude-acp", "Claude Code (ACP)", Acp, &["claude-agent-acp"]),
+        preset("codex-acp", "Codex (ACP)", Acp, &["codex-acp"]),
+        preset("codex", "Codex CLI", Codex, &["codex"]),
+        preset("claude", "Claude Code CLI", Claude, &["claude"]),
+        endpoint("openai", "OpenAI-compatible endpoint", None, Some("OPENAI_API_KEY")),
+        endpoint("ollama", "Ollama", Some("http://127.0.0.1:11434/v1"), None),
+        endpoint("llamacpp", "llama.cpp server", Some("http://127.0.0.1:8080/v1"), None),
+    ]
+}
+
+/// Presets with the settings file's overrides and additions applied.
+pub fn resolve(settings: &Settings) -> CoreResult<Vec<ProviderConfig>> {
+    let mut all = presets();
+    for (code, over) in &settings.providers {
+        let index = match all.iter().position(|p| &p.code == code) {
+            Some(index) => index,
+            None => {
+                let kind = over.kind.ok_or_else(|| {
+                    CoreError::new(
+                        ErrorCode::ConfigInvalid,
+                        format!("providers.{code} is not a built-in provider, so it needs `kind`"),
+                    )
+                })?;
+                all.push(preset(code, code, kind, &[]));
+                all.len() - 1
+            }
+        };
+        apply(&mut all[index], over)?;
+    }
+    if let Some(default) = &settings.default_provider
+        && !all.iter().any(|p| &p.code == default)
+    {
+        return Err(CoreError::new(ErrorCode::ConfigInvalid, format!("default_provider {default:?} is not a provider")));
+    }
+    Ok(all)
+}
+
+fn apply(config: &mut ProviderConfig, over: &ProviderOverride) -> CoreResult<()> {
+    if let Some(kind) = over.kind
+        && kind != config.kind
+    {
+        return Err(CoreError::new(
+            ErrorCode::ConfigInvalid,
+            format!("providers.{} is built in as {:?}; its kind cannot change", config.code, config.kind),
+        ));
+    }
+    if let Some(name) = &over.name {
+        config.name = name.clone();
+    }
+    if let Some(command) = &over.command {
+        config.command = command.clone();
+    }
+    config.env.extend(over.env.clone());
+    if over.model.is_some() {
+        config.model = over.model.clone();
+    }
+    if over.base_url.is_some() {
+        config.base_url = over.base_url.clone();
+    }
+    if over.api_key_env.is_some() {
+        config.api_key_env = over.api_key_env.clone();
+    }
+    if let Some(rounds) = over.max_rounds {
+        config.max_rounds = rounds.max(1);
+    }
+    let needs_command = matches!(config.kind, ProviderKind::Acp | ProviderKind::Codex | ProviderKind::Claude);
+    if needs_command && config.command.is_empty() {
+        return Err(CoreError::new(ErrorCode::ConfigInvalid, format!("providers.{} needs `command`", config.code)));
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn settings_override_presets_and_add_providers() {
+        let settings = Settings::parse(
+            r#"
+            default_provider = "mine"
+            [providers.codex]
+            command = ["/opt/codex"]
+            model = "gpt-5.1"
+            [providers.mine]
+            kind = "openai"
+            base_url = "http://127.0.0.1:1/v1"
+            "#,
+        )
+        .unwrap();
+        let all = resolve(&settings).unwrap();
+        let codex = all.iter().find(|p| p.code == "codex").unwrap();
+        assert_eq!(codex.command, vec!["/opt/codex"]);
+        assert_eq!(codex.model.as_deref(), Some("gpt-5.1"));
+        let mine = all.iter().find(|p| p.code == "mine").unwrap();
+        assert_eq!(mine.kind, ProviderKind::Openai);
+        assert_eq!(all.iter().filter(|p| p.code == "codex").count(), 1);
+    }
+
+    #[test]
+    fn bad_settings_are_refused() {
+        for text in [
+            "[providers.mine]\nmodel = \"x\"",
+            "[providers.codex]\nkind = \"openai\"",
+            "[providers.mine]\nkind = \"acp\"",
+            "default_provider = \"nobody\"",
+        ] {
+            let settings = Settings::parse(text).unwrap();
+            let error = resolve(&settings).unwrap_err();
+            assert_eq!(error.code(), ErrorCode::ConfigInvalid, "{text}");
+        }
+    }
+}

@@ -1,0 +1,301 @@
+//! `claude`: Claude Code, one `claude -p` process per turn.
+//!
+//! Command line (prompt on stdin):
+//! `claude -p --output-format stream-json --verbose --include-partial-messages
+//!  --mcp-config <runtime>/.pedelec-mcp.json --strict-mcp-config --allowedTools mcp__pedelec
+//!  [--model MODEL] [--effort low|high] [--resume <session id>]`
+//!
+//! The MCP config (with the tool token in the bridge's `env`) is a 0600 file
+//! in the session's runtime directory, not inline JSON, so the token never
+//! appears on a command line. `system/init` and `result` carry the session
+//! id (re-read every run: a resumed run may fork a new id). Deltas come from
+//! `stream_event` text deltas; `assistant` messages are the complete
+//! messages (subagent messages, with a `parent_tool_use_id`, are activity,
+//! not chat). Usage: each run's `result.usage` counts only that run, so the
+//! session total adds every run's input + cache + output tokens.
+
+use std::io::Write;
+use std::os::unix::fs::OpenOptionsExt;
+use std::path::PathBuf;
+
+use pedelec_protocol::{ErrorCode, pb};
+use serde_json::Value;
+
+use super::cli_turn::{self, LineParser, skipped};
+use super::process::CommandLine;
+use super::{
+    AgentEvent, BoxFuture, MCP_SERVER_NAME, Provider, ProviderConfig, ProviderFailure, ProviderSession,
+    ProviderSetup, TurnRequest, TurnSink, effort_name, program_info, with_guidance,
+};
+
+pub struct Claude {
+    config: ProviderConfig,
+}
+
+impl Claude {
+    pub fn new(config: ProviderConfig) -> Self {
+        Claude { config }
+    }
+}
+
+impl Provider for Claude {
+    fn code(&self) -> String {
+        self.config.code.clone()
+    }
+
+    fn info(&self) -> pb::ProviderInfo {
+        program_info(&self.config)
+    }
+
+    fn default_model(&self) -> String {
+        self.config.model.clone().unwrap_or_default()
+    }
+
+    fn start(&self, setup: ProviderSetup) -> Result<Box<dyn ProviderSession>, ProviderFailure> {
+        let mcp_config = write_mcp_config(&setup)?;
+        Ok(Box::new(ClaudeSession {
+            config: self.config.clone(),
+            session_id: setup.provider_session_id.clone(),
+            total: setup.usage_total.unwrap_or(0),
+            setup,
+            mcp_config,
+        }))
+    }
+}
+
+/// The `--mcp-config` file: the bridge as a stdio server, readable only by us.
+fn write_mcp_config(setup: &ProviderSetup) -> Result<PathBuf, ProviderFailure> {
+    let env: serde_json::Map<String, Value> = setup.bridge.env().into_iter().map(|(k, v)| (k, Value::from(v))).collect();
+    let timeout_ms = setup.tools.iter().map(|t| pedelec_protocol::tools::tool_timeout(t).as_millis() as u64).max();
+    let body = serde_json::json!({ "mcpServers": { MCP_SERVER_NAME: {
+        "type": "stdio",
+        "command": setup.bridge.command.display().to_string(),
+        "args": ["mcp"],
+        "env": env,
+        "timeout": timeout_ms.unwrap_or(60_000) + 5_000,
+    }}});
+    let path = setup.runtime_dir.join(".pedelec-mcp.json");
+    let write = || -> std::io::Result<()> {
+        std::fs::create_dir_all(&setup.runtime_dir)?;
+        let mut file =
+            std::fs::OpenOptions::new().write(true).create(true).truncate(true).mode(0o600).open(&path)?;
+        file.write_all(body.to_string().as_bytes())
+    };
+    write().map_err(|e| {
+        ProviderFailure::coded(ErrorCode::ProviderUnavailable, format!("cannot write the MCP config: {e}"), true)
+    })?;
+    Ok(path)
+}
+
+struct ClaudeSession {
+    config: ProviderConfig,
+    setup: ProviderSetup,
+    session_id: Option<String>,
+    total: u64,
+    mcp_config: PathBuf,
+}
+
+/// The argv (after the program) for one turn.
+pub fn turn_args(config: &ProviderConfig, setup: &ProviderSetup, mcp_config: &str, resume: Option<&str>) -> Vec<String> {
+    let mut args: Vec<String> = config.command[1..].to_vec();
+    args.extend(
+        [
+            "-p",
+            "--output-format",
+            "stream-json",
+            "--verbose",
+            "--include-partial-messages",
+            "--mcp-config",
+            mcp_config,
+            "--strict-mcp-config",
+            "--allowedTools",
+            &format!("mcp__{MCP_SERVER_NAME}"),
+        ]
+        .map(str::to_owned),
+    );
+    if !setup.model.is_empty() {
+        args.extend(["--model".to_owned(), setup.model.clone()]);
+    }
+    if let Some(effort) = effort_name(setup.effort_level) {
+        args.extend(["--effort".to_owned(), effort.to_owned()]);
+    }
+    if let Some(id) = resume {
+        args.extend(["--resume".to_owned(), id.to_owned()]);
+    }
+    args
+}
+
+impl ProviderSession for ClaudeSession {
+    fn run_turn<'a>(
+        &'a mut self,
+        turn: TurnRequest,
+        sink: &'a dyn TurnSink,
+    ) -> BoxFuture<'a, Result<(), ProviderFailure>> {
+        Box::pin(async move {
+            let mut command = CommandLine {
+                program: self.config.command[0].clone(),
+                args: turn_args(
+                    &self.config,
+                    &self.setup,
+                    &self.mcp_config.display().to_string(),
+                    self.session_id.as_deref(),
+                ),
+                env: self.config.env.clone().into_iter().collect(),
+            };
+            // Also for `Bash` tool use of `pedelec-core tool call`.
+            command.env.extend(self.setup.bridge.env());
+            let prompt = match self.session_id {
+                None => with_guidance(&self.setup.guidance, &turn.text),
+                Some(_) => turn.text.clone(),
+            };
+            let mut parser = ClaudeParser::new(self.total);
+            let outcome = cli_turn::run(&command, &self.setup.workspace, &prompt, &mut parser, sink).await;
+            if let Some(id) = parser.session_id {
+                self.session_id = Some(id);
+            }
+            self.total = parser.total;
+            outcome
+        })
+    }
+
+    fn shutdown(&mut self) {
+        let _ = std::fs::remove_file(&self.mcp_config);
+    }
+}
+
+/// `claude -p --output-format stream-json` lines → normalised events.
+pub struct ClaudeParser {
+    pub session_id: Option<String>,
+    /// The session total so far, including this run once its result arrived.
+    pub total: u64,
+}
+
+fn text(value: &Value, key: &str) -> String {
+    value.get(key).and_then(Value::as_str).unwrap_or_default().to_owned()
+}
+
+impl ClaudeParser {
+    pub fn new(total: u64) -> Self {
+        ClaudeParser { session_id: None, total }
+    }
+
+    fn identity(&mut self, value: &Value) -> Option<AgentEvent> {
+        let id = text(value, "session_id");
+        if id.is_empty() || self.session_id.as_deref() == Some(&id) {
+            return None;
+        }
+        self.session_id = Some(id.clone());
+        Some(AgentEvent::SessionId { id })
+    }
+
+    fn assistant(value: &Value) -> Vec<AgentEvent> {
+        let blocks = value.pointer("/message/content").and_then(Value::as_array).map(Vec::as_slice).unwrap_or_default();
+        let nested = value.get("parent_tool_use_id").is_some_and(|p| !p.is_null());
+        let mut events = Vec::new();
+        let mut said = Vec::new();
+        for block in blocks {
+            match block.get("type").and_then(Value::as_str).unwrap_or_default() {
+                "text" => said.push(text(block, "text")),
+                "tool_use" => {
+                    let input = block.get("input").map(Value::to_string).unwrap_or_default();
+                    let summary = format!("{} {}", text(block, "name"), input.chars().take(200).collect::<String>());
+                    events.push(AgentEvent::Activity { kind: "tool_use".into(), summary });
+                }
+                "thinking" => {
+                    let thought: String = text(block, "thinking").chars().take(300).collect();
+                    events.push(AgentEvent::Activity { kind: "thinking".into(), summary: thought });
+                }
+                _ => {}
+            }
+        }
+        let said = said.concat();
+        if !said.is_empty() {
+            events.push(if nested {
+                AgentEvent::Activity { kind: "subagent".into(), summary: said.chars().take(300).collect() }
+            } else {
+                AgentEvent::Message { text: said }
+            });
+        }
+        if let Some(error) = value.get("error").and_then(Value::as_str) {
+            events.push(AgentEvent::Notice { message: format!("assistant error: {error}") });
+        }
+        events
+    }
+
+    fn result(&mut self, value: &Value) -> Vec<AgentEvent> {
+        let mut events = Vec::new();
+        if let Some(usage) = value.get("usage") {
+            let count = |key: &str| usage.get(key).and_then(Value::as_u64).unwrap_or(0);
+            let run = count("input_tokens")
+                + count("cache_creation_input_tokens")
+                + count("cache_read_input_tokens")
+                + count("output_tokens");
+            if run > 0 {
+                self.total += run;
+                events.push(AgentEvent::Usage { total_tokens: self.total });
+            }
+        }
+        let subtype = text(value, "subtype");
+        let is_error = value.get("is_error").and_then(Value::as_bool).unwrap_or(false);
+        if subtype != "success" || is_error {
+            let errors: Vec<String> = value
+                .get("errors")
+                .and_then(Value::as_array)
+                .map(|a| a.iter().filter_map(Value::as_str).map(str::to_owned).collect())
+                .unwrap_or_default();
+            let message = if !errors.is_empty() {
+                errors.join("; ")
+            } else if !text(value, "result").is_empty() {
+                text(value, "result")
+            } else {
+                format!("claude reported {subtype}")
+            };
+            events.push(AgentEvent::Failed { message });
+        } else {
+            events.push(AgentEvent::TurnDone);
+        }
+        events
+    }
+}
+
+impl LineParser for ClaudeParser {
+    fn line(&mut self, line: &str) -> Vec<AgentEvent> {
+        let value: Value = match serde_json::from_str(line) {
+            Ok(value @ Value::Object(_)) => value,
+            Ok(_) => return vec![skipped(line, "not a JSON object")],
+            Err(e) => return vec![skipped(line, format!("not JSON ({e})"))],
+        };
+        let mut events: Vec<AgentEvent> = self.identity(&value).into_iter().collect();
+        match value.get("type").and_then(Value::as_str).unwrap_or_default() {
+            "stream_event" => {
+                let top_level = value.get("parent_tool_use_id").is_none_or(Value::is_null);
+                let delta = value.pointer("/event/delta");
+                if top_level
+                    && value.pointer("/event/type").and_then(Value::as_str) == Some("content_block_delta")
+                    && delta.and_then(|d| d.get("type")).and_then(Value::as_str) == Some("text_delta")
+                {
+                    let fragment = delta.map(|d| text(d, "text")).unwrap_or_default();
+                    if !fragment.is_empty() {
+                        events.push(AgentEvent::Delta { text: fragment });
+                    }
+                }
+            }
+            "assistant" => events.extend(Self::assistant(&value)),
+            "user" => {
+                let blocks =
+                    value.pointer("/message/content").and_then(Value::as_array).map(Vec::as_slice).unwrap_or_default();
+                for block in blocks.iter().filter(|b| b.get("type").and_then(Value::as_str) == Some("tool_result")) {
+                    let failed = block.get("is_error").and_then(Value::as_bool).unwrap_or(false);
+                    let summary = format!("{} {}", text(block, "tool_use_id"), if failed { "failed" } else { "ok" });
+                    events.push(AgentEvent::Activity { kind: "tool_result".into(), summary });
+                }
+            }
+            "result" => events.extend(self.result(&value)),
+            "system" if text(&value, "subtype") == "api_retry" => {
+                events.push(AgentEvent::Notice { message: format!("API retry {}", value["attempt"]) });
+            }
+            _ => {}
+        }
+        events
+    }
+}

@@ -1,0 +1,80 @@
+//! One turn of a CLI agent that runs once per turn (codex, claude): spawn,
+//! feed the prompt on stdin, parse stdout line by line, judge the exit.
+
+use std::path::Path;
+
+use tokio::io::AsyncWriteExt;
+
+use super::process::{AgentProcess, CommandLine, Line, LineReader, MAX_LINE_BYTES};
+use super::{AgentEvent, ProviderFailure, TurnOutcome, TurnSink};
+
+/// A sans-IO parser of one CLI's JSON lines.
+pub trait LineParser: Send {
+    fn line(&mut self, line: &str) -> Vec<AgentEvent>;
+}
+
+/// Parses every line of `transcript` (for recorded-transcript tests and benchmarks).
+pub fn parse_transcript(parser: &mut dyn LineParser, transcript: &str) -> Vec<AgentEvent> {
+    transcript.lines().filter(|l| !l.trim().is_empty()).flat_map(|l| parser.line(l)).collect()
+}
+
+/// What an unparseable line becomes: skipped, never fatal.
+pub fn skipped(line: &str, why: impl std::fmt::Display) -> AgentEvent {
+    let start: String = line.chars().take(80).collect();
+    AgentEvent::Skipped { reason: format!("{why}: {start:?}") }
+}
+
+pub async fn run(
+    command: &CommandLine,
+    cwd: &Path,
+    prompt: &str,
+    parser: &mut dyn LineParser,
+    sink: &dyn TurnSink,
+) -> Result<(), ProviderFailure> {
+    let mut process = AgentProcess::spawn(command, cwd)?;
+    // Written concurrently: a child may start printing before it has read a large prompt.
+    if let Some(mut stdin) = process.take_stdin() {
+        let prompt = prompt.to_owned();
+        tokio::spawn(async move {
+            let _ = stdin.write_all(prompt.as_bytes()).await;
+            let _ = stdin.shutdown().await;
+        });
+    }
+    let stdout = process.take_stdout().expect("stdout is piped");
+    let mut reader = LineReader::new(stdout, MAX_LINE_BYTES);
+    let mut outcome = TurnOutcome::default();
+    loop {
+        let line = match reader.next_line().await {
+            Ok(Some(line)) => line,
+            Ok(None) => break,
+            Err(e) => {
+                outcome.apply(sink, AgentEvent::Skipped { reason: format!("reading agent output failed: {e}") });
+                break;
+            }
+        };
+        let events = match line {
+            Line::Text(text) if text.trim().is_empty() => continue,
+            Line::Text(text) => parser.line(&text),
+            Line::TooLong(n) => vec![AgentEvent::Skipped { reason: format!("a {n}-byte line exceeds the line limit") }],
+            Line::NotUtf8 => vec![AgentEvent::Skipped { reason: "a line is not UTF-8".into() }],
+        };
+        for event in events {
+            outcome.apply(sink, event);
+        }
+    }
+    let exit = process.wait().await;
+    match (outcome.failure, outcome.done, exit.success) {
+        (Some(message), _, _) => {
+            let mut failure = ProviderFailure::turn(message);
+            failure.details = serde_json::json!({ "exitCode": exit.code, "stderrTail": exit.stderr_tail });
+            Err(failure)
+        }
+        (None, true, _) => Ok(()),
+        (None, false, true) => {
+            let mut failure = ProviderFailure::turn(format!("{} ended without finishing the turn", exit.program));
+            failure.details = serde_json::json!({ "exitCode": exit.code, "stderrTail": exit.stderr_tail });
+            Err(failure)
+        }
+        (None, false, false) => Err(exit.crashed("the agent stopped mid-turn")),
+    }
+}

@@ -1,0 +1,226 @@
+//! `codex`: the Codex CLI, one `codex exec --json` process per turn.
+//!
+//! Command line (prompt on stdin, so it never shows in `ps`):
+//! `codex exec --json --skip-git-repo-check --sandbox workspace-write --cd <workspace>
+//!  -c mcp_servers.pedelec.command="<pedelec-core>" -c mcp_servers.pedelec.args=["mcp"]
+//!  -c mcp_servers.pedelec.env_vars=["PEDELEC_TOOL_TOKEN","PEDELEC_CORE_SOCKET"] …
+//!  [-m MODEL] [-c model_reasoning_effort="low|high"] [resume <thread id>] -`
+//!
+//! The tool token travels in codex's environment and is passed through to
+//! the bridge by name (`env_vars`), never as a value on a command line.
+//! The thread id from `thread.started` is the session's provider identity;
+//! later turns and resumed sessions continue it with `resume`. Usage is the
+//! `turn.completed` total (input + output tokens; cached input is a part of
+//! input), which codex reports as the thread's running total.
+
+use pedelec_protocol::pb;
+use serde_json::Value;
+
+use super::cli_turn::{self, LineParser, skipped};
+use super::process::CommandLine;
+use super::{
+    AgentEvent, BoxFuture, MCP_SERVER_NAME, Provider, ProviderConfig, ProviderFailure, ProviderSession,
+    ProviderSetup, SOCKET_ENV, TOOL_TOKEN_ENV, TurnRequest, TurnSink, effort_name, program_info, with_guidance,
+};
+
+pub struct Codex {
+    config: ProviderConfig,
+}
+
+impl Codex {
+    pub fn new(config: ProviderConfig) -> Self {
+        Codex { config }
+    }
+}
+
+impl Provider for Codex {
+    fn code(&self) -> String {
+        self.config.code.clone()
+    }
+
+    fn info(&self) -> pb::ProviderInfo {
+        program_info(&self.config)
+    }
+
+    fn default_model(&self) -> String {
+        self.config.model.clone().unwrap_or_default()
+    }
+
+    fn start(&self, setup: ProviderSetup) -> Result<Box<dyn ProviderSession>, ProviderFailure> {
+        Ok(Box::new(CodexSession { config: self.config.clone(), thread_id: setup.provider_session_id.clone(), setup }))
+    }
+}
+
+struct CodexSession {
+    config: ProviderConfig,
+    setup: ProviderSetup,
+    thread_id: Option<String>,
+}
+
+fn toml_string(text: &str) -> String {
+    toml::Value::String(text.to_owned()).to_string()
+}
+
+/// The argv (after the program) for one turn.
+pub fn turn_args(config: &ProviderConfig, setup: &ProviderSetup, thread_id: Option<&str>) -> Vec<String> {
+    let mut args: Vec<String> = config.command[1..].to_vec();
+    let server = format!("mcp_servers.{MCP_SERVER_NAME}");
+    let tool_timeout = setup.tools.iter().map(|t| pedelec_protocol::tools::tool_timeout(t).as_secs()).max();
+    args.extend(
+        [
+            "exec",
+            "--json",
+            "--skip-git-repo-check",
+            "--sandbox",
+            "workspace-write",
+            "--cd",
+            &setup.workspace.display().to_string(),
+            "-c",
+            &format!("{server}.command={}", toml_string(&setup.bridge.command.display().to_string())),
+            "-c",
+            &format!("{server}.args=[\"mcp\"]"),
+            "-c",
+            &format!("{server}.env_vars=[\"{TOOL_TOKEN_ENV}\",\"{SOCKET_ENV}\"]"),
+            "-c",
+            &format!("{server}.tool_timeout_sec={}", tool_timeout.unwrap_or(60) + 5),
+        ]
+        .map(str::to_owned),
+    );
+    if !setup.model.is_empty() {
+        args.extend(["-m".to_owned(), setup.model.clone()]);
+    }
+    if let Some(effort) = effort_name(setup.effort_level) {
+        args.extend(["-c".to_owned(), format!("model_reasoning_effort={}", toml_string(effort))]);
+    }
+    if let Some(thread) = thread_id {
+        args.extend(["resume".to_owned(), thread.to_owned()]);
+    }
+    args.push("-".to_owned());
+    args
+}
+
+impl ProviderSession for CodexSession {
+    fn run_turn<'a>(
+        &'a mut self,
+        turn: TurnRequest,
+        sink: &'a dyn TurnSink,
+    ) -> BoxFuture<'a, Result<(), ProviderFailure>> {
+        Box::pin(async move {
+            let mut command = CommandLine {
+                program: self.config.command[0].clone(),
+                args: turn_args(&self.config, &self.setup, self.thread_id.as_deref()),
+                env: self.config.env.clone().into_iter().collect(),
+            };
+            command.env.extend(self.setup.bridge.env());
+            let prompt = match self.thread_id {
+                None => with_guidance(&self.setup.guidance, &turn.text),
+                Some(_) => turn.text.clone(),
+            };
+            let mut parser = CodexParser::default();
+            let outcome = cli_turn::run(&command, &self.setup.workspace, &prompt, &mut parser, sink).await;
+            if let Some(thread) = parser.thread_id {
+                self.thread_id = Some(thread);
+            }
+            outcome
+        })
+    }
+}
+
+/// `codex exec --json` lines → normalised events.
+#[derive(Default)]
+pub struct CodexParser {
+    pub thread_id: Option<String>,
+    last_error: Option<String>,
+}
+
+fn text(value: &Value, key: &str) -> String {
+    value.get(key).and_then(Value::as_str).unwrap_or_default().to_owned()
+}
+
+fn clip(text: &str) -> String {
+    const MAX: usize = 300;
+    if text.chars().count() <= MAX { text.to_owned() } else { format!("{}…", text.chars().take(MAX).collect::<String>()) }
+}
+
+impl CodexParser {
+    fn item(&self, stage: &str, item: &Value) -> Vec<AgentEvent> {
+        let kind = item.get("type").and_then(Value::as_str).unwrap_or_default();
+        let completed = stage == "item.completed";
+        let status = text(item, "status");
+        let activity = |summary: String| vec![AgentEvent::Activity { kind: kind.to_owned(), summary }];
+        match kind {
+            "agent_message" if completed => vec![AgentEvent::Message { text: text(item, "text") }],
+            "reasoning" if completed => activity(clip(&text(item, "text"))),
+            "command_execution" => {
+                let exit = item.get("exit_code").and_then(Value::as_i64);
+                let exit = exit.map(|c| format!(", exit {c}")).unwrap_or_default();
+                activity(format!("{} ({status}{exit})", clip(&text(item, "command"))))
+            }
+            "mcp_tool_call" => {
+                let failed = item.pointer("/error/message").and_then(Value::as_str);
+                let failed = failed.map(|m| format!(": {}", clip(m))).unwrap_or_default();
+                activity(format!("{}.{} ({status}){failed}", text(item, "server"), text(item, "tool")))
+            }
+            "file_change" => {
+                let changes = item.get("changes").and_then(Value::as_array).map(Vec::as_slice).unwrap_or_default();
+                let list: Vec<String> =
+                    changes.iter().map(|c| format!("{} {}", text(c, "kind"), text(c, "path"))).collect();
+                activity(format!("{} ({status})", list.join(", ")))
+            }
+            "web_search" if completed => activity(clip(&text(item, "query"))),
+            "todo_list" if completed => {
+                let items = item.get("items").and_then(Value::as_array).map(Vec::as_slice).unwrap_or_default();
+                let done = items.iter().filter(|i| i.get("completed") == Some(&Value::Bool(true))).count();
+                activity(format!("{done}/{} done", items.len()))
+            }
+            "error" => vec![AgentEvent::Notice { message: text(item, "message") }],
+            _ => Vec::new(),
+        }
+    }
+}
+
+impl LineParser for CodexParser {
+    fn line(&mut self, line: &str) -> Vec<AgentEvent> {
+        let value: Value = match serde_json::from_str(line) {
+            Ok(value @ Value::Object(_)) => value,
+            Ok(_) => return vec![skipped(line, "not a JSON object")],
+            Err(e) => return vec![skipped(line, format!("not JSON ({e})"))],
+        };
+        match value.get("type").and_then(Value::as_str).unwrap_or_default() {
+            "thread.started" => {
+                let id = text(&value, "thread_id");
+                if id.is_empty() {
+                    return vec![skipped(line, "thread.started without thread_id")];
+                }
+                self.thread_id = Some(id.clone());
+                vec![AgentEvent::SessionId { id }]
+            }
+            stage @ ("item.started" | "item.updated" | "item.completed") => match value.get("item") {
+                Some(item) => self.item(stage, item),
+                None => vec![skipped(line, "an item event without item")],
+            },
+            "turn.completed" => {
+                let usage = value.get("usage");
+                let count = |key: &str| usage.and_then(|u| u.get(key)).and_then(Value::as_u64);
+                let mut events = Vec::new();
+                if let (Some(input), Some(output)) = (count("input_tokens"), count("output_tokens")) {
+                    events.push(AgentEvent::Usage { total_tokens: input + output });
+                }
+                events.push(AgentEvent::TurnDone);
+                events
+            }
+            "turn.failed" => {
+                let message = value.pointer("/error/message").and_then(Value::as_str).map(str::to_owned);
+                let message = message.filter(|m| !m.is_empty()).or(self.last_error.take());
+                vec![AgentEvent::Failed { message: message.unwrap_or_else(|| "turn failed".into()) }]
+            }
+            // Informational unless turn.failed follows (newer codex keeps running).
+            "error" => {
+                let message = text(&value, "message");
+                self.last_error = Some(message.clone());
+                vec![AgentEvent::Notice { message }]
+            }
+            _ => Vec::new(),
+        }
+    }
+}

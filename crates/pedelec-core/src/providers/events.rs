@@ -1,0 +1,57 @@
+//! The normalised vocabulary every adapter's parser produces, and how it
+//! reaches a turn's [`TurnSink`]. Parsers are sans-IO (`line → events`), so
+//! recorded transcripts are tested without any process.
+
+use serde::Serialize;
+
+use super::TurnSink;
+
+/// What an agent's output means, independent of its wire format.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[serde(tag = "event", rename_all = "snake_case")]
+pub enum AgentEvent {
+    /// The provider's own session/thread identity (for later turns and resume).
+    SessionId { id: String },
+    /// A best-effort fragment of assistant text.
+    Delta { text: String },
+    /// One complete assistant message.
+    Message { text: String },
+    /// Agent-side work worth a diagnostic: a command, an MCP/tool call, a file change, reasoning.
+    Activity { kind: String, summary: String },
+    /// The provider's cumulative token total.
+    Usage { total_tokens: u64 },
+    /// Something the agent reported that does not end the turn.
+    Notice { message: String },
+    /// The turn failed.
+    Failed { message: String },
+    /// The turn finished.
+    TurnDone,
+    /// A line that is not the format (garbage, over-long, unknown JSON); skipped.
+    Skipped { reason: String },
+}
+
+/// Where a turn stands after applying events.
+#[derive(Debug, Default)]
+pub struct TurnOutcome {
+    pub done: bool,
+    pub failure: Option<String>,
+}
+
+impl TurnOutcome {
+    /// Applies one event to `sink` and tracks whether the turn finished or failed.
+    pub fn apply(&mut self, sink: &dyn TurnSink, event: AgentEvent) {
+        match event {
+            AgentEvent::SessionId { id } => sink.provider_session(&id),
+            AgentEvent::Delta { text } => sink.delta(&text),
+            AgentEvent::Message { text } => sink.message(&text),
+            AgentEvent::Activity { kind, summary } => sink.activity(&kind, &summary),
+            AgentEvent::Usage { total_tokens } => sink.usage(total_tokens),
+            AgentEvent::Notice { message } => tracing::info!(%message, "agent notice"),
+            AgentEvent::Failed { message } => {
+                self.failure.get_or_insert(message);
+            }
+            AgentEvent::TurnDone => self.done = true,
+            AgentEvent::Skipped { reason } => tracing::warn!(%reason, "skipped a line of agent output"),
+        }
+    }
+}

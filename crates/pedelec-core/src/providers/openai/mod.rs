@@ -1,0 +1,337 @@
+//! `openai`: any OpenAI-compatible `/chat/completions` endpoint (Ollama,
+//! llama.cpp, vLLM, LM Studio), with our own bounded agent loop.
+//!
+//! Each turn streams a completion (`stream: true`,
+//! `stream_options.include_usage`) with the session's frontend tools as
+//! functions; requested tool calls go straight to Core's tool broker and
+//! their results (or `{"error":{code,message}}`) go back as `tool`
+//! messages, for at most `max_rounds` rounds. The conversation lives in the
+//! runtime and in `<runtime>/.pedelec-openai-history.json`, so a resumed
+//! session (or a restarted Core) continues it. Usage adds each request's
+//! `total_tokens`. The API key is read from `api_key_env` at request time;
+//! only plain `http://` endpoints are supported (local model servers): an
+//! `https://` one is reported unavailable, as this build carries no TLS.
+
+mod stream;
+
+use std::net::ToSocketAddrs;
+use std::path::PathBuf;
+use std::time::Duration;
+
+use http_body_util::{BodyExt, Full};
+use hyper::body::Bytes;
+use pedelec_protocol::{ErrorCode, pb};
+use serde_json::{Value, json};
+
+use super::{
+    AgentEvent, BoxFuture, Provider, ProviderConfig, ProviderFailure, ProviderSession, ProviderSetup, TurnOutcome,
+    TurnRequest, TurnSink,
+};
+pub use stream::{Completion, RequestedCall, SseDecoder};
+
+pub struct OpenAi {
+    config: ProviderConfig,
+}
+
+impl OpenAi {
+    pub fn new(config: ProviderConfig) -> Self {
+        OpenAi { config }
+    }
+
+    fn base_url(&self) -> Option<String> {
+        let from_env = || std::env::var(format!("{}_BASE_URL", self.config.code.to_uppercase().replace('-', "_"))).ok();
+        self.config.base_url.clone().or_else(from_env).filter(|u| !u.is_empty())
+    }
+}
+
+/// Host, port and path prefix of a plain-http base URL.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Endpoint {
+    pub host: String,
+    pub port: u16,
+    pub path: String,
+}
+
+impl Endpoint {
+    pub fn parse(base: &str) -> Result<Self, String> {
+        let rest = match base.split_once("://") {
+            Some(("http", rest)) => rest,
+            Some(("https", _)) => return Err("https endpoints need TLS, which this build does not include".into()),
+            _ => return Err(format!("{base:?} is not an http:// URL")),
+        };
+        let (authority, path) = rest.split_once('/').map_or((rest, ""), |(a, p)| (a, p));
+        let (host, port) = match authority.rsplit_once(':') {
+            Some((host, port)) => (host, port.parse::<u16>().map_err(|_| format!("bad port in {base:?}"))?),
+            None => (authority, 80),
+        };
+        if host.is_empty() {
+            return Err(format!("no host in {base:?}"));
+        }
+        Ok(Endpoint { host: host.to_owned(), port, path: format!("/{}", path.trim_end_matches('/')) })
+    }
+
+    fn chat_path(&self) -> String {
+        format!("{}/chat/completions", self.path.trim_end_matches('/'))
+    }
+
+    /// Whether something listens there (a short connect, no request).
+    fn reachable(&self) -> Result<(), String> {
+        let addr = (self.host.as_str(), self.port)
+            .to_socket_addrs()
+            .map_err(|e| format!("cannot resolve {}: {e}", self.host))?
+            .next()
+            .ok_or_else(|| format!("cannot resolve {}", self.host))?;
+        std::net::TcpStream::connect_timeout(&addr, Duration::from_millis(300))
+            .map(drop)
+            .map_err(|e| format!("endpoint {}:{} unreachable: {e}", self.host, self.port))
+    }
+}
+
+impl Provider for OpenAi {
+    fn code(&self) -> String {
+        self.config.code.clone()
+    }
+
+    fn info(&self) -> pb::ProviderInfo {
+        let check = self
+            .base_url()
+            .ok_or_else(|| "no base_url configured".to_owned())
+            .and_then(|url| Endpoint::parse(&url))
+            .and_then(|endpoint| endpoint.reachable());
+        let (available, reason) = match check {
+            Ok(()) => (true, String::new()),
+            Err(reason) => (false, reason),
+        };
+        pb::ProviderInfo { name: self.config.name.clone(), code: self.config.code.clone(), available, reason }
+    }
+
+    fn default_model(&self) -> String {
+        self.config.model.clone().unwrap_or_default()
+    }
+
+    fn requires_model(&self) -> bool {
+        true
+    }
+
+    fn start(&self, setup: ProviderSetup) -> Result<Box<dyn ProviderSession>, ProviderFailure> {
+        if setup.model.is_empty() {
+            return Err(ProviderFailure::coded(ErrorCode::ModelRequired, "this provider needs a model", true));
+        }
+        let unavailable = |m: String| ProviderFailure::coded(ErrorCode::ProviderUnavailable, m, true);
+        let base = self.base_url().ok_or_else(|| unavailable("no base_url configured".into()))?;
+        let endpoint = Endpoint::parse(&base).map_err(unavailable)?;
+        let history_file = setup.runtime_dir.join(".pedelec-openai-history.json");
+        let history = match &setup.provider_session_id {
+            Some(_) => std::fs::read(&history_file)
+                .ok()
+                .and_then(|bytes| serde_json::from_slice::<Vec<Value>>(&bytes).ok())
+                .unwrap_or_default(),
+            None => Vec::new(),
+        };
+        let identity = setup.provider_session_id.clone().unwrap_or_else(|| format!("openai-{}", uuid::Uuid::new_v4()));
+        let api_key = self.config.api_key_env.as_ref().and_then(|name| std::env::var(name).ok());
+        Ok(Box::new(OpenAiSession {
+            endpoint,
+            api_key,
+            max_rounds: self.config.max_rounds,
+            total: setup.usage_total.unwrap_or(0),
+            identity,
+            history,
+            history_file,
+            setup,
+        }))
+    }
+}
+
+struct OpenAiSession {
+    endpoint: Endpoint,
+    api_key: Option<String>,
+    max_rounds: u32,
+    total: u64,
+    identity: String,
+    history: Vec<Value>,
+    history_file: PathBuf,
+    setup: ProviderSetup,
+}
+
+fn tool_functions(tools: &[pb::ToolDefinition]) -> Vec<Value> {
+    tools
+        .iter()
+        .map(|t| {
+            let schema: Value = serde_json::from_str(&t.input_schema_json).unwrap_or_else(|_| json!({"type":"object"}));
+            json!({ "type": "function", "function": { "name": t.name, "description": t.description, "parameters": schema } })
+        })
+        .collect()
+}
+
+impl OpenAiSession {
+    fn request_body(&self, messages: &[Value], with_tools: bool) -> Value {
+        let mut body = json!({
+            "model": self.setup.model,
+            "messages": messages,
+            "stream": true,
+            "stream_options": { "include_usage": true },
+        });
+        if with_tools && !self.setup.tools.is_empty() {
+            body["tools"] = Value::Array(tool_functions(&self.setup.tools));
+        }
+        if let Some(effort) = super::effort_name(self.setup.effort_level) {
+            body["reasoning_effort"] = Value::from(effort);
+        }
+        body
+    }
+
+    /// One streamed completion; deltas reach `sink` as they arrive.
+    async fn complete(&mut self, body: Value, sink: &dyn TurnSink) -> Result<Completion, ProviderFailure> {
+        let failed = |m: String| ProviderFailure::turn(m);
+        let stream = tokio::net::TcpStream::connect((self.endpoint.host.as_str(), self.endpoint.port))
+            .await
+            .map_err(|e| failed(format!("cannot reach {}:{}: {e}", self.endpoint.host, self.endpoint.port)))?;
+        let _ = stream.set_nodelay(true);
+        let (mut sender, connection) = hyper::client::conn::http1::handshake(hyper_util::rt::TokioIo::new(stream))
+            .await
+            .map_err(|e| failed(format!("HTTP handshake failed: {e}")))?;
+        tokio::spawn(connection);
+        let mut request = hyper::Request::post(self.endpoint.chat_path())
+            .header("host", format!("{}:{}", self.endpoint.host, self.endpoint.port))
+            .header("content-type", "application/json")
+            .header("accept", "text/event-stream");
+        if let Some(key) = &self.api_key {
+            request = request.header("authorization", format!("Bearer {key}"));
+        }
+        let request = request
+            .body(Full::new(Bytes::from(body.to_string())))
+            .map_err(|e| failed(format!("cannot build the request: {e}")))?;
+        let response = sender.send_request(request).await.map_err(|e| failed(format!("request failed: {e}")))?;
+        let status = response.status();
+        let mut body = response.into_body();
+        if !status.is_success() {
+            let bytes = body.collect().await.map(|b| b.to_bytes()).unwrap_or_default();
+            let text: String = String::from_utf8_lossy(&bytes).chars().take(500).collect();
+            let mut failure = failed(format!("the endpoint answered HTTP {status}"));
+            failure.details = json!({ "httpStatus": status.as_u16(), "body": text });
+            return Err(failure);
+        }
+        let mut decoder = SseDecoder::default();
+        let mut completion = Completion::default();
+        let mut outcome = TurnOutcome::default();
+        while !completion.done {
+            let Some(frame) = body.frame().await else { break };
+            let frame = frame.map_err(|e| failed(format!("the stream broke: {e}")))?;
+            let Ok(data) = frame.into_data() else { continue };
+            for payload in decoder.feed(&data).map_err(failed)? {
+                for event in completion.apply(&payload) {
+                    outcome.apply(sink, event);
+                }
+            }
+        }
+        if let Some(payload) = decoder.finish() {
+            for event in completion.apply(&payload) {
+                outcome.apply(sink, event);
+            }
+        }
+        if let Some(message) = outcome.failure {
+            return Err(failed(message));
+        }
+        if let Some(tokens) = completion.total_tokens {
+            self.total += tokens;
+            sink.usage(self.total);
+        }
+        Ok(completion)
+    }
+
+    async fn turn(&mut self, turn: TurnRequest, sink: &dyn TurnSink) -> Result<(), ProviderFailure> {
+        sink.provider_session(&self.identity);
+        let prepare = turn.kind == pb::TurnKind::Prepare;
+        let mut messages = self.history.clone();
+        if messages.is_empty() && !self.setup.guidance.trim().is_empty() {
+            messages.push(json!({ "role": "system", "content": self.setup.guidance }));
+        }
+        messages.push(json!({ "role": "user", "content": turn.text }));
+        for _round in 0..self.max_rounds {
+            let completion = self.complete(self.request_body(&messages, !prepare), sink).await?;
+            let calls = completion.finished_calls();
+            if !completion.content.is_empty() {
+                sink.message(&completion.content);
+            }
+            if calls.is_empty() {
+                messages.push(json!({ "role": "assistant", "content": completion.content }));
+                // Preparation is a check, not part of the conversation.
+                if !prepare {
+                    self.history = messages;
+                    self.save_history();
+                }
+                return Ok(());
+            }
+            let requested: Vec<Value> = calls
+                .iter()
+                .map(|c| json!({ "id": c.id, "type": "function", "function": { "name": c.name, "arguments": c.arguments } }))
+                .collect();
+            messages.push(json!({ "role": "assistant", "content": completion.content, "tool_calls": requested }));
+            for call in calls {
+                sink.activity("tool_call", &format!("{} {}", call.name, call.arguments));
+                let content = match sink.call_tool(&call.name, call.arguments.clone()).await {
+                    Ok(result) => result,
+                    Err(error) => json!({ "error": { "code": error.code, "message": error.message } }).to_string(),
+                };
+                messages.push(json!({ "role": "tool", "tool_call_id": call.id, "content": content }));
+            }
+        }
+        Err(ProviderFailure::turn(format!("the model was still calling tools after {} rounds", self.max_rounds)))
+    }
+
+    fn save_history(&self) {
+        let write = serde_json::to_vec(&self.history).map_err(std::io::Error::other).and_then(|bytes| {
+            std::fs::create_dir_all(&self.setup.runtime_dir)?;
+            let partial = self.history_file.with_extension("json.partial");
+            std::fs::write(&partial, bytes)?;
+            std::fs::rename(&partial, &self.history_file)
+        });
+        if let Err(error) = write {
+            tracing::warn!(%error, "could not save the openai conversation");
+        }
+    }
+}
+
+impl ProviderSession for OpenAiSession {
+    fn run_turn<'a>(
+        &'a mut self,
+        turn: TurnRequest,
+        sink: &'a dyn TurnSink,
+    ) -> BoxFuture<'a, Result<(), ProviderFailure>> {
+        Box::pin(self.turn(turn, sink))
+    }
+}
+
+/// Reads a recorded SSE body into the events a turn would report (for tests and benchmarks).
+pub fn replay(body: &[u8]) -> (Vec<AgentEvent>, Completion) {
+    let mut decoder = SseDecoder::default();
+    let mut completion = Completion::default();
+    let mut events = Vec::new();
+    let payloads = match decoder.feed(body) {
+        Ok(payloads) => payloads,
+        Err(reason) => return (vec![AgentEvent::Skipped { reason }], completion),
+    };
+    for payload in payloads.into_iter().chain(decoder.finish()) {
+        events.extend(completion.apply(&payload));
+    }
+    (events, completion)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn endpoints_parse_or_say_why() {
+        assert_eq!(
+            Endpoint::parse("http://127.0.0.1:11434/v1/").unwrap(),
+            Endpoint { host: "127.0.0.1".into(), port: 11434, path: "/v1".into() }
+        );
+        assert_eq!(Endpoint::parse("http://localhost").unwrap().chat_path(), "/chat/completions");
+        assert!(Endpoint::parse("https://api.openai.com/v1").unwrap_err().contains("TLS"));
+        assert!(Endpoint::parse("ftp://x").is_err());
+        assert!(Endpoint::parse("http://:80/v1").is_err());
+        assert!(Endpoint::parse("http://h:99999/v1").is_err());
+    }
+}

@@ -1,0 +1,170 @@
+//! Core's settings file: `<config dir>/config.toml`.
+//!
+//! ```toml
+//! default_provider = "codex"          # used when a request names none
+//! turn_timeout_secs = 600             # a turn running longer fails with PROVIDER_TIMEOUT
+//!
+//! [providers.codex]                   # override a built-in provider…
+//! command = ["/opt/codex/bin/codex"]
+//! model = "gpt-5.1"
+//!
+//! [providers.my-agent]                # …or add one of your own
+//! kind = "acp"                        # acp | codex | claude | openai
+//! command = ["my-agent", "--acp"]
+//! env = { MY_AGENT_MODE = "fast" }
+//!
+//! [providers.lmstudio]
+//! kind = "openai"
+//! base_url = "http://127.0.0.1:1234/v1"
+//! api_key_env = "LMSTUDIO_KEY"        # the key itself never lives in this file
+//! model = "qwen3-coder"
+//! ```
+//!
+//! A missing file means defaults; an unreadable or invalid one stops Core
+//! from starting (`CONFIG_INVALID`), because silently ignoring a typo would
+//! run the wrong agent.
+
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+use pedelec_protocol::ErrorCode;
+use serde::Deserialize;
+
+use crate::error::{CoreError, CoreResult};
+
+/// The adapter family a provider uses.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum ProviderKind {
+    Scripted,
+    Acp,
+    Codex,
+    Claude,
+    Openai,
+}
+
+/// One `[providers.<code>]` table; every field is optional over the preset.
+#[derive(Debug, Clone, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ProviderOverride {
+    pub kind: Option<ProviderKind>,
+    pub name: Option<String>,
+    /// Program and leading arguments.
+    pub command: Option<Vec<String>>,
+    #[serde(default)]
+    pub env: BTreeMap<String, String>,
+    pub model: Option<String>,
+    pub base_url: Option<String>,
+    /// The environment variable holding the API key.
+    pub api_key_env: Option<String>,
+    /// Tool-calling rounds the openai agent loop may take in one turn.
+    pub max_rounds: Option<u32>,
+}
+
+#[derive(Debug, Clone, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Settings {
+    pub default_provider: Option<String>,
+    pub turn_timeout_secs: Option<u64>,
+    #[serde(default)]
+    pub providers: BTreeMap<String, ProviderOverride>,
+}
+
+/// Ten minutes: long enough for real agent turns with tool use.
+pub const DEFAULT_TURN_TIMEOUT: Duration = Duration::from_secs(600);
+
+impl Settings {
+    /// `--config-dir`, else `$PEDELEC_CONFIG_DIR`, else `$XDG_CONFIG_HOME/pedelec`, else `~/.config/pedelec`.
+    pub fn default_dir() -> PathBuf {
+        let env = |k: &str| std::env::var_os(k).filter(|v| !v.is_empty()).map(PathBuf::from);
+        env("PEDELEC_CONFIG_DIR")
+            .or_else(|| env("XDG_CONFIG_HOME").map(|d| d.join("pedelec")))
+            .or_else(|| env("HOME").map(|h| h.join(".config/pedelec")))
+            .unwrap_or_else(|| PathBuf::from(".pedelec-config"))
+    }
+
+    pub fn file_in(dir: &Path) -> PathBuf {
+        dir.join("config.toml")
+    }
+
+    /// Reads `config.toml` from `dir`; a missing file is the defaults.
+    pub fn load(dir: &Path) -> CoreResult<Self> {
+        let path = Self::file_in(dir);
+        let text = match std::fs::read_to_string(&path) {
+            Ok(text) => text,
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(Settings::default()),
+            Err(e) => {
+                return Err(CoreError::new(ErrorCode::ConfigInvalid, format!("cannot read {}: {e}", path.display())));
+            }
+        };
+        Self::parse(&text).map_err(|message| {
+            CoreError::new(ErrorCode::ConfigInvalid, format!("{}: {message}", path.display()))
+        })
+    }
+
+    pub fn parse(text: &str) -> Result<Self, String> {
+        let settings: Settings = toml::from_str(text).map_err(|e| e.to_string())?;
+        for (code, provider) in &settings.providers {
+            if code.is_empty() || !code.chars().all(|c| c.is_ascii_alphanumeric() || c == '-' || c == '_') {
+                return Err(format!("provider code {code:?} may hold only letters, digits, '-' and '_'"));
+            }
+            if provider.command.as_ref().is_some_and(|c| c.is_empty() || c[0].is_empty()) {
+                return Err(format!("providers.{code}.command needs a program"));
+            }
+        }
+        if settings.turn_timeout_secs == Some(0) {
+            return Err("turn_timeout_secs must be at least 1".into());
+        }
+        Ok(settings)
+    }
+
+    pub fn turn_timeout(&self) -> Duration {
+        self.turn_timeout_secs.map(Duration::from_secs).unwrap_or(DEFAULT_TURN_TIMEOUT)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn parses_overrides_and_custom_providers() {
+        let s = Settings::parse(
+            r#"
+            default_provider = "mine"
+            turn_timeout_secs = 5
+            [providers.mine]
+            kind = "acp"
+            command = ["agent", "--acp"]
+            env = { A = "1" }
+            "#,
+        )
+        .unwrap();
+        assert_eq!(s.default_provider.as_deref(), Some("mine"));
+        assert_eq!(s.turn_timeout(), Duration::from_secs(5));
+        let mine = &s.providers["mine"];
+        assert_eq!(mine.kind, Some(ProviderKind::Acp));
+        assert_eq!(mine.command.as_deref(), Some(&["agent".to_owned(), "--acp".to_owned()][..]));
+        assert_eq!(mine.env["A"], "1");
+    }
+
+    #[test]
+    fn rejects_typos_bad_codes_and_empty_commands() {
+        assert!(Settings::parse("default_providr = \"x\"").unwrap_err().contains("unknown field"));
+        assert!(Settings::parse("[providers.\"a b\"]\nkind = \"acp\"").unwrap_err().contains("provider code"));
+        assert!(Settings::parse("[providers.x]\ncommand = []").unwrap_err().contains("needs a program"));
+        assert!(Settings::parse("[providers.x]\nkind = \"telepathy\"").is_err());
+        assert!(Settings::parse("turn_timeout_secs = 0").is_err());
+    }
+
+    #[test]
+    fn a_missing_file_is_the_defaults() {
+        let dir = tempfile::tempdir().unwrap();
+        let s = Settings::load(dir.path()).unwrap();
+        assert!(s.providers.is_empty());
+        std::fs::write(dir.path().join("config.toml"), "nonsense = [").unwrap();
+        let e = Settings::load(dir.path()).unwrap_err();
+        assert_eq!(e.code(), ErrorCode::ConfigInvalid);
+    }
+}
