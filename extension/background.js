@@ -19,8 +19,8 @@ const RECONNECT_DELAYS_MS = [100, 250, 500, 1000, 2000, 4000, 8000];
 /** A live subscription error that is not followed by the host exiting within this is forwarded. */
 const SUBSCRIPTION_ERROR_GRACE_MS = 1500;
 const MAX_REMEMBERED_SESSIONS = 1000;
-/** Request id 0 is never used by the SDK; the worker uses it for its own pings. */
-const INTERNAL_ID = 0;
+/** Page request ids are 1 … 2^31-1; the worker numbers its own requests (pings) from 2^31. */
+const INTERNAL_IDS = 0x80000000;
 
 if (chrome.runtime.id !== EXTENSION_ID) {
   console.warn(`pedelec: running as ${chrome.runtime.id}, expected ${EXTENSION_ID} (manifest key changed?)`);
@@ -101,6 +101,7 @@ class PageLink {
     this.hostAnswered = false;
     this.refused = null;
     this.closed = false;
+    this.internalId = INTERNAL_IDS;
   }
 
   toPage(message) {
@@ -125,7 +126,7 @@ class PageLink {
     if (message.type !== "frame") return;
     const frame = message.frame;
     const id = frame && frame.requestId;
-    if (!Number.isInteger(id) || id <= 0) return;
+    if (!Number.isInteger(id) || id <= 0 || id >= INTERNAL_IDS) return;
     const request = frame.request;
     const calls = request && typeof request === "object" ? Object.keys(request) : [];
     if (calls.length !== 1 || typeof request[calls[0]] !== "object" || request[calls[0]] === null) {
@@ -160,7 +161,7 @@ class PageLink {
     return { type: "status", origin: this.origin, approved, pending: approvals.has(this.origin), appConnected };
   }
 
-  /** Pings Core through this page's host (id 0), answering false after 2 s. */
+  /** Pings Core through this page's host, answering false after 2 s. */
   ping() {
     return new Promise((resolve) => {
       const timer = setTimeout(() => resolve(false), 2000);
@@ -169,7 +170,8 @@ class PageLink {
         resolve(ok);
       });
       this.ensureHost();
-      this.host.postMessage({ requestId: INTERNAL_ID, request: { ping: {} } });
+      this.internalId = this.internalId >= 0xfffffff0 ? INTERNAL_IDS : this.internalId + 1;
+      this.host.postMessage({ requestId: this.internalId, request: { ping: {} } });
     });
   }
 
@@ -211,7 +213,7 @@ class PageLink {
     }
     this.hostAnswered = true;
     const id = frame.requestId || 0;
-    if (id === INTERNAL_ID) {
+    if (id >= INTERNAL_IDS) {
       const ok = !!frame.response;
       for (const w of this.pingWaiters.splice(0)) w(ok);
       return;

@@ -5,6 +5,8 @@ use std::process::Command;
 use anyhow::{Context, Result, bail};
 use clap::{Parser, Subcommand};
 
+mod web;
+
 #[derive(Parser)]
 #[command(about = "Pedelec developer workflows")]
 struct Cli {
@@ -26,6 +28,14 @@ enum Task {
     Bench,
     /// Build release binaries into dist/ (binaries, manifest template, instructions) and a tar.gz.
     Package,
+    /// Build the browser package (wasm-bindgen, at the crate's pinned version) and the demo page into target/web.
+    Web,
+    /// Tool-call round trip agent → page handler → agent, in headless Chromium (p50/p99 over 200 calls).
+    WebBench {
+        /// Number of tool calls.
+        #[arg(long, default_value_t = 200)]
+        calls: u32,
+    },
     /// Register the packaged native host for the current user.
     Install {
         /// Chromium-family extension id (32 characters a-p).
@@ -43,11 +53,13 @@ fn main() -> Result<()> {
         Task::Demo { provider } => demo(&provider),
         Task::Bench => bench(),
         Task::Package => package().map(|_| ()),
+        Task::Web => web::build().map(|_| ()),
+        Task::WebBench { calls } => web::bench(calls),
         Task::Install { extension_id, browser } => install(&extension_id, &browser),
     }
 }
 
-fn cargo(args: &[&str]) -> Result<()> {
+pub(crate) fn cargo(args: &[&str]) -> Result<()> {
     let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".into());
     eprintln!("$ cargo {}", args.join(" "));
     let status = Command::new(&cargo).args(args).status().with_context(|| format!("running cargo {args:?}"))?;
@@ -61,7 +73,7 @@ fn has_nextest() -> bool {
     Command::new("cargo").args(["nextest", "--version"]).output().is_ok_and(|o| o.status.success())
 }
 
-fn has_wasm_target() -> bool {
+pub(crate) fn has_wasm_target() -> bool {
     Command::new("rustup")
         .args(["target", "list", "--installed"])
         .output()
@@ -82,6 +94,9 @@ fn ci() -> Result<()> {
     } else {
         eprintln!("warning: wasm32-unknown-unknown target unavailable; skipping the wasm build of pedelec-protocol");
     }
+    web::clippy()?;
+    // The browser test (crates/pedelec-web-e2e) loads the package and demo from target/web.
+    web::build()?;
     // The SDK's tests start the real Core and native-host binaries.
     cargo(&["build", "-p", "pedelec-core", "-p", "pedelec-native-host", "--bins"])?;
     if has_nextest() {
@@ -99,10 +114,11 @@ fn demo(provider: &str) -> Result<()> {
 fn bench() -> Result<()> {
     cargo(&["build", "--release", "--quiet", "-p", "pedelec-core", "-p", "pedelec-native-host", "--bins"])?;
     cargo(&["run", "--release", "--quiet", "-p", "pedelec-sdk", "--example", "bench"])?;
+    cargo(&["run", "--release", "--quiet", "-p", "pedelec-sdk", "--example", "provider_bench"])?;
     cargo(&["run", "--release", "--quiet", "-p", "pedelec-native-host", "--example", "host_bench"])
 }
 
-fn root() -> std::path::PathBuf {
+pub(crate) fn root() -> std::path::PathBuf {
     std::path::Path::new(env!("CARGO_MANIFEST_DIR")).parent().expect("xtask lives in the workspace").to_path_buf()
 }
 

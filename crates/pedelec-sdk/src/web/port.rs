@@ -122,8 +122,9 @@ impl Link {
     }
 
     fn next_id(&self) -> u32 {
+        // Ids from 2^31 up belong to the extension (extension/README.md).
         let id = self.next_id.get();
-        self.next_id.set(id.wrapping_add(1).max(1));
+        self.next_id.set(if id >= 0x7fff_ffff { 1 } else { id + 1 });
         id
     }
 

@@ -78,6 +78,7 @@ async function start(options = {}) {
     return { value: state.counter };
   });
   renderStatus(session.getStatus());
+  renderApproval();
   return session.sessionId;
 }
 
@@ -127,9 +128,15 @@ $("upload").addEventListener("click", () => {
   if (file) attempt(() => upload(file));
 });
 
-pedelec.getApprovalStatus().then((s) => {
-  $("approval").textContent = s.installed ? (s.approved ? `approved: ${s.origin}` : `not approved yet: ${s.origin}`) : "extension not installed";
-});
+async function renderApproval() {
+  const s = await pedelec.getApprovalStatus();
+  $("approval").textContent = s.installed
+    ? s.approved
+      ? `approved: ${s.origin}`
+      : `not approved yet: ${s.origin}`
+    : "extension not installed";
+}
+renderApproval();
 
 window.demo = {
   pedelec,

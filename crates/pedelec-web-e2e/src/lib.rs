@@ -1,0 +1,175 @@
+//! The browser path end to end, in real headless Chromium: the demo page
+//! (served on 127.0.0.1) runs the wasm build of pedelec-sdk, which talks to
+//! the Pedelec extension, which relays to a real `pedelec-native-host`, which
+//! talks to a real `pedelec-core` on a temporary socket.
+//!
+//! [`Rig`] sets all of that up; [`cdp`] drives Chromium over
+//! `--remote-debugging-pipe`; [`page`] is one tab; [`server`] serves files.
+//! Needs `cargo xtask web` (the package in `target/web`) and Chromium
+//! (`/usr/lib/chromium/chromium`, or `$PEDELEC_CHROMIUM`).
+
+pub mod cdp;
+pub mod page;
+pub mod server;
+
+use std::path::{Path, PathBuf};
+use std::process::Command;
+use std::time::Duration;
+
+use pedelec_sdk::daemon::CoreProcess;
+use pedelec_sdk::native::find_host_binary;
+
+use crate::cdp::Browser;
+use crate::page::Page;
+use crate::server::StaticServer;
+
+/// The id the extension's manifest key fixes (extension/README.md).
+pub const EXTENSION_ID: &str = "ighbaanpnpjegfpbhfnaekbncchadgfe";
+
+#[derive(Debug, thiserror::Error)]
+pub enum E2eError {
+    #[error("io: {0}")]
+    Io(#[from] std::io::Error),
+    #[error("json: {0}")]
+    Json(#[from] serde_json::Error),
+    #[error("CDP {method} failed: {message}")]
+    Cdp { method: String, message: String },
+    #[error("timed out: {0}")]
+    Timeout(String),
+    #[error("script `{expression}` threw: {message}")]
+    Script { expression: String, message: String },
+    #[error("unexpected CDP answer: {0}")]
+    Protocol(String),
+    #[error("setup: {0}")]
+    Setup(String),
+    #[error("sdk: {0}")]
+    Sdk(#[from] pedelec_sdk::PedelecError),
+}
+
+/// The workspace root.
+pub fn workspace_root() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).ancestors().nth(2).expect("crates/<name> sits in the workspace").to_path_buf()
+}
+
+/// `target/web` as `cargo xtask web` writes it.
+pub fn web_dir() -> PathBuf {
+    std::env::var_os("CARGO_TARGET_DIR")
+        .map(PathBuf::from)
+        .unwrap_or_else(|| workspace_root().join("target"))
+        .join("web")
+}
+
+/// The Chromium binary (the real one, not the `/usr/bin` wrapper script).
+pub fn chromium() -> PathBuf {
+    std::env::var_os("PEDELEC_CHROMIUM").map(PathBuf::from).unwrap_or_else(|| "/usr/lib/chromium/chromium".into())
+}
+
+/// What is missing to run the browser test, if anything.
+pub fn missing_prerequisite() -> Option<String> {
+    if !chromium().is_file() {
+        return Some(format!(
+            "Chromium not found at {} (apt-get install -y chromium, or set PEDELEC_CHROMIUM)",
+            chromium().display()
+        ));
+    }
+    if !web_dir().join("pkg/pedelec_sdk_bg.wasm").is_file() || !web_dir().join("demo/index.html").is_file() {
+        return Some(format!("no web package in {} (run `cargo xtask web`)", web_dir().display()));
+    }
+    None
+}
+
+/// Core, a registered native host, two page origins and Chromium with the extension.
+pub struct Rig {
+    // Field order is drop order: the browser goes before Core and the files.
+    pub browser: Browser,
+    pub core: CoreProcess,
+    /// The origin the tests approve.
+    pub site: StaticServer,
+    /// A second origin (another port) that is never approved.
+    pub other_site: StaticServer,
+    pub dir: tempfile::TempDir,
+}
+
+impl Rig {
+    pub fn start(disconnect_grace: Duration) -> Result<Rig, E2eError> {
+        if let Some(missing) = missing_prerequisite() {
+            return Err(E2eError::Setup(missing));
+        }
+        let dir = tempfile::tempdir()?;
+        let socket = dir.path().join("run/core.sock");
+        let state = dir.path().join("state");
+        let core = CoreProcess::spawn(&socket, &state, disconnect_grace)?;
+        let profile = dir.path().join("profile");
+        let config = dir.path().join("config");
+        std::fs::create_dir_all(&profile)?;
+        let host = std::fs::canonicalize(find_host_binary())
+            .map_err(|e| E2eError::Setup(format!("pedelec-native-host not built ({e}); cargo build --bins")))?;
+        // XDG_CONFIG_HOME keeps the allowed-ids file `install` writes inside the temp dir.
+        let status = Command::new(&host)
+            .args(["install", "--extension-id", EXTENSION_ID, "--browser", "chromium", "--profile"])
+            .arg(&profile)
+            .arg("--host-path")
+            .arg(&host)
+            .env("XDG_CONFIG_HOME", &config)
+            .status()?;
+        if !status.success() {
+            return Err(E2eError::Setup(format!("pedelec-native-host install failed ({status})")));
+        }
+        let site = StaticServer::start(&web_dir())?;
+        let other_site = StaticServer::start(&web_dir())?;
+        let extension = workspace_root().join("extension");
+        // The host inherits Chromium's environment: this is how it finds our Core.
+        let envs: [(&str, &Path); 3] =
+            [("PEDELEC_CORE_SOCKET", &socket), ("PEDELEC_STATE_DIR", &state), ("XDG_CONFIG_HOME", &config)];
+        let browser = Browser::launch(&chromium(), &profile, &extension, &envs)?;
+        let worker = format!("chrome-extension://{EXTENSION_ID}/background.js");
+        browser.wait_for_target("the extension's service worker (wrong manifest key?)", |t| {
+            t["url"].as_str() == Some(worker.as_str())
+        })?;
+        Ok(Rig { browser, core, site, other_site, dir })
+    }
+
+    pub fn socket(&self) -> PathBuf {
+        self.dir.path().join("run/core.sock")
+    }
+
+    /// Opens the demo page on `site` and waits until its SDK is loaded.
+    pub fn open_demo(&self, site: &StaticServer) -> Result<Page<'_>, E2eError> {
+        let page = Page::open(&self.browser, &format!("{}/demo/index.html", site.origin()))?;
+        page.wait_until("window.demo", Duration::from_secs(20))?;
+        Ok(page)
+    }
+
+    /// Finds the approval tab the extension opened for `origin` and clicks `button`.
+    pub fn answer_approval(&self, origin: &str, button: &str) -> Result<(), E2eError> {
+        let url = format!("chrome-extension://{EXTENSION_ID}/approve.html?origin={}", encode_component(origin));
+        let target = self.browser.wait_for_target(&format!("approval page for {origin}"), |t| {
+            t["type"].as_str() == Some("page") && t["url"].as_str() == Some(url.as_str())
+        })?;
+        let page = Page::attach(&self.browser, target["targetId"].as_str().unwrap_or_default())?;
+        // The request section shows once the worker confirmed the origin is pending.
+        page.wait_until("!document.getElementById('request').hidden", Duration::from_secs(10))?;
+        page.click(button)
+    }
+
+    /// Opens the extension's approval page in manage mode (the list with revoke buttons).
+    pub fn open_manager(&self) -> Result<Page<'_>, E2eError> {
+        let page = Page::open(&self.browser, &format!("chrome-extension://{EXTENSION_ID}/approve.html"))?;
+        page.wait_until("document.readyState === 'complete'", Duration::from_secs(10))?;
+        Ok(page)
+    }
+}
+
+/// `encodeURIComponent` for an origin (`:` and `/` are the only characters that need it).
+fn encode_component(text: &str) -> String {
+    text.replace('%', "%25").replace(':', "%3A").replace('/', "%2F")
+}
+
+/// Pulls `p50=<n>us p99=<n>us` out of the scripted provider's `/tools` reply.
+pub fn parse_round_trip(reply: &str) -> Option<(u64, u64)> {
+    let number = |key: &str| -> Option<u64> {
+        let rest = &reply[reply.find(key)? + key.len()..];
+        rest[..rest.find("us")?].parse().ok()
+    };
+    Some((number("p50=")?, number("p99=")?))
+}

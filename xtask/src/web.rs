@@ -1,0 +1,137 @@
+//! `cargo xtask web` and `cargo xtask web-bench`: the browser package and its demo.
+//!
+//! Layout written under `target/web/`:
+//! - `pkg/` — wasm-bindgen output (`--target web`): `pedelec_sdk.js`, `pedelec_sdk_bg.wasm`,
+//!   the hand-written `pedelec.d.ts` and a `package.json` pointing at both;
+//! - `demo/` — the demo page (chat box, status badge, tool-driven counter, assets).
+
+use std::path::{Path, PathBuf};
+use std::process::Command;
+
+use anyhow::{Context, Result, bail};
+
+use crate::{cargo, root};
+
+const WASM_TARGET: &str = "wasm32-unknown-unknown";
+const WEB_FEATURES: [&str; 6] = ["-p", "pedelec-sdk", "--target", WASM_TARGET, "--no-default-features", "--features"];
+
+/// The `wasm-bindgen` version pinned in pedelec-sdk's Cargo.toml (`=x.y.z`):
+/// the CLI must match the crate exactly, so the pin is the one source.
+fn pinned_wasm_bindgen() -> Result<String> {
+    let manifest = std::fs::read_to_string(root().join("crates/pedelec-sdk/Cargo.toml"))?;
+    let line = manifest
+        .lines()
+        .find(|l| l.trim_start().starts_with("wasm-bindgen ="))
+        .context("pedelec-sdk's Cargo.toml has no wasm-bindgen dependency")?;
+    let version = line.split("\"=").nth(1).and_then(|rest| rest.split('"').next());
+    version.map(str::to_owned).with_context(|| format!("wasm-bindgen is not pinned with =x.y.z: {line}"))
+}
+
+fn installed_wasm_bindgen() -> Option<String> {
+    let out = Command::new("wasm-bindgen").arg("--version").output().ok()?;
+    let text = String::from_utf8_lossy(&out.stdout);
+    text.split_whitespace().nth(1).map(str::to_owned)
+}
+
+/// Installs wasm-bindgen-cli at exactly the pinned version when it is missing or differs.
+fn ensure_wasm_bindgen() -> Result<()> {
+    let pinned = pinned_wasm_bindgen()?;
+    if installed_wasm_bindgen().as_deref() == Some(pinned.as_str()) {
+        return Ok(());
+    }
+    // Without --locked: the CLI's lockfile pins a webpki-roots the registry no longer has.
+    cargo(&["install", "wasm-bindgen-cli", "--version", &format!("={pinned}")])?;
+    match installed_wasm_bindgen() {
+        Some(v) if v == pinned => Ok(()),
+        other => bail!(
+            "wasm-bindgen {pinned} was installed but `wasm-bindgen --version` says {other:?} (is ~/.cargo/bin on PATH?)"
+        ),
+    }
+}
+
+fn target_dir() -> PathBuf {
+    std::env::var_os("CARGO_TARGET_DIR").map(PathBuf::from).unwrap_or_else(|| root().join("target"))
+}
+
+/// Where `cargo xtask web` lays out the package and the demo.
+pub fn web_dir() -> PathBuf {
+    target_dir().join("web")
+}
+
+fn copy_dir(from: &Path, to: &Path) -> Result<()> {
+    std::fs::create_dir_all(to)?;
+    for entry in std::fs::read_dir(from).with_context(|| format!("reading {}", from.display()))? {
+        let entry = entry?;
+        let dest = to.join(entry.file_name());
+        if entry.file_type()?.is_dir() {
+            copy_dir(&entry.path(), &dest)?;
+        } else {
+            std::fs::copy(entry.path(), &dest).with_context(|| format!("copying {}", entry.path().display()))?;
+        }
+    }
+    Ok(())
+}
+
+const PACKAGE_JSON: &str = r#"{
+  "name": "pedelec",
+  "version": "@VERSION@",
+  "description": "Drive a local AI coding agent from a web page through the Pedelec extension",
+  "type": "module",
+  "main": "pedelec_sdk.js",
+  "types": "pedelec.d.ts",
+  "files": ["pedelec_sdk.js", "pedelec_sdk_bg.wasm", "pedelec.d.ts"],
+  "sideEffects": false
+}
+"#;
+
+/// Builds the wasm package and the demo; returns `target/web`.
+pub fn build() -> Result<PathBuf> {
+    ensure_wasm_bindgen()?;
+    // `--crate-type cdylib` here rather than in the manifest: natively the SDK
+    // stays an rlib, so ordinary builds do not link a shared library too.
+    let mut args = vec!["rustc", "--lib"];
+    args.extend(WEB_FEATURES);
+    args.extend(["web", "--release", "--crate-type", "cdylib"]);
+    cargo(&args)?;
+    let wasm = target_dir().join(WASM_TARGET).join("release/pedelec_sdk.wasm");
+    let out = web_dir();
+    let pkg = out.join("pkg");
+    if pkg.exists() {
+        std::fs::remove_dir_all(&pkg)?;
+    }
+    eprintln!("$ wasm-bindgen --target web --out-dir {} {}", pkg.display(), wasm.display());
+    let status = Command::new("wasm-bindgen")
+        .args(["--target", "web", "--no-typescript", "--out-name", "pedelec_sdk", "--out-dir"])
+        .arg(&pkg)
+        .arg(&wasm)
+        .status()
+        .context("running wasm-bindgen")?;
+    if !status.success() {
+        bail!("wasm-bindgen failed ({status})");
+    }
+    let sources = root().join("crates/pedelec-sdk/web");
+    std::fs::copy(sources.join("pedelec.d.ts"), pkg.join("pedelec.d.ts"))?;
+    std::fs::write(pkg.join("package.json"), PACKAGE_JSON.replace("@VERSION@", env!("CARGO_PKG_VERSION")))?;
+    let demo = out.join("demo");
+    if demo.exists() {
+        std::fs::remove_dir_all(&demo)?;
+    }
+    copy_dir(&sources.join("demo"), &demo)?;
+    println!("web package: {}\ndemo page:   {}", pkg.display(), demo.join("index.html").display());
+    Ok(out)
+}
+
+/// clippy `-D warnings` on the browser build as well.
+pub fn clippy() -> Result<()> {
+    let mut args = vec!["clippy"];
+    args.extend(WEB_FEATURES);
+    args.extend(["web", "--", "-D", "warnings"]);
+    cargo(&args)
+}
+
+/// Runs the browser benchmark against a fresh Core, in release builds.
+pub fn bench(calls: u32) -> Result<()> {
+    build()?;
+    cargo(&["build", "--release", "--quiet", "-p", "pedelec-core", "-p", "pedelec-native-host", "--bins"])?;
+    cargo(&["run", "--release", "--quiet", "-p", "pedelec-web-e2e", "--bin", "web-bench", "--", &calls.to_string()])
+}
