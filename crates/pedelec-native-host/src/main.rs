@@ -9,7 +9,7 @@ use std::sync::Arc;
 use clap::{Parser, Subcommand};
 use pedelec_native_host::caller::{Caller, allowed_ids};
 use pedelec_native_host::registration::{self, Browser, Install, Layout};
-use pedelec_native_host::{core_link, relay};
+use pedelec_native_host::{core_link, relay, stdio};
 use pedelec_protocol::native::encode_native_frame;
 use pedelec_protocol::{ErrorCode, limits, pb};
 
@@ -138,7 +138,7 @@ fn run_host(caller: Caller) -> ExitCode {
         let core = core_link::connect_or_start(&socket, &core_link::core_binary())
             .await
             .map(|t| Arc::new(t) as Arc<dyn pedelec_sdk::transport::Transport>);
-        let exit = relay::run(tokio::io::stdin(), tokio::io::stdout(), core).await;
+        let exit = relay::run(stdio::input(), stdio::output(), core).await;
         tracing::info!(?exit, "relay finished");
         // Exit now: tokio's stdin reader sits in a blocking read that would
         // otherwise hold the runtime's shutdown until the browser closes the pipe.
