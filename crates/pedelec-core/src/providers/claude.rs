@@ -24,8 +24,8 @@ use serde_json::Value;
 use super::cli_turn::{self, LineParser, skipped};
 use super::process::CommandLine;
 use super::{
-    AgentEvent, BoxFuture, MCP_SERVER_NAME, Provider, ProviderConfig, ProviderFailure, ProviderSession,
-    ProviderSetup, TurnRequest, TurnSink, effort_name, program_info, with_guidance,
+    AgentEvent, BoxFuture, MCP_SERVER_NAME, Provider, ProviderConfig, ProviderFailure, ProviderSession, ProviderSetup,
+    TurnRequest, TurnSink, effort_name, program_info, with_guidance,
 };
 
 pub struct Claude {
@@ -65,7 +65,8 @@ impl Provider for Claude {
 
 /// The `--mcp-config` file: the bridge as a stdio server, readable only by us.
 fn write_mcp_config(setup: &ProviderSetup) -> Result<PathBuf, ProviderFailure> {
-    let env: serde_json::Map<String, Value> = setup.bridge.env().into_iter().map(|(k, v)| (k, Value::from(v))).collect();
+    let env: serde_json::Map<String, Value> =
+        setup.bridge.env().into_iter().map(|(k, v)| (k, Value::from(v))).collect();
     let timeout_ms = setup.tools.iter().map(|t| pedelec_protocol::tools::tool_timeout(t).as_millis() as u64).max();
     let body = serde_json::json!({ "mcpServers": { MCP_SERVER_NAME: {
         "type": "stdio",
@@ -77,8 +78,7 @@ fn write_mcp_config(setup: &ProviderSetup) -> Result<PathBuf, ProviderFailure> {
     let path = setup.runtime_dir.join(".pedelec-mcp.json");
     let write = || -> std::io::Result<()> {
         std::fs::create_dir_all(&setup.runtime_dir)?;
-        let mut file =
-            std::fs::OpenOptions::new().write(true).create(true).truncate(true).mode(0o600).open(&path)?;
+        let mut file = std::fs::OpenOptions::new().write(true).create(true).truncate(true).mode(0o600).open(&path)?;
         file.write_all(body.to_string().as_bytes())
     };
     write().map_err(|e| {
@@ -96,7 +96,12 @@ struct ClaudeSession {
 }
 
 /// The argv (after the program) for one turn.
-pub fn turn_args(config: &ProviderConfig, setup: &ProviderSetup, mcp_config: &str, resume: Option<&str>) -> Vec<String> {
+pub fn turn_args(
+    config: &ProviderConfig,
+    setup: &ProviderSetup,
+    mcp_config: &str,
+    resume: Option<&str>,
+) -> Vec<String> {
     let mut args: Vec<String> = config.command[1..].to_vec();
     args.extend(
         [
@@ -209,15 +214,13 @@ impl ClaudeParser {
             }
         }
         let said = said.concat();
-        if !said.is_empty() {
-            events.push(if nested {
-                AgentEvent::Activity { kind: "subagent".into(), summary: said.chars().take(300).collect() }
-            } else {
-                AgentEvent::Message { text: said }
-            });
-        }
+        // A message with `error` is the CLI's synthetic error text, not the assistant speaking.
         if let Some(error) = value.get("error").and_then(Value::as_str) {
-            events.push(AgentEvent::Notice { message: format!("assistant error: {error}") });
+            events.push(AgentEvent::Notice { message: format!("assistant error {error}: {said}") });
+        } else if nested && !said.is_empty() {
+            events.push(AgentEvent::Activity { kind: "subagent".into(), summary: said.chars().take(300).collect() });
+        } else if !said.is_empty() {
+            events.push(AgentEvent::Message { text: said });
         }
         events
     }

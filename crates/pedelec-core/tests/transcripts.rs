@@ -1,0 +1,58 @@
+//! Recorded agent transcripts (the real JSON-line and SSE formats) turned
+//! into the normalised events Core reports. Each snapshot was reviewed
+//! against the format notes in shared/REFERENCE.md.
+
+use pedelec_core::providers::AgentEvent;
+use pedelec_core::providers::claude::ClaudeParser;
+use pedelec_core::providers::cli_turn::parse_transcript;
+use pedelec_core::providers::codex::CodexParser;
+
+fn transcript(name: &str) -> String {
+    std::fs::read_to_string(format!("{}/tests/transcripts/{name}", env!("CARGO_MANIFEST_DIR"))).expect("transcript")
+}
+
+#[test]
+fn codex_tool_turn() {
+    let mut parser = CodexParser::default();
+    let events = parse_transcript(&mut parser, &transcript("codex_tool_turn.jsonl"));
+    assert_eq!(parser.thread_id.as_deref(), Some("0199a213-81c0-7800-8aa1-bbab2a035a53"));
+    insta::assert_json_snapshot!(events);
+}
+
+#[test]
+fn codex_failed_turn_falls_back_to_the_last_error() {
+    let mut parser = CodexParser::default();
+    let events = parse_transcript(&mut parser, &transcript("codex_failed_turn.jsonl"));
+    assert!(events.contains(&AgentEvent::Failed {
+        message: "stream disconnected before completion: Reconnecting... 1/5".into()
+    }));
+    insta::assert_json_snapshot!(events);
+}
+
+#[test]
+fn claude_tool_turn() {
+    let mut parser = ClaudeParser::new(1000);
+    let events = parse_transcript(&mut parser, &transcript("claude_tool_turn.jsonl"));
+    // 12 + 1500 + 13000 + 90 tokens this run, on top of the 1000 known.
+    assert_eq!(parser.total, 15_602);
+    insta::assert_json_snapshot!(events);
+}
+
+#[test]
+fn claude_error_turn() {
+    let mut parser = ClaudeParser::new(0);
+    let events = parse_transcript(&mut parser, &transcript("claude_error_turn.jsonl"));
+    assert!(matches!(events.last(), Some(AgentEvent::Failed { message }) if message.contains("529")));
+    insta::assert_json_snapshot!(events);
+}
+
+#[test]
+fn openai_tool_round() {
+    let (events, completion) = pedelec_core::providers::openai::replay(transcript("openai_tool_round.sse").as_bytes());
+    assert_eq!(completion.content, "Let me check.");
+    assert_eq!(completion.total_tokens, Some(201));
+    let calls = completion.finished_calls();
+    assert_eq!(calls.len(), 1);
+    assert_eq!(serde_json::from_str::<serde_json::Value>(&calls[0].arguments).unwrap()["delta"], 2);
+    insta::assert_json_snapshot!(events);
+}

@@ -1,0 +1,111 @@
+//! Provider figures: the tool-call round trip through the MCP bridge
+//! (agent → `pedelec-core mcp` → Core → SDK handler → back), and each
+//! adapter parser's throughput on a large recorded transcript.
+
+use std::process::Stdio;
+use std::time::{Duration, Instant};
+
+use pedelec_core::providers::claude::ClaudeParser;
+use pedelec_core::providers::cli_turn::{LineParser, parse_transcript};
+use pedelec_core::providers::codex::CodexParser;
+use pedelec_sdk::daemon::{CoreProcess, find_core_binary};
+use pedelec_sdk::{Pedelec, SessionOptions, ToolSpec};
+use serde_json::{Value, json};
+use tokio::io::{AsyncBufReadExt, AsyncWriteExt, BufReader};
+
+fn percentile(sorted: &[Duration], p: f64) -> u128 {
+    sorted[((sorted.len() as f64 - 1.0) * p).round() as usize].as_micros()
+}
+
+fn transcript(name: &str) -> String {
+    let path = format!("{}/../pedelec-core/tests/transcripts/{name}", env!("CARGO_MANIFEST_DIR"));
+    std::fs::read_to_string(path).expect("recorded transcript")
+}
+
+fn lines_per_second(name: &str, text: &str, mut parser: impl FnMut() -> Box<dyn LineParser>) {
+    let big: String = text.repeat(20_000 / text.lines().count().max(1) + 1);
+    let lines = big.lines().count();
+    let mut p = parser();
+    let started = Instant::now();
+    let events = parse_transcript(p.as_mut(), &big).len();
+    let elapsed = started.elapsed();
+    println!(
+        "{name} parser: {lines} lines ({:.1} MB) → {events} events in {:.1} ms = {:.0} lines/s ({:.0} MB/s)",
+        big.len() as f64 / 1e6,
+        elapsed.as_secs_f64() * 1e3,
+        lines as f64 / elapsed.as_secs_f64(),
+        big.len() as f64 / 1e6 / elapsed.as_secs_f64()
+    );
+}
+
+#[tokio::main(flavor = "current_thread")]
+async fn main() -> Result<(), Box<dyn std::error::Error>> {
+    let dir = tempfile::tempdir()?;
+    let socket = dir.path().join("core.sock");
+    let state = dir.path().join("state");
+    let _core = CoreProcess::spawn(&socket, &state, Duration::from_secs(3))?;
+    let client = Pedelec::connect(&socket, "app:bench").await?;
+    let tool = ToolSpec::new("t".to_string(), "echo", json!({"type": "object"}));
+    let session = client.create_session(SessionOptions { tools: vec![tool], ..Default::default() }).await?;
+    let _h = session.on_tool_sync("t".to_string(), |args: Value, _| Ok::<_, String>(args));
+    let token = pedelec_core::store::read_record(&state.join("sessions.sqlite3"), session.session_id())?
+        .expect("the session is stored")
+        .tool_token;
+
+    let mut bridge = tokio::process::Command::new(find_core_binary())
+        .arg("mcp")
+        .env("PEDELEC_TOOL_TOKEN", &token)
+        .env("PEDELEC_CORE_SOCKET", &socket)
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .kill_on_drop(true)
+        .spawn()?;
+    let mut stdin = bridge.stdin.take().unwrap();
+    let mut lines = BufReader::new(bridge.stdout.take().unwrap()).lines();
+    let mut send = async |message: Value| {
+        stdin.write_all(format!("{message}\n").as_bytes()).await.unwrap();
+    };
+    send(json!({"jsonrpc":"2.0","id":0,"method":"initialize","params":{"protocolVersion":"2025-06-18","capabilities":{},"clientInfo":{"name":"bench","version":"1"}}})).await;
+    lines.next_line().await?;
+    send(json!({"jsonrpc":"2.0","method":"notifications/initialized"})).await;
+
+    let s = session.clone();
+    let turn = tokio::spawn(async move { s.send_text("/sleep 600000").await });
+    while session.get_status() != pedelec_sdk::SessionStatus::Running {
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    }
+    let mut timings = Vec::new();
+    for id in 1..=2200u64 {
+        let started = Instant::now();
+        send(json!({"jsonrpc":"2.0","id":id,"method":"tools/call","params":{"name":"t","arguments":{"n":id}}})).await;
+        let reply: Value = serde_json::from_str(&lines.next_line().await?.expect("a reply"))?;
+        assert_eq!(reply["result"]["isError"], false, "{reply}");
+        if id > 200 {
+            timings.push(started.elapsed());
+        }
+    }
+    timings.sort();
+    println!(
+        "MCP bridge tool-call round trip (2000 calls, agent → pedelec-core mcp → Core → SDK handler → agent): p50={}us p99={}us",
+        percentile(&timings, 0.5),
+        percentile(&timings, 0.99)
+    );
+    session.end().await?;
+    let _ = turn.await;
+
+    lines_per_second("codex", &transcript("codex_tool_turn.jsonl"), || Box::new(CodexParser::default()));
+    lines_per_second("claude", &transcript("claude_tool_turn.jsonl"), || Box::new(ClaudeParser::new(0)));
+    let sse = transcript("openai_tool_round.sse").repeat(3000);
+    let started = Instant::now();
+    let (events, _) = pedelec_core::providers::openai::replay(sse.as_bytes());
+    let elapsed = started.elapsed();
+    let chunks = sse.matches("data:").count();
+    println!(
+        "openai SSE parser: {chunks} chunks ({:.1} MB) → {} events in {:.1} ms = {:.0} chunks/s",
+        sse.len() as f64 / 1e6,
+        events.len(),
+        elapsed.as_secs_f64() * 1e3,
+        chunks as f64 / elapsed.as_secs_f64()
+    );
+    Ok(())
+}

@@ -1,0 +1,215 @@
+//! The `openai` adapter against a fake OpenAI-compatible server (hyper on
+//! loopback) that streams SSE chunks and asks for a frontend tool call.
+
+use std::convert::Infallible;
+
+use http_body_util::{BodyExt, Full};
+use hyper::body::Bytes;
+use pedelec_sdk::SessionOptions;
+use serde_json::Value;
+
+use super::*;
+
+/// A fake `/v1/chat/completions`: records every request body and answers by the conversation.
+struct FakeModel {
+    base_url: String,
+    requests: Arc<Mutex<Vec<Value>>>,
+}
+
+fn sse(chunks: &[Value]) -> String {
+    let mut body: String = chunks.iter().map(|c| format!("data: {c}\n\n")).collect();
+    body.push_str("data: [DONE]\n\n");
+    body
+}
+
+fn chunk(delta: Value, finish: Option<&str>) -> Value {
+    json!({"id": "chatcmpl-1", "object": "chat.completion.chunk", "model": "fake",
+           "choices": [{"index": 0, "delta": delta, "finish_reason": finish}], "usage": null})
+}
+
+fn usage(total: u64) -> Value {
+    json!({"id": "chatcmpl-1", "object": "chat.completion.chunk", "choices": [],
+           "usage": {"prompt_tokens": total - 5, "completion_tokens": 5, "total_tokens": total}})
+}
+
+fn answer(request: &Value) -> String {
+    let messages = request["messages"].as_array().unwrap();
+    let last = messages.last().unwrap();
+    let text = last["content"].as_str().unwrap_or_default();
+    let stubborn = messages.iter().any(|m| m["content"].as_str().is_some_and(|c| c.contains("loop forever")));
+    if last["role"] == "tool" && !stubborn {
+        return sse(&[
+            chunk(json!({"role": "assistant", "content": "Counter "}), None),
+            chunk(json!({"content": format!("is now {}", text)}), Some("stop")),
+            usage(40),
+        ]);
+    }
+    if text.contains("PEDELEC_PREPARED") {
+        return sse(&[chunk(json!({"role": "assistant", "content": "PEDELEC_PREPARED"}), Some("stop")), usage(10)]);
+    }
+    if stubborn || text.contains("raise") {
+        return sse(&[
+            chunk(json!({"role": "assistant", "tool_calls": [{"index": 0, "id": format!("call_{}", messages.len()),
+                "type": "function", "function": {"name": "update_counter", "arguments": ""}}]}), None),
+            chunk(json!({"tool_calls": [{"index": 0, "function": {"arguments": "{\"delta\":"}}]}), None),
+            chunk(json!({"tool_calls": [{"index": 0, "function": {"arguments": "2}"}}]}), None),
+            chunk(json!({}), Some("tool_calls")),
+            usage(30),
+        ]);
+    }
+    sse(&[chunk(json!({"role": "assistant", "content": format!("echo: {text}")}), Some("stop")), usage(12)])
+}
+
+impl FakeModel {
+    async fn start() -> Self {
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let base_url = format!("http://{}/v1", listener.local_addr().unwrap());
+        let requests: Arc<Mutex<Vec<Value>>> = Arc::default();
+        let seen = requests.clone();
+        tokio::spawn(async move {
+            loop {
+                let Ok((stream, _)) = listener.accept().await else { return };
+                let seen = seen.clone();
+                tokio::spawn(async move {
+                    let service = hyper::service::service_fn(move |request: hyper::Request<hyper::body::Incoming>| {
+                        let seen = seen.clone();
+                        async move {
+                            let path = request.uri().path().to_owned();
+                            let auth = request.headers().get("authorization").map(|v| v.to_str().unwrap().to_owned());
+                            let bytes = request.into_body().collect().await.unwrap().to_bytes();
+                            let mut body: Value = serde_json::from_slice(&bytes).unwrap();
+                            body["_path"] = json!(path);
+                            body["_auth"] = json!(auth);
+                            let reply = answer(&body);
+                            seen.lock().unwrap().push(body);
+                            Ok::<_, Infallible>(
+                                hyper::Response::builder()
+                                    .header("content-type", "text/event-stream")
+                                    .body(Full::new(Bytes::from(reply)))
+                                    .unwrap(),
+                            )
+                        }
+                    });
+                    let _ = hyper::server::conn::http1::Builder::new()
+                        .serve_connection(hyper_util::rt::TokioIo::new(stream), service)
+                        .await;
+                });
+            }
+        });
+        FakeModel { base_url, requests }
+    }
+
+    fn requests(&self) -> Vec<Value> {
+        self.requests.lock().unwrap().clone()
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn openai_streams_calls_frontend_tools_and_counts_usage() {
+    let model = FakeModel::start().await;
+    let settings =
+        format!("[providers.ollama]\nbase_url = \"{}\"\nmodel = \"qwen3\"\napi_key_env = \"PATH\"\n", model.base_url);
+    let h = Harness::with_config(Via::Grpc, &settings);
+    let client = h.client().await;
+    let counter = Arc::new(Mutex::new(0));
+    let session = client
+        .create_session(SessionOptions {
+            provider: Some("ollama".into()),
+            guidance: "You keep a counter.".into(),
+            tools: vec![counter_tool(counter.clone())],
+            ..Default::default()
+        })
+        .await
+        .unwrap();
+    let recorder = Recorder::attach(&session);
+    session.prepare().await.unwrap();
+    session.send_text("raise the counter").await.unwrap();
+    assert_eq!(*counter.lock().unwrap(), 2);
+    let lines = recorder.lines();
+    assert!(lines.contains(&r#"chat "Counter is now {\"value\":2}" [user]"#.to_string()), "{lines:?}");
+    assert!(lines.contains(&r#"delta "Counter ""#.to_string()), "deltas stream: {lines:?}");
+    // 10 (prepare) + 30 (tool round) + 40 (answer).
+    assert_eq!(session.usage().total_tokens, Some(80));
+
+    let requests = model.requests();
+    assert_eq!(requests.len(), 3);
+    let first_turn = &requests[1];
+    assert_eq!(first_turn["_path"], "/v1/chat/completions");
+    assert_eq!(first_turn["model"], "qwen3");
+    assert_eq!(first_turn["stream"], true);
+    assert_eq!(first_turn["stream_options"], json!({"include_usage": true}));
+    assert_eq!(first_turn["tools"][0]["function"]["name"], "update_counter");
+    assert_eq!(first_turn["tools"][0]["function"]["parameters"]["required"], json!(["delta"]));
+    assert_eq!(first_turn["messages"][0], json!({"role": "system", "content": "You keep a counter."}));
+    assert!(first_turn["_auth"].as_str().unwrap().starts_with("Bearer "), "the key comes from api_key_env");
+    let tool_round = &requests[2];
+    let messages = tool_round["messages"].as_array().unwrap();
+    let tool_message = messages.last().unwrap();
+    assert_eq!(tool_message["role"], "tool");
+    assert_eq!(tool_message["tool_call_id"], messages[messages.len() - 2]["tool_calls"][0]["id"]);
+    assert_eq!(serde_json::from_str::<Value>(tool_message["content"].as_str().unwrap()).unwrap(), json!({"value": 2}));
+    assert!(requests[0].get("tools").is_none(), "preparation offers no tools");
+
+    // The conversation continues across turns and across end + resume.
+    session.send_text("hello").await.unwrap();
+    session.end().await.unwrap();
+    session.resume().await.unwrap();
+    session.send_text("still there?").await.unwrap();
+    let last = model.requests().last().unwrap().clone();
+    let contents: Vec<&str> = last["messages"].as_array().unwrap().iter().filter_map(|m| m["content"].as_str()).collect();
+    assert!(contents.contains(&"raise the counter") && contents.contains(&"echo: hello"), "{contents:?}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn openai_without_a_model_is_model_required_and_unreachable_endpoints_say_so() {
+    let h = Harness::with_config(Via::Grpc, "[providers.openai]\nbase_url = \"http://127.0.0.1:9/v1\"\n");
+    let client = h.client().await;
+    let providers = client.list_providers().await.unwrap();
+    let openai = providers.iter().find(|p| p.code == "openai").unwrap();
+    assert!(!openai.available);
+    assert!(openai.reason.contains("unreachable"), "{}", openai.reason);
+
+    let model = FakeModel::start().await;
+    let h = Harness::with_config(Via::Grpc, &format!("[providers.openai]\nbase_url = \"{}\"\n", model.base_url));
+    let client = h.client().await;
+    let error = client
+        .create_session::<String>(SessionOptions { provider: Some("openai".into()), ..Default::default() })
+        .await
+        .unwrap_err();
+    assert_eq!(error.code, "MODEL_REQUIRED");
+    assert!(model.requests().is_empty(), "nothing was sent");
+    let https = Harness::with_config(Via::Grpc, "[providers.openai]\nbase_url = \"https://api.example.com/v1\"\n");
+    let providers = https.client().await.list_providers().await.unwrap();
+    let reason = &providers.iter().find(|p| p.code == "openai").unwrap().reason;
+    assert!(reason.contains("TLS"), "{reason}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_agent_loop_is_bounded() {
+    let model = FakeModel::start().await;
+    let settings = format!(
+        "[providers.ollama]\nbase_url = \"{}\"\nmodel = \"qwen3\"\nmax_rounds = 3\n",
+        model.base_url
+    );
+    let h = Harness::with_config(Via::Grpc, &settings);
+    let client = h.client().await;
+    let (session, counter) = {
+        let counter = Arc::new(Mutex::new(0));
+        let session = client
+            .create_session(SessionOptions {
+                provider: Some("ollama".into()),
+                tools: vec![counter_tool(counter.clone())],
+                ..Default::default()
+            })
+            .await
+            .unwrap();
+        (session, counter)
+    };
+    // This fake asks for the tool again after every result.
+    let error = session.send_text("loop forever").await.unwrap_err();
+    assert_eq!(error.code, "SEND_TEXT_FAILED");
+    assert!(error.message.contains("after 3 rounds"), "{error:?}");
+    assert_eq!(*counter.lock().unwrap(), 6, "three rounds ran, no more");
+    assert_eq!(model.requests().len(), 3);
+    assert_eq!(session.get_status(), pedelec_sdk::SessionStatus::Idle);
+}
