@@ -112,7 +112,11 @@ impl ServerHandler for McpBridge {
         _request: Option<PaginatedRequestParams>,
         _context: RequestContext<RoleServer>,
     ) -> Result<ListToolsResult, McpError> {
-        let listed = self.link.list().await.map_err(|e| McpError::invalid_request(format!("{}: {}", e.code, e.message), None))?;
+        let listed = self
+            .link
+            .list()
+            .await
+            .map_err(|e| McpError::invalid_request(format!("{}: {}", e.code, e.message), None))?;
         Ok(ListToolsResult::with_all_items(listed.tools.into_iter().map(to_mcp_tool).collect()))
     }
 

@@ -61,14 +61,7 @@ fn main() -> std::process::ExitCode {
         .with_writer(std::io::stderr)
         .init();
     match Cli::parse().command {
-        Command::Serve {
-            socket,
-            state_dir,
-            disconnect_grace_ms,
-            asset_ticket_ttl_ms,
-            worker_threads,
-            config_dir,
-        } => {
+        Command::Serve { socket, state_dir, disconnect_grace_ms, asset_ticket_ttl_ms, worker_threads, config_dir } => {
             let mut config = CoreConfig::resolve(socket, state_dir, Duration::from_millis(disconnect_grace_ms));
             config.asset_ticket_ttl = Duration::from_millis(asset_ticket_ttl_ms);
             if let Some(dir) = config_dir {
@@ -85,7 +78,9 @@ fn main() -> std::process::ExitCode {
             let code = match tokio::runtime::Builder::new_current_thread().enable_all().build() {
                 Ok(rt) => rt.block_on(async {
                     match action {
-                        ToolAction::Call { name, args_json } => pedelec_core::bridge::tool_call(&name, &args_json).await,
+                        ToolAction::Call { name, args_json } => {
+                            pedelec_core::bridge::tool_call(&name, &args_json).await
+                        }
                         ToolAction::List => pedelec_core::bridge::tool_list().await,
                     }
                 }),

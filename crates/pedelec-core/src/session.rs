@@ -16,8 +16,7 @@ use tokio::sync::{mpsc, oneshot};
 use crate::error::{CoreError, CoreResult};
 use crate::providers::{
     BoxFuture, PREPARE_PROMPT, PREPARED_ACK, ProviderFailure, ProviderSession, ProviderSetup, Providers, ToolBridge,
-    TurnRequest,
-    TurnSink,
+    TurnRequest, TurnSink,
 };
 use crate::store::{SessionRecord, Store, TranscriptEntry};
 use crate::tools::ToolSet;
@@ -461,18 +460,18 @@ impl Session {
             }
             let provider = runtime.as_mut().expect("started above");
             let timeout = self.shared.turn_timeout;
-            let outcome = match tokio::time::timeout(timeout, provider.run_turn(TurnRequest { kind, text }, &sink)).await
-            {
-                Ok(outcome) => outcome,
-                // The runtime's state is unknown after a hang: stop it; the next
-                // turn starts a fresh one that continues the provider session.
-                Err(_) => Err(ProviderFailure {
-                    code: ErrorCode::ProviderTimeout,
-                    message: format!("the provider did not finish the turn within {} ms", timeout.as_millis()),
-                    fatal: false,
-                    details: serde_json::json!({ "timeoutMs": timeout.as_millis() as u64 }),
-                }),
-            };
+            let outcome =
+                match tokio::time::timeout(timeout, provider.run_turn(TurnRequest { kind, text }, &sink)).await {
+                    Ok(outcome) => outcome,
+                    // The runtime's state is unknown after a hang: stop it; the next
+                    // turn starts a fresh one that continues the provider session.
+                    Err(_) => Err(ProviderFailure {
+                        code: ErrorCode::ProviderTimeout,
+                        message: format!("the provider did not finish the turn within {} ms", timeout.as_millis()),
+                        fatal: false,
+                        details: serde_json::json!({ "timeoutMs": timeout.as_millis() as u64 }),
+                    }),
+                };
             let restart = match &outcome {
                 Err(f) => f.fatal || f.code == ErrorCode::ProviderTimeout,
                 Ok(()) => false,
@@ -831,7 +830,11 @@ impl TurnSink for OperationSink {
 
     fn activity(&self, kind: &str, summary: &str) {
         self.with_active(|s, st| {
-            s.append(st, "agent_activity", serde_json::json!({ "operation_id": self.operation_id, "kind": kind, "summary": summary }));
+            s.append(
+                st,
+                "agent_activity",
+                serde_json::json!({ "operation_id": self.operation_id, "kind": kind, "summary": summary }),
+            );
         });
     }
 

@@ -98,9 +98,8 @@ impl Settings {
                 return Err(CoreError::new(ErrorCode::ConfigInvalid, format!("cannot read {}: {e}", path.display())));
             }
         };
-        Self::parse(&text).map_err(|message| {
-            CoreError::new(ErrorCode::ConfigInvalid, format!("{}: {message}", path.display()))
-        })
+        Self::parse(&text)
+            .map_err(|message| CoreError::new(ErrorCode::ConfigInvalid, format!("{}: {message}", path.display())))
     }
 
     pub fn parse(text: &str) -> Result<Self, String> {

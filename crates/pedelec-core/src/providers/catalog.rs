@@ -90,7 +90,10 @@ pub fn resolve(settings: &Settings) -> CoreResult<Vec<ProviderConfig>> {
     if let Some(default) = &settings.default_provider
         && !all.iter().any(|p| &p.code == default)
     {
-        return Err(CoreError::new(ErrorCode::ConfigInvalid, format!("default_provider {default:?} is not a provider")));
+        return Err(CoreError::new(
+            ErrorCode::ConfigInvalid,
+            format!("default_provider {default:?} is not a provider"),
+        ));
     }
     Ok(all)
 }

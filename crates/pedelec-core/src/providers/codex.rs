@@ -19,8 +19,8 @@ use serde_json::Value;
 use super::cli_turn::{self, LineParser, skipped};
 use super::process::CommandLine;
 use super::{
-    AgentEvent, BoxFuture, MCP_SERVER_NAME, Provider, ProviderConfig, ProviderFailure, ProviderSession,
-    ProviderSetup, SOCKET_ENV, TOOL_TOKEN_ENV, TurnRequest, TurnSink, effort_name, program_info, with_guidance,
+    AgentEvent, BoxFuture, MCP_SERVER_NAME, Provider, ProviderConfig, ProviderFailure, ProviderSession, ProviderSetup,
+    SOCKET_ENV, TOOL_TOKEN_ENV, TurnRequest, TurnSink, effort_name, program_info, with_guidance,
 };
 
 pub struct Codex {
@@ -139,7 +139,11 @@ fn text(value: &Value, key: &str) -> String {
 
 fn clip(text: &str) -> String {
     const MAX: usize = 300;
-    if text.chars().count() <= MAX { text.to_owned() } else { format!("{}…", text.chars().take(MAX).collect::<String>()) }
+    if text.chars().count() <= MAX {
+        text.to_owned()
+    } else {
+        format!("{}…", text.chars().take(MAX).collect::<String>())
+    }
 }
 
 impl CodexParser {

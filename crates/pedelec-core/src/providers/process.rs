@@ -293,10 +293,7 @@ mod tests {
         input.extend(std::iter::repeat_n(b'x', 100));
         input.extend(b"\n\xff\xfe\nlast");
         let got = lines(&input, 10).await;
-        assert_eq!(
-            got,
-            vec![Line::Text("first".into()), Line::TooLong(100), Line::NotUtf8, Line::Text("last".into())]
-        );
+        assert_eq!(got, vec![Line::Text("first".into()), Line::TooLong(100), Line::NotUtf8, Line::Text("last".into())]);
     }
 
     #[tokio::test]
