@@ -287,3 +287,32 @@ async fn a_hang_past_the_turn_timeout_fails_the_turn_and_kills_the_process_group
         .await;
     }
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn ending_mid_turn_ends_the_agents_whole_process_tree() {
+    let bin = tempfile::tempdir().unwrap();
+    let pids = bin.path().join("pids");
+    let claude = fake_agent(
+        bin.path(),
+        "claude",
+        &format!("sh -c 'sleep 60' &\nsleep 60 &\necho $$ $! > '{}.partial'\nmv '{0}.partial' '{0}'\nwait", pids.display()),
+    );
+    let h = Harness::with_config(Via::Grpc, &config("claude", &claude, ""));
+    let client = h.client().await;
+    let session = client
+        .create_session::<String>(SessionOptions { provider: Some("claude".into()), ..Default::default() })
+        .await
+        .unwrap();
+    let sess = session.clone();
+    let turn = tokio::spawn(async move { sess.send_text("work for a minute").await });
+    eventually("the agent started", || pids.exists()).await;
+    session.end().await.unwrap();
+    assert!(turn.await.unwrap().is_err(), "the turn does not complete");
+    for pid in std::fs::read_to_string(&pids).unwrap().split_whitespace() {
+        let proc = PathBuf::from(format!("/proc/{pid}"));
+        eventually(&format!("process {pid} is gone"), || {
+            !proc.exists() || std::fs::read_to_string(proc.join("stat")).is_ok_and(|s| s.contains(") Z "))
+        })
+        .await;
+    }
+}
