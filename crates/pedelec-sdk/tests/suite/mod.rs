@@ -7,6 +7,7 @@ mod daemon;
 mod durability;
 mod lifecycle;
 mod prepare;
+mod providers_acp;
 mod status_and_events;
 mod tools;
 

@@ -1,0 +1,331 @@
+//! `acp`: any Agent Client Protocol agent (v1) over stdio, through the
+//! `agent-client-protocol` crate.
+//!
+//! **Runtime.** One long-lived agent process per session runtime, started at
+//! the first turn with the workspace as cwd, the configured command and
+//! environment; its process group is ours (see `runtime` for why we spawn
+//! it rather than the crate). `shutdown()` sends `session/cancel`, closes
+//! the connection and ends the group (SIGTERM, then SIGKILL), so the agent
+//! and the MCP bridge it started go with it.
+//!
+//! **Handshake.** `initialize` with protocol version 1 and no client
+//! capabilities: we implement neither `fs/*` nor `terminal/*`, so the agent
+//! uses its own file and shell access in the workspace. An agent that
+//! answers another protocol version is refused (`PROVIDER_UNAVAILABLE`), as
+//! is one that needs authentication first (`-32000`): run it once in a
+//! terminal to log in.
+//!
+//! **Conversation.** With a provider session id from an earlier runtime (a
+//! later turn after a restart, or after `end()` + `resume()`) and an agent
+//! that advertises `loadSession`, `session/load` continues it; the history
+//! it replays is discarded. Otherwise — no id, no `loadSession`, or a load
+//! the agent refuses — `session/new` starts a new conversation, with an
+//! activity in the transcript saying why. Both pass `cwd` = the workspace
+//! and, when the session has frontend tools, the MCP bridge as the stdio
+//! server `pedelec`: `command` = the `pedelec-core` executable, `args` =
+//! `["mcp"]`, and the tool token and Core socket in `env` (never in argv).
+//! The ACP `sessionId` is the provider identity reported to Core.
+//!
+//! **Turns.** One `session/prompt` with one text block per turn. The
+//! session's guidance is prepended (`with_guidance`) to the first prompt of a
+//! new conversation only; a loaded one already has it. Updates are mapped by
+//! `updates::TurnMapper` (deltas, one message per `messageId`, tool-call /
+//! thinking / plan / permission activities). A preparation turn is a turn
+//! like any other; Core checks the answer.
+//!
+//! **Usage.** `usage_update` is context occupancy, never a total. A total
+//! comes only from `PromptResponse.usage` (the crate's
+//! `unstable_end_turn_token_usage` feature, enabled in Cargo.toml); it counts
+//! one turn, so the session's total is the sum over turns. Agents that do not
+//! send it (Cursor, Gemini today) leave usage undefined.
+//!
+//! **Model and effort.** ACP v1 has no stable `set_model`; a model is applied
+//! through a `model` select config option and effort through a
+//! `thought_level` one (`session/set_config_option`), where the agent offers
+//! them (`options`). Otherwise the agent keeps its defaults and the
+//! transcript says so.
+//!
+//! **Permissions.** `session/request_permission` is answered by the fixed
+//! policy in `permission`: the session's own tools and workspace-confined
+//! file work are allowed once, commands, fetches and anything outside the
+//! workspace are rejected.
+//!
+//! **Failures.** The process exiting or closing stdout mid-request is fatal
+//! (`PROVIDER_CRASHED`, exit status and stderr tail in the details); a
+//! JSON-RPC error answer or a `refusal`/`cancelled` stop is a failed turn on
+//! a live runtime. A hang is bounded by Core's turn timeout.
+
+mod options;
+mod permission;
+mod runtime;
+mod updates;
+
+use agent_client_protocol::schema::ProtocolVersion;
+use agent_client_protocol::v1::schema::{
+    CancelNotification, ClientCapabilities, ContentBlock, EnvVariable, Implementation, InitializeRequest,
+    LoadSessionRequest, McpServer, McpServerStdio, NewSessionRequest, PromptRequest, SessionConfigOption, SessionId,
+    SetSessionConfigOptionRequest, TextContent,
+};
+use pedelec_protocol::{ErrorCode, pb};
+
+use super::process::CommandLine;
+use super::{
+    AgentEvent, BoxFuture, MCP_SERVER_NAME, Provider, ProviderConfig, ProviderFailure, ProviderSession, ProviderSetup,
+    TurnOutcome, TurnRequest, TurnSink, program_info, with_guidance,
+};
+use permission::PermissionPolicy;
+use runtime::Runtime;
+use updates::{Inbound, TurnMapper};
+
+/// JSON-RPC code an agent answers with when it needs `authenticate` first.
+const AUTH_REQUIRED: i32 = -32000;
+
+pub struct Acp {
+    config: ProviderConfig,
+}
+
+impl Acp {
+    pub fn new(config: ProviderConfig) -> Self {
+        Acp { config }
+    }
+}
+
+impl Provider for Acp {
+    fn code(&self) -> String {
+        self.config.code.clone()
+    }
+
+    fn info(&self) -> pb::ProviderInfo {
+        program_info(&self.config)
+    }
+
+    fn default_model(&self) -> String {
+        self.config.model.clone().unwrap_or_default()
+    }
+
+    fn start(&self, setup: ProviderSetup) -> Result<Box<dyn ProviderSession>, ProviderFailure> {
+        let info = self.info();
+        if !info.available {
+            return Err(ProviderFailure {
+                code: ErrorCode::ProviderUnavailable,
+                message: format!("{} is not available: {}", info.name, info.reason),
+                fatal: true,
+                details: serde_json::json!({ "provider": info.code }),
+            });
+        }
+        let mut command = CommandLine::new(&self.config.command);
+        command.env.extend(self.config.env.iter().map(|(k, v)| (k.clone(), v.clone())));
+        Ok(Box::new(AcpSession {
+            command,
+            identity: setup.provider_session_id.clone(),
+            total: setup.usage_total,
+            setup,
+            runtime: None,
+        }))
+    }
+}
+
+/// A connected agent with its ACP session.
+struct Live {
+    runtime: Runtime,
+    session_id: SessionId,
+    /// A new conversation: its first prompt carries the guidance.
+    fresh: bool,
+}
+
+struct AcpSession {
+    command: CommandLine,
+    setup: ProviderSetup,
+    runtime: Option<Live>,
+    /// The ACP session to continue in the next runtime.
+    identity: Option<String>,
+    /// The session's token total so far.
+    total: Option<u64>,
+}
+
+fn mcp_servers(setup: &ProviderSetup) -> Vec<McpServer> {
+    if setup.tools.is_empty() {
+        // Nothing to call: spare the agent a bridge process.
+        return Vec::new();
+    }
+    let bridge = &setup.bridge;
+    let env = bridge.env().into_iter().map(|(name, value)| EnvVariable::new(name, value)).collect();
+    vec![McpServer::Stdio(
+        McpServerStdio::new(MCP_SERVER_NAME, bridge.command.clone()).args(vec!["mcp".to_owned()]).env(env),
+    )]
+}
+
+fn answer_failure(what: &str, error: &agent_client_protocol::Error, fatal: bool) -> ProviderFailure {
+    let code = i32::from(error.code);
+    let (code, message) = if code == AUTH_REQUIRED {
+        (ErrorCode::ProviderUnavailable, format!("the ACP agent needs authentication ({what}): {}", error.message))
+    } else {
+        (ErrorCode::ProviderError, format!("the ACP agent refused {what}: {} ({code})", error.message))
+    };
+    ProviderFailure {
+        code,
+        message,
+        fatal: fatal || code == ErrorCode::ProviderUnavailable,
+        details: serde_json::json!({ "acpCode": i32::from(error.code), "acpData": error.data }),
+    }
+}
+
+/// Hands events to the turn's sink, keeping the session's token total.
+fn apply(events: Vec<AgentEvent>, sink: &dyn TurnSink, outcome: &mut TurnOutcome, total: &mut Option<u64>) {
+    for event in events {
+        if let AgentEvent::Usage { total_tokens } = event {
+            *total = Some(total_tokens);
+        }
+        outcome.apply(sink, event);
+    }
+}
+
+impl AcpSession {
+    fn policy(&self) -> PermissionPolicy {
+        PermissionPolicy {
+            workspace: self.setup.workspace.clone(),
+            tools: self.setup.tools.iter().map(|t| t.name.clone()).collect(),
+        }
+    }
+
+    /// Starts the agent and opens (or continues) the ACP session.
+    async fn open(&mut self, sink: &dyn TurnSink) -> Result<Live, ProviderFailure> {
+        let mut runtime = Runtime::spawn(&self.command, &self.setup.workspace, self.policy()).await?;
+        let initialize = InitializeRequest::new(ProtocolVersion::V1)
+            .client_capabilities(ClientCapabilities::new())
+            .client_info(Implementation::new("pedelec-core", env!("CARGO_PKG_VERSION")));
+        let init = runtime
+            .request("initialize", initialize, drop)
+            .await?
+            .map_err(|e| answer_failure("initialize", &e, true))?;
+        if init.protocol_version != ProtocolVersion::V1 {
+            return Err(ProviderFailure::coded(
+                ErrorCode::ProviderUnavailable,
+                format!("the agent speaks ACP version {:?}; Pedelec speaks version 1", init.protocol_version),
+                true,
+            ));
+        }
+        let cwd = self.setup.workspace.clone();
+        let mut loaded = None;
+        if let Some(id) = self.identity.clone() {
+            if init.agent_capabilities.load_session {
+                let load = LoadSessionRequest::new(id.clone(), cwd.clone()).mcp_servers(mcp_servers(&self.setup));
+                // The replay of the conversation is history, not this turn.
+                match runtime.request("session/load", load, drop).await? {
+                    Ok(response) => loaded = Some((SessionId::new(id), response.config_options.unwrap_or_default())),
+                    Err(error) => sink.activity(
+                        "provider_session",
+                        &format!(
+                            "the agent could not load session {id} ({}); starting a new conversation",
+                            error.message
+                        ),
+                    ),
+                }
+            } else {
+                sink.activity(
+                    "provider_session",
+                    &format!("the agent cannot load sessions (no loadSession); session {id} is not continued"),
+                );
+            }
+        }
+        let fresh = loaded.is_none();
+        let (session_id, config) = match loaded {
+            Some(found) => found,
+            None => {
+                let new = NewSessionRequest::new(cwd).mcp_servers(mcp_servers(&self.setup));
+                let response = runtime
+                    .request("session/new", new, drop)
+                    .await?
+                    .map_err(|e| answer_failure("session/new", &e, true))?;
+                (response.session_id, response.config_options.unwrap_or_default())
+            }
+        };
+        tracing::info!(session = %self.setup.session_id, acp_session = %session_id.0, fresh, "ACP session open");
+        sink.provider_session(&session_id.0);
+        self.identity = Some(session_id.0.to_string());
+        self.configure(&mut runtime, &session_id, &config, sink).await?;
+        Ok(Live { runtime, session_id, fresh })
+    }
+
+    async fn configure(
+        &self,
+        runtime: &mut Runtime,
+        session_id: &SessionId,
+        config: &[SessionConfigOption],
+        sink: &dyn TurnSink,
+    ) -> Result<(), ProviderFailure> {
+        let (choices, notes) = options::choices(config, &self.setup.model, self.setup.effort_level);
+        for note in notes {
+            tracing::info!(%note, "ACP session option not applied");
+            sink.activity("provider_option", &note);
+        }
+        for choice in choices {
+            let request = SetSessionConfigOptionRequest::new(
+                session_id.clone(),
+                choice.config_id.clone(),
+                agent_client_protocol::v1::schema::SessionConfigOptionValue::value_id(choice.value.clone()),
+            );
+            if let Err(error) = runtime.request("session/set_config_option", request, drop).await? {
+                sink.activity(
+                    "provider_option",
+                    &format!("the agent refused {} {:?}: {}", choice.what, choice.value, error.message),
+                );
+            }
+        }
+        Ok(())
+    }
+
+    async fn turn(&mut self, turn: TurnRequest, sink: &dyn TurnSink) -> Result<(), ProviderFailure> {
+        if self.runtime.is_none() {
+            let live = self.open(sink).await?;
+            self.runtime = Some(live);
+        }
+        let live = self.runtime.as_mut().expect("opened above");
+        // Leftovers of an abandoned turn must not leak into this one.
+        let stale = live.runtime.drain();
+        if !stale.is_empty() {
+            tracing::debug!(count = stale.len(), "dropped ACP updates from before this turn");
+        }
+        let text = if live.fresh { with_guidance(&self.setup.guidance, &turn.text) } else { turn.text };
+        live.fresh = false;
+        let prompt = PromptRequest::new(live.session_id.clone(), vec![ContentBlock::Text(TextContent::new(text))]);
+        let mut mapper = TurnMapper::new(live.session_id.0.to_string());
+        let mut outcome = TurnOutcome::default();
+        let total = &mut self.total;
+        let answer = live
+            .runtime
+            .request("session/prompt", prompt, |item: Inbound| apply(mapper.apply(item), sink, &mut outcome, total))
+            .await?;
+        let response = answer.map_err(|e| answer_failure("session/prompt", &e, false))?;
+        let prior = *total;
+        apply(mapper.finish(&response, prior), sink, &mut outcome, total);
+        match outcome.failure {
+            Some(message) => Err(ProviderFailure::turn(message)),
+            None => Ok(()),
+        }
+    }
+}
+
+impl ProviderSession for AcpSession {
+    fn run_turn<'a>(
+        &'a mut self,
+        turn: TurnRequest,
+        sink: &'a dyn TurnSink,
+    ) -> BoxFuture<'a, Result<(), ProviderFailure>> {
+        Box::pin(self.turn(turn, sink))
+    }
+
+    fn shutdown(&mut self) {
+        if let Some(live) = self.runtime.take() {
+            // Stops a turn in flight; harmless when idle.
+            live.runtime.notify(CancelNotification::new(live.session_id.clone()));
+            live.runtime.close();
+        }
+    }
+}
+
+impl Drop for AcpSession {
+    fn drop(&mut self) {
+        self.shutdown();
+    }
+}

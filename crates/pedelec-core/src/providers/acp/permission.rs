@@ -1,0 +1,196 @@
+//! How `session/request_permission` is answered. Nobody sits at a terminal
+//! to approve an ACP agent's actions, and the prompts come from a web page,
+//! so the answer is a fixed policy (the counterpart of the codex adapter's
+//! `workspace-write` sandbox and the claude adapter's `--allowedTools
+//! mcp__pedelec`):
+//!
+//! 1. The session's own frontend tools (the `pedelec` MCP server): allowed —
+//!    Core validates every call and the application's handler decides.
+//! 2. Side-effect-free kinds (`think`, `switch_mode`): allowed.
+//! 3. File kinds (`read`, `edit`, `delete`, `move`, `search`): allowed only
+//!    when the call names at least one location and every location is inside
+//!    the session's workspace (checked lexically after resolving `.`/`..`
+//!    against the workspace; the agent runs with the workspace as its cwd).
+//! 4. Everything else — `execute`, `fetch`, `other`, anything unrecognised —
+//!    is rejected: a command line or a URL cannot be confined to the workspace.
+//!
+//! Allowing picks `allow_once` (else `allow_always`); rejecting picks
+//! `reject_once` (else `reject_always`); with no option of the wanted kind the
+//! answer is `cancelled`. Options are chosen by kind, never by position.
+
+use std::path::{Component, Path, PathBuf};
+
+use agent_client_protocol::v1::schema::{
+    PermissionOptionKind, RequestPermissionOutcome, RequestPermissionRequest, RequestPermissionResponse,
+    SelectedPermissionOutcome, ToolKind,
+};
+
+use crate::providers::MCP_SERVER_NAME;
+
+/// What the policy needs to know about the session.
+#[derive(Debug, Clone)]
+pub struct PermissionPolicy {
+    pub workspace: PathBuf,
+    /// The session's frontend tool names.
+    pub tools: Vec<String>,
+}
+
+/// The decision and how it is reported in the transcript.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Decision {
+    pub allowed: bool,
+    /// The chosen option's kind (`allow_once`, …) or `cancelled`.
+    pub outcome: String,
+    pub response: RequestPermissionResponse,
+    /// What the request was about (its title, else its tool call id).
+    pub title: String,
+}
+
+/// `path` with `.`/`..` resolved lexically against `base`.
+fn normalise(base: &Path, path: &Path) -> PathBuf {
+    let mut out = PathBuf::new();
+    for component in base.join(path).components() {
+        match component {
+            Component::ParentDir => {
+                out.pop();
+            }
+            Component::CurDir => {}
+            other => out.push(other),
+        }
+    }
+    out
+}
+
+impl PermissionPolicy {
+    fn inside_workspace(&self, path: &Path) -> bool {
+        normalise(&self.workspace, path).starts_with(normalise(Path::new("/"), &self.workspace))
+    }
+
+    /// Whether the call is one of the session's frontend tools. Agents name
+    /// MCP tools in their own ways (`mcp__pedelec__t`, `t (pedelec MCP
+    /// Server)`, `pedelec/t`, or just `t`), so each spelling counts — a bare
+    /// `t` only for a call of kind `other`, so a tool named like a shell
+    /// command does not open the door to `execute`.
+    fn is_frontend_tool(&self, names: &[&str], kind: ToolKind) -> bool {
+        names.iter().any(|name| {
+            let lower = name.to_ascii_lowercase();
+            lower.contains(&format!("mcp__{MCP_SERVER_NAME}__"))
+                || lower.contains(&format!("({MCP_SERVER_NAME} mcp"))
+                || lower.starts_with(&format!("{MCP_SERVER_NAME}/"))
+                || (kind == ToolKind::Other && self.tools.iter().any(|t| name == t))
+        })
+    }
+
+    pub fn decide(&self, request: &RequestPermissionRequest) -> Decision {
+        let fields = &request.tool_call.fields;
+        let title = fields.title.clone().unwrap_or_else(|| request.tool_call.tool_call_id.0.to_string());
+        let names: Vec<&str> = [fields.title.as_deref(), fields.name.as_deref()].into_iter().flatten().collect();
+        let locations: Vec<&Path> = fields.locations.iter().flatten().map(|l| l.path.as_path()).collect();
+        let kind = fields.kind.unwrap_or(ToolKind::Other);
+        let allowed = if self.is_frontend_tool(&names, kind) {
+            true
+        } else {
+            match kind {
+                ToolKind::Think | ToolKind::SwitchMode => true,
+                ToolKind::Read | ToolKind::Edit | ToolKind::Delete | ToolKind::Move | ToolKind::Search => {
+                    !locations.is_empty() && locations.iter().all(|p| self.inside_workspace(p))
+                }
+                _ => false,
+            }
+        };
+        let preference: &[PermissionOptionKind] = if allowed {
+            &[PermissionOptionKind::AllowOnce, PermissionOptionKind::AllowAlways]
+        } else {
+            &[PermissionOptionKind::RejectOnce, PermissionOptionKind::RejectAlways]
+        };
+        let chosen = preference
+            .iter()
+            .find_map(|kind| request.options.iter().find(|o| o.kind == *kind).map(|o| (kind, o.option_id.clone())));
+        let (outcome, response) = match chosen {
+            Some((kind, id)) => (
+                serde_json::to_value(kind).ok().and_then(|v| v.as_str().map(str::to_owned)).unwrap_or_default(),
+                RequestPermissionResponse::new(RequestPermissionOutcome::Selected(SelectedPermissionOutcome::new(id))),
+            ),
+            None => ("cancelled".to_owned(), RequestPermissionResponse::new(RequestPermissionOutcome::Cancelled)),
+        };
+        Decision { allowed, outcome, response, title }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    fn policy() -> PermissionPolicy {
+        PermissionPolicy { workspace: PathBuf::from("/home/u/ws"), tools: vec!["update_counter".into()] }
+    }
+
+    fn ask(tool_call: serde_json::Value, options: &[&str]) -> Decision {
+        let options: Vec<_> = options
+            .iter()
+            .enumerate()
+            .map(|(i, kind)| json!({ "optionId": format!("o{i}"), "name": kind, "kind": kind }))
+            .collect();
+        let request: RequestPermissionRequest =
+            serde_json::from_value(json!({ "sessionId": "s", "toolCall": tool_call, "options": options })).unwrap();
+        policy().decide(&request)
+    }
+
+    const ALL: &[&str] = &["reject_once", "allow_always", "allow_once", "reject_always"];
+
+    #[test]
+    fn frontend_tools_are_allowed_once_whatever_the_spelling() {
+        for title in
+            ["mcp__pedelec__update_counter", "update_counter (pedelec MCP Server)", "pedelec/x", "update_counter"]
+        {
+            let d = ask(json!({ "toolCallId": "1", "title": title, "kind": "other" }), ALL);
+            assert_eq!((d.allowed, d.outcome.as_str()), (true, "allow_once"), "{title}");
+            assert_eq!(
+                serde_json::to_value(&d.response).unwrap(),
+                json!({ "outcome": { "outcome": "selected", "optionId": "o2" } }),
+                "chosen by kind, not position"
+            );
+        }
+    }
+
+    #[test]
+    fn commands_fetches_and_unknown_kinds_are_rejected() {
+        for kind in ["execute", "fetch", "other"] {
+            let d = ask(json!({ "toolCallId": "1", "title": "rm -rf ~", "kind": kind }), ALL);
+            assert_eq!((d.allowed, d.outcome.as_str()), (false, "reject_once"), "{kind}");
+        }
+        let d = ask(json!({ "toolCallId": "1", "title": "curl x" }), ALL);
+        assert!(!d.allowed, "no kind means other");
+        let d = ask(json!({ "toolCallId": "1", "title": "update_counter", "kind": "execute" }), ALL);
+        assert!(!d.allowed, "a bare frontend tool name does not vouch for a command");
+    }
+
+    #[test]
+    fn file_work_is_allowed_inside_the_workspace_only() {
+        let at = |kind: &str, path: &str| {
+            ask(json!({ "toolCallId": "1", "title": "f", "kind": kind, "locations": [{ "path": path }] }), ALL).allowed
+        };
+        assert!(at("edit", "/home/u/ws/src/lib.rs"));
+        assert!(at("read", "src/lib.rs"), "relative to the workspace");
+        assert!(at("search", "/home/u/ws"));
+        assert!(!at("edit", "/home/u/ws/../.ssh/id_ed25519"));
+        assert!(!at("read", "../ws-other/secret"));
+        assert!(!at("delete", "/etc/passwd"));
+        assert!(!at("read", "/home/u/wsx/a"), "a sibling sharing the prefix is outside");
+        let d = ask(json!({ "toolCallId": "1", "title": "read something", "kind": "read" }), ALL);
+        assert!(!d.allowed, "a file kind without a location cannot be checked");
+        assert!(ask(json!({ "toolCallId": "1", "title": "ponder", "kind": "think" }), ALL).allowed);
+    }
+
+    #[test]
+    fn missing_options_fall_back_then_cancel() {
+        let d = ask(json!({ "toolCallId": "1", "title": "pedelec/x" }), &["allow_always", "reject_once"]);
+        assert_eq!(d.outcome, "allow_always");
+        let d = ask(json!({ "toolCallId": "1", "title": "pedelec/x" }), &["reject_once"]);
+        assert_eq!(d.outcome, "cancelled");
+        assert_eq!(serde_json::to_value(&d.response).unwrap(), json!({ "outcome": { "outcome": "cancelled" } }));
+        let d = ask(json!({ "toolCallId": "1", "title": "ls", "kind": "execute" }), &["allow_once"]);
+        assert_eq!((d.allowed, d.outcome.as_str()), (false, "cancelled"));
+    }
+}

@@ -1,0 +1,226 @@
+//! One agent process and the ACP connection over its stdio.
+//!
+//! We spawn the process ourselves ([`AgentProcess`]: its own process group,
+//! stderr tail kept, the group killed on drop) rather than through the
+//! crate's `AcpAgent`, and hand the crate a [`Lines`] transport over the
+//! child's pipes. That keeps one owner for the process tree — `end()` kills
+//! the agent *and* what it started (the MCP bridge, shells) — and lets every
+//! adapter report exits the same way. Incoming lines go through
+//! [`LineReader`], so an over-long or non-UTF-8 line is skipped instead of
+//! growing a buffer without bound.
+//!
+//! The crate runs a connection inside a future (`connect_with`); it lives in
+//! a task of its own for as long as the runtime, and turns use a clone of its
+//! [`ConnectionTo`]. Handlers run in the crate's dispatch loop, in arrival
+//! order: they only forward into a channel (and answer permission requests
+//! at once), so a prompt's response is routed only after every update sent
+//! before it is in the channel.
+
+use std::path::Path;
+use std::time::Duration;
+
+use agent_client_protocol::v1::ConnectionTo;
+use agent_client_protocol::v1::schema::RequestPermissionRequest;
+use agent_client_protocol::{Agent, Client, JsonRpcRequest, Lines, UntypedMessage};
+use tokio::io::AsyncWriteExt;
+use tokio::sync::{mpsc, oneshot};
+
+use super::permission::PermissionPolicy;
+use super::updates::Inbound;
+use crate::providers::ProviderFailure;
+use crate::providers::process::{AgentProcess, CommandLine, Line, LineReader, MAX_LINE_BYTES};
+
+/// How long a process that closed its stdout gets to exit before we end it.
+const EXIT_WAIT: Duration = Duration::from_secs(2);
+/// How long `session/cancel` gets to reach the agent before the group is signalled.
+const CANCEL_FLUSH: Duration = Duration::from_millis(200);
+
+/// Either the agent answered (possibly with a JSON-RPC error), or it is gone.
+pub type Answer<T> = Result<Result<T, agent_client_protocol::Error>, ProviderFailure>;
+
+pub struct Runtime {
+    process: AgentProcess,
+    cx: ConnectionTo<Agent>,
+    inbound: mpsc::UnboundedReceiver<Inbound>,
+    /// Ends the connection future (which closes the agent's stdin).
+    stop: Option<oneshot::Sender<()>>,
+    driver: tokio::task::JoinHandle<()>,
+}
+
+/// The agent's stdout as lines for the crate: blank, over-long and
+/// non-UTF-8 lines are dropped (logged), never buffered whole.
+fn incoming(stdout: tokio::process::ChildStdout) -> impl futures::Stream<Item = std::io::Result<String>> + Send {
+    futures::stream::unfold(LineReader::new(stdout, MAX_LINE_BYTES), |mut reader| async move {
+        loop {
+            match reader.next_line().await {
+                Ok(Some(Line::Text(text))) if text.trim().is_empty() => continue,
+                Ok(Some(Line::Text(text))) => return Some((Ok(text), reader)),
+                Ok(Some(Line::TooLong(len))) => tracing::warn!(len, "skipped an over-long line from the ACP agent"),
+                Ok(Some(Line::NotUtf8)) => tracing::warn!("skipped a non-UTF-8 line from the ACP agent"),
+                Ok(None) => return None,
+                Err(error) => return Some((Err(error), reader)),
+            }
+        }
+    })
+}
+
+impl Runtime {
+    /// Starts the agent in `cwd` and connects to it (no ACP traffic yet).
+    pub async fn spawn(command: &CommandLine, cwd: &Path, policy: PermissionPolicy) -> Result<Self, ProviderFailure> {
+        let mut process = AgentProcess::spawn(command, cwd)?;
+        let (Some(stdin), Some(stdout)) = (process.take_stdin(), process.take_stdout()) else {
+            return Err(ProviderFailure::crashed("the ACP agent's stdio could not be piped"));
+        };
+        let outgoing = Box::pin(futures::sink::unfold(stdin, async |mut stdin, line: String| {
+            stdin.write_all(line.as_bytes()).await?;
+            stdin.write_all(b"\n").await?;
+            stdin.flush().await?;
+            Ok::<_, std::io::Error>(stdin)
+        }));
+        let transport = Lines::new(outgoing, Box::pin(incoming(stdout)));
+
+        let (tx, inbound) = mpsc::unbounded_channel();
+        let (cx_tx, cx_rx) = oneshot::channel();
+        let (stop, stopped) = oneshot::channel::<()>();
+        let updates = tx.clone();
+        let decisions = tx;
+        let driver = tokio::spawn(async move {
+            let result = Client
+                .v1()
+                .name("pedelec-core")
+                // Untyped on purpose: a typed `SessionNotification` handler
+                // would drop, unseen, any update variant newer than the schema.
+                .on_receive_notification(
+                    async move |message: UntypedMessage, _cx| {
+                        if message.method() == "session/update" {
+                            let _ = updates.send(Inbound::Update(message.params().clone()));
+                        } else {
+                            tracing::debug!(method = message.method(), "ignored an ACP notification");
+                        }
+                        Ok(())
+                    },
+                    agent_client_protocol::on_receive_notification!(),
+                )
+                .on_receive_request(
+                    async move |request: RequestPermissionRequest, responder, _cx| {
+                        let decision = policy.decide(&request);
+                        tracing::info!(title = %decision.title, outcome = %decision.outcome, "answered an ACP permission request");
+                        let _ = decisions.send(Inbound::Permission { title: decision.title, outcome: decision.outcome });
+                        responder.respond(decision.response)
+                    },
+                    agent_client_protocol::on_receive_request!(),
+                )
+                .connect_with(transport, async move |cx: ConnectionTo<Agent>| {
+                    let _ = cx_tx.send(cx);
+                    let _ = stopped.await;
+                    Ok(())
+                })
+                .await;
+            if let Err(error) = result {
+                tracing::debug!(%error, "the ACP connection ended with an error");
+            }
+        });
+        let cx = match cx_rx.await {
+            Ok(cx) => cx,
+            Err(_) => {
+                let report = process.wait().await;
+                return Err(report.crashed("the ACP connection did not start"));
+            }
+        };
+        Ok(Runtime { process, cx, inbound, stop: Some(stop), driver })
+    }
+
+    /// Everything received and not yet taken.
+    pub fn drain(&mut self) -> Vec<Inbound> {
+        let mut out = Vec::new();
+        while let Ok(item) = self.inbound.try_recv() {
+            out.push(item);
+        }
+        out
+    }
+
+    /// Sends `request` and waits for its answer, handing every inbound item
+    /// that arrives meanwhile (and those routed before the answer) to
+    /// `on_inbound`. The agent exiting or closing its stdout is a fatal
+    /// failure with its exit status and stderr tail.
+    pub async fn request<Req: JsonRpcRequest>(
+        &mut self,
+        what: &str,
+        request: Req,
+        mut on_inbound: impl FnMut(Inbound),
+    ) -> Answer<Req::Response> {
+        let response = self.cx.send_request(request).block_task();
+        tokio::pin!(response);
+        let gone = loop {
+            tokio::select! {
+                biased;
+                result = &mut response => {
+                    self.drain().into_iter().for_each(&mut on_inbound);
+                    match result {
+                        Err(error)
+                            if agent_client_protocol::is_connection_terminated(&error)
+                                || agent_client_protocol::is_incoming_transport_closed(&error) =>
+                        {
+                            break None;
+                        }
+                        answer => return Ok(answer),
+                    }
+                }
+                Some(item) = self.inbound.recv() => on_inbound(item),
+                _ = self.cx.incoming_closed() => break None,
+                report = self.process.wait() => break Some(report),
+            }
+        };
+        self.drain().into_iter().for_each(&mut on_inbound);
+        let context = format!("the ACP agent went away during {what}");
+        Err(match gone {
+            Some(report) => report.crashed(&context),
+            None => self.exit_report(&context).await,
+        })
+    }
+
+    /// Sends a notification; the agent being gone is not an error here.
+    pub fn notify(&self, notification: impl agent_client_protocol::JsonRpcNotification) {
+        if let Err(error) = self.cx.send_notification(notification) {
+            tracing::debug!(%error, "could not send an ACP notification");
+        }
+    }
+
+    async fn exit_report(&mut self, context: &str) -> ProviderFailure {
+        let report = match tokio::time::timeout(EXIT_WAIT, self.process.wait()).await {
+            Ok(report) => report,
+            Err(_) => {
+                // Its stdout closed but it lives on: it can no longer speak ACP.
+                self.process.terminate_group();
+                self.process.wait().await
+            }
+        };
+        report.crashed(context)
+    }
+
+    /// Closes the connection, then ends the process group after a moment for
+    /// whatever was just sent (e.g. `session/cancel`) to reach the agent.
+    pub fn close(mut self) {
+        if let Some(stop) = self.stop.take() {
+            let _ = stop.send(());
+        }
+        match tokio::runtime::Handle::try_current() {
+            Ok(handle) => {
+                handle.spawn(async move {
+                    tokio::time::sleep(CANCEL_FLUSH).await;
+                    drop(self);
+                });
+            }
+            Err(_) => drop(self),
+        }
+    }
+}
+
+impl Drop for Runtime {
+    fn drop(&mut self) {
+        // AgentProcess's own drop signals the group; the connection task
+        // would otherwise linger on a dead pipe.
+        self.process.terminate_group();
+        self.driver.abort();
+    }
+}

@@ -1,0 +1,356 @@
+//! What an ACP turn's traffic means: `session/update` notifications (and
+//! our own permission answers) in, [`AgentEvent`]s out. Sans-IO, so recorded
+//! notification sequences are tested without an agent.
+
+use std::collections::HashMap;
+
+use agent_client_protocol::v1::schema::{
+    ContentBlock, ContentChunk, PlanEntryStatus, PromptResponse, SessionNotification, SessionUpdate, StopReason,
+    ToolCallStatus, ToolKind,
+};
+use serde_json::Value;
+
+use crate::providers::AgentEvent;
+
+/// Longest summary an activity keeps (thoughts can be long).
+const SUMMARY_CHARS: usize = 300;
+
+/// Something the connection received during a turn, in arrival order.
+#[derive(Debug, Clone)]
+pub enum Inbound {
+    /// The params of a `session/update` notification, as the agent sent them.
+    Update(Value),
+    /// How we answered a `session/request_permission` (see `permission`).
+    Permission { title: String, outcome: String },
+}
+
+/// Folds one turn's inbound traffic into events.
+///
+/// Text chunks stream as deltas and are also collected: the turn ends with
+/// one complete message per `messageId` (all chunks of a turn form one
+/// message when the agent sends no ids). Thoughts become one `thinking`
+/// activity per run of thought chunks. Tool calls are activities when they
+/// start and when they complete or fail. `usage_update` is context
+/// occupancy (`used`/`size`), not a token total, so it yields nothing; a
+/// total only comes from `PromptResponse.usage`.
+pub struct TurnMapper {
+    session_id: String,
+    message: String,
+    message_id: Option<String>,
+    thought: String,
+    tool_titles: HashMap<String, String>,
+}
+
+fn truncate(text: &str) -> String {
+    let text = text.trim();
+    if text.chars().count() <= SUMMARY_CHARS {
+        return text.to_owned();
+    }
+    let mut cut: String = text.chars().take(SUMMARY_CHARS).collect();
+    cut.push('…');
+    cut
+}
+
+fn snake(value: &impl serde::Serialize) -> String {
+    serde_json::to_value(value).ok().and_then(|v| v.as_str().map(str::to_owned)).unwrap_or_else(|| "other".into())
+}
+
+fn block_kind(block: &ContentBlock) -> &'static str {
+    match block {
+        ContentBlock::Text(_) => "text",
+        ContentBlock::Image(_) => "image",
+        ContentBlock::Audio(_) => "audio",
+        ContentBlock::ResourceLink(_) => "resource_link",
+        ContentBlock::Resource(_) => "resource",
+        _ => "content",
+    }
+}
+
+impl TurnMapper {
+    pub fn new(session_id: impl Into<String>) -> Self {
+        TurnMapper {
+            session_id: session_id.into(),
+            message: String::new(),
+            message_id: None,
+            thought: String::new(),
+            tool_titles: HashMap::new(),
+        }
+    }
+
+    /// The events one inbound item yields now.
+    pub fn apply(&mut self, inbound: Inbound) -> Vec<AgentEvent> {
+        match inbound {
+            Inbound::Update(params) => self.update(params),
+            Inbound::Permission { title, outcome } => {
+                let mut events = self.flush_thought();
+                events.push(AgentEvent::Activity { kind: "permission".into(), summary: format!("{title}: {outcome}") });
+                events
+            }
+        }
+    }
+
+    fn update(&mut self, params: Value) -> Vec<AgentEvent> {
+        let notification: SessionNotification = match serde_json::from_value(params.clone()) {
+            Ok(n) => n,
+            Err(error) => {
+                // Tolerant by design: agents run ahead of the schema (unstable
+                // variants, new fields); one odd update must not end a turn.
+                let variant = params.pointer("/update/sessionUpdate").and_then(Value::as_str).unwrap_or("?");
+                let error: String = error.to_string().chars().take(100).collect();
+                return vec![AgentEvent::Skipped {
+                    reason: format!("session/update {variant} not understood: {error}"),
+                }];
+            }
+        };
+        if notification.session_id.0.as_ref() != self.session_id {
+            return vec![AgentEvent::Skipped {
+                reason: format!("session/update for another session {}", notification.session_id.0),
+            }];
+        }
+        let mut events = Vec::new();
+        if !matches!(notification.update, SessionUpdate::AgentThoughtChunk(_)) {
+            events.extend(self.flush_thought());
+        }
+        match notification.update {
+            SessionUpdate::AgentMessageChunk(chunk) => events.extend(self.message_chunk(chunk)),
+            SessionUpdate::AgentThoughtChunk(ContentChunk { content: ContentBlock::Text(text), .. }) => {
+                self.thought.push_str(&text.text);
+            }
+            SessionUpdate::ToolCall(call) => {
+                let id = call.tool_call_id.0.to_string();
+                let title = if call.title.is_empty() { id.clone() } else { call.title.clone() };
+                self.tool_titles.insert(id, title.clone());
+                events.push(AgentEvent::Activity {
+                    kind: "tool_call".into(),
+                    summary: format!("{title} ({}, {})", snake(&call.kind), snake(&call.status)),
+                });
+            }
+            SessionUpdate::ToolCallUpdate(update) => {
+                let id = update.tool_call_id.0.to_string();
+                if let Some(title) = &update.fields.title {
+                    self.tool_titles.insert(id.clone(), title.clone());
+                }
+                // Progress (content, in_progress) is noise in a transcript;
+                // only the outcome is worth a diagnostic.
+                if let Some(status @ (ToolCallStatus::Completed | ToolCallStatus::Failed)) = update.fields.status {
+                    let title = self.tool_titles.get(&id).cloned().unwrap_or(id);
+                    let kind =
+                        update.fields.kind.filter(|k| *k != ToolKind::Other).map(|k| format!(" ({})", snake(&k)));
+                    events.push(AgentEvent::Activity {
+                        kind: "tool_call".into(),
+                        summary: format!("{title}{}: {}", kind.unwrap_or_default(), snake(&status)),
+                    });
+                }
+            }
+            SessionUpdate::Plan(plan) => {
+                let entries: Vec<String> = plan
+                    .entries
+                    .iter()
+                    .map(|e| {
+                        let mark = match e.status {
+                            PlanEntryStatus::Completed => "x",
+                            PlanEntryStatus::InProgress => "~",
+                            _ => " ",
+                        };
+                        format!("[{mark}] {}", e.content)
+                    })
+                    .collect();
+                events.push(AgentEvent::Activity { kind: "plan".into(), summary: truncate(&entries.join("; ")) });
+            }
+            // Context occupancy, not a cumulative total: never a usage figure.
+            SessionUpdate::UsageUpdate(_) => {}
+            // Echoes of the prompt, command lists, modes, titles: nothing the
+            // session reports.
+            _ => {}
+        }
+        events
+    }
+
+    fn message_chunk(&mut self, chunk: ContentChunk) -> Vec<AgentEvent> {
+        let mut events = Vec::new();
+        let id = chunk.message_id.map(|id| id.0.to_string());
+        if id.is_some() && id != self.message_id {
+            events.extend(self.flush_message());
+            self.message_id = id;
+        }
+        let ContentBlock::Text(text) = chunk.content else {
+            events.push(AgentEvent::Notice {
+                message: format!(
+                    "the agent sent content of type {}; only text reaches the chat",
+                    block_kind(&chunk.content)
+                ),
+            });
+            return events;
+        };
+        if !text.text.is_empty() {
+            self.message.push_str(&text.text);
+            events.push(AgentEvent::Delta { text: text.text });
+        }
+        events
+    }
+
+    fn flush_thought(&mut self) -> Vec<AgentEvent> {
+        let thought = std::mem::take(&mut self.thought);
+        if thought.trim().is_empty() {
+            return Vec::new();
+        }
+        vec![AgentEvent::Activity { kind: "thinking".into(), summary: truncate(&thought) }]
+    }
+
+    fn flush_message(&mut self) -> Vec<AgentEvent> {
+        let text = std::mem::take(&mut self.message);
+        if text.is_empty() { Vec::new() } else { vec![AgentEvent::Message { text }] }
+    }
+
+    /// The events the prompt's response ends the turn with. `prior_total` is
+    /// the session's token total before this turn: ACP's `usage` counts one
+    /// turn, and the session reports a cumulative total.
+    pub fn finish(&mut self, response: &PromptResponse, prior_total: Option<u64>) -> Vec<AgentEvent> {
+        let mut events = self.flush_thought();
+        events.extend(self.flush_message());
+        if let Some(usage) = &response.usage {
+            events.push(AgentEvent::Usage { total_tokens: prior_total.unwrap_or(0) + usage.total_tokens });
+        }
+        let stop = snake(&response.stop_reason);
+        match response.stop_reason {
+            StopReason::EndTurn => events.push(AgentEvent::TurnDone),
+            StopReason::MaxTokens | StopReason::MaxTurnRequests => {
+                // What was said stands; the agent just stopped early.
+                events.push(AgentEvent::Notice { message: format!("the agent stopped early ({stop})") });
+                events.push(AgentEvent::TurnDone);
+            }
+            StopReason::Refusal => {
+                events.push(AgentEvent::Failed { message: "the agent refused to continue the turn".into() })
+            }
+            StopReason::Cancelled => events.push(AgentEvent::Failed { message: "the turn was cancelled".into() }),
+            _ => events.push(AgentEvent::Failed { message: format!("the agent stopped: {stop}") }),
+        }
+        events
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    fn update(update: Value) -> Inbound {
+        Inbound::Update(json!({ "sessionId": "sess_1", "update": update }))
+    }
+
+    fn run(inbound: Vec<Inbound>, response: Value, prior: Option<u64>) -> Vec<AgentEvent> {
+        let mut mapper = TurnMapper::new("sess_1");
+        let mut events: Vec<AgentEvent> = inbound.into_iter().flat_map(|i| mapper.apply(i)).collect();
+        let response: PromptResponse = serde_json::from_value(response).expect("a PromptResponse");
+        events.extend(mapper.finish(&response, prior));
+        events
+    }
+
+    /// A turn as claude-agent-acp / gemini send it: thoughts, a plan, an MCP
+    /// tool call with a permission round, progress, text chunks, context
+    /// occupancy and a token total in the response.
+    #[test]
+    fn a_recorded_tool_turn() {
+        let events = run(
+            vec![
+                update(json!({"sessionUpdate": "user_message_chunk", "content": {"type": "text", "text": "add 2"}})),
+                update(
+                    json!({"sessionUpdate": "agent_thought_chunk", "content": {"type": "text", "text": "The user wants "}}),
+                ),
+                update(
+                    json!({"sessionUpdate": "agent_thought_chunk", "content": {"type": "text", "text": "the counter bumped."}}),
+                ),
+                update(json!({"sessionUpdate": "plan", "entries": [
+                    {"content": "Call update_counter", "priority": "high", "status": "in_progress"},
+                    {"content": "Report the value", "priority": "medium", "status": "pending"}
+                ]})),
+                update(
+                    json!({"sessionUpdate": "tool_call", "toolCallId": "toolu_1", "title": "mcp__pedelec__update_counter",
+                    "kind": "other", "status": "pending", "rawInput": {"delta": 2}}),
+                ),
+                Inbound::Permission { title: "mcp__pedelec__update_counter".into(), outcome: "allow_once".into() },
+                update(json!({"sessionUpdate": "tool_call_update", "toolCallId": "toolu_1", "status": "in_progress"})),
+                update(json!({"sessionUpdate": "tool_call_update", "toolCallId": "toolu_1", "status": "completed",
+                    "content": [{"type": "content", "content": {"type": "text", "text": "{\"value\":2}"}}]})),
+                update(json!({"sessionUpdate": "usage_update", "used": 53000, "size": 200000,
+                    "cost": {"amount": 0.01, "currency": "USD"}})),
+                update(
+                    json!({"sessionUpdate": "agent_message_chunk", "content": {"type": "text", "text": "The counter "}}),
+                ),
+                update(
+                    json!({"sessionUpdate": "agent_message_chunk", "content": {"type": "text", "text": "is now 2."}}),
+                ),
+                update(json!({"sessionUpdate": "available_commands_update", "availableCommands": []})),
+            ],
+            json!({"stopReason": "end_turn", "usage": {"totalTokens": 1200, "inputTokens": 1000, "outputTokens": 200}}),
+            Some(300),
+        );
+        insta::assert_json_snapshot!(events);
+    }
+
+    /// Cursor-style: no usage anywhere, messages with ids, an image block,
+    /// a failed edit, an unknown (future) update variant and a stray
+    /// update for another session.
+    #[test]
+    fn message_ids_split_messages_and_odd_updates_are_skipped() {
+        let events = run(
+            vec![
+                update(json!({"sessionUpdate": "agent_message_chunk", "messageId": "m1",
+                    "content": {"type": "text", "text": "Editing."}})),
+                update(json!({"sessionUpdate": "tool_call", "toolCallId": "t1", "title": "Edit src/lib.rs",
+                    "kind": "edit", "status": "in_progress", "locations": [{"path": "/ws/src/lib.rs"}]})),
+                update(json!({"sessionUpdate": "tool_call_update", "toolCallId": "t1", "status": "failed"})),
+                update(json!({"sessionUpdate": "agent_message_chunk", "messageId": "m2",
+                    "content": {"type": "image", "data": "AAAA", "mimeType": "image/png"}})),
+                update(json!({"sessionUpdate": "agent_message_chunk", "messageId": "m2",
+                    "content": {"type": "text", "text": "The edit failed."}})),
+                update(json!({"sessionUpdate": "subagent_teleport", "where": "mars"})),
+                Inbound::Update(json!({"sessionId": "sess_other", "update":
+                    {"sessionUpdate": "agent_message_chunk", "content": {"type": "text", "text": "not ours"}}})),
+                update(json!({"sessionUpdate": "usage_update", "used": 10, "size": 100})),
+            ],
+            json!({"stopReason": "end_turn"}),
+            None,
+        );
+        insta::assert_json_snapshot!(events);
+    }
+
+    #[test]
+    fn stop_reasons() {
+        let stop =
+            |reason: &str| run(vec![], json!({ "stopReason": reason }), None).last().cloned().expect("an ending event");
+        assert_eq!(stop("end_turn"), AgentEvent::TurnDone);
+        assert_eq!(stop("max_tokens"), AgentEvent::TurnDone);
+        assert_eq!(stop("cancelled"), AgentEvent::Failed { message: "the turn was cancelled".into() });
+        assert!(matches!(stop("refusal"), AgentEvent::Failed { .. }));
+    }
+
+    #[test]
+    fn usage_accumulates_over_turns_and_occupancy_is_never_usage() {
+        let events = run(
+            vec![update(json!({"sessionUpdate": "usage_update", "used": 999, "size": 1000}))],
+            json!({"stopReason": "end_turn"}),
+            Some(10),
+        );
+        assert!(!events.iter().any(|e| matches!(e, AgentEvent::Usage { .. })), "{events:?}");
+        let events = run(
+            vec![],
+            json!({"stopReason": "end_turn", "usage": {"totalTokens": 5, "inputTokens": 4, "outputTokens": 1}}),
+            Some(10),
+        );
+        assert!(events.contains(&AgentEvent::Usage { total_tokens: 15 }));
+    }
+
+    #[test]
+    fn long_thoughts_are_truncated() {
+        let long = "x".repeat(1000);
+        let events = run(
+            vec![update(json!({"sessionUpdate": "agent_thought_chunk", "content": {"type": "text", "text": long}}))],
+            json!({"stopReason": "end_turn"}),
+            None,
+        );
+        let AgentEvent::Activity { kind, summary } = &events[0] else { panic!("{events:?}") };
+        assert_eq!(kind, "thinking");
+        assert_eq!(summary.chars().count(), SUMMARY_CHARS + 1);
+    }
+}

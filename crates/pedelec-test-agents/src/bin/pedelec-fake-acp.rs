@@ -1,0 +1,437 @@
+//! `pedelec-fake-acp`: the fake ACP agent described in the crate docs.
+
+use std::collections::HashMap;
+use std::path::PathBuf;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use agent_client_protocol::schema::ProtocolVersion;
+use agent_client_protocol::v1::ConnectionTo;
+use agent_client_protocol::v1::schema::{
+    AgentCapabilities, CancelNotification, ContentBlock, ContentChunk, Implementation, InitializeRequest,
+    InitializeResponse, LoadSessionRequest, LoadSessionResponse, McpServer, NewSessionRequest, NewSessionResponse,
+    PermissionOption, PermissionOptionKind, PromptRequest, PromptResponse, RequestPermissionOutcome,
+    RequestPermissionRequest, SessionNotification, SessionUpdate, StopReason, TextContent, ToolCall, ToolCallLocation,
+    ToolCallStatus, ToolCallUpdate, ToolCallUpdateFields, ToolKind, Usage,
+};
+use agent_client_protocol::{Agent, Client, Stdio};
+use pedelec_test_agents::log::EventLog;
+use pedelec_test_agents::mcp::McpClient;
+use pedelec_test_agents::percentile_us;
+use serde_json::{Value, json};
+
+const LOG_ENV: &str = "PEDELEC_FAKE_ACP_LOG";
+const NO_LOAD_ENV: &str = "PEDELEC_FAKE_ACP_NO_LOAD";
+const TOKEN_ENV: &str = "PEDELEC_TOOL_TOKEN";
+
+/// One ACP session: where its MCP servers come from and what was said.
+struct Session {
+    mcp_servers: Vec<McpServer>,
+    history: Vec<String>,
+    mcp: Option<Arc<McpClient>>,
+}
+
+struct Fake {
+    log: EventLog,
+    sessions: Mutex<HashMap<String, Session>>,
+    next: AtomicU64,
+    store: Option<PathBuf>,
+}
+
+type Shared = Arc<Fake>;
+
+impl Fake {
+    fn store_path(&self, id: &str) -> Option<PathBuf> {
+        self.store.as_ref().map(|dir| dir.join(format!("{id}.json")))
+    }
+
+    fn persist(&self, id: &str, history: &[String]) {
+        if let Some(path) = self.store_path(id) {
+            let _ = std::fs::create_dir_all(path.parent().expect("a file in the store"));
+            let _ = std::fs::write(path, serde_json::to_string(history).unwrap_or_default());
+        }
+    }
+
+    fn stored_history(&self, id: &str) -> Option<Vec<String>> {
+        let text = std::fs::read_to_string(self.store_path(id)?).ok()?;
+        serde_json::from_str(&text).ok()
+    }
+}
+
+/// `session/new` params as the log shows them: env values become their length.
+fn redacted_servers(servers: &[McpServer]) -> Value {
+    Value::Array(
+        servers
+            .iter()
+            .map(|server| match server {
+                McpServer::Stdio(stdio) => json!({
+                    "name": stdio.name,
+                    "command": stdio.command,
+                    "args": stdio.args,
+                    "env": stdio.env.iter().map(|e| json!({ "name": e.name, "valueLen": e.value.len() })).collect::<Vec<_>>(),
+                }),
+                other => json!({ "other": format!("{other:?}").chars().take(80).collect::<String>() }),
+            })
+            .collect(),
+    )
+}
+
+fn text_of(prompt: &[ContentBlock]) -> String {
+    prompt
+        .iter()
+        .filter_map(|block| match block {
+            ContentBlock::Text(text) => Some(text.text.as_str()),
+            _ => None,
+        })
+        .collect::<Vec<_>>()
+        .join("")
+}
+
+/// The command is the last paragraph: guidance, if any, comes first.
+fn command_of(text: &str) -> &str {
+    text.rsplit("\n\n").next().unwrap_or(text).trim()
+}
+
+fn chunk(session: &str, text: impl Into<String>) -> SessionNotification {
+    SessionNotification::new(
+        session.to_owned(),
+        SessionUpdate::AgentMessageChunk(ContentChunk::new(ContentBlock::Text(TextContent::new(text)))),
+    )
+}
+
+/// Sends `text` as three chunks (the client must join them).
+fn say(cx: &ConnectionTo<Client>, session: &str, text: &str) -> agent_client_protocol::Result<()> {
+    let chars: Vec<char> = text.chars().collect();
+    let third = chars.len().div_ceil(3).max(1);
+    for piece in chars.chunks(third) {
+        cx.send_notification(chunk(session, piece.iter().collect::<String>()))?;
+    }
+    Ok(())
+}
+
+async fn mcp_for(fake: &Shared, session: &str) -> Result<Arc<McpClient>, String> {
+    let servers = {
+        let sessions = fake.sessions.lock().unwrap_or_else(|p| p.into_inner());
+        let entry = sessions.get(session).ok_or("no such session")?;
+        if let Some(mcp) = &entry.mcp {
+            return Ok(mcp.clone());
+        }
+        entry.mcp_servers.clone()
+    };
+    let Some(McpServer::Stdio(server)) = servers.first() else {
+        return Err("session/new gave no stdio MCP server".into());
+    };
+    let env: Vec<(String, String)> = server.env.iter().map(|e| (e.name.clone(), e.value.clone())).collect();
+    let client = McpClient::start(&server.command, &server.args, &env).await?;
+    let token = env.iter().find(|(k, _)| k == TOKEN_ENV).map(|(_, v)| v.clone()).unwrap_or_default();
+    let cmdline = client
+        .pid()
+        .and_then(|pid| std::fs::read(format!("/proc/{pid}/cmdline")).ok())
+        .map(|bytes| String::from_utf8_lossy(&bytes).into_owned())
+        .unwrap_or_default();
+    let names = client.tool_names().await?;
+    fake.log.record(
+        "mcp_started",
+        json!({
+            "pid": client.pid(),
+            "command": server.command,
+            "args": server.args,
+            "tokenLen": token.len(),
+            "tokenInMcpCmdline": !token.is_empty() && cmdline.contains(&token),
+            "tokenInAgentArgv": !token.is_empty() && std::env::args().any(|a| a.contains(&token)),
+        }),
+    );
+    fake.log.record("tools_list", json!({ "names": names }));
+    let client = Arc::new(client);
+    if let Some(entry) = fake.sessions.lock().unwrap_or_else(|p| p.into_inner()).get_mut(session) {
+        entry.mcp = Some(client.clone());
+    }
+    Ok(client)
+}
+
+async fn ask_permission(
+    fake: &Shared,
+    cx: &ConnectionTo<Client>,
+    session: &str,
+    call: ToolCallUpdate,
+) -> agent_client_protocol::Result<String> {
+    let options = vec![
+        PermissionOption::new("opt-allow-once", "Allow once", PermissionOptionKind::AllowOnce),
+        PermissionOption::new("opt-allow-always", "Always allow", PermissionOptionKind::AllowAlways),
+        PermissionOption::new("opt-reject-once", "Reject", PermissionOptionKind::RejectOnce),
+    ];
+    let response =
+        cx.send_request(RequestPermissionRequest::new(session.to_owned(), call, options)).block_task().await?;
+    let chosen = match response.outcome {
+        RequestPermissionOutcome::Selected(selected) => match selected.option_id.0.as_ref() {
+            "opt-allow-once" => "allow_once",
+            "opt-allow-always" => "allow_always",
+            "opt-reject-once" => "reject_once",
+            _ => "unknown_option",
+        },
+        _ => "cancelled",
+    };
+    fake.log.record("permission", json!({ "chosen": chosen }));
+    Ok(chosen.to_owned())
+}
+
+/// Runs one prompt; the reply text and the response to send.
+async fn run_prompt(
+    fake: &Shared,
+    cx: &ConnectionTo<Client>,
+    session: &str,
+    command: &str,
+) -> agent_client_protocol::Result<PromptResponse> {
+    let (word, rest) = command.split_once(' ').unwrap_or((command, ""));
+    let rest = rest.trim();
+    let mut usage = None;
+    let reply = match word {
+        _ if command.contains("Reply with exactly PEDELEC_PREPARED") => "PEDELEC_PREPARED".to_owned(),
+        "tool" => {
+            let (name, args) = rest.split_once(' ').unwrap_or((rest, "{}"));
+            let id = format!("call-{}", fake.next.fetch_add(1, Ordering::Relaxed));
+            let args: Value = serde_json::from_str(args.trim()).unwrap_or(Value::String(args.trim().to_owned()));
+            let title = format!("pedelec/{name}");
+            cx.send_notification(SessionNotification::new(
+                session.to_owned(),
+                SessionUpdate::ToolCall(
+                    ToolCall::new(id.clone(), title.clone())
+                        .kind(ToolKind::Other)
+                        .status(ToolCallStatus::Pending)
+                        .raw_input(args.clone()),
+                ),
+            ))?;
+            let fields = ToolCallUpdateFields::new().title(title).kind(ToolKind::Other).raw_input(args.clone());
+            let chosen = ask_permission(fake, cx, session, ToolCallUpdate::new(id.clone(), fields)).await?;
+            if !chosen.starts_with("allow") {
+                format!("ACP tool {name} refused: {chosen}")
+            } else {
+                let outcome = match mcp_for(fake, session).await {
+                    Ok(mcp) => mcp.call_tool(name, args).await,
+                    Err(error) => Err(error),
+                };
+                let (status, reply) = match outcome {
+                    Ok(done) if done.is_error => {
+                        (ToolCallStatus::Failed, format!("ACP tool {name} error: {}", done.text))
+                    }
+                    Ok(done) => (ToolCallStatus::Completed, format!("ACP tool {name}: {}", done.text)),
+                    Err(error) => (ToolCallStatus::Failed, format!("ACP tool {name} failed: {error}")),
+                };
+                cx.send_notification(SessionNotification::new(
+                    session.to_owned(),
+                    SessionUpdate::ToolCallUpdate(ToolCallUpdate::new(id, ToolCallUpdateFields::new().status(status))),
+                ))?;
+                reply
+            }
+        }
+        "tools" => {
+            let mut parts = rest.splitn(3, ' ');
+            let n: usize = parts.next().and_then(|n| n.parse().ok()).unwrap_or(1);
+            let name = parts.next().unwrap_or("");
+            let args: Value = serde_json::from_str(parts.next().unwrap_or("{}")).unwrap_or(json!({}));
+            match mcp_for(fake, session).await {
+                Ok(mcp) => {
+                    let mut times = Vec::with_capacity(n);
+                    let mut failures = 0;
+                    for _ in 0..n {
+                        let started = Instant::now();
+                        let outcome = mcp.call_tool(name, args.clone()).await;
+                        times.push(started.elapsed());
+                        if !matches!(outcome, Ok(ref done) if !done.is_error) {
+                            failures += 1;
+                        }
+                    }
+                    times.sort();
+                    format!(
+                        "ACP tools: {n} calls, p50 {} µs, p99 {} µs, {failures} failed",
+                        percentile_us(&times, 0.5),
+                        percentile_us(&times, 0.99)
+                    )
+                }
+                Err(error) => format!("ACP tools failed: {error}"),
+            }
+        }
+        "permission" => {
+            let (kind, path) = rest.split_once(' ').unwrap_or((rest, ""));
+            let kind: ToolKind = serde_json::from_value(json!(kind)).unwrap_or(ToolKind::Other);
+            let id = format!("perm-{}", fake.next.fetch_add(1, Ordering::Relaxed));
+            let mut fields = ToolCallUpdateFields::new().title(rest.to_owned()).kind(kind);
+            if !path.trim().is_empty() {
+                fields = fields.locations(vec![ToolCallLocation::new(path.trim())]);
+            }
+            let chosen = ask_permission(fake, cx, session, ToolCallUpdate::new(id, fields)).await?;
+            format!("ACP permission: {chosen}")
+        }
+        "history" => {
+            let sessions = fake.sessions.lock().unwrap_or_else(|p| p.into_inner());
+            let history = sessions.get(session).map(|s| s.history.clone()).unwrap_or_default();
+            let earlier = &history[..history.len().saturating_sub(1)];
+            format!("ACP history: {} earlier prompts: {}", earlier.len(), earlier.join(" | "))
+        }
+        "usage" => {
+            usage = rest.parse::<u64>().ok();
+            "ACP usage".to_owned()
+        }
+        "crash" => {
+            cx.send_notification(chunk(session, "about to crash"))?;
+            // Let the chunk reach the client before the process goes.
+            tokio::time::sleep(Duration::from_millis(100)).await;
+            eprintln!("pedelec-fake-acp: crashing on purpose (fake stack trace)");
+            std::process::exit(3);
+        }
+        "hang" => std::future::pending::<String>().await,
+        _ => {
+            cx.send_notification(SessionNotification::new(
+                session.to_owned(),
+                SessionUpdate::AgentThoughtChunk(ContentChunk::new(ContentBlock::Text(TextContent::new(
+                    "echoing the prompt",
+                )))),
+            ))?;
+            format!("ACP echo: {command}")
+        }
+    };
+    say(cx, session, &reply)?;
+    let mut response = PromptResponse::new(StopReason::EndTurn);
+    if let Some(total) = usage {
+        response = response.usage(Usage::new(total, total / 2, total - total / 2));
+    }
+    Ok(response)
+}
+
+#[tokio::main]
+async fn main() -> agent_client_protocol::Result<()> {
+    let log = EventLog::from_env(LOG_ENV);
+    let store = log.path().map(|p| PathBuf::from(format!("{}.sessions", p.display())));
+    let mut env_names: Vec<String> = std::env::vars_os().map(|(k, _)| k.to_string_lossy().into_owned()).collect();
+    env_names.sort();
+    log.record(
+        "start",
+        json!({
+            "pid": std::process::id(),
+            "argv": std::env::args().collect::<Vec<_>>(),
+            "cwd": std::env::current_dir().ok(),
+            "envNames": env_names,
+        }),
+    );
+    let fake: Shared = Arc::new(Fake { log, sessions: Mutex::default(), next: AtomicU64::new(1), store });
+
+    let f_init = fake.clone();
+    let f_new = fake.clone();
+    let f_load = fake.clone();
+    let f_prompt = fake.clone();
+    let f_cancel = fake.clone();
+    Agent
+        .v1()
+        .name("pedelec-fake-acp")
+        .on_receive_request(
+            async move |init: InitializeRequest, responder, _cx| {
+                f_init.log.record(
+                    "initialize",
+                    json!({ "clientCapabilities": init.client_capabilities, "clientInfo": init.client_info }),
+                );
+                let load = std::env::var_os(NO_LOAD_ENV).is_none();
+                responder.respond(
+                    InitializeResponse::new(ProtocolVersion::V1)
+                        .agent_capabilities(AgentCapabilities::new().load_session(load))
+                        .agent_info(Implementation::new("pedelec-fake-acp", env!("CARGO_PKG_VERSION"))),
+                )
+            },
+            agent_client_protocol::on_receive_request!(),
+        )
+        .on_receive_request(
+            async move |new: NewSessionRequest, responder, _cx| {
+                let id = format!("fake-{}-{}", std::process::id(), f_new.next.fetch_add(1, Ordering::Relaxed));
+                f_new.log.record(
+                    "session_new",
+                    json!({ "sessionId": id, "cwd": new.cwd, "mcpServers": redacted_servers(&new.mcp_servers) }),
+                );
+                f_new.persist(&id, &[]);
+                f_new
+                    .sessions
+                    .lock()
+                    .unwrap_or_else(|p| p.into_inner())
+                    .insert(id.clone(), Session { mcp_servers: new.mcp_servers, history: Vec::new(), mcp: None });
+                responder.respond(NewSessionResponse::new(id))
+            },
+            agent_client_protocol::on_receive_request!(),
+        )
+        .on_receive_request(
+            async move |load: LoadSessionRequest, responder, cx| {
+                let id = load.session_id.0.to_string();
+                let known =
+                    f_load.sessions.lock().unwrap_or_else(|p| p.into_inner()).get(&id).map(|s| s.history.clone());
+                let history = known.or_else(|| f_load.stored_history(&id));
+                f_load.log.record(
+                    "session_load",
+                    json!({
+                        "sessionId": id,
+                        "found": history.is_some(),
+                        "cwd": load.cwd,
+                        "mcpServers": redacted_servers(&load.mcp_servers),
+                    }),
+                );
+                let Some(history) = history else {
+                    return responder.respond_with_error(
+                        agent_client_protocol::v1::schema::Error::resource_not_found(Some(id)).into(),
+                    );
+                };
+                // The replay a real agent sends before answering; the client
+                // must not mistake it for the next turn's output.
+                for said in &history {
+                    cx.send_notification(SessionNotification::new(
+                        id.clone(),
+                        SessionUpdate::UserMessageChunk(ContentChunk::new(ContentBlock::Text(TextContent::new(
+                            said.clone(),
+                        )))),
+                    ))?;
+                    cx.send_notification(chunk(&id, format!("(replayed answer to {said})")))?;
+                }
+                f_load
+                    .sessions
+                    .lock()
+                    .unwrap_or_else(|p| p.into_inner())
+                    .insert(id, Session { mcp_servers: load.mcp_servers, history, mcp: None });
+                responder.respond(LoadSessionResponse::new())
+            },
+            agent_client_protocol::on_receive_request!(),
+        )
+        .on_receive_request(
+            async move |prompt: PromptRequest, responder, cx| {
+                let id = prompt.session_id.0.to_string();
+                let text = text_of(&prompt.prompt);
+                let command = command_of(&text).to_owned();
+                let history = {
+                    let mut sessions = f_prompt.sessions.lock().unwrap_or_else(|p| p.into_inner());
+                    let Some(session) = sessions.get_mut(&id) else {
+                        drop(sessions);
+                        return responder.respond_with_error(
+                            agent_client_protocol::v1::schema::Error::resource_not_found(Some(id)).into(),
+                        );
+                    };
+                    session.history.push(command.clone());
+                    session.history.clone()
+                };
+                f_prompt.persist(&id, &history);
+                f_prompt.log.record("prompt", json!({ "sessionId": id, "blocks": prompt.prompt.len(), "text": text }));
+                // Off the dispatch loop: a prompt waits on permission answers
+                // and must not block `session/cancel`.
+                let fake = f_prompt.clone();
+                let conn = cx.clone();
+                cx.spawn(async move {
+                    let response = run_prompt(&fake, &conn, &id, &command).await?;
+                    responder.respond(response)
+                })
+            },
+            agent_client_protocol::on_receive_request!(),
+        )
+        .on_receive_notification(
+            async move |cancel: CancelNotification, _cx| {
+                f_cancel.log.record("cancel", json!({ "sessionId": cancel.session_id.0.to_string() }));
+                Ok(())
+            },
+            agent_client_protocol::on_receive_notification!(),
+        )
+        .connect_to(Stdio::new())
+        .await
+}
