@@ -4,6 +4,7 @@ use std::pin::Pin;
 use std::sync::Arc;
 
 use futures::{Stream, StreamExt};
+use pedelec_protocol::ErrorCode;
 use pedelec_protocol::pb::{self, agent_tools_server::AgentTools, core_server::Core};
 use tonic::{Request, Response, Status};
 
@@ -24,7 +25,12 @@ impl Core for CoreService {
     }
 
     async fn list_providers(&self, _: Request<pb::ListProvidersRequest>) -> Reply<pb::ListProvidersResponse> {
-        Ok(Response::new(pb::ListProvidersResponse { providers: self.registry.shared.providers.list() }))
+        // Availability checks stat binaries and probe endpoints: keep them off the async workers.
+        let providers = self.registry.shared.providers.clone();
+        let providers = tokio::task::spawn_blocking(move || providers.list())
+            .await
+            .map_err(|e| CoreError::new(ErrorCode::Internal, format!("listing providers failed: {e}")))?;
+        Ok(Response::new(pb::ListProvidersResponse { providers }))
     }
 
     async fn get_settings(&self, _: Request<pb::GetSettingsRequest>) -> Reply<pb::GetSettingsResponse> {
