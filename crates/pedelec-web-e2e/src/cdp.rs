@@ -161,6 +161,11 @@ impl Browser {
         self.send(method, params, session)?.wait(Duration::from_secs(30))
     }
 
+    /// The browser process id.
+    pub fn pid(&self) -> u32 {
+        self.child.id()
+    }
+
     /// Events received so far (e.g. `Runtime.exceptionThrown`).
     pub fn events(&self) -> Vec<Value> {
         self.events.lock().unwrap_or_else(|p| p.into_inner()).clone()

@@ -173,3 +173,30 @@ pub fn parse_round_trip(reply: &str) -> Option<(u64, u64)> {
     };
     Some((number("p50=")?, number("p99=")?))
 }
+
+fn parent_pid(pid: u32) -> Option<u32> {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+    // The command name may contain spaces; the fields after its closing ')' do not.
+    stat[stat.rfind(')')? + 1..].split_whitespace().nth(1)?.parse().ok()
+}
+
+/// The `pedelec-native-host` processes Chromium (`browser_pid`) started for this rig.
+pub fn native_host_pids(browser_pid: u32) -> Vec<u32> {
+    let Ok(host) = std::fs::canonicalize(find_host_binary()) else { return Vec::new() };
+    let Ok(entries) = std::fs::read_dir("/proc") else { return Vec::new() };
+    entries
+        .filter_map(|e| e.ok()?.file_name().to_str()?.parse::<u32>().ok())
+        .filter(|pid| std::fs::read_link(format!("/proc/{pid}/exe")).is_ok_and(|exe| exe == host))
+        .filter(|pid| {
+            let mut current = *pid;
+            (0..16).any(|_| match parent_pid(current) {
+                Some(parent) if parent == browser_pid => true,
+                Some(parent) if parent > 1 => {
+                    current = parent;
+                    false
+                }
+                _ => false,
+            })
+        })
+        .collect()
+}

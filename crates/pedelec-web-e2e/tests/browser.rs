@@ -11,10 +11,11 @@ use pedelec_sdk::grpc::GrpcTransport;
 use pedelec_sdk::transport::{Call, Transport};
 use pedelec_sdk::{ErrorCode, Pedelec, SessionStatus};
 use pedelec_web_e2e::page::Page;
-use pedelec_web_e2e::{Rig, missing_prerequisite, workspace_root};
+use pedelec_web_e2e::{EXTENSION_ID, Rig, missing_prerequisite, native_host_pids, workspace_root};
 use serde_json::{Value, json};
 
-const GRACE: Duration = Duration::from_millis(400);
+/// Core's auto-end grace: long enough for a restarted extension worker to re-subscribe.
+const GRACE: Duration = Duration::from_millis(1500);
 const TURN: Duration = Duration::from_secs(30);
 
 /// Without Chromium or the web package the test skips locally, but CI must
@@ -137,6 +138,33 @@ fn browser_end_to_end() {
     assert_eq!(assets["fileSize"], json!(body.len()), "{assets}");
     assert_eq!(assets["list"], json!([["/results/report.json", "report.json", body.len()]]), "{assets}");
     assert_eq!(assets["bad"], json!("ASSET_PATH_INVALID"), "{assets}");
+
+    // The extension's service worker is stopped: the page's port and its host go
+    // with it; the SDK reopens the port, the worker starts again (approval from
+    // chrome.storage), re-subscribes, and the same handle keeps working.
+    let worker = format!("chrome-extension://{EXTENSION_ID}/background.js");
+    let is_worker = |t: &Value| t["type"] == json!("service_worker") && t["url"].as_str() == Some(worker.as_str());
+    let before = rig.browser.wait_for_target("the service worker", is_worker).unwrap()["targetId"].clone();
+    rig.browser.call("Target.closeTarget", json!({ "targetId": before }), None).expect("stop the worker");
+    ok_value(attempt(&page, "await new Promise((r) => setTimeout(r, 300)); await demo.send('after the restart')"));
+    let after = rig.browser.wait_for_target("the restarted worker", is_worker).unwrap()["targetId"].clone();
+    assert_ne!(before, after, "the worker really restarted");
+    let state = page.eval("demo.state").unwrap();
+    assert_eq!(state["chats"].as_array().unwrap().last(), Some(&json!("You said: after the restart")), "{state}");
+    assert_eq!(state["errors"], json!([]), "the handle never detached: {state}");
+
+    // The native host dies (as when Core goes away): the extension reconnects
+    // with backoff and re-subscribes; the page's handle keeps working.
+    let hosts = native_host_pids(rig.browser.pid());
+    assert_eq!(hosts.len(), 1, "one host for the one open page: {hosts:?}");
+    // SAFETY: plain kill(2) of a process this test's browser started.
+    assert_eq!(unsafe { libc::kill(hosts[0] as i32, libc::SIGKILL) }, 0);
+    ok_value(attempt(&page, "await new Promise((r) => setTimeout(r, 300)); await demo.send('after the host died')"));
+    let replaced = native_host_pids(rig.browser.pid());
+    assert!(replaced.len() == 1 && replaced[0] != hosts[0], "a fresh host: {hosts:?} → {replaced:?}");
+    let state = page.eval("demo.state").unwrap();
+    assert_eq!(state["chats"].as_array().unwrap().last(), Some(&json!("You said: after the host died")), "{state}");
+    assert_eq!(state["errors"], json!([]), "the handle never detached: {state}");
 
     // End, then resume the same handle and use it again.
     let lifecycle = ok_value(attempt(

@@ -20,6 +20,8 @@ fn main() -> Result<(), E2eError> {
     if started["result"]["value"]["ok"] != json!(true) {
         return Err(E2eError::Setup(format!("createSession failed: {started}")));
     }
+    // The approval tab took the front; a background tab's renderer runs at low priority.
+    rig.browser.call("Page.bringToFront", json!({}), Some(&page.session))?;
     // One warm-up turn so the first measured call does not pay for JIT and connection setup.
     page.eval("demo.attempt(() => demo.send('/tools 20 echo {\"n\": 1}'))")?;
     let prompt = format!("/tools {calls} echo {{\"n\": 1}}");
