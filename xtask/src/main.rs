@@ -97,8 +97,8 @@ fn ci() -> Result<()> {
     web::clippy()?;
     // The browser test (crates/pedelec-web-e2e) loads the package and demo from target/web.
     web::build()?;
-    // The SDK's tests start the real Core and native-host binaries.
-    cargo(&["build", "-p", "pedelec-core", "-p", "pedelec-native-host", "--bins"])?;
+    // The SDK's tests start the real Core and native-host binaries, and the fake ACP agent.
+    cargo(&["build", "-p", "pedelec-core", "-p", "pedelec-native-host", "-p", "pedelec-test-agents", "--bins"])?;
     if has_nextest() {
         cargo(&["nextest", "run", "--workspace", "--no-fail-fast"])
     } else {
@@ -112,7 +112,18 @@ fn demo(provider: &str) -> Result<()> {
 }
 
 fn bench() -> Result<()> {
-    cargo(&["build", "--release", "--quiet", "-p", "pedelec-core", "-p", "pedelec-native-host", "--bins"])?;
+    cargo(&[
+        "build",
+        "--release",
+        "--quiet",
+        "-p",
+        "pedelec-core",
+        "-p",
+        "pedelec-native-host",
+        "-p",
+        "pedelec-test-agents",
+        "--bins",
+    ])?;
     cargo(&["run", "--release", "--quiet", "-p", "pedelec-sdk", "--example", "bench"])?;
     cargo(&["run", "--release", "--quiet", "-p", "pedelec-sdk", "--example", "provider_bench"])?;
     cargo(&["run", "--release", "--quiet", "-p", "pedelec-native-host", "--example", "host_bench"])

@@ -150,5 +150,50 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
         restart.as_secs_f64() * 1e3,
         resumed.get_status()
     );
+    drop(_core);
+
+    // 6. The same round trip from an ACP agent: pedelec-fake-acp → `pedelec-core mcp`
+    //    → Core → SDK handler → back, timed inside the agent.
+    acp_round_trip(dir.path()).await?;
+    Ok(())
+}
+
+async fn acp_round_trip(dir: &std::path::Path) -> Result<(), Box<dyn std::error::Error>> {
+    let agent = pedelec_sdk::daemon::find_binary("pedelec-fake-acp", "PEDELEC_FAKE_ACP_BIN");
+    if !agent.is_file() {
+        println!("ACP tool-call round trip: skipped (build pedelec-test-agents first)");
+        return Ok(());
+    }
+    let config = dir.join("acp-config");
+    std::fs::create_dir_all(&config)?;
+    std::fs::write(
+        config.join("config.toml"),
+        format!("[providers.fake]\nkind = \"acp\"\ncommand = [\"{}\"]\n", agent.display()),
+    )?;
+    let socket = dir.join("acp.sock");
+    let config_arg = config.display().to_string();
+    let _core = CoreProcess::spawn_with_args(
+        &pedelec_sdk::daemon::find_core_binary(),
+        &socket,
+        &dir.join("state-acp"),
+        Duration::from_secs(3),
+        &["--config-dir", &config_arg],
+    )?;
+    let client = Pedelec::connect(&socket, "app:bench").await?;
+    let tool = ToolSpec::new("t".to_string(), "echo", json!({"type": "object"}));
+    let session = client
+        .create_session(SessionOptions { provider: Some("fake".into()), tools: vec![tool], ..Default::default() })
+        .await?;
+    let _h = session.on_tool_sync("t".to_string(), |args: serde_json::Value, _| Ok::<_, String>(args));
+    let reply = Arc::new(std::sync::Mutex::new(String::new()));
+    let r = reply.clone();
+    let _c = session.on_chat(move |text, _| *r.lock().unwrap() = text.to_string());
+    session.send_text("tools 200 t {\"n\": 1}").await?; // warm-up (starts the agent and the bridge)
+    session.send_text("tools 2000 t {\"n\": 1}").await?;
+    println!(
+        "ACP tool-call round trip (2000 calls, ACP agent → MCP bridge → SDK handler → agent): {}",
+        reply.lock().unwrap()
+    );
+    session.end().await?;
     Ok(())
 }

@@ -10,7 +10,10 @@
 //! it (in `<log>.sessions/`, next to the log; in memory without a log).
 //! `session/load` replays the history as `user_message_chunk` /
 //! `agent_message_chunk` updates before it answers; an unknown id is
-//! `-32002` resource not found.
+//! `-32002` resource not found. Every session offers two config options,
+//! `model` (category `model`: `fake-small`, `fake-large`) and `thinking`
+//! (category `thought_level`: `low`, `medium`, `high`); `session/set_config_option`
+//! is logged and accepted.
 //!
 //! A prompt may carry guidance first: the command is the prompt's last
 //! paragraph (after the last blank line), trimmed.
@@ -22,6 +25,7 @@
 //! | `tool NAME JSON` | reports a `tool_call`, asks `session/request_permission`, then (if allowed) calls NAME with JSON through the MCP server it was given in `session/new` `mcpServers` (started once per session with its command, args and env) and replies `ACP tool NAME: <result text>` (`ACP tool NAME error: <text>` for an `isError` result, `… refused: <outcome>` when permission was not granted) |
 //! | `tools N NAME JSON` | N calls without permission requests; replies `ACP tools: N calls, p50 X µs, p99 Y µs` (round trip agent → MCP result) |
 //! | `permission KIND [PATH]` | asks permission for a tool call of that ACP kind (`execute`, `edit`, …) at PATH; replies `ACP permission: <chosen option kind or cancelled>` |
+//! | `fs PATH` | sends `fs/read_text_file` for PATH (which Pedelec does not offer); replies `ACP fs: read N bytes` or `ACP fs: error <code>` |
 //! | `history` | replies `ACP history: <n> earlier prompts: <p1> \| <p2> …` for this session |
 //! | `usage N` | replies `ACP usage` with `PromptResponse.usage.totalTokens = N` |
 //! | `crash` | one message chunk, a line on stderr, then exit status 3 mid-turn |
@@ -30,7 +34,7 @@
 //! If `PEDELEC_FAKE_ACP_LOG` names a file, every step is appended to it as
 //! one JSON object per line (`{"event": "start" | "initialize" |
 //! "session_new" | "session_load" | "prompt" | "cancel" | "mcp_started" |
-//! "tools_list" | "permission", …}`): its argv, cwd, pid, the names of the
+//! "tools_list" | "permission" | "set_config_option", …}`): its argv, cwd, pid, the names of the
 //! environment variables it saw, and `session/new` params with every env
 //! *value* replaced by its length — a tool token is never written.
 

@@ -328,3 +328,64 @@ async fn acp_hang_past_the_turn_timeout_restarts_and_continues_the_session() {
     assert_eq!(fake.events("session_load").len(), 1, "the new runtime continues the ACP session");
     assert_eq!(chats(&recorder).last().unwrap(), r#"chat "ACP history: 2 earlier prompts: one | hang" [user]"#);
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn acp_model_and_effort_go_through_session_config_options() {
+    let fake = Fake::start("");
+    let client = fake.harness.client().await;
+    let session = client
+        .create_session::<String>(SessionOptions {
+            provider: Some("fake".into()),
+            model: Some("Fake Large".into()),
+            effort_level: Some(pedelec_sdk::EffortLevel::Low),
+            ..Default::default()
+        })
+        .await
+        .unwrap();
+    session.send_text("hi").await.unwrap();
+    let set: Vec<(String, String)> = fake
+        .events("set_config_option")
+        .iter()
+        .map(|e| (e["configId"].as_str().unwrap().to_owned(), e["value"].as_str().unwrap().to_owned()))
+        .collect();
+    assert_eq!(set, vec![("model".into(), "fake-large".into()), ("thinking".into(), "low".into())]);
+
+    let other = client
+        .create_session::<String>(SessionOptions {
+            provider: Some("fake".into()),
+            model: Some("gpt-9".into()),
+            ..Default::default()
+        })
+        .await
+        .unwrap();
+    other.send_text("hi").await.unwrap();
+    assert_eq!(fake.events("set_config_option").len(), 2, "an unknown model is not sent");
+    let activities = transcript_activities(&fake.harness, other.session_id());
+    assert!(activities.iter().any(|a| a.contains("offers no model \"gpt-9\"")), "{activities:?}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn acp_requests_for_capabilities_we_do_not_offer_are_refused_not_hung() {
+    let fake = Fake::start("");
+    let session = fake.session(vec![], "").await;
+    let recorder = Recorder::attach(&session);
+    session.send_text("fs /etc/hostname").await.unwrap();
+    assert_eq!(chats(&recorder), vec![r#"chat "ACP fs: error -32601" [user]"#], "method not found");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn acp_agent_dying_between_turns_is_reported_on_the_next_turn() {
+    let fake = Fake::start("");
+    let session = fake.session(vec![], "").await;
+    session.send_text("hi").await.unwrap();
+    let pid = fake.events("start")[0]["pid"].as_u64().unwrap();
+    let killed = std::process::Command::new("kill").args(["-9", &pid.to_string()]).status().unwrap();
+    assert!(killed.success());
+    all_gone(&[pid]).await;
+    let error =
+        tokio::time::timeout(Duration::from_secs(20), session.send_text("again")).await.expect("no hang").unwrap_err();
+    assert_eq!(error.code, "SESSION_ERROR", "{error:?}");
+    let details = error.details.clone().unwrap_or_default();
+    assert_eq!(details["providerCode"], "PROVIDER_CRASHED", "{details}");
+    assert_eq!(details["signal"], 9, "{details}");
+}

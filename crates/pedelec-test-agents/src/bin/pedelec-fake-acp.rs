@@ -11,8 +11,9 @@ use agent_client_protocol::v1::ConnectionTo;
 use agent_client_protocol::v1::schema::{
     AgentCapabilities, CancelNotification, ContentBlock, ContentChunk, Implementation, InitializeRequest,
     InitializeResponse, LoadSessionRequest, LoadSessionResponse, McpServer, NewSessionRequest, NewSessionResponse,
-    PermissionOption, PermissionOptionKind, PromptRequest, PromptResponse, RequestPermissionOutcome,
-    RequestPermissionRequest, SessionNotification, SessionUpdate, StopReason, TextContent, ToolCall, ToolCallLocation,
+    PermissionOption, PermissionOptionKind, PromptRequest, PromptResponse, ReadTextFileRequest,
+    RequestPermissionOutcome, RequestPermissionRequest, SessionConfigOption, SessionNotification, SessionUpdate,
+    SetSessionConfigOptionRequest, SetSessionConfigOptionResponse, StopReason, TextContent, ToolCall, ToolCallLocation,
     ToolCallStatus, ToolCallUpdate, ToolCallUpdateFields, ToolKind, Usage,
 };
 use agent_client_protocol::{Agent, Client, Stdio};
@@ -57,6 +58,18 @@ impl Fake {
         let text = std::fs::read_to_string(self.store_path(id)?).ok()?;
         serde_json::from_str(&text).ok()
     }
+}
+
+/// The config options every session offers: a model and a thought level.
+fn config_options() -> Vec<SessionConfigOption> {
+    serde_json::from_value(json!([
+        { "id": "model", "name": "Model", "category": "model", "type": "select", "currentValue": "fake-small",
+          "options": [{ "value": "fake-small", "name": "Fake Small" }, { "value": "fake-large", "name": "Fake Large" }] },
+        { "id": "thinking", "name": "Thinking", "category": "thought_level", "type": "select", "currentValue": "medium",
+          "options": [{ "value": "low", "name": "Low" }, { "value": "medium", "name": "Medium" },
+                      { "value": "high", "name": "High" }] }
+    ]))
+    .expect("valid config options")
 }
 
 /// `session/new` params as the log shows them: env values become their length.
@@ -263,6 +276,13 @@ async fn run_prompt(
             let chosen = ask_permission(fake, cx, session, ToolCallUpdate::new(id, fields)).await?;
             format!("ACP permission: {chosen}")
         }
+        "fs" => {
+            // Pedelec advertises no fs capability: the request must be refused, not hang.
+            match cx.send_request(ReadTextFileRequest::new(session.to_owned(), rest)).block_task().await {
+                Ok(read) => format!("ACP fs: read {} bytes", read.content.len()),
+                Err(error) => format!("ACP fs: error {}", i32::from(error.code)),
+            }
+        }
         "history" => {
             let sessions = fake.sessions.lock().unwrap_or_else(|p| p.into_inner());
             let history = sessions.get(session).map(|s| s.history.clone()).unwrap_or_default();
@@ -321,6 +341,7 @@ async fn main() -> agent_client_protocol::Result<()> {
     let f_load = fake.clone();
     let f_prompt = fake.clone();
     let f_cancel = fake.clone();
+    let f_config = fake.clone();
     Agent
         .v1()
         .name("pedelec-fake-acp")
@@ -352,7 +373,7 @@ async fn main() -> agent_client_protocol::Result<()> {
                     .lock()
                     .unwrap_or_else(|p| p.into_inner())
                     .insert(id.clone(), Session { mcp_servers: new.mcp_servers, history: Vec::new(), mcp: None });
-                responder.respond(NewSessionResponse::new(id))
+                responder.respond(NewSessionResponse::new(id).config_options(config_options()))
             },
             agent_client_protocol::on_receive_request!(),
         )
@@ -392,7 +413,7 @@ async fn main() -> agent_client_protocol::Result<()> {
                     .lock()
                     .unwrap_or_else(|p| p.into_inner())
                     .insert(id, Session { mcp_servers: load.mcp_servers, history, mcp: None });
-                responder.respond(LoadSessionResponse::new())
+                responder.respond(LoadSessionResponse::new().config_options(config_options()))
             },
             agent_client_protocol::on_receive_request!(),
         )
@@ -422,6 +443,18 @@ async fn main() -> agent_client_protocol::Result<()> {
                     let response = run_prompt(&fake, &conn, &id, &command).await?;
                     responder.respond(response)
                 })
+            },
+            agent_client_protocol::on_receive_request!(),
+        )
+        .on_receive_request(
+            async move |set: SetSessionConfigOptionRequest, responder, _cx| {
+                let value = serde_json::to_value(&set.value).unwrap_or_default();
+                f_config.log.record(
+                    "set_config_option",
+                    json!({ "sessionId": set.session_id.0.to_string(), "configId": set.config_id.0.to_string(),
+                            "value": value["value"] }),
+                );
+                responder.respond(SetSessionConfigOptionResponse::new(config_options()))
             },
             agent_client_protocol::on_receive_request!(),
         )
