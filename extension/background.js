@@ -14,7 +14,9 @@ const HOST_NAME = "dev.pedelec.host";
 /** This extension's id, fixed by the manifest key (see README.md). */
 const EXTENSION_ID = "ighbaanpnpjegfpbhfnaekbncchadgfe";
 const APPROVAL_PAGE = "approve.html";
+/** How long a prompt waits for the user; `approvalTimeoutMs` in storage.local overrides it (tests). */
 const APPROVAL_TIMEOUT_MS = 120000;
+let approvalTimeoutMs = APPROVAL_TIMEOUT_MS;
 const RECONNECT_DELAYS_MS = [100, 250, 500, 1000, 2000, 4000, 8000];
 /** A live subscription error that is not followed by the host exiting within this is forwarded. */
 const SUBSCRIPTION_ERROR_GRACE_MS = 1500;
@@ -38,8 +40,9 @@ const approvals = new Map();
 const pages = new Set();
 
 const ready = (async () => {
-  const local = await chrome.storage.local.get(["approvedOrigins", "sessionOrigins"]);
+  const local = await chrome.storage.local.get(["approvedOrigins", "sessionOrigins", "approvalTimeoutMs"]);
   approvedOrigins = local.approvedOrigins || {};
+  approvalTimeoutMs = local.approvalTimeoutMs || APPROVAL_TIMEOUT_MS;
   sessionOrigins = local.sessionOrigins || {};
   const session = await chrome.storage.session.get(["pendingApprovals"]);
   // An approval tab opened before a restart stays valid until its deadline.
@@ -361,7 +364,7 @@ function armApproval(origin, tabId, deadline) {
 
 async function requestApproval(origin) {
   if (approvals.has(origin)) return;
-  armApproval(origin, null, Date.now() + APPROVAL_TIMEOUT_MS);
+  armApproval(origin, null, Date.now() + approvalTimeoutMs);
   const url = chrome.runtime.getURL(`${APPROVAL_PAGE}?origin=${encodeURIComponent(origin)}`);
   const tab = await chrome.tabs.create({ url, active: true });
   const entry = approvals.get(origin);
@@ -422,6 +425,12 @@ async function revoke(origin) {
 }
 
 // ---- wiring ----
+
+chrome.storage.onChanged.addListener((changes, area) => {
+  if (area === "local" && changes.approvalTimeoutMs) {
+    approvalTimeoutMs = changes.approvalTimeoutMs.newValue || APPROVAL_TIMEOUT_MS;
+  }
+});
 
 chrome.runtime.onConnectExternal.addListener((port) => {
   const origin = port.sender && port.sender.origin;

@@ -205,6 +205,26 @@ fn browser_end_to_end() {
     assert_eq!(stolen["ok"], json!(false), "{stolen}");
     other.close().unwrap();
 
+    // Nobody answers the prompt: it times out (shortened through the worker's storage) and
+    // the request is refused with reason "timeout"; the prompt tab is closed.
+    let worker_target = rig.browser.wait_for_target("the service worker", is_worker).unwrap();
+    let worker_page = Page::attach(&rig.browser, worker_target["targetId"].as_str().unwrap()).unwrap();
+    worker_page.eval("chrome.storage.local.set({ approvalTimeoutMs: 800 })").expect("shorten the approval timeout");
+    let other = rig.open_demo(&rig.other_site).expect("second origin, new page");
+    let timed_out = attempt(&other, "return await demo.start()");
+    assert_eq!(
+        (timed_out["code"].clone(), timed_out["details"]["reason"].clone()),
+        (json!("ORIGIN_NOT_ALLOWED"), json!("timeout")),
+        "{timed_out}"
+    );
+    let prompt = format!("approve.html?origin={}", rig.other_site.origin().replace(':', "%3A").replace('/', "%2F"));
+    let deadline = Instant::now() + Duration::from_secs(5);
+    while rig.browser.targets().unwrap().iter().any(|t| t["url"].as_str().is_some_and(|u| u.ends_with(&prompt))) {
+        assert!(Instant::now() < deadline, "the timed-out prompt tab is still open");
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    other.close().unwrap();
+
     // Closing the page ends its session: auto end on disconnect, enforced and recorded by Core.
     assert_eq!(core_status(&rig, &origin, &session_id), SessionStatus::Idle);
     page.close().expect("close the demo tab");
