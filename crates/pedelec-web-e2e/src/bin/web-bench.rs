@@ -36,5 +36,21 @@ fn main() -> Result<(), E2eError> {
     let reply = reply.as_str().unwrap_or_default();
     let (p50, p99) = parse_round_trip(reply).ok_or_else(|| E2eError::Protocol(format!("no p50/p99 in {reply:?}")))?;
     println!("browser tool-call round trip (agent → page handler → agent), {calls} calls: p50 {p50} µs, p99 {p99} µs");
+    // For scale: the bare path with no session logic, timed in the page —
+    // getApprovalStatus of an approved origin is page → extension, a Ping extension → host → Core, and back.
+    let bare = page.eval_for(
+        &format!(
+            "(async () => {{ const t = []; for (let i = 0; i < {calls}; i++) {{ const s = performance.now(); \
+             await demo.pedelec.getApprovalStatus(); t.push(performance.now() - s); }} \
+             t.sort((a, b) => a - b); return [t[Math.floor(t.length / 2)], t[Math.floor(t.length * 0.99)]]; }})()"
+        ),
+        Duration::from_secs(300),
+    )?;
+    let ms = |v: &serde_json::Value| (v.as_f64().unwrap_or(f64::NAN) * 1000.0).round();
+    println!(
+        "browser request round trip (page → extension → host → Core Ping), {calls} calls: p50 {} µs, p99 {} µs",
+        ms(&bare[0]),
+        ms(&bare[1])
+    );
     Ok(())
 }
