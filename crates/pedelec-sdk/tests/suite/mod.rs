@@ -3,11 +3,14 @@
 mod agent_tools;
 mod assets;
 mod bad_input;
+mod bridge;
 mod daemon;
 mod durability;
 mod lifecycle;
 mod prepare;
 mod providers_acp;
+mod providers_cli;
+mod providers_openai;
 mod status_and_events;
 mod tools;
 
