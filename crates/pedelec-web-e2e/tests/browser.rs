@@ -115,6 +115,44 @@ fn browser_end_to_end() {
     // Usage arrives without touching chat or status handlers.
     assert!(page.eval("demo.session().usage.totalTokens").unwrap().as_u64().is_some_and(|n| n > 0));
 
+    // prepare(): resolves, is idempotent, and its assistant text never reaches onChat.
+    let prepared = ok_value(attempt(
+        &page,
+        r#"const s = demo.session(); const before = demo.state.chats.length;
+           await Promise.all([s.prepare(), s.prepare()]); await s.prepare();
+           return { chats: demo.state.chats.length - before, status: s.getStatus() };"#,
+    ));
+    assert_eq!(prepared, json!({ "chats": 0, "status": "idle" }));
+
+    // Handler precedence and disposers: a named handler beats the inline one; a throw
+    // becomes TOOL_HANDLER_ERROR for the agent; disposing restores the inline handler.
+    let tools = ok_value(attempt(
+        &page,
+        r#"const s = demo.session();
+           const off = s.onTool("echo", async () => { throw new Error("boom"); });
+           await demo.send('/tool echo {"n": 1}');
+           const failed = demo.state.chats.at(-1);
+           off(); off();
+           await demo.send('/tool echo {"n": 2}');
+           return { failed, inline: demo.state.chats.at(-1) };"#,
+    ));
+    assert_eq!(
+        tools,
+        json!({ "failed": "Tool echo failed with TOOL_HANDLER_ERROR: boom.", "inline": r#"Tool echo returned {"n":2}."# })
+    );
+
+    // The client-level calls.
+    let client = ok_value(attempt(
+        &page,
+        r#"const p = demo.pedelec;
+           const providers = await p.listProviders();
+           const settings = await p.getSettings();
+           const availability = await p.checkAvailability();
+           return { scripted: providers.some((x) => x.code === "scripted"), settings: typeof settings.defaultProvider,
+                    availability };"#,
+    ));
+    assert_eq!(client, json!({ "scripted": true, "settings": "string", "availability": { "available": true } }));
+
     // Asset upload and read back (bytes over Core's loopback server, CORS for this origin).
     let assets = ok_value(attempt(
         &page,
@@ -234,6 +272,17 @@ fn browser_end_to_end() {
     let page = rig.open_demo(&rig.site).expect("demo page again");
     let second = ok_value(attempt(&page, "return await demo.start({ autoEndOnDisconnect: false })"));
     let second = second.as_str().expect("second session id").to_owned();
+    // Another tab of the same origin re-attaches to it: the handle is synchronised from Core first.
+    let twin = rig.open_demo(&rig.site).expect("a second tab of the approved origin");
+    let reattached = ok_value(attempt(
+        &twin,
+        &format!(
+            "const s = await demo.pedelec.resumeSession('{second}'); let chat = null; s.onChat((t) => {{ chat = t; }});
+             await s.sendText('from the twin'); return {{ id: s.sessionId, status: s.getStatus(), chat }};"
+        ),
+    ));
+    assert_eq!(reattached, json!({ "id": second, "status": "idle", "chat": "You said: from the twin" }));
+    twin.close().unwrap();
     let manager = rig.open_manager().expect("approval page in manage mode");
     let listed = format!("document.querySelector('button.revoke[data-origin=\"{origin}\"]')");
     manager.wait_until(&listed, Duration::from_secs(10)).expect("the origin is listed as approved");
