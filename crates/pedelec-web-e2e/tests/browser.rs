@@ -82,6 +82,18 @@ fn browser_end_to_end() {
     assert_eq!(status["approved"], json!(false), "{status}");
     assert_eq!(status["origin"], json!(origin), "{status}");
 
+    // A wrong extension id: nothing answers, so the SDK reports it not installed.
+    let absent =
+        page.eval("new demo.pedelec.constructor({ extensionId: 'a'.repeat(32) }).getApprovalStatus()").unwrap();
+    assert_eq!((absent["installed"].clone(), absent["approved"].clone()), (json!(false), json!(false)), "{absent}");
+    let absent =
+        attempt(&page, "return await new demo.pedelec.constructor({ extensionId: 'a'.repeat(32) }).listProviders()");
+    assert_eq!(
+        (absent["code"].clone(), absent["details"]["reason"].clone()),
+        (json!("TRANSPORT_ERROR"), json!("extension_not_installed")),
+        "{absent}"
+    );
+
     // createSession waits on the approval the extension asks the user for.
     let created = page.eval_later("demo.attempt(() => demo.start())").expect("start");
     rig.answer_approval(&origin, "#approve").expect("click Approve on the extension's page");

@@ -85,6 +85,9 @@ pub(crate) struct Link {
     connection: RefCell<Option<Connection>>,
     /// Bumped per port so a stale port's disconnect is ignored.
     epoch: Cell<u32>,
+    /// Whether the current port ever carried a message from the extension: a
+    /// port that closes without one means no such extension answers here.
+    heard: Cell<bool>,
     pending: RefCell<HashMap<u32, Pending>>,
     subscriptions: RefCell<HashMap<u32, Subscription>>,
     /// Subscriptions re-sent on a fresh port: their snapshot reply is an event.
@@ -112,6 +115,7 @@ impl Link {
             extension_id,
             connection: RefCell::new(None),
             epoch: Cell::new(0),
+            heard: Cell::new(false),
             pending: RefCell::default(),
             subscriptions: RefCell::default(),
             resubscribing: RefCell::default(),
@@ -147,6 +151,7 @@ impl Link {
         let port: Port = port.unchecked_into();
         let epoch = self.epoch.get().wrapping_add(1);
         self.epoch.set(epoch);
+        self.heard.set(false);
         let weak = Rc::downgrade(self);
         let on_message = Closure::<dyn FnMut(JsValue)>::new(move |message: JsValue| {
             if let Some(link) = weak.upgrade() {
@@ -185,6 +190,7 @@ impl Link {
     }
 
     fn receive(self: &Rc<Self>, message: &JsValue) {
+        self.heard.set(true);
         match js::get_string(message, "type").as_deref() {
             Some("frame") => {
                 let text = JSON::stringify(&js::get(message, "frame")).ok().and_then(|t| t.as_string());
@@ -250,8 +256,14 @@ impl Link {
         wasm_bindgen_futures::spawn_local(async move { drop(old) });
         *self.assembler.borrow_mut() = ChunkAssembler::new(limits::NATIVE_BROWSER_TO_HOST_MAX);
         let pending: Vec<Pending> = self.pending.borrow_mut().drain().map(|(_, tx)| tx).collect();
+        let heard = self.heard.get();
         for tx in pending {
-            let _ = tx.send(Err(detached("the port to the extension closed")));
+            let error = if heard {
+                detached("the port to the extension closed")
+            } else {
+                not_installed("no extension with this id answered (not installed, disabled, or a wrong id)")
+            };
+            let _ = tx.send(Err(error));
         }
         for waiter in self.status_waiters.borrow_mut().drain(..) {
             let _ = waiter.send(ExtensionStatus::default());
