@@ -5,7 +5,9 @@
 //! An Agent Client Protocol agent (built with the `agent-client-protocol`
 //! crate, speaking ACP v1 on stdio) that behaves by the text of each prompt.
 //! It answers `initialize` with `loadSession: true` (unless
-//! `PEDELEC_FAKE_ACP_NO_LOAD` is set), creates sessions named `fake-<n>`,
+//! `PEDELEC_FAKE_ACP_NO_LOAD` is set), creates sessions named `fake-<pid>-<n>`
+//! (or answers `session/new` with `-32000` auth required when
+//! `PEDELEC_FAKE_ACP_NEEDS_AUTH` is set),
 //! and keeps every session's prompts so a later process can `session/load`
 //! it (in `<log>.sessions/`, next to the log; in memory without a log).
 //! `session/load` replays the history as `user_message_chunk` /
@@ -28,6 +30,8 @@
 //! | `fs PATH` | sends `fs/read_text_file` for PATH (which Pedelec does not offer); replies `ACP fs: read N bytes` or `ACP fs: error <code>` |
 //! | `history` | replies `ACP history: <n> earlier prompts: <p1> \| <p2> …` for this session |
 //! | `usage N` | replies `ACP usage` with `PromptResponse.usage.totalTokens = N` |
+//! | `garbage` | writes a non-JSON line, a JSON array, a 2 MiB line, a non-UTF-8 line and an empty line to stdout, then replies `ACP garbage: still here` |
+//! | `fail` | answers the prompt with a JSON-RPC internal error |
 //! | `crash` | one message chunk, a line on stderr, then exit status 3 mid-turn |
 //! | `hang` | never answers the prompt (it still logs a `session/cancel`) |
 //!

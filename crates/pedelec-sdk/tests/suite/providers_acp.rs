@@ -389,3 +389,43 @@ async fn acp_agent_dying_between_turns_is_reported_on_the_next_turn() {
     assert_eq!(details["providerCode"], "PROVIDER_CRASHED", "{details}");
     assert_eq!(details["signal"], 9, "{details}");
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn acp_garbage_and_over_long_lines_on_stdout_do_not_wedge_the_session() {
+    let fake = Fake::start("");
+    let session = fake.session(vec![], "").await;
+    let recorder = Recorder::attach(&session);
+    session.send_text("garbage").await.unwrap();
+    session.send_text("after").await.unwrap();
+    assert_eq!(chats(&recorder), vec![r#"chat "ACP garbage: still here" [user]"#, r#"chat "ACP echo: after" [user]"#]);
+    assert_eq!(session.get_status(), SessionStatus::Idle);
+    assert_eq!(fake.events("start").len(), 1, "the same agent process throughout");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn acp_an_error_answer_fails_the_turn_but_keeps_the_runtime() {
+    let fake = Fake::start("");
+    let session = fake.session(vec![], "").await;
+    let recorder = Recorder::attach(&session);
+    let error = session.send_text("fail").await.unwrap_err();
+    assert_eq!(error.code, "SEND_TEXT_FAILED", "{error:?}");
+    let details = error.details.clone().unwrap_or_default();
+    assert_eq!(details["providerCode"], "PROVIDER_ERROR", "{details}");
+    assert_eq!(details["acpCode"], -32603, "{details}");
+    assert_eq!(session.get_status(), SessionStatus::Idle);
+    session.send_text("next").await.unwrap();
+    assert_eq!(chats(&recorder), vec![r#"chat "ACP echo: next" [user]"#]);
+    assert_eq!(fake.events("start").len(), 1);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn acp_an_agent_that_needs_a_login_is_unavailable_with_the_reason() {
+    let fake = Fake::start_with_env("PEDELEC_FAKE_ACP_NEEDS_AUTH = \"1\"");
+    let session = fake.session(vec![], "").await;
+    let error = session.send_text("hi").await.unwrap_err();
+    assert_eq!(error.code, "SESSION_ERROR", "{error:?}");
+    let details = error.details.clone().unwrap_or_default();
+    assert_eq!(details["providerCode"], "PROVIDER_UNAVAILABLE", "{details}");
+    assert!(error.message.contains("needs authentication"), "{error:?}");
+    all_gone(&[fake.events("start")[0]["pid"].as_u64().unwrap()]).await;
+}

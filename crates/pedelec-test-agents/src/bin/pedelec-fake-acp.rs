@@ -16,14 +16,17 @@ use agent_client_protocol::v1::schema::{
     SetSessionConfigOptionRequest, SetSessionConfigOptionResponse, StopReason, TextContent, ToolCall, ToolCallLocation,
     ToolCallStatus, ToolCallUpdate, ToolCallUpdateFields, ToolKind, Usage,
 };
-use agent_client_protocol::{Agent, Client, Stdio};
+use agent_client_protocol::{Agent, Client, Lines};
+use futures::{SinkExt, StreamExt};
 use pedelec_test_agents::log::EventLog;
 use pedelec_test_agents::mcp::McpClient;
 use pedelec_test_agents::percentile_us;
 use serde_json::{Value, json};
+use tokio::io::{AsyncBufReadExt, AsyncWriteExt};
 
 const LOG_ENV: &str = "PEDELEC_FAKE_ACP_LOG";
 const NO_LOAD_ENV: &str = "PEDELEC_FAKE_ACP_NO_LOAD";
+const AUTH_ENV: &str = "PEDELEC_FAKE_ACP_NEEDS_AUTH";
 const TOKEN_ENV: &str = "PEDELEC_TOOL_TOKEN";
 
 /// One ACP session: where its MCP servers come from and what was said.
@@ -35,6 +38,8 @@ struct Session {
 
 struct Fake {
     log: EventLog,
+    /// Raw bytes for stdout, in order with the protocol's own lines.
+    raw: futures::channel::mpsc::UnboundedSender<Vec<u8>>,
     sessions: Mutex<HashMap<String, Session>>,
     next: AtomicU64,
     store: Option<PathBuf>,
@@ -283,6 +288,23 @@ async fn run_prompt(
                 Err(error) => format!("ACP fs: error {}", i32::from(error.code)),
             }
         }
+        "garbage" => {
+            // Between messages, so no protocol line is torn: what a buggy
+            // agent or a stray print would put on stdout.
+            for line in [
+                b"not json at all".to_vec(),
+                b"[1,2]".to_vec(),
+                vec![b'x'; 2 * 1024 * 1024],
+                vec![0xff, 0xfe],
+                Vec::new(),
+            ] {
+                let _ = fake.raw.unbounded_send(line);
+            }
+            "ACP garbage: still here".to_owned()
+        }
+        "fail" => {
+            return Err(agent_client_protocol::Error::internal_error().data(json!(format!("asked to fail: {rest}"))));
+        }
         "history" => {
             let sessions = fake.sessions.lock().unwrap_or_else(|p| p.into_inner());
             let history = sessions.get(session).map(|s| s.history.clone()).unwrap_or_default();
@@ -334,7 +356,31 @@ async fn main() -> agent_client_protocol::Result<()> {
             "envNames": env_names,
         }),
     );
-    let fake: Shared = Arc::new(Fake { log, sessions: Mutex::default(), next: AtomicU64::new(1), store });
+    // Our own stdio transport (instead of the crate's `Stdio`) so `garbage`
+    // can put raw lines on stdout in order with the protocol's.
+    let (raw, mut out) = futures::channel::mpsc::unbounded::<Vec<u8>>();
+    tokio::spawn(async move {
+        let mut stdout = tokio::io::stdout();
+        while let Some(mut line) = out.next().await {
+            line.push(b'\n');
+            if stdout.write_all(&line).await.is_err() || stdout.flush().await.is_err() {
+                break;
+            }
+        }
+    });
+    let outgoing = raw
+        .clone()
+        .sink_map_err(std::io::Error::other)
+        .with(async |line: String| Ok::<_, std::io::Error>(line.into_bytes()));
+    let incoming = futures::stream::unfold(tokio::io::BufReader::new(tokio::io::stdin()).lines(), async |mut lines| {
+        match lines.next_line().await {
+            Ok(Some(line)) => Some((Ok(line), lines)),
+            Ok(None) => None,
+            Err(error) => Some((Err(error), lines)),
+        }
+    });
+    let transport = Lines::new(Box::pin(outgoing), Box::pin(incoming));
+    let fake: Shared = Arc::new(Fake { log, raw, sessions: Mutex::default(), next: AtomicU64::new(1), store });
 
     let f_init = fake.clone();
     let f_new = fake.clone();
@@ -362,6 +408,9 @@ async fn main() -> agent_client_protocol::Result<()> {
         )
         .on_receive_request(
             async move |new: NewSessionRequest, responder, _cx| {
+                if std::env::var_os(AUTH_ENV).is_some() {
+                    return responder.respond_with_error(agent_client_protocol::Error::auth_required());
+                }
                 let id = format!("fake-{}-{}", std::process::id(), f_new.next.fetch_add(1, Ordering::Relaxed));
                 f_new.log.record(
                     "session_new",
@@ -440,8 +489,10 @@ async fn main() -> agent_client_protocol::Result<()> {
                 let fake = f_prompt.clone();
                 let conn = cx.clone();
                 cx.spawn(async move {
-                    let response = run_prompt(&fake, &conn, &id, &command).await?;
-                    responder.respond(response)
+                    match run_prompt(&fake, &conn, &id, &command).await {
+                        Ok(response) => responder.respond(response),
+                        Err(error) => responder.respond_with_error(error),
+                    }
                 })
             },
             agent_client_protocol::on_receive_request!(),
@@ -465,6 +516,6 @@ async fn main() -> agent_client_protocol::Result<()> {
             },
             agent_client_protocol::on_receive_notification!(),
         )
-        .connect_to(Stdio::new())
+        .connect_to(transport)
         .await
 }
