@@ -165,6 +165,7 @@ async fn acp_tool_call_goes_through_the_mcp_bridge_to_the_sdk_handler() {
     let pids = [start["pid"].as_u64().unwrap(), mcp["pid"].as_u64().unwrap()];
     session.end().await.unwrap();
     all_gone(&pids).await;
+    assert!(fake.events("cancel").is_empty(), "nothing to cancel between turns");
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

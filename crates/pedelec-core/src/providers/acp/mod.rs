@@ -131,6 +131,9 @@ struct Live {
     session_id: SessionId,
     /// A new conversation: its first prompt carries the guidance.
     fresh: bool,
+    /// A `session/prompt` is unanswered (the turn may have been dropped by
+    /// Core's timeout or `end()`), so shutting down sends `session/cancel`.
+    prompting: bool,
 }
 
 struct AcpSession {
@@ -244,7 +247,7 @@ impl AcpSession {
         sink.provider_session(&session_id.0);
         self.identity = Some(session_id.0.to_string());
         self.configure(&mut runtime, &session_id, &config, sink).await?;
-        Ok(Live { runtime, session_id, fresh })
+        Ok(Live { runtime, session_id, fresh, prompting: false })
     }
 
     async fn configure(
@@ -292,10 +295,12 @@ impl AcpSession {
         let mut mapper = TurnMapper::new(live.session_id.0.to_string());
         let mut outcome = TurnOutcome::default();
         let total = &mut self.total;
+        live.prompting = true;
         let answer = live
             .runtime
             .request("session/prompt", prompt, |item: Inbound| apply(mapper.apply(item), sink, &mut outcome, total))
             .await?;
+        live.prompting = false;
         let response = answer.map_err(|e| answer_failure("session/prompt", &e, false))?;
         let prior = *total;
         apply(mapper.finish(&response, prior), sink, &mut outcome, total);
@@ -317,8 +322,10 @@ impl ProviderSession for AcpSession {
 
     fn shutdown(&mut self) {
         if let Some(live) = self.runtime.take() {
-            // Stops a turn in flight; harmless when idle.
-            live.runtime.notify(CancelNotification::new(live.session_id.clone()));
+            if live.prompting {
+                // Lets the agent stop its model and tool work before the group is signalled.
+                live.runtime.notify(CancelNotification::new(live.session_id.clone()));
+            }
             live.runtime.close();
         }
     }
