@@ -10,7 +10,8 @@
 //!
 //! **Handshake.** `initialize` with protocol version 1 and no client
 //! capabilities: we implement neither `fs/*` nor `terminal/*`, so the agent
-//! uses its own file and shell access in the workspace. An agent that
+//! uses its own file and shell access in the workspace (a request for them
+//! anyway is answered "method not found" by the crate). An agent that
 //! answers another protocol version is refused (`PROVIDER_UNAVAILABLE`), as
 //! is one that needs authentication first (`-32000`): run it once in a
 //! terminal to log in.
