@@ -67,10 +67,20 @@ pub struct ProviderFailure {
 
 impl ProviderFailure {
     pub fn turn(message: impl Into<String>) -> Self {
-        ProviderFailure { code: ErrorCode::ProviderError, message: message.into(), fatal: false, details: serde_json::Value::Null }
+        ProviderFailure {
+            code: ErrorCode::ProviderError,
+            message: message.into(),
+            fatal: false,
+            details: serde_json::Value::Null,
+        }
     }
     pub fn crashed(message: impl Into<String>) -> Self {
-        ProviderFailure { code: ErrorCode::ProviderCrashed, message: message.into(), fatal: true, details: serde_json::Value::Null }
+        ProviderFailure {
+            code: ErrorCode::ProviderCrashed,
+            message: message.into(),
+            fatal: true,
+            details: serde_json::Value::Null,
+        }
     }
     pub fn coded(code: ErrorCode, message: impl Into<String>, fatal: bool) -> Self {
         ProviderFailure { code, message: message.into(), fatal, details: serde_json::Value::Null }

@@ -69,7 +69,11 @@ async fn codex_turns_reach_frontend_tools_and_resume_the_thread() {
     let recorder = Recorder::attach(&session);
     session.send_text("raise the counter").await.unwrap();
     assert_eq!(*counter.lock().unwrap(), 2);
-    assert!(recorder.lines().contains(&r#"chat "tool said {\"value\":2}" [user]"#.to_string()), "{:?}", recorder.lines());
+    assert!(
+        recorder.lines().contains(&r#"chat "tool said {\"value\":2}" [user]"#.to_string()),
+        "{:?}",
+        recorder.lines()
+    );
     assert_eq!(session.usage().total_tokens, Some(120));
 
     let argv = recorded(bin.path(), "codex", "argv");
@@ -295,7 +299,10 @@ async fn ending_mid_turn_ends_the_agents_whole_process_tree() {
     let claude = fake_agent(
         bin.path(),
         "claude",
-        &format!("sh -c 'sleep 60' &\nsleep 60 &\necho $$ $! > '{}.partial'\nmv '{0}.partial' '{0}'\nwait", pids.display()),
+        &format!(
+            "sh -c 'sleep 60' &\nsleep 60 &\necho $$ $! > '{}.partial'\nmv '{0}.partial' '{0}'\nwait",
+            pids.display()
+        ),
     );
     let h = Harness::with_config(Via::Grpc, &config("claude", &claude, ""));
     let client = h.client().await;

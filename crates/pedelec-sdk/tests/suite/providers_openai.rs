@@ -49,8 +49,11 @@ fn answer(request: &Value) -> String {
     }
     if stubborn || text.contains("raise") {
         return sse(&[
-            chunk(json!({"role": "assistant", "tool_calls": [{"index": 0, "id": format!("call_{}", messages.len()),
-                "type": "function", "function": {"name": "update_counter", "arguments": ""}}]}), None),
+            chunk(
+                json!({"role": "assistant", "tool_calls": [{"index": 0, "id": format!("call_{}", messages.len()),
+                "type": "function", "function": {"name": "update_counter", "arguments": ""}}]}),
+                None,
+            ),
             chunk(json!({"tool_calls": [{"index": 0, "function": {"arguments": "{\"delta\":"}}]}), None),
             chunk(json!({"tool_calls": [{"index": 0, "function": {"arguments": "2}"}}]}), None),
             chunk(json!({}), Some("tool_calls")),
@@ -156,7 +159,8 @@ async fn openai_streams_calls_frontend_tools_and_counts_usage() {
     session.resume().await.unwrap();
     session.send_text("still there?").await.unwrap();
     let last = model.requests().last().unwrap().clone();
-    let contents: Vec<&str> = last["messages"].as_array().unwrap().iter().filter_map(|m| m["content"].as_str()).collect();
+    let contents: Vec<&str> =
+        last["messages"].as_array().unwrap().iter().filter_map(|m| m["content"].as_str()).collect();
     assert!(contents.contains(&"raise the counter") && contents.contains(&"echo: hello"), "{contents:?}");
 }
 
@@ -187,10 +191,8 @@ async fn openai_without_a_model_is_model_required_and_unreachable_endpoints_say_
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_agent_loop_is_bounded() {
     let model = FakeModel::start().await;
-    let settings = format!(
-        "[providers.ollama]\nbase_url = \"{}\"\nmodel = \"qwen3\"\nmax_rounds = 3\n",
-        model.base_url
-    );
+    let settings =
+        format!("[providers.ollama]\nbase_url = \"{}\"\nmodel = \"qwen3\"\nmax_rounds = 3\n", model.base_url);
     let h = Harness::with_config(Via::Grpc, &settings);
     let client = h.client().await;
     let (session, counter) = {
