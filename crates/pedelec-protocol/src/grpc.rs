@@ -40,6 +40,20 @@ pub fn error_from_status(status: &tonic::Status) -> pb::Error {
     pb::Error::new(ErrorCode::TransportError, format!("{:?}: {}", status.code(), status.message()))
 }
 
+/// A tonic channel to a gRPC server on a Unix socket (Core's, or any for tests).
+#[cfg(unix)]
+pub async fn uds_channel(socket: &std::path::Path) -> Result<tonic::transport::Channel, tonic::transport::Error> {
+    let path = socket.to_path_buf();
+    tonic::transport::Endpoint::from_static("http://pedelec-core.invalid")
+        .connect_with_connector(tower::service_fn(move |_: tonic::transport::Uri| {
+            let path = path.clone();
+            async move {
+                Ok::<_, std::io::Error>(hyper_util::rt::TokioIo::new(tokio::net::UnixStream::connect(path).await?))
+            }
+        }))
+        .await
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -53,18 +67,4 @@ mod tests {
         let plain = tonic::Status::unavailable("socket closed");
         assert_eq!(error_from_status(&plain).code, "TRANSPORT_ERROR");
     }
-}
-
-/// A tonic channel to a gRPC server on a Unix socket (Core's, or any for tests).
-#[cfg(unix)]
-pub async fn uds_channel(socket: &std::path::Path) -> Result<tonic::transport::Channel, tonic::transport::Error> {
-    let path = socket.to_path_buf();
-    tonic::transport::Endpoint::from_static("http://pedelec-core.invalid")
-        .connect_with_connector(tower::service_fn(move |_: tonic::transport::Uri| {
-            let path = path.clone();
-            async move {
-                Ok::<_, std::io::Error>(hyper_util::rt::TokioIo::new(tokio::net::UnixStream::connect(path).await?))
-            }
-        }))
-        .await
 }
