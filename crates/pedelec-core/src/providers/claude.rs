@@ -18,14 +18,14 @@ use std::io::Write;
 use std::os::unix::fs::OpenOptionsExt;
 use std::path::PathBuf;
 
-use pedelec_protocol::{ErrorCode, pb};
+use pedelec_protocol::ErrorCode;
 use serde_json::Value;
 
 use super::cli_turn::{self, LineParser, skipped};
 use super::process::CommandLine;
 use super::{
     AgentEvent, BoxFuture, MCP_SERVER_NAME, Provider, ProviderConfig, ProviderFailure, ProviderSession, ProviderSetup,
-    TurnRequest, TurnSink, effort_name, program_info, with_guidance,
+    TurnRequest, TurnSink, effort_name, with_guidance,
 };
 
 pub struct Claude {
@@ -39,16 +39,8 @@ impl Claude {
 }
 
 impl Provider for Claude {
-    fn code(&self) -> String {
-        self.config.code.clone()
-    }
-
-    fn info(&self) -> pb::ProviderInfo {
-        program_info(&self.config)
-    }
-
-    fn default_model(&self) -> String {
-        self.config.model.clone().unwrap_or_default()
+    fn config(&self) -> &ProviderConfig {
+        &self.config
     }
 
     fn start(&self, setup: ProviderSetup) -> Result<Box<dyn ProviderSession>, ProviderFailure> {

@@ -13,14 +13,13 @@
 //! `turn.completed` total (input + output tokens; cached input is a part of
 //! input), which codex reports as the thread's running total.
 
-use pedelec_protocol::pb;
 use serde_json::Value;
 
 use super::cli_turn::{self, LineParser, skipped};
 use super::process::CommandLine;
 use super::{
     AgentEvent, BoxFuture, MCP_SERVER_NAME, Provider, ProviderConfig, ProviderFailure, ProviderSession, ProviderSetup,
-    SOCKET_ENV, TOOL_TOKEN_ENV, TurnRequest, TurnSink, effort_name, program_info, with_guidance,
+    SOCKET_ENV, TOOL_TOKEN_ENV, TurnRequest, TurnSink, effort_name, with_guidance,
 };
 
 pub struct Codex {
@@ -34,16 +33,8 @@ impl Codex {
 }
 
 impl Provider for Codex {
-    fn code(&self) -> String {
-        self.config.code.clone()
-    }
-
-    fn info(&self) -> pb::ProviderInfo {
-        program_info(&self.config)
-    }
-
-    fn default_model(&self) -> String {
-        self.config.model.clone().unwrap_or_default()
+    fn config(&self) -> &ProviderConfig {
+        &self.config
     }
 
     fn start(&self, setup: ProviderSetup) -> Result<Box<dyn ProviderSession>, ProviderFailure> {

@@ -159,12 +159,19 @@ pub trait ProviderSession: Send {
 
 /// A provider Core can start sessions with.
 pub trait Provider: Send + Sync {
+    /// The resolved settings this provider runs with.
+    fn config(&self) -> &ProviderConfig;
     fn code(&self) -> String {
-        self.info().code
+        self.config().code.clone()
     }
     /// Name, code and whether it can run here (with the reason when not); never a secret.
-    fn info(&self) -> pb::ProviderInfo;
-    fn default_model(&self) -> String;
+    /// By default: whether the configured program resolves.
+    fn info(&self) -> pb::ProviderInfo {
+        program_info(self.config())
+    }
+    fn default_model(&self) -> String {
+        self.config().model.clone().unwrap_or_default()
+    }
     /// Whether a session needs a model name (`MODEL_REQUIRED` otherwise).
     fn requires_model(&self) -> bool {
         false
@@ -211,7 +218,7 @@ impl Providers {
 
 fn build(config: ProviderConfig) -> Arc<dyn Provider> {
     match config.kind {
-        ProviderKind::Scripted => Arc::new(Scripted),
+        ProviderKind::Scripted => Arc::new(Scripted::new(config)),
         ProviderKind::Acp => Arc::new(acp::Acp::new(config)),
         ProviderKind::Codex => Arc::new(codex::Codex::new(config)),
         ProviderKind::Claude => Arc::new(claude::Claude::new(config)),

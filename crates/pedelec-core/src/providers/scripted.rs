@@ -24,18 +24,34 @@ use std::time::{Duration, Instant};
 use pedelec_protocol::pb;
 
 use super::{
-    BoxFuture, PREPARED_ACK, Provider, ProviderFailure, ProviderSession, ProviderSetup, TurnRequest, TurnSink,
+    BoxFuture, PREPARED_ACK, Provider, ProviderConfig, ProviderFailure, ProviderSession, ProviderSetup, TurnRequest,
+    TurnSink,
 };
 
-pub struct Scripted;
+pub struct Scripted {
+    config: ProviderConfig,
+}
+
+impl Scripted {
+    pub fn new(config: ProviderConfig) -> Self {
+        Scripted { config }
+    }
+}
 
 impl Provider for Scripted {
-    fn info(&self) -> pb::ProviderInfo {
-        pb::ProviderInfo { name: "Scripted".into(), code: "scripted".into(), available: true, reason: String::new() }
+    fn config(&self) -> &ProviderConfig {
+        &self.config
     }
 
-    fn default_model(&self) -> String {
-        "scripted-1".into()
+    /// Built in: always available.
+    fn info(&self) -> pb::ProviderInfo {
+        let config = &self.config;
+        pb::ProviderInfo {
+            name: config.name.clone(),
+            code: config.code.clone(),
+            available: true,
+            reason: String::new(),
+        }
     }
 
     fn start(&self, setup: ProviderSetup) -> Result<Box<dyn ProviderSession>, ProviderFailure> {

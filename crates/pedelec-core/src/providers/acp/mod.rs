@@ -67,12 +67,12 @@ use agent_client_protocol::v1::schema::{
     LoadSessionRequest, McpServer, McpServerStdio, NewSessionRequest, PromptRequest, SessionConfigOption, SessionId,
     SetSessionConfigOptionRequest, TextContent,
 };
-use pedelec_protocol::{ErrorCode, pb};
+use pedelec_protocol::ErrorCode;
 
 use super::process::CommandLine;
 use super::{
     AgentEvent, BoxFuture, MCP_SERVER_NAME, Provider, ProviderConfig, ProviderFailure, ProviderSession, ProviderSetup,
-    TurnOutcome, TurnRequest, TurnSink, program_info, with_guidance,
+    TurnOutcome, TurnRequest, TurnSink, with_guidance,
 };
 use permission::PermissionPolicy;
 use runtime::Runtime;
@@ -92,16 +92,8 @@ impl Acp {
 }
 
 impl Provider for Acp {
-    fn code(&self) -> String {
-        self.config.code.clone()
-    }
-
-    fn info(&self) -> pb::ProviderInfo {
-        program_info(&self.config)
-    }
-
-    fn default_model(&self) -> String {
-        self.config.model.clone().unwrap_or_default()
+    fn config(&self) -> &ProviderConfig {
+        &self.config
     }
 
     fn start(&self, setup: ProviderSetup) -> Result<Box<dyn ProviderSession>, ProviderFailure> {

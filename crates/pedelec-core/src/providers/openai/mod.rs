@@ -88,8 +88,8 @@ impl Endpoint {
 }
 
 impl Provider for OpenAi {
-    fn code(&self) -> String {
-        self.config.code.clone()
+    fn config(&self) -> &ProviderConfig {
+        &self.config
     }
 
     fn info(&self) -> pb::ProviderInfo {
@@ -103,10 +103,6 @@ impl Provider for OpenAi {
             Err(reason) => (false, reason),
         };
         pb::ProviderInfo { name: self.config.name.clone(), code: self.config.code.clone(), available, reason }
-    }
-
-    fn default_model(&self) -> String {
-        self.config.model.clone().unwrap_or_default()
     }
 
     fn requires_model(&self) -> bool {

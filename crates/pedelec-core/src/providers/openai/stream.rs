@@ -20,9 +20,13 @@ impl SseDecoder {
     pub fn feed(&mut self, bytes: &[u8]) -> Result<Vec<String>, String> {
         self.buffer.extend_from_slice(bytes);
         let mut out = Vec::new();
-        while let Some(end) = self.buffer.iter().position(|&b| b == b'\n') {
-            let raw: Vec<u8> = self.buffer.drain(..=end).collect();
-            let line = String::from_utf8_lossy(&raw[..raw.len() - 1]);
+        // Lines are consumed by offset and the buffer compacted once: draining
+        // line by line would be quadratic in a large read.
+        let mut start = 0;
+        while let Some(len) = self.buffer[start..].iter().position(|&b| b == b'\n') {
+            let raw = &self.buffer[start..start + len];
+            start += len + 1;
+            let line = String::from_utf8_lossy(raw);
             let line = line.strip_suffix('\r').unwrap_or(&line);
             if line.is_empty() {
                 if !self.data.is_empty() {
@@ -33,6 +37,7 @@ impl SseDecoder {
             }
             // `event:`, `id:`, `retry:` and `:` comments carry nothing for chat completions.
         }
+        self.buffer.drain(..start);
         if self.buffer.len() + self.data.iter().map(String::len).sum::<usize>() > MAX_EVENT_BYTES {
             return Err(format!("a server-sent event exceeds {MAX_EVENT_BYTES} bytes"));
         }
