@@ -694,7 +694,13 @@ impl Session {
             if st.status == SessionStatus::Ended {
                 return Err(pb::Error::new(ErrorCode::SessionEnded, "the session has ended"));
             }
-            let Some(active) = st.active.as_ref().filter(|a| operation_id.is_empty() || a.id == operation_id) else {
+            // Only while the turn runs: not before it is announced (the client
+            // would drop a call of an operation it has not seen start) and not
+            // while its completion is being made durable.
+            let turn_running = matches!(st.status, SessionStatus::Running | SessionStatus::WaitingToolResult);
+            let Some(active) =
+                st.active.as_ref().filter(|a| turn_running && (operation_id.is_empty() || a.id == operation_id))
+            else {
                 return Err(pb::Error::new(ErrorCode::SessionBusy, "no turn is active to call a tool from"));
             };
             let operation_id = active.id.clone();

@@ -6,7 +6,7 @@ use std::sync::{Arc, Mutex};
 use pedelec_core::store::read_record;
 use pedelec_protocol::grpc::error_from_status;
 use pedelec_protocol::pb::{self, agent_tools_client::AgentToolsClient, call_tool_response::Outcome};
-use pedelec_sdk::{SessionOptions, SessionStatus, ToolSpec};
+use pedelec_sdk::{SessionOptions, ToolSpec};
 use serde_json::json;
 
 use super::*;
@@ -57,7 +57,7 @@ async fn an_agent_lists_and_calls_its_own_sessions_tools_concurrently() {
     });
     let sess = session.clone();
     let turn = tokio::spawn(async move { sess.send_text("/sleep 1500").await });
-    eventually("running", || session.get_status() == SessionStatus::Running).await;
+    core_running(&h, &session).await;
     tokio::time::sleep(std::time::Duration::from_millis(100)).await;
     let (mut a1, mut a2) = (agent.clone(), agent.clone());
     let (r1, r2) = tokio::join!(a1.call_tool(call(r#"{"n":1}"#)), a2.call_tool(call(r#"{"n":41}"#)));

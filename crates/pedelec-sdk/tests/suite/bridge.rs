@@ -4,7 +4,7 @@
 
 use std::process::Stdio;
 
-use pedelec_sdk::{SessionOptions, SessionStatus, ToolSpec, sync_handler};
+use pedelec_sdk::{SessionOptions, ToolSpec, sync_handler};
 use serde_json::Value;
 use tokio::io::{AsyncBufReadExt, AsyncWriteExt, BufReader};
 
@@ -125,8 +125,8 @@ async fn the_bridge_lists_the_sessions_tools_and_routes_calls_to_the_handler() {
 
     // Calls reach the handler only during a turn (the agent acts inside one).
     let sess = session.clone();
-    let turn = tokio::spawn(async move { sess.send_text("/sleep 3000").await });
-    eventually("running", || session.get_status() == SessionStatus::Running).await;
+    let turn = tokio::spawn(async move { sess.send_text("/sleep 60000").await });
+    core_running(&h, &session).await;
     let ok = mcp.call("update_counter", json!({"delta": 5})).await;
     assert_eq!(ok["isError"], false, "{ok}");
     assert_eq!(serde_json::from_str::<Value>(&text_of(&ok)).unwrap(), json!({"value": 5}));
@@ -142,7 +142,9 @@ async fn the_bridge_lists_the_sessions_tools_and_routes_calls_to_the_handler() {
     assert!(text_of(&failed).starts_with("TOOL_HANDLER_ERROR:"), "{failed}");
     assert!(text_of(&failed).contains("the page is not ready"));
     mcp.close().await;
-    turn.await.unwrap().unwrap();
+    // The turn only held the session running; ending it stops the wait.
+    session.end().await.unwrap();
+    assert!(turn.await.unwrap().is_err(), "the ended turn does not complete");
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -158,11 +160,13 @@ async fn a_tool_that_outlives_its_timeout_reaches_the_agent_as_tool_timeout() {
     let session = client.create_session(SessionOptions { tools: vec![slow], ..Default::default() }).await.unwrap();
     let mut mcp = McpClient::start(&h.socket(), &token_of(&h, &session)).await;
     let sess = session.clone();
-    let turn = tokio::spawn(async move { sess.send_text("/sleep 2000").await });
-    eventually("running", || session.get_status() == SessionStatus::Running).await;
+    let turn = tokio::spawn(async move { sess.send_text("/sleep 60000").await });
+    core_running(&h, &session).await;
     let timed_out = mcp.call("slow", json!({})).await;
     assert!(text_of(&timed_out).starts_with("TOOL_TIMEOUT:"), "{timed_out}");
-    turn.await.unwrap().unwrap();
+    // The turn only held the session running; ending it stops the wait.
+    session.end().await.unwrap();
+    assert!(turn.await.unwrap().is_err(), "the ended turn does not complete");
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -212,8 +216,8 @@ async fn tool_call_from_a_shell_has_the_same_authentication_and_results() {
     let (session, counter) = counter_session(&client).await;
     let token = token_of(&h, &session);
     let sess = session.clone();
-    let turn = tokio::spawn(async move { sess.send_text("/sleep 3000").await });
-    eventually("running", || session.get_status() == SessionStatus::Running).await;
+    let turn = tokio::spawn(async move { sess.send_text("/sleep 60000").await });
+    core_running(&h, &session).await;
 
     let run = |token: String, args: &'static [&'static str]| {
         let socket = h.socket();
@@ -242,5 +246,7 @@ async fn tool_call_from_a_shell_has_the_same_authentication_and_results() {
     let forged = run("b".repeat(64), &["tool", "call", "update_counter", "{}"]).await;
     assert_eq!(forged.status.code(), Some(2));
     assert!(String::from_utf8_lossy(&forged.stderr).contains("TOOL_TOKEN_INVALID"));
-    turn.await.unwrap().unwrap();
+    // The turn only held the session running; ending it stops the wait.
+    session.end().await.unwrap();
+    assert!(turn.await.unwrap().is_err(), "the ended turn does not complete");
 }

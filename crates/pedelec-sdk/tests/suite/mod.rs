@@ -18,7 +18,7 @@ use std::path::PathBuf;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use pedelec_protocol::pb::core_client::CoreClient;
+use pedelec_protocol::pb::{self, core_client::CoreClient};
 use pedelec_sdk::daemon::CoreProcess;
 use pedelec_sdk::native::{NativeMessagingTransport, find_host_binary};
 use pedelec_sdk::{Pedelec, PedelecSession, SessionOptions, ToolSpec, sync_handler};
@@ -247,4 +247,23 @@ pub async fn eventually(what: &str, mut f: impl FnMut() -> bool) {
         tokio::time::sleep(Duration::from_millis(10)).await;
     }
     panic!("timed out waiting for {what}");
+}
+
+/// Waits until Core itself has the session running: the SDK turns `running`
+/// locally as soon as `send_text` is called, before Core has announced the
+/// operation, and an agent's tool call is only accepted once it has.
+pub async fn core_running(h: &Harness, session: &PedelecSession) {
+    let mut raw = h.raw().await;
+    for _ in 0..1000 {
+        let request = pb::SubscribeRequest { session_id: session.session_id().into(), caller_origin: ORIGIN.into() };
+        let mut events = raw.subscribe(request).await.expect("subscribe").into_inner();
+        let first = events.message().await.expect("a snapshot").expect("a snapshot");
+        if let Some(pb::session_event::Kind::Snapshot(snapshot)) = first.kind
+            && snapshot.status == pb::SessionStatus::Running as i32
+        {
+            return;
+        }
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    panic!("Core never reported the session running");
 }
