@@ -223,7 +223,6 @@ impl AssetServer {
                         async move { Ok::<_, std::convert::Infallible>(server.handle(req).await) }
                     });
                     let _ = hyper::server::conn::http1::Builder::new()
-                        .max_buf_size(pedelec_protocol::limits::TRANSFER_READ_BUFFER)
                         .serve_connection(hyper_util::rt::TokioIo::new(stream), service)
                         .await;
                 });

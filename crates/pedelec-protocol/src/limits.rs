@@ -36,6 +36,3 @@ pub const MAX_ID_LEN: usize = 128;
 pub const MAX_WORKSPACE_PATH_BYTES: usize = 4096;
 /// How long an asset ticket stays valid.
 pub const ASSET_TICKET_TTL: Duration = Duration::from_secs(60);
-/// Largest read buffer either end of an asset transfer grows to: large reads
-/// mean fewer syscalls per MiB (the default ~400 KiB caps loopback throughput).
-pub const TRANSFER_READ_BUFFER: usize = 4 * 1024 * 1024;

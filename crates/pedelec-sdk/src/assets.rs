@@ -83,9 +83,7 @@ async fn connect(
     let stream =
         tokio::net::TcpStream::connect((host, uri.port_u16().unwrap_or(80))).await.map_err(|e| failed(code, e))?;
     let _ = stream.set_nodelay(true);
-    let (sender, connection) = hyper::client::conn::http1::Builder::new()
-        .max_buf_size(pedelec_protocol::limits::TRANSFER_READ_BUFFER)
-        .handshake(hyper_util::rt::TokioIo::new(stream))
+    let (sender, connection) = hyper::client::conn::http1::handshake(hyper_util::rt::TokioIo::new(stream))
         .await
         .map_err(|e| failed(code, e))?;
     tokio::spawn(connection);
