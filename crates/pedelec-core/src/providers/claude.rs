@@ -21,8 +21,7 @@ use std::path::PathBuf;
 use pedelec_protocol::ErrorCode;
 use serde_json::Value;
 
-use super::cli_turn::{self, LineParser, skipped};
-use super::process::CommandLine;
+use super::cli_turn::{self, LineParser, clip, skipped, str_field as text};
 use super::{
     AgentEvent, BoxFuture, MCP_SERVER_NAME, Provider, ProviderConfig, ProviderFailure, ProviderSession, ProviderSetup,
     TurnRequest, TurnSink, effort_name, with_guidance,
@@ -59,13 +58,13 @@ impl Provider for Claude {
 fn write_mcp_config(setup: &ProviderSetup) -> Result<PathBuf, ProviderFailure> {
     let env: serde_json::Map<String, Value> =
         setup.bridge.env().into_iter().map(|(k, v)| (k, Value::from(v))).collect();
-    let timeout_ms = setup.tools.iter().map(|t| pedelec_protocol::tools::tool_timeout(t).as_millis() as u64).max();
+    let timeout_ms = setup.longest_tool_timeout().as_millis() as u64;
     let body = serde_json::json!({ "mcpServers": { MCP_SERVER_NAME: {
         "type": "stdio",
         "command": setup.bridge.command.display().to_string(),
         "args": ["mcp"],
         "env": env,
-        "timeout": timeout_ms.unwrap_or(60_000) + 5_000,
+        "timeout": timeout_ms + 5_000,
     }}});
     let path = setup.runtime_dir.join(".pedelec-mcp.json");
     let write = || -> std::io::Result<()> {
@@ -129,18 +128,9 @@ impl ProviderSession for ClaudeSession {
         sink: &'a dyn TurnSink,
     ) -> BoxFuture<'a, Result<(), ProviderFailure>> {
         Box::pin(async move {
-            let mut command = CommandLine {
-                program: self.config.command[0].clone(),
-                args: turn_args(
-                    &self.config,
-                    &self.setup,
-                    &self.mcp_config.display().to_string(),
-                    self.session_id.as_deref(),
-                ),
-                env: self.config.env.clone().into_iter().collect(),
-            };
-            // Also for `Bash` tool use of `pedelec-core tool call`.
-            command.env.extend(self.setup.bridge.env());
+            let mcp_config = self.mcp_config.display().to_string();
+            let args = turn_args(&self.config, &self.setup, &mcp_config, self.session_id.as_deref());
+            let command = cli_turn::agent_command(&self.config, args, &self.setup.bridge);
             let prompt = match self.session_id {
                 None => with_guidance(&self.setup.guidance, &turn.text),
                 Some(_) => turn.text.clone(),
@@ -167,10 +157,6 @@ pub struct ClaudeParser {
     pub total: u64,
 }
 
-fn text(value: &Value, key: &str) -> String {
-    value.get(key).and_then(Value::as_str).unwrap_or_default().to_owned()
-}
-
 impl ClaudeParser {
     pub fn new(total: u64) -> Self {
         ClaudeParser { session_id: None, total }
@@ -195,11 +181,11 @@ impl ClaudeParser {
                 "text" => said.push(text(block, "text")),
                 "tool_use" => {
                     let input = block.get("input").map(Value::to_string).unwrap_or_default();
-                    let summary = format!("{} {}", text(block, "name"), input.chars().take(200).collect::<String>());
+                    let summary = format!("{} {}", text(block, "name"), clip(&input, 200));
                     events.push(AgentEvent::Activity { kind: "tool_use".into(), summary });
                 }
                 "thinking" => {
-                    let thought: String = text(block, "thinking").chars().take(300).collect();
+                    let thought = clip(&text(block, "thinking"), 300);
                     events.push(AgentEvent::Activity { kind: "thinking".into(), summary: thought });
                 }
                 _ => {}
@@ -210,7 +196,7 @@ impl ClaudeParser {
         if let Some(error) = value.get("error").and_then(Value::as_str) {
             events.push(AgentEvent::Notice { message: format!("assistant error {error}: {said}") });
         } else if nested && !said.is_empty() {
-            events.push(AgentEvent::Activity { kind: "subagent".into(), summary: said.chars().take(300).collect() });
+            events.push(AgentEvent::Activity { kind: "subagent".into(), summary: clip(&said, 300) });
         } else if !said.is_empty() {
             events.push(AgentEvent::Message { text: said });
         }

@@ -6,7 +6,7 @@ use std::path::Path;
 use tokio::io::AsyncWriteExt;
 
 use super::process::{AgentProcess, CommandLine, Line, LineReader, MAX_LINE_BYTES};
-use super::{AgentEvent, ProviderFailure, TurnOutcome, TurnSink};
+use super::{AgentEvent, ProviderConfig, ProviderFailure, ToolBridge, TurnOutcome, TurnSink};
 
 /// A sans-IO parser of one CLI's JSON lines.
 pub trait LineParser: Send {
@@ -16,6 +16,28 @@ pub trait LineParser: Send {
 /// Parses every line of `transcript` (for recorded-transcript tests and benchmarks).
 pub fn parse_transcript(parser: &mut dyn LineParser, transcript: &str) -> Vec<AgentEvent> {
     transcript.lines().filter(|l| !l.trim().is_empty()).flat_map(|l| parser.line(l)).collect()
+}
+
+/// A string field of a JSON object, empty when absent.
+pub fn str_field(value: &serde_json::Value, key: &str) -> String {
+    value.get(key).and_then(serde_json::Value::as_str).unwrap_or_default().to_owned()
+}
+
+/// At most `max` characters of `text`, marked when cut (diagnostics stay small).
+pub fn clip(text: &str, max: usize) -> String {
+    if text.chars().count() <= max {
+        text.to_owned()
+    } else {
+        format!("{}…", text.chars().take(max).collect::<String>())
+    }
+}
+
+/// The per-turn command: the configured program with `args`, the configured
+/// environment, and the bridge's variables (so `pedelec-core tool call` works too).
+pub fn agent_command(config: &ProviderConfig, args: Vec<String>, bridge: &ToolBridge) -> CommandLine {
+    let mut env: Vec<(String, String)> = config.env.clone().into_iter().collect();
+    env.extend(bridge.env());
+    CommandLine { program: config.command[0].clone(), args, env }
 }
 
 /// What an unparseable line becomes: skipped, never fatal.

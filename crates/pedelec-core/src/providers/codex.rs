@@ -15,8 +15,7 @@
 
 use serde_json::Value;
 
-use super::cli_turn::{self, LineParser, skipped};
-use super::process::CommandLine;
+use super::cli_turn::{self, LineParser, skipped, str_field as text};
 use super::{
     AgentEvent, BoxFuture, MCP_SERVER_NAME, Provider, ProviderConfig, ProviderFailure, ProviderSession, ProviderSetup,
     SOCKET_ENV, TOOL_TOKEN_ENV, TurnRequest, TurnSink, effort_name, with_guidance,
@@ -56,7 +55,7 @@ fn toml_string(text: &str) -> String {
 pub fn turn_args(config: &ProviderConfig, setup: &ProviderSetup, thread_id: Option<&str>) -> Vec<String> {
     let mut args: Vec<String> = config.command[1..].to_vec();
     let server = format!("mcp_servers.{MCP_SERVER_NAME}");
-    let tool_timeout = setup.tools.iter().map(|t| pedelec_protocol::tools::tool_timeout(t).as_secs()).max();
+    let tool_timeout = setup.longest_tool_timeout().as_secs();
     args.extend(
         [
             "exec",
@@ -73,7 +72,7 @@ pub fn turn_args(config: &ProviderConfig, setup: &ProviderSetup, thread_id: Opti
             "-c",
             &format!("{server}.env_vars=[\"{TOOL_TOKEN_ENV}\",\"{SOCKET_ENV}\"]"),
             "-c",
-            &format!("{server}.tool_timeout_sec={}", tool_timeout.unwrap_or(60) + 5),
+            &format!("{server}.tool_timeout_sec={}", tool_timeout + 5),
         ]
         .map(str::to_owned),
     );
@@ -97,12 +96,8 @@ impl ProviderSession for CodexSession {
         sink: &'a dyn TurnSink,
     ) -> BoxFuture<'a, Result<(), ProviderFailure>> {
         Box::pin(async move {
-            let mut command = CommandLine {
-                program: self.config.command[0].clone(),
-                args: turn_args(&self.config, &self.setup, self.thread_id.as_deref()),
-                env: self.config.env.clone().into_iter().collect(),
-            };
-            command.env.extend(self.setup.bridge.env());
+            let args = turn_args(&self.config, &self.setup, self.thread_id.as_deref());
+            let command = cli_turn::agent_command(&self.config, args, &self.setup.bridge);
             let prompt = match self.thread_id {
                 None => with_guidance(&self.setup.guidance, &turn.text),
                 Some(_) => turn.text.clone(),
@@ -124,17 +119,8 @@ pub struct CodexParser {
     last_error: Option<String>,
 }
 
-fn text(value: &Value, key: &str) -> String {
-    value.get(key).and_then(Value::as_str).unwrap_or_default().to_owned()
-}
-
 fn clip(text: &str) -> String {
-    const MAX: usize = 300;
-    if text.chars().count() <= MAX {
-        text.to_owned()
-    } else {
-        format!("{}…", text.chars().take(MAX).collect::<String>())
-    }
+    cli_turn::clip(text, 300)
 }
 
 impl CodexParser {

@@ -146,6 +146,18 @@ pub struct ProviderSetup {
     pub bridge: ToolBridge,
 }
 
+impl ProviderSetup {
+    /// The longest per-call timeout among the session's tools (the default when it has none),
+    /// so an agent's own MCP timeout never cuts a call Core still waits for.
+    pub fn longest_tool_timeout(&self) -> std::time::Duration {
+        self.tools
+            .iter()
+            .map(pedelec_protocol::tools::tool_timeout)
+            .max()
+            .unwrap_or(pedelec_protocol::limits::DEFAULT_TOOL_TIMEOUT)
+    }
+}
+
 /// A running provider runtime for one session.
 pub trait ProviderSession: Send {
     fn run_turn<'a>(
