@@ -5,8 +5,12 @@ use std::sync::Arc;
 
 use futures::{Stream, StreamExt};
 use pedelec_protocol::ErrorCode;
-use pedelec_protocol::pb::{self, agent_tools_server::AgentTools, core_server::Core};
-use tonic::{Request, Response, Status};
+use pedelec_protocol::grpc::error_from_status;
+use pedelec_protocol::pb::native_frame::Body;
+use pedelec_protocol::pb::native_request::Call;
+use pedelec_protocol::pb::native_response::Result as NativeReply;
+use pedelec_protocol::pb::{self, agent_tools_server::AgentTools, core_relay_server::CoreRelay, core_server::Core};
+use tonic::{Request, Response, Status, Streaming};
 
 use crate::error::CoreError;
 use crate::registry::{Registry, check_id};
@@ -135,6 +139,81 @@ impl CoreService {
             return Err(CoreError::new(pedelec_protocol::ErrorCode::SessionEnded, "the session has ended"));
         }
         Ok(session)
+    }
+}
+
+/// Requests one relay stream works on at once; reading the stream pauses beyond it.
+pub const RELAY_IN_FLIGHT: usize = 256;
+
+impl CoreService {
+    /// Answers one relayed call through the same handler its own RPC uses.
+    async fn dispatch(&self, call: Call) -> Result<NativeReply, Status> {
+        fn r<T>(request: T) -> Request<T> {
+            Request::new(request)
+        }
+        Ok(match call {
+            Call::Ping(q) => NativeReply::Ping(self.ping(r(q)).await?.into_inner()),
+            Call::ListProviders(q) => NativeReply::ListProviders(self.list_providers(r(q)).await?.into_inner()),
+            Call::GetSettings(q) => NativeReply::GetSettings(self.get_settings(r(q)).await?.into_inner()),
+            Call::CreateSession(q) => NativeReply::CreateSession(self.create_session(r(q)).await?.into_inner()),
+            Call::Prepare(q) => NativeReply::Prepare(self.prepare(r(q)).await?.into_inner()),
+            Call::SendText(q) => NativeReply::SendText(self.send_text(r(q)).await?.into_inner()),
+            Call::SubmitToolResult(q) => {
+                NativeReply::SubmitToolResult(self.submit_tool_result(r(q)).await?.into_inner())
+            }
+            Call::End(q) => NativeReply::End(self.end(r(q)).await?.into_inner()),
+            Call::Resume(q) => NativeReply::Resume(self.resume(r(q)).await?.into_inner()),
+            Call::CreateAssetUpload(q) => {
+                NativeReply::CreateAssetUpload(self.create_asset_upload(r(q)).await?.into_inner())
+            }
+            Call::CreateAssetDownload(q) => {
+                NativeReply::CreateAssetDownload(self.create_asset_download(r(q)).await?.into_inner())
+            }
+            Call::ListAssets(q) => NativeReply::ListAssets(self.list_assets(r(q)).await?.into_inner()),
+            Call::Subscribe(_) | Call::Unsubscribe(_) => {
+                return Err(CoreError::new(ErrorCode::InvalidArgument, "subscriptions use Core.Subscribe").into());
+            }
+        })
+    }
+
+    /// One relay frame in, its answer out (same request id).
+    async fn answer(&self, frame: pb::NativeFrame) -> pb::NativeFrame {
+        let request_id = frame.request_id;
+        let call = match frame.body {
+            Some(Body::Request(pb::NativeRequest { call: Some(call) })) if request_id != 0 => call,
+            _ => {
+                let error = pb::Error::new(ErrorCode::InvalidArgument, "expected a request with a non-zero requestId");
+                return pb::NativeFrame { request_id, body: Some(Body::Error(error)) };
+            }
+        };
+        let body = match self.dispatch(call).await {
+            Ok(reply) => Body::Response(pb::NativeResponse { result: Some(reply) }),
+            Err(status) => Body::Error(error_from_status(&status)),
+        };
+        pb::NativeFrame { request_id, body: Some(body) }
+    }
+}
+
+#[tonic::async_trait]
+impl CoreRelay for CoreService {
+    type RelayStream = Pin<Box<dyn Stream<Item = Result<pb::NativeFrame, Status>> + Send>>;
+
+    async fn relay(&self, request: Request<Streaming<pb::NativeFrame>>) -> Reply<Self::RelayStream> {
+        let service = self.clone();
+        // A broken request stream (the host went away) ends the relay; the
+        // answers still being worked on are dropped with it.
+        let frames = request
+            .into_inner()
+            .take_while(|item| futures::future::ready(item.is_ok()))
+            .filter_map(|item| futures::future::ready(item.ok()));
+        let answers = frames
+            .map(move |frame| {
+                let service = service.clone();
+                async move { service.answer(frame).await }
+            })
+            .buffer_unordered(RELAY_IN_FLIGHT)
+            .map(Ok);
+        Ok(Response::new(Box::pin(answers)))
     }
 }
 

@@ -1,10 +1,25 @@
-//! Reaching Core: connect to its socket, or start it detached and wait.
+//! Reaching Core: connect to its socket (or start it detached and wait), then
+//! forward calls over one `CoreRelay.Relay` stream.
+//!
+//! A unary gRPC call costs an HTTP/2 stream (HEADERS, DATA, trailers) on both
+//! sides; the relay stream carries every call as one DATA frame each way, which
+//! is what lets pipelined frames from the browser keep up. Subscriptions keep
+//! their own `Core.Subscribe` streams on the same connection.
 
+use std::collections::HashMap;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
+use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
+use futures::StreamExt;
+use pedelec_protocol::grpc::{error_from_status, uds_channel};
+use pedelec_protocol::pb::{self, core_relay_client::CoreRelayClient, native_frame::Body};
+use pedelec_protocol::{ErrorCode, limits};
+use pedelec_sdk::PedelecError;
 use pedelec_sdk::grpc::GrpcTransport;
+use pedelec_sdk::transport::{BoxFuture, Call, EventStream, Reply, Transport};
+use tokio::sync::{mpsc, oneshot, watch};
 
 /// How long the host waits for a Core it started.
 pub const START_TIMEOUT: Duration = Duration::from_secs(5);
@@ -24,11 +39,9 @@ pub fn core_binary() -> PathBuf {
 /// Connects to Core on `socket`; if nobody answers, starts `pedelec-core
 /// serve` in its own process group (so it outlives this host) and retries
 /// until [`START_TIMEOUT`].
-pub async fn connect_or_start(socket: &Path, core: &Path) -> Option<GrpcTransport> {
-    if std::os::unix::net::UnixStream::connect(socket).is_ok()
-        && let Ok(t) = GrpcTransport::connect(socket).await
-    {
-        return Some(t);
+pub async fn connect_or_start(socket: &Path, core: &Path) -> Option<CoreLink> {
+    if let Ok(link) = CoreLink::connect(socket).await {
+        return Some(link);
     }
     tracing::info!(core = %core.display(), socket = %socket.display(), "starting Core");
     let mut command = Command::new(core);
@@ -41,12 +54,131 @@ pub async fn connect_or_start(socket: &Path, core: &Path) -> Option<GrpcTranspor
     }
     let started = Instant::now();
     while started.elapsed() < START_TIMEOUT {
-        if std::os::unix::net::UnixStream::connect(socket).is_ok()
-            && let Ok(t) = GrpcTransport::connect(socket).await
-        {
-            return Some(t);
+        if let Ok(link) = CoreLink::connect(socket).await {
+            return Some(link);
         }
         tokio::time::sleep(Duration::from_millis(10)).await;
     }
     None
+}
+
+type Waiter = oneshot::Sender<Result<Reply, PedelecError>>;
+
+/// Calls waiting for their answer on the relay stream, by relay id. `None`
+/// once the stream has ended: later calls fail at once.
+struct Pending {
+    waiters: Option<HashMap<u32, Waiter>>,
+    next_id: u32,
+}
+
+/// One connection to Core: unary calls over the relay stream, subscriptions
+/// over `Core.Subscribe`.
+pub struct CoreLink {
+    grpc: GrpcTransport,
+    requests: mpsc::UnboundedSender<pb::NativeFrame>,
+    pending: Arc<Mutex<Pending>>,
+    lost: watch::Receiver<bool>,
+}
+
+fn lost_error() -> PedelecError {
+    PedelecError::new(ErrorCode::CoreRuntimeUnavailable, "the connection to Core was lost")
+}
+
+impl CoreLink {
+    /// Connects and opens the relay stream (without waiting for Core's answer
+    /// to it: the first call may travel with the stream's opening).
+    pub async fn connect(socket: &Path) -> Result<CoreLink, PedelecError> {
+        let channel = uds_channel(socket).await.map_err(|e| {
+            PedelecError::new(
+                ErrorCode::CoreRuntimeUnavailable,
+                format!("cannot reach Core at {}: {e}", socket.display()),
+            )
+        })?;
+        let grpc = GrpcTransport::from_channel(channel.clone(), socket.to_path_buf());
+        let (requests, outgoing) = mpsc::unbounded_channel();
+        let pending = Arc::new(Mutex::new(Pending { waiters: Some(HashMap::new()), next_id: 0 }));
+        let (lost_tx, lost) = watch::channel(false);
+        let client = CoreRelayClient::new(channel)
+            .max_decoding_message_size(limits::GRPC_MESSAGE_MAX)
+            .max_encoding_message_size(limits::GRPC_MESSAGE_MAX);
+        tokio::spawn(read_answers(client, outgoing, pending.clone(), lost_tx));
+        Ok(CoreLink { grpc, requests, pending, lost })
+    }
+
+    /// Resolves once the connection to Core is gone.
+    pub async fn lost(&self) {
+        let mut lost = self.lost.clone();
+        let _ = lost.wait_for(|gone| *gone).await;
+    }
+
+    fn forward(&self, call: Call) -> Result<oneshot::Receiver<Result<Reply, PedelecError>>, PedelecError> {
+        let (tx, rx) = oneshot::channel();
+        let mut pending = self.pending.lock().unwrap_or_else(|p| p.into_inner());
+        let Pending { waiters, next_id } = &mut *pending;
+        let Some(waiters) = waiters else { return Err(lost_error()) };
+        // Relay ids are the host's own, so a page reusing ids cannot collide.
+        *next_id = next_id.checked_add(1).unwrap_or(1);
+        let id = *next_id;
+        waiters.insert(id, tx);
+        let frame =
+            pb::NativeFrame { request_id: id, body: Some(Body::Request(pb::NativeRequest { call: Some(call) })) };
+        if self.requests.send(frame).is_err() {
+            waiters.remove(&id);
+            return Err(lost_error());
+        }
+        Ok(rx)
+    }
+}
+
+/// Opens the relay stream and hands each answer to its waiter. When the
+/// stream ends, every waiter (and every later call) gets
+/// `CORE_RUNTIME_UNAVAILABLE`, and `lost` is raised.
+async fn read_answers(
+    mut client: CoreRelayClient<tonic::transport::Channel>,
+    outgoing: mpsc::UnboundedReceiver<pb::NativeFrame>,
+    pending: Arc<Mutex<Pending>>,
+    lost: watch::Sender<bool>,
+) {
+    match client.relay(tokio_stream::wrappers::UnboundedReceiverStream::new(outgoing)).await {
+        Ok(response) => {
+            let mut answers = response.into_inner();
+            while let Some(Ok(frame)) = answers.next().await {
+                let outcome = match frame.body {
+                    Some(Body::Response(pb::NativeResponse { result: Some(reply) })) => Ok(reply),
+                    Some(Body::Error(error)) => Err(error.into()),
+                    other => Err(PedelecError::new(ErrorCode::TransportError, format!("unexpected answer {other:?}"))),
+                };
+                let waiter = pending
+                    .lock()
+                    .unwrap_or_else(|p| p.into_inner())
+                    .waiters
+                    .as_mut()
+                    .and_then(|w| w.remove(&frame.request_id));
+                if let Some(waiter) = waiter {
+                    let _ = waiter.send(outcome);
+                }
+            }
+        }
+        Err(status) => tracing::warn!(error = %error_from_status(&status).message, "Core refused the relay stream"),
+    }
+    let waiters = pending.lock().unwrap_or_else(|p| p.into_inner()).waiters.take();
+    for (_, waiter) in waiters.into_iter().flatten() {
+        let _ = waiter.send(Err(lost_error()));
+    }
+    let _ = lost.send(true);
+}
+
+impl Transport for CoreLink {
+    fn call(&self, call: Call) -> BoxFuture<'static, Result<Reply, PedelecError>> {
+        let answer = self.forward(call);
+        Box::pin(async move { answer?.await.unwrap_or_else(|_| Err(lost_error())) })
+    }
+
+    fn subscribe(&self, request: pb::SubscribeRequest) -> BoxFuture<'static, Result<EventStream, PedelecError>> {
+        self.grpc.subscribe(request)
+    }
+
+    fn spawn(&self, task: BoxFuture<'static, ()>) {
+        tokio::spawn(task);
+    }
 }

@@ -51,10 +51,12 @@ enum Command {
 }
 
 fn main() -> ExitCode {
-    tracing_subscriber::fmt()
-        .with_env_filter(tracing_subscriber::EnvFilter::try_from_env("PEDELEC_LOG").unwrap_or_else(|_| "warn".into()))
-        .with_writer(std::io::stderr)
-        .init();
+    // A browser starts the host for every port, so start-up cost counts: the
+    // filter parser only runs when someone asked for logs.
+    match tracing_subscriber::EnvFilter::try_from_env("PEDELEC_LOG") {
+        Ok(filter) => tracing_subscriber::fmt().with_env_filter(filter).with_writer(std::io::stderr).init(),
+        Err(_) => tracing_subscriber::fmt().with_max_level(tracing::Level::WARN).with_writer(std::io::stderr).init(),
+    }
     let args: Vec<String> = std::env::args().skip(1).collect();
     if let Some(caller) = Caller::from_args(&args) {
         return run_host(caller);
@@ -135,9 +137,7 @@ fn run_host(caller: Caller) -> ExitCode {
         use pedelec_protocol::discovery::{default_socket, default_state_dir};
         let env = |k: &str| std::env::var(k).ok();
         let socket = default_socket(env, &default_state_dir(env));
-        let core = core_link::connect_or_start(&socket, &core_link::core_binary())
-            .await
-            .map(|t| Arc::new(t) as Arc<dyn pedelec_sdk::transport::Transport>);
+        let core = core_link::connect_or_start(&socket, &core_link::core_binary()).await.map(Arc::new);
         let exit = relay::run(stdio::input(), stdio::output(), core).await;
         tracing::info!(?exit, "relay finished");
         // Exit now: tokio's stdin reader sits in a blocking read that would

@@ -21,6 +21,8 @@ use pedelec_protocol::pb::{self, native_frame::Body};
 use pedelec_protocol::{ErrorCode, limits};
 use pedelec_sdk::PedelecError;
 use pedelec_sdk::transport::{BoxFuture, Call, EventStream, Reply, Transport};
+
+use crate::core_link::CoreLink;
 use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
 use tokio::sync::mpsc;
 
@@ -73,7 +75,7 @@ async fn write_frames<W: AsyncWrite + Unpin>(mut output: W, mut frames: mpsc::Re
 /// Runs the relay until the input closes, the input breaks, or Core goes away.
 /// `core` is `None` when Core could not be reached: every request is then
 /// answered `CORE_RUNTIME_UNAVAILABLE`.
-pub async fn run<R, W>(mut input: R, output: W, core: Option<Arc<dyn Transport>>) -> Exit
+pub async fn run<R, W>(mut input: R, output: W, core: Option<Arc<CoreLink>>) -> Exit
 where
     R: AsyncRead + Unpin,
     W: AsyncWrite + Unpin + Send + 'static,
@@ -86,11 +88,19 @@ where
     let mut assembler = ChunkAssembler::new(limits::NATIVE_BROWSER_TO_HOST_MAX);
     let mut in_flight: FuturesOrdered<BoxFuture<'static, Outcome>> = FuturesOrdered::new();
     let mut buf = vec![0u8; 64 * 1024];
+    let link_lost = async {
+        match &core {
+            Some(link) => link.lost().await,
+            None => std::future::pending().await,
+        }
+    };
+    tokio::pin!(link_lost);
 
     let exit = loop {
         tokio::select! {
             biased;
             _ = lost_rx.recv() => break Exit::CoreLost,
+            () = &mut link_lost => break Exit::CoreLost,
             Some((request_id, outcome)) = in_flight.next(), if !in_flight.is_empty() => {
                 let frame = match outcome {
                     Ok((reply, stream)) => {
@@ -179,7 +189,7 @@ fn request_id_of(text: &str) -> u32 {
 /// Turns one decoded frame into the future that answers it, or an immediate error frame.
 fn accept(
     frame: pb::NativeFrame,
-    core: Option<&Arc<dyn Transport>>,
+    core: Option<&Arc<CoreLink>>,
     subscriptions: &Arc<Mutex<HashMap<u32, AbortHandle>>>,
 ) -> Result<BoxFuture<'static, Outcome>, Box<pb::NativeFrame>> {
     let request_id = frame.request_id;

@@ -8,6 +8,10 @@ pub const MAX_ASSET_BYTES: u64 = 100 * 1024 * 1024;
 pub const NATIVE_HOST_TO_BROWSER_MAX: usize = 1024 * 1024;
 /// Chrome's limit for one message from the browser to the native host.
 pub const NATIVE_BROWSER_TO_HOST_MAX: usize = 64 * 1024 * 1024;
+/// Largest gRPC message either way (tonic's default is 4 MiB). A snapshot
+/// carries a session's whole transcript, and a tool result may be
+/// [`MAX_TOOL_JSON_BYTES`], so Core and its clients allow this much.
+pub const GRPC_MESSAGE_MAX: usize = 64 * 1024 * 1024;
 /// Tool-call timeout when a tool does not set `timeout_ms`.
 pub const DEFAULT_TOOL_TIMEOUT: Duration = Duration::from_secs(60);
 /// Longest tool timeout a manifest may ask for.

@@ -3,9 +3,9 @@
 use std::path::{Path, PathBuf};
 
 use futures::StreamExt;
-use pedelec_protocol::ErrorCode;
 use pedelec_protocol::grpc::error_from_status;
 use pedelec_protocol::pb::{self, core_client::CoreClient};
+use pedelec_protocol::{ErrorCode, limits};
 use tonic::transport::Channel;
 
 use crate::error::PedelecError;
@@ -27,7 +27,15 @@ impl GrpcTransport {
                 format!("cannot reach Core at {}: {e}", socket.display()),
             )
         })?;
-        Ok(GrpcTransport { client: CoreClient::new(channel), socket })
+        Ok(GrpcTransport::from_channel(channel, socket))
+    }
+
+    /// A transport over an already connected channel to Core's socket.
+    pub fn from_channel(channel: Channel, socket: PathBuf) -> Self {
+        let client = CoreClient::new(channel)
+            .max_decoding_message_size(limits::GRPC_MESSAGE_MAX)
+            .max_encoding_message_size(limits::GRPC_MESSAGE_MAX);
+        GrpcTransport { client, socket }
     }
 
     pub fn socket(&self) -> &Path {

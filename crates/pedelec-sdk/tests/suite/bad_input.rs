@@ -178,3 +178,88 @@ async fn garbage_on_the_socket_does_not_disturb_other_clients() {
     let other = h.client().await;
     other.ping().await.unwrap();
 }
+
+/// The native host's relay stream: each call answered under its own id, and
+/// frames it cannot carry refused one by one without ending the stream.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_relay_stream_answers_each_call_by_id_and_refuses_what_it_cannot_carry() {
+    use pb::native_frame::Body;
+    use pb::native_request::Call;
+    use pb::native_response::Result as Reply;
+
+    let h = Harness::start();
+    let session = h.raw().await.create_session(create(vec![], "")).await.unwrap().into_inner().session.unwrap();
+    let channel = pedelec_sdk::grpc::uds_channel(&h.socket()).await.unwrap();
+    let mut relay = pb::core_relay_client::CoreRelayClient::new(channel)
+        .max_encoding_message_size(limits::GRPC_MESSAGE_MAX)
+        .max_decoding_message_size(limits::GRPC_MESSAGE_MAX);
+    let request = |id: u32, call: Call| pb::NativeFrame {
+        request_id: id,
+        body: Some(Body::Request(pb::NativeRequest { call: Some(call) })),
+    };
+    // Over tonic's default 4 MiB message limit, within the tool-result limit.
+    let big_result = format!("\"{}\"", "x".repeat(5 * 1024 * 1024));
+    let frames = vec![
+        request(1, Call::Ping(pb::PingRequest {})),
+        request(0, Call::Ping(pb::PingRequest {})),
+        request(
+            2,
+            Call::Subscribe(pb::SubscribeRequest {
+                session_id: session.session_id.clone(),
+                caller_origin: ORIGIN.into(),
+            }),
+        ),
+        pb::NativeFrame { request_id: 3, body: Some(Body::Event(pb::SessionEvent::default())) },
+        pb::NativeFrame { request_id: 4, body: Some(Body::Request(pb::NativeRequest { call: None })) },
+        request(
+            5,
+            Call::SendText(pb::SendTextRequest {
+                session_id: "nope".into(),
+                caller_origin: ORIGIN.into(),
+                text: "hi".into(),
+            }),
+        ),
+        request(
+            6,
+            Call::SubmitToolResult(pb::SubmitToolResultRequest {
+                session_id: session.session_id.clone(),
+                caller_origin: ORIGIN.into(),
+                tool_request_id: "no-such-request".into(),
+                outcome: Some(pb::submit_tool_result_request::Outcome::ResultJson(big_result)),
+            }),
+        ),
+        request(
+            7,
+            Call::End(pb::EndRequest {
+                session_id: session.session_id.clone(),
+                caller_origin: "https://other.example".into(),
+            }),
+        ),
+        request(8, Call::Ping(pb::PingRequest {})),
+    ];
+    let sent = frames.len();
+    let mut answers = relay.relay(futures::stream::iter(frames)).await.unwrap().into_inner();
+    let mut by_id = std::collections::BTreeMap::new();
+    for _ in 0..sent {
+        let frame = answers.message().await.unwrap().expect("an answer per frame");
+        assert!(by_id.insert(frame.request_id, frame.body.unwrap()).is_none(), "one answer per id");
+    }
+    let error = |id: u32| match &by_id[&id] {
+        Body::Error(e) => e.code.clone(),
+        other => panic!("{id}: {other:?}"),
+    };
+    assert!(
+        matches!(&by_id[&1], Body::Response(pb::NativeResponse { result: Some(Reply::Ping(p)) }) if p.pid == h.core.pid().unwrap())
+    );
+    assert!(matches!(&by_id[&8], Body::Response(pb::NativeResponse { result: Some(Reply::Ping(_)) })));
+    assert_eq!(error(0), "INVALID_ARGUMENT");
+    assert_eq!(error(2), "INVALID_ARGUMENT");
+    assert_eq!(error(3), "INVALID_ARGUMENT");
+    assert_eq!(error(4), "INVALID_ARGUMENT");
+    assert_eq!(error(5), "THREAD_NOT_FOUND");
+    assert_eq!(error(6), "TOOL_REQUEST_NOT_FOUND");
+    assert_eq!(error(7), "THREAD_ACCESS_DENIED");
+    // Nothing changed: the session is still there and not ended.
+    let resumed: PedelecSession = h.client().await.resume_session(&session.session_id).await.unwrap();
+    assert_ne!(resumed.get_status(), SessionStatus::Ended);
+}
