@@ -39,12 +39,14 @@ pub fn core_binary() -> PathBuf {
 /// Connects to Core on `socket`; if nobody answers, starts `pedelec-core
 /// serve` in its own process group (so it outlives this host) and retries
 /// until [`START_TIMEOUT`].
-pub async fn connect_or_start(socket: &Path, core: &Path) -> Option<CoreLink> {
+/// `core` names the binary; it is only looked up when Core must be started.
+pub async fn connect_or_start(socket: &Path, core: impl FnOnce() -> PathBuf) -> Option<CoreLink> {
     if let Ok(link) = CoreLink::connect(socket).await {
         return Some(link);
     }
+    let core = core();
     tracing::info!(core = %core.display(), socket = %socket.display(), "starting Core");
-    let mut command = Command::new(core);
+    let mut command = Command::new(&core);
     command.arg("serve").arg("--socket").arg(socket).stdin(Stdio::null()).stdout(Stdio::null()).stderr(Stdio::null());
     #[cfg(unix)]
     std::os::unix::process::CommandExt::process_group(&mut command, 0);
@@ -139,6 +141,7 @@ async fn read_answers(
     pending: Arc<Mutex<Pending>>,
     lost: watch::Sender<bool>,
 ) {
+    let mut reason = None;
     match client.relay(tokio_stream::wrappers::UnboundedReceiverStream::new(outgoing)).await {
         Ok(response) => {
             let mut answers = response.into_inner();
@@ -159,11 +162,22 @@ async fn read_answers(
                 }
             }
         }
-        Err(status) => tracing::warn!(error = %error_from_status(&status).message, "Core refused the relay stream"),
+        Err(status) if status.code() == tonic::Code::Unimplemented => {
+            // Host and Core ship together; an older Core left running is the likely cause.
+            reason = Some("Core does not serve the relay stream: it is older than this host, restart it".to_owned());
+        }
+        Err(status) => reason = Some(format!("Core refused the relay stream: {}", error_from_status(&status).message)),
+    }
+    if let Some(reason) = &reason {
+        tracing::warn!("{reason}");
     }
     let waiters = pending.lock().unwrap_or_else(|p| p.into_inner()).waiters.take();
     for (_, waiter) in waiters.into_iter().flatten() {
-        let _ = waiter.send(Err(lost_error()));
+        let error = match &reason {
+            Some(reason) => PedelecError::new(ErrorCode::CoreRuntimeUnavailable, reason.clone()),
+            None => lost_error(),
+        };
+        let _ = waiter.send(Err(error));
     }
     let _ = lost.send(true);
 }

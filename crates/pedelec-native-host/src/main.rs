@@ -7,6 +7,7 @@ use std::process::ExitCode;
 use std::sync::Arc;
 
 use clap::{Parser, Subcommand};
+use futures::FutureExt;
 use pedelec_native_host::caller::{Caller, allowed_ids};
 use pedelec_native_host::registration::{self, Browser, Install, Layout};
 use pedelec_native_host::{core_link, relay, stdio};
@@ -137,7 +138,11 @@ fn run_host(caller: Caller) -> ExitCode {
         use pedelec_protocol::discovery::{default_socket, default_state_dir};
         let env = |k: &str| std::env::var(k).ok();
         let socket = default_socket(env, &default_state_dir(env));
-        let core = core_link::connect_or_start(&socket, &core_link::core_binary()).await.map(Arc::new);
+        // Connecting runs alongside the relay's start, so the browser's first
+        // frame is read and decoded while the connection is made.
+        let connecting =
+            tokio::spawn(async move { core_link::connect_or_start(&socket, core_link::core_binary).await });
+        let core = async move { connecting.await.ok().flatten().map(Arc::new) }.boxed().shared();
         let exit = relay::run(stdio::input(), stdio::output(), core).await;
         tracing::info!(?exit, "relay finished");
         // Exit now: tokio's stdin reader sits in a blocking read that would

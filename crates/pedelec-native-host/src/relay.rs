@@ -13,7 +13,7 @@
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
 
-use futures::future::{AbortHandle, Abortable};
+use futures::future::{AbortHandle, Abortable, Shared};
 use futures::stream::FuturesOrdered;
 use futures::{FutureExt, StreamExt};
 use pedelec_protocol::native::{ChunkAssembler, FrameDecoder, FrameError, decode_native_frame, encode_native_frame};
@@ -72,10 +72,19 @@ async fn write_frames<W: AsyncWrite + Unpin>(mut output: W, mut frames: mpsc::Re
     }
 }
 
+/// Core as the relay sees it: a connection being made (the relay reads and
+/// decodes the browser's first frames meanwhile), then made or failed.
+/// `None` means Core could not be reached: every request is then answered
+/// `CORE_RUNTIME_UNAVAILABLE`.
+pub type CoreFuture = Shared<BoxFuture<'static, Option<Arc<CoreLink>>>>;
+
+/// A [`CoreFuture`] that is already settled.
+pub fn settled(core: Option<Arc<CoreLink>>) -> CoreFuture {
+    futures::future::ready(core).boxed().shared()
+}
+
 /// Runs the relay until the input closes, the input breaks, or Core goes away.
-/// `core` is `None` when Core could not be reached: every request is then
-/// answered `CORE_RUNTIME_UNAVAILABLE`.
-pub async fn run<R, W>(mut input: R, output: W, core: Option<Arc<CoreLink>>) -> Exit
+pub async fn run<R, W>(mut input: R, output: W, core: CoreFuture) -> Exit
 where
     R: AsyncRead + Unpin,
     W: AsyncWrite + Unpin + Send + 'static,
@@ -89,7 +98,7 @@ where
     let mut in_flight: FuturesOrdered<BoxFuture<'static, Outcome>> = FuturesOrdered::new();
     let mut buf = vec![0u8; 64 * 1024];
     let link_lost = async {
-        match &core {
+        match core.clone().await {
             Some(link) => link.lost().await,
             None => std::future::pending().await,
         }
@@ -138,7 +147,7 @@ where
                         Ok(text) => match decode_native_frame(&text).and_then(|f| assembler.accept(f)) {
                             Err(error) => Some(error_frame(request_id_of(&text), error.code(), error.to_string())),
                             Ok(None) => None,
-                            Ok(Some(frame)) => match accept(frame, core.as_ref(), &subscriptions) {
+                            Ok(Some(frame)) => match accept(frame, &core, &subscriptions) {
                                 Ok(future) => {
                                     in_flight.push_back(future);
                                     None
@@ -189,7 +198,7 @@ fn request_id_of(text: &str) -> u32 {
 /// Turns one decoded frame into the future that answers it, or an immediate error frame.
 fn accept(
     frame: pb::NativeFrame,
-    core: Option<&Arc<CoreLink>>,
+    core: &CoreFuture,
     subscriptions: &Arc<Mutex<HashMap<u32, AbortHandle>>>,
 ) -> Result<BoxFuture<'static, Outcome>, Box<pb::NativeFrame>> {
     let request_id = frame.request_id;
@@ -203,9 +212,27 @@ fn accept(
     let Some(call) = request.call else {
         return Err(Box::new(error_frame(request_id, ErrorCode::InvalidArgument, "unknown or missing request type")));
     };
-    let Some(core) = core.cloned() else {
-        let message = "Core is not running and could not be started";
-        return Err(Box::new(error_frame(request_id, ErrorCode::CoreRuntimeUnavailable, message)));
+    let unreachable = "Core is not running and could not be started";
+    let core = match core.peek() {
+        Some(Some(link)) => link.clone(),
+        Some(None) => return Err(Box::new(error_frame(request_id, ErrorCode::CoreRuntimeUnavailable, unreachable))),
+        // Still connecting: the answer waits for the connection.
+        None => {
+            let core = core.clone();
+            let subscriptions = subscriptions.clone();
+            let frame =
+                pb::NativeFrame { request_id, body: Some(Body::Request(pb::NativeRequest { call: Some(call) })) };
+            return Ok(Box::pin(async move {
+                core.clone().await;
+                match accept(frame, &core, &subscriptions) {
+                    Ok(answer) => answer.await,
+                    Err(frame) => match frame.body {
+                        Some(Body::Error(error)) => (request_id, Err(error.into())),
+                        _ => (request_id, Err(PedelecError::new(ErrorCode::Internal, "unexpected relay frame"))),
+                    },
+                }
+            }));
+        }
     };
     let future: BoxFuture<'static, Result<(Reply, Option<EventStream>), PedelecError>> = match call {
         Call::Subscribe(subscribe) => Box::pin(async move {

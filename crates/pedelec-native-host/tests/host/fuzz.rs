@@ -8,9 +8,12 @@ use proptest::prelude::*;
 fn run(input: Vec<u8>) -> Exit {
     let runtime = tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap();
     runtime.block_on(async {
-        tokio::time::timeout(Duration::from_secs(5), relay::run(std::io::Cursor::new(input), tokio::io::sink(), None))
-            .await
-            .expect("the relay never hangs on finite input")
+        tokio::time::timeout(
+            Duration::from_secs(5),
+            relay::run(std::io::Cursor::new(input), tokio::io::sink(), relay::settled(None)),
+        )
+        .await
+        .expect("the relay never hangs on finite input")
     })
 }
 
