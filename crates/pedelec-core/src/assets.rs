@@ -532,32 +532,16 @@ async fn send(ticket: &Ticket, path: &AssetPath) -> Response<Body> {
         Ok(found) => found,
         Err(e) => return error_response(StatusCode::NOT_FOUND, e.code(), &e.to_string(), None),
     };
-    // A reader thread fills a short queue with 1 MiB chunks as the client consumes them.
+    // A reader thread fills a few recycled 1 MiB buffers as the client
+    // consumes them; the buffer pool is also the bound on memory.
     let file = match std::fs::File::open(&physical) {
         Ok(file) => file,
         Err(_) => return error_response(StatusCode::NOT_FOUND, ErrorCode::AssetNotFound, "the asset vanished", None),
     };
-    let (tx, rx) = tokio::sync::mpsc::channel::<std::io::Result<Bytes>>(4);
-    std::thread::spawn(move || {
-        use std::io::Read;
-        let mut file = file;
-        loop {
-            let mut buf = vec![0u8; 1 << 20];
-            match file.read(&mut buf) {
-                Ok(0) => return,
-                Ok(n) => {
-                    buf.truncate(n);
-                    if tx.blocking_send(Ok(Bytes::from(buf))).is_err() {
-                        return;
-                    }
-                }
-                Err(e) => {
-                    let _ = tx.blocking_send(Err(e));
-                    return;
-                }
-            }
-        }
-    });
+    let (tx, rx) = tokio::sync::mpsc::channel::<std::io::Result<Bytes>>(DOWNLOAD_BUFFERS);
+    // Never more than the Content-Length announced, should the file grow meanwhile.
+    let len = meta.len();
+    std::thread::spawn(move || read_chunks(std::io::Read::take(file, len), tx));
     let chunks =
         futures::stream::unfold(rx, |mut rx| async move { rx.recv().await.map(|item| (item.map(Frame::data), rx)) });
     Response::builder()
@@ -568,6 +552,60 @@ async fn send(ticket: &Ticket, path: &AssetPath) -> Response<Body> {
         .header("X-Pedelec-Name", path.file_name().replace(|c: char| !c.is_ascii_graphic() && c != ' ', "_"))
         .body(BodyExt::boxed(StreamBody::new(chunks)))
         .expect("valid headers")
+}
+
+/// Buffers one download reads into; each is [`DOWNLOAD_CHUNK`] bytes.
+const DOWNLOAD_BUFFERS: usize = 4;
+const DOWNLOAD_CHUNK: usize = 1 << 20;
+
+/// A filled buffer on its way to the socket; dropping it (once hyper has
+/// written it, or the response was abandoned) hands the buffer back to its
+/// reader. Fresh 1 MiB buffers per chunk cost a zeroing pass and, on a first
+/// download, a page fault per 4 KiB.
+struct Recycled {
+    buffer: Vec<u8>,
+    len: usize,
+    home: std::sync::mpsc::Sender<Vec<u8>>,
+}
+
+impl AsRef<[u8]> for Recycled {
+    fn as_ref(&self) -> &[u8] {
+        &self.buffer[..self.len]
+    }
+}
+
+impl Drop for Recycled {
+    fn drop(&mut self) {
+        let _ = self.home.send(std::mem::take(&mut self.buffer));
+    }
+}
+
+/// Reads `file` into recycled buffers and queues them until the end, an error,
+/// or the response going away.
+fn read_chunks(mut file: impl std::io::Read, queue: tokio::sync::mpsc::Sender<std::io::Result<Bytes>>) {
+    let (home, returned) = std::sync::mpsc::channel::<Vec<u8>>();
+    let mut fresh = DOWNLOAD_BUFFERS;
+    loop {
+        let mut buffer = if fresh > 0 {
+            fresh -= 1;
+            vec![0u8; DOWNLOAD_CHUNK]
+        } else {
+            // Every buffer is out; each comes back when hyper drops it, so this ends.
+            match returned.recv() {
+                Ok(buffer) => buffer,
+                Err(_) => return,
+            }
+        };
+        let item = match file.read(&mut buffer) {
+            Ok(0) => return,
+            Ok(len) => Ok(Bytes::from_owner(Recycled { buffer, len, home: home.clone() })),
+            Err(e) => Err(e),
+        };
+        let failed = item.is_err();
+        if queue.blocking_send(item).is_err() || failed {
+            return;
+        }
+    }
 }
 
 fn empty() -> Body {

@@ -145,7 +145,7 @@ pub async fn get(ticket: &pb::AssetTicket) -> Result<AssetFile, PedelecError> {
         return Err(error_from(response, code).await);
     }
     let asset = ticket.asset.clone().unwrap_or_default();
-    let mut bytes = Vec::with_capacity(asset.size.min(limits::MAX_ASSET_BYTES) as usize);
+    let mut bytes = download_buffer(asset.size.min(limits::MAX_ASSET_BYTES) as usize);
     let mut body = response.into_body().into_data_stream();
     while let Some(chunk) = body.next().await {
         let chunk = chunk.map_err(|e| failed(code, e))?;
@@ -155,4 +155,25 @@ pub async fn get(ticket: &pb::AssetTicket) -> Result<AssetFile, PedelecError> {
         bytes.extend_from_slice(&chunk);
     }
     Ok(AssetFile { name: asset.name, mime_type: asset.mime_type, modified_at: asset.modified_at_ms, bytes })
+}
+
+/// An empty buffer with room for `len` bytes, backed by transparent huge pages
+/// where the kernel offers them (Linux `madvise` mode). Filling 100 MiB of
+/// fresh 4 KiB pages costs ~25 600 page faults — a third of a download's CPU
+/// time, on the one thread that receives it.
+fn download_buffer(len: usize) -> Vec<u8> {
+    let buffer = Vec::with_capacity(len);
+    #[cfg(target_os = "linux")]
+    {
+        const HUGE: usize = 2 << 20;
+        let start = buffer.as_ptr() as usize;
+        let first = start.next_multiple_of(HUGE);
+        let whole = (start + len).saturating_sub(first) / HUGE * HUGE;
+        if len >= 2 * HUGE && whole > 0 {
+            // SAFETY: advice only, on whole pages inside this allocation; the
+            // contents (none yet) and the allocation's ownership are untouched.
+            unsafe { libc::madvise(first as *mut libc::c_void, whole, libc::MADV_HUGEPAGE) };
+        }
+    }
+    buffer
 }

@@ -335,3 +335,51 @@ async fn an_expired_ticket_is_refused_and_frees_the_upload_slot() {
     assert!(upload_ticket(&mut raw, &s, "/next.txt", 1).await.is_ok(), "an expired ticket no longer holds the slot");
     assert!(s.list_assets().await.unwrap().iter().all(|a| a.path != "/late.txt"));
 }
+
+fn threads(pid: u32) -> usize {
+    std::fs::read_to_string(format!("/proc/{pid}/status"))
+        .ok()
+        .and_then(|s| s.lines().find_map(|l| l.strip_prefix("Threads:").map(|n| n.trim().parse().unwrap_or(0))))
+        .unwrap_or(0)
+}
+
+/// A client that reads a little of a large download and hangs up: the reader
+/// behind it stops (its buffers come back as the response is dropped), and the
+/// next download of the same file is whole.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_abandoned_download_stops_its_reader_and_the_file_still_downloads_whole() {
+    let h = Harness::start();
+    let pid = h.core.pid().unwrap();
+    let s = session(&h).await;
+    let data: Vec<u8> = (0..24u32 * 1024 * 1024).map(|i| (i.wrapping_mul(2654435761) >> 24) as u8).collect();
+    s.upload_asset(UploadSource::from_bytes("big.bin", "application/octet-stream", data.clone()), Some("/big.bin"))
+        .await
+        .unwrap();
+    let idle_threads = threads(pid);
+    let mut raw = h.raw().await;
+    for _ in 0..3 {
+        let ticket = raw
+            .create_asset_download(pb::CreateAssetDownloadRequest {
+                session_id: s.session_id().into(),
+                caller_origin: ORIGIN.into(),
+                path: "/big.bin".into(),
+            })
+            .await
+            .unwrap()
+            .into_inner();
+        let rest = ticket.url.strip_prefix("http://").unwrap();
+        let (addr, path) = rest.split_once('/').unwrap();
+        let mut stream = tokio::net::TcpStream::connect(addr).await.unwrap();
+        let head = format!(
+            "GET /{path} HTTP/1.1\r\nHost: 127.0.0.1\r\nAuthorization: Bearer {}\r\nConnection: close\r\n\r\n",
+            ticket.token
+        );
+        stream.write_all(head.as_bytes()).await.unwrap();
+        let mut first = vec![0u8; 64 * 1024];
+        stream.read_exact(&mut first).await.unwrap();
+        assert!(first.starts_with(b"HTTP/1.1 200"));
+        drop(stream);
+    }
+    eventually("the abandoned downloads' readers to stop", || threads(pid) <= idle_threads).await;
+    assert!(s.read_asset_file("/big.bin").await.unwrap().bytes == data, "bytes compared equal");
+}
