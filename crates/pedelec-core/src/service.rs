@@ -55,13 +55,7 @@ impl Core for CoreService {
     async fn subscribe(&self, request: Request<pb::SubscribeRequest>) -> Reply<Self::SubscribeStream> {
         let request = request.into_inner();
         let session = self.registry.get(&request.session_id, &request.caller_origin)?;
-        let (snapshot, receiver, guard) = session.subscribe();
-        let live = tokio_stream::wrappers::UnboundedReceiverStream::new(receiver).map(move |event| {
-            // The guard lives as long as the stream; dropping the stream unsubscribes.
-            let _ = &guard;
-            Ok(event)
-        });
-        Ok(Response::new(Box::pin(futures::stream::once(async move { Ok(snapshot) }).chain(live))))
+        Ok(Response::new(Box::pin(session.events().map(Ok))))
     }
 
     async fn prepare(&self, request: Request<pb::PrepareRequest>) -> Reply<pb::OperationAccepted> {

@@ -6,6 +6,7 @@
 //! snapshot and the live events after it never overlap or leave a gap.
 
 use std::collections::HashMap;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::Duration;
 
@@ -47,7 +48,14 @@ pub struct Shared {
     pub socket: std::path::PathBuf,
 }
 
-pub type EventSender = mpsc::UnboundedSender<pb::SessionEvent>;
+/// One subscriber's queue. Bounded: a provider waits while a queue is full
+/// ([`Session::flow`]), and a subscriber that stays full is dropped and
+/// re-synchronised with a fresh snapshot, so a stalled reader cannot grow
+/// Core's memory without limit.
+struct Subscriber {
+    tx: mpsc::Sender<pb::SessionEvent>,
+    lagged: Arc<AtomicBool>,
+}
 
 struct ActiveOperation {
     id: String,
@@ -71,7 +79,7 @@ struct State {
     usage: Option<u64>,
     prepared: bool,
     provider_session_id: Option<String>,
-    subscribers: HashMap<u64, EventSender>,
+    subscribers: HashMap<u64, Subscriber>,
     next_subscriber: u64,
     /// Bumped whenever a subscriber arrives, so a pending disconnect timer knows it lost.
     disconnect_epoch: u64,
@@ -90,8 +98,17 @@ pub struct Session {
     runtime: tokio::sync::Mutex<Option<Box<dyn ProviderSession>>>,
 }
 
+/// A registered subscriber's end: its snapshot (until sent), its queue, and
+/// whether Core dropped it for falling behind.
+struct Subscription {
+    snapshot: Option<pb::SessionEvent>,
+    events: mpsc::Receiver<pb::SessionEvent>,
+    lagged: Arc<AtomicBool>,
+    _guard: SubscriberGuard,
+}
+
 /// Keeps a subscription registered; dropping it (the stream went away) unsubscribes.
-pub struct SubscriberGuard {
+struct SubscriberGuard {
     session: Arc<Session>,
     id: u64,
 }
@@ -234,7 +251,14 @@ impl Session {
             operation_id: operation_id.to_owned(),
             kind: Some(kind),
         };
-        st.subscribers.retain(|_, tx| tx.send(event.clone()).is_ok());
+        st.subscribers.retain(|_, subscriber| match subscriber.tx.try_send(event.clone()) {
+            Ok(()) => true,
+            Err(mpsc::error::TrySendError::Full(_)) => {
+                subscriber.lagged.store(true, Ordering::SeqCst);
+                false
+            }
+            Err(mpsc::error::TrySendError::Closed(_)) => false,
+        });
     }
 
     fn set_status(&self, st: &mut State, next: SessionStatus, operation_id: &str) {
@@ -281,17 +305,63 @@ impl Session {
     }
 
     /// Registers a subscriber: its snapshot and the receiver of every later event.
-    pub fn subscribe(
-        self: &Arc<Self>,
-    ) -> (pb::SessionEvent, mpsc::UnboundedReceiver<pb::SessionEvent>, SubscriberGuard) {
-        let (tx, rx) = mpsc::unbounded_channel();
+    fn subscribe(self: &Arc<Self>) -> Subscription {
+        let (tx, events) = mpsc::channel(limits::SUBSCRIBER_QUEUE_EVENTS);
+        let lagged = Arc::new(AtomicBool::new(false));
         let mut st = self.lock();
         let id = st.next_subscriber;
         st.next_subscriber += 1;
         st.disconnect_epoch += 1;
-        st.subscribers.insert(id, tx);
+        st.subscribers.insert(id, Subscriber { tx, lagged: lagged.clone() });
         let snapshot = self.snapshot(&st);
-        (snapshot, rx, SubscriberGuard { session: self.clone(), id })
+        Subscription { snapshot: Some(snapshot), events, lagged, _guard: SubscriberGuard { session: self.clone(), id } }
+    }
+
+    /// The session's events for one subscriber: a snapshot, then every later
+    /// event. If the subscriber fell so far behind that it was dropped, it is
+    /// re-registered and continues with a fresh snapshot (which resets the
+    /// reader's gate) instead of ending. The stream ends when Core closes the
+    /// session's subscriptions; dropping it unsubscribes.
+    pub fn events(self: &Arc<Self>) -> impl futures::Stream<Item = pb::SessionEvent> + Send + 'static {
+        let session = self.clone();
+        futures::stream::unfold(self.subscribe(), move |mut subscription| {
+            let session = session.clone();
+            async move {
+                if let Some(snapshot) = subscription.snapshot.take() {
+                    return Some((snapshot, subscription));
+                }
+                if let Some(event) = subscription.events.recv().await {
+                    return Some((event, subscription));
+                }
+                if !subscription.lagged.load(Ordering::SeqCst) {
+                    return None;
+                }
+                tracing::info!(session = %session.id, "a subscriber fell behind; re-synchronising it with a snapshot");
+                // Registered before the old guard drops, so the session never looks unwatched.
+                let mut fresh = session.subscribe();
+                let snapshot = fresh.snapshot.take()?;
+                Some((snapshot, fresh))
+            }
+        })
+    }
+
+    /// Waits while a subscriber's queue is full, so a provider produces no
+    /// faster than its slowest reader; one that stays full for
+    /// [`limits::SUBSCRIBER_LAG_TIMEOUT`] is dropped (it re-synchronises).
+    pub async fn flow(&self) {
+        loop {
+            let full = {
+                let st = self.lock();
+                st.subscribers.iter().find(|(_, s)| s.tx.capacity() == 0).map(|(id, s)| (*id, s.tx.clone()))
+            };
+            let Some((id, tx)) = full else { return };
+            if tokio::time::timeout(limits::SUBSCRIBER_LAG_TIMEOUT, tx.reserve()).await.is_err() {
+                let mut st = self.lock();
+                if let Some(subscriber) = st.subscribers.remove(&id) {
+                    subscriber.lagged.store(true, Ordering::SeqCst);
+                }
+            }
+        }
     }
 
     fn unsubscribe(self: &Arc<Self>, id: u64) {
@@ -795,6 +865,10 @@ impl OperationSink {
 }
 
 impl TurnSink for OperationSink {
+    fn ready(&self) -> BoxFuture<'_, ()> {
+        Box::pin(self.session.flow())
+    }
+
     fn delta(&self, text: &str) {
         if self.kind == pb::TurnKind::Prepare {
             return;

@@ -12,6 +12,11 @@ pub const NATIVE_BROWSER_TO_HOST_MAX: usize = 64 * 1024 * 1024;
 /// carries a session's whole transcript, and a tool result may be
 /// [`MAX_TOOL_JSON_BYTES`], so Core and its clients allow this much.
 pub const GRPC_MESSAGE_MAX: usize = 64 * 1024 * 1024;
+/// Events queued for one subscriber before the provider is made to wait.
+pub const SUBSCRIBER_QUEUE_EVENTS: usize = 4096;
+/// How long a full subscriber queue may hold a provider up before that
+/// subscriber is dropped and re-synchronised with a fresh snapshot.
+pub const SUBSCRIBER_LAG_TIMEOUT: Duration = Duration::from_secs(2);
 /// Tool-call timeout when a tool does not set `timeout_ms`.
 pub const DEFAULT_TOOL_TIMEOUT: Duration = Duration::from_secs(60);
 /// Longest tool timeout a manifest may ask for.

@@ -83,6 +83,8 @@ pub async fn run(
         for event in events {
             outcome.apply(sink, event);
         }
+        // Reading pauses (and the agent blocks on its pipe) while readers catch up.
+        sink.ready().await;
     }
     let exit = process.wait().await;
     match (outcome.failure, outcome.done, exit.success) {

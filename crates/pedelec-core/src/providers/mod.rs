@@ -40,6 +40,12 @@ pub struct TurnRequest {
 
 /// Where a provider reports what happens during a turn.
 pub trait TurnSink: Send + Sync {
+    /// Resolves when the session's subscribers can take more events; a
+    /// provider awaits it between events it produces in bulk, so a slow
+    /// reader slows the agent instead of filling Core's memory.
+    fn ready(&self) -> BoxFuture<'_, ()> {
+        Box::pin(std::future::ready(()))
+    }
     /// A best-effort fragment of assistant text.
     fn delta(&self, text: &str);
     /// One complete logical assistant message.

@@ -126,6 +126,7 @@ fn percentile(sorted: &[Duration], p: f64) -> u128 {
 impl ScriptedSession {
     async fn stream(&self, sink: &dyn TurnSink, text: &str, pause: Option<Duration>) {
         for piece in text.split_inclusive(' ') {
+            sink.ready().await;
             sink.delta(piece);
             if let Some(pause) = pause {
                 tokio::time::sleep(pause).await;
@@ -172,6 +173,7 @@ impl ScriptedSession {
                 }
                 Directive::Deltas(n) => {
                     for _ in 0..n {
+                        sink.ready().await;
                         sink.delta("x");
                     }
                     sink.message(&"x".repeat(n));

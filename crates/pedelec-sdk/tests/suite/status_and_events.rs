@@ -199,6 +199,62 @@ async fn disposers_unregister_without_cancelling_work(via: Via) {
     assert_eq!(*count.lock().unwrap(), 1);
 }
 
+fn delta_counter(session: &PedelecSession) -> (Arc<std::sync::atomic::AtomicU64>, pedelec_sdk::Disposer) {
+    let count = Arc::new(std::sync::atomic::AtomicU64::new(0));
+    let c = count.clone();
+    let disposer = session.on_chat_delta(move |_, _| {
+        c.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+    });
+    (count, disposer)
+}
+
+/// Core's per-subscriber queues are bounded; a reader that keeps up makes the
+/// provider wait rather than lose anything.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_reader_that_keeps_up_gets_every_delta_of_a_long_burst() {
+    let h = Harness::start();
+    let session = h.client().await.create_session::<String>(SessionOptions::default()).await.unwrap();
+    let (count, _d) = delta_counter(&session);
+    session.send_text("/deltas 30000").await.unwrap();
+    assert_eq!(count.load(std::sync::atomic::Ordering::SeqCst), 30_000);
+}
+
+/// A subscriber that stops reading holds the turn up only briefly: Core drops
+/// its queue and, when it reads again, it continues from a fresh snapshot.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_stalled_subscriber_is_resynchronised_with_a_snapshot_and_does_not_hold_the_turn() {
+    use pb::session_event::Kind;
+    let h = Harness::start();
+    let session = h.client().await.create_session::<String>(SessionOptions::default()).await.unwrap();
+    let (count, _d) = delta_counter(&session);
+    let request = pb::SubscribeRequest { session_id: session.session_id().into(), caller_origin: ORIGIN.into() };
+    let mut stalled = h.raw().await.subscribe(request).await.unwrap().into_inner();
+    // More deltas than Core's queue and the HTTP/2 windows hold together.
+    let n = 100_000;
+    session.send_text(format!("/deltas {n}")).await.expect("the turn finishes despite the stalled reader");
+    assert_eq!(count.load(std::sync::atomic::Ordering::SeqCst), n, "the live reader lost nothing");
+
+    let (mut snapshots, mut deltas, mut last_seq) = (Vec::new(), 0u64, 0u64);
+    while snapshots.len() < 2 {
+        let event = tokio::time::timeout(Duration::from_secs(10), stalled.message())
+            .await
+            .expect("the stalled subscriber is served again")
+            .expect("the stream stays open")
+            .expect("the stream stays open");
+        assert!(event.seq >= last_seq, "never older than what came before");
+        last_seq = event.seq;
+        match event.kind.unwrap() {
+            Kind::Snapshot(snapshot) => snapshots.push(snapshot),
+            Kind::ChatDelta(_) => deltas += 1,
+            _ => {}
+        }
+    }
+    assert!(deltas < n, "the dropped queue's deltas are not replayed ({deltas})");
+    assert_eq!(snapshots[1].status, pb::SessionStatus::Idle as i32, "the fresh snapshot shows the turn finished");
+    let resync_seq = snapshots[1].last_seq;
+    eventually("the live reader to reach the resynchronised seq", || session.last_seq() == resync_seq).await;
+}
+
 super::over_both_transports!(
     a_turn_without_tools_follows_idle_running_idle,
     a_turn_with_a_frontend_tool_passes_through_waiting_tool_result,

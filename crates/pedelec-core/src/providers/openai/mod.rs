@@ -220,6 +220,7 @@ impl OpenAiSession {
                     outcome.apply(sink, event);
                 }
             }
+            sink.ready().await;
         }
         if let Some(payload) = decoder.finish() {
             for event in completion.apply(&payload) {
