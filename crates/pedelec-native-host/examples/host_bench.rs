@@ -72,6 +72,26 @@ async fn tool_round_trip(client: &Pedelec) -> String {
     reply.lock().unwrap().clone()
 }
 
+/// Spawn → first frame back, 20 times, sorted.
+fn first_replies(command: impl Fn() -> Command) -> Vec<Duration> {
+    let mut times: Vec<Duration> = (0..20)
+        .map(|_| {
+            let t = Instant::now();
+            let mut h = command().spawn().unwrap();
+            let mut i = h.stdin.take().unwrap();
+            let mut o = h.stdout.take().unwrap();
+            i.write_all(&ping(1)).unwrap();
+            read_frames(&mut o, 1);
+            let elapsed = t.elapsed();
+            drop(i);
+            let _ = h.wait();
+            elapsed
+        })
+        .collect();
+    times.sort();
+    times
+}
+
 fn p50_us(text: &str) -> f64 {
     text.split("p50=").nth(1).and_then(|t| t.split("us").next()).and_then(|n| n.parse().ok()).unwrap_or(f64::NAN)
 }
@@ -134,34 +154,14 @@ async fn main() {
     drop(stdin);
     let _ = host.wait();
 
-    // Cold start: spawn → first reply (Core already running), median of 20.
-    let mut starts = Vec::new();
-    for _ in 0..20 {
-        let t = Instant::now();
-        let mut h = host_command(&socket).spawn().unwrap();
-        let mut i = h.stdin.take().unwrap();
-        let mut o = h.stdout.take().unwrap();
-        i.write_all(&ping(1)).unwrap();
-        read_frames(&mut o, 1);
-        starts.push(t.elapsed());
-        drop(i);
-        let _ = h.wait();
-    }
-    starts.sort();
-    // The floor on this machine: spawning `cat`, which echoes the same frame back.
-    let mut floor = Vec::new();
-    for _ in 0..20 {
-        let t = Instant::now();
-        let mut h = Command::new("cat").stdin(Stdio::piped()).stdout(Stdio::piped()).spawn().unwrap();
-        let mut i = h.stdin.take().unwrap();
-        let mut o = h.stdout.take().unwrap();
-        i.write_all(&ping(1)).unwrap();
-        read_frames(&mut o, 1);
-        floor.push(t.elapsed());
-        drop(i);
-        let _ = h.wait();
-    }
-    floor.sort();
+    // Cold start: spawn → first reply (Core already running), median of 20;
+    // and the floor on this machine: spawning `cat`, which echoes the frame back.
+    let starts = first_replies(|| host_command(&socket));
+    let floor = first_replies(|| {
+        let mut cat = Command::new("cat");
+        cat.stdin(Stdio::piped()).stdout(Stdio::piped());
+        cat
+    });
     println!(
         "host cold start → first reply ({}): median {} µs (min {} µs, max {} µs); spawning `cat` to echo the frame: median {} µs",
         find_host_binary().display(),

@@ -183,6 +183,19 @@ async fn upload_ticket(
     .map_err(|status| error_from_status(&status).code)
 }
 
+async fn download_ticket(
+    raw: &mut pb::core_client::CoreClient<tonic::transport::Channel>,
+    s: &PedelecSession,
+    path: &str,
+) -> pb::AssetTicket {
+    let request = pb::CreateAssetDownloadRequest {
+        session_id: s.session_id().into(),
+        caller_origin: ORIGIN.into(),
+        path: path.into(),
+    };
+    raw.create_asset_download(request).await.unwrap().into_inner()
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn tickets_are_single_use_secret_and_one_upload_runs_at_a_time() {
     let h = Harness::start();
@@ -320,15 +333,7 @@ async fn an_expired_ticket_is_refused_and_frees_the_upload_slot() {
     s.upload_asset(bytes("a", b"a"), Some("/a")).await.unwrap();
     let mut raw = pb::core_client::CoreClient::new(pedelec_sdk::grpc::uds_channel(&socket).await.unwrap());
     let ticket = upload_ticket(&mut raw, &s, "/late.txt", 1).await.unwrap();
-    let download = raw
-        .create_asset_download(pb::CreateAssetDownloadRequest {
-            session_id: s.session_id().into(),
-            caller_origin: ORIGIN.into(),
-            path: "/a".into(),
-        })
-        .await
-        .unwrap()
-        .into_inner();
+    let download = download_ticket(&mut raw, &s, "/a").await;
     tokio::time::sleep(Duration::from_millis(400)).await;
     assert_eq!(raw_http(&ticket.url, "PUT", &ticket.token, Some(1), b"x", false).await, 410);
     assert_eq!(raw_http(&download.url, "GET", &download.token, None, b"", false).await, 410);
@@ -358,15 +363,7 @@ async fn an_abandoned_download_stops_its_reader_and_the_file_still_downloads_who
     let idle_threads = threads(pid);
     let mut raw = h.raw().await;
     for _ in 0..3 {
-        let ticket = raw
-            .create_asset_download(pb::CreateAssetDownloadRequest {
-                session_id: s.session_id().into(),
-                caller_origin: ORIGIN.into(),
-                path: "/big.bin".into(),
-            })
-            .await
-            .unwrap()
-            .into_inner();
+        let ticket = download_ticket(&mut raw, &s, "/big.bin").await;
         let rest = ticket.url.strip_prefix("http://").unwrap();
         let (addr, path) = rest.split_once('/').unwrap();
         let mut stream = tokio::net::TcpStream::connect(addr).await.unwrap();
