@@ -477,11 +477,13 @@ async fn receive(request: Request<Incoming>, ticket: &Ticket, target: &AssetPath
         let (chunks, mut queue) = tokio::sync::mpsc::channel::<Bytes>(16);
         let writer = std::thread::spawn(move || -> std::io::Result<()> {
             use std::io::Write;
-            let mut out = std::io::BufWriter::with_capacity(1 << 20, file);
+            // hyper's chunks are already large (up to its ~400 KiB read
+            // buffer); written as they come, they skip a copy into a BufWriter.
+            let mut out = file;
             while let Some(chunk) = queue.blocking_recv() {
                 out.write_all(&chunk)?;
             }
-            out.into_inner().map_err(|e| e.into_error())?.sync_all()
+            out.sync_all()
         });
         let mut body = request.into_body();
         let mut received = 0u64;

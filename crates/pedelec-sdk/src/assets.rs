@@ -3,6 +3,7 @@
 
 use std::path::Path;
 
+use bytes::BytesMut;
 use futures::StreamExt;
 use http_body_util::{BodyExt, StreamBody};
 use hyper::body::{Bytes, Frame};
@@ -101,20 +102,21 @@ async fn error_from(response: hyper::Response<hyper::body::Incoming>, code: Erro
     }
 }
 
+const UPLOAD_CHUNK: usize = 1 << 20;
+
 /// PUTs the source to an upload ticket.
 pub async fn put(ticket: &pb::AssetTicket, source: UploadSource) -> Result<(), PedelecError> {
     let code = ErrorCode::AssetUploadFailed;
     let (mut sender, uri) = connect(ticket, code).await?;
-    let reader = source.reader;
-    let chunks = futures::stream::unfold(reader, |mut reader| async move {
-        let mut buf = vec![0u8; 1 << 20];
-        match reader.read(&mut buf).await {
+    // One buffer, read into without zeroing; once hyper has written a chunk
+    // and dropped it, `reserve` takes the same allocation back.
+    let state = (source.reader, BytesMut::new());
+    let chunks = futures::stream::unfold(state, |(mut reader, mut buf)| async move {
+        buf.reserve(UPLOAD_CHUNK);
+        match reader.read_buf(&mut buf).await {
             Ok(0) => None,
-            Ok(n) => {
-                buf.truncate(n);
-                Some((Ok(Frame::data(Bytes::from(buf))), reader))
-            }
-            Err(e) => Some((Err(e), reader)),
+            Ok(_) => Some((Ok(Frame::data(buf.split().freeze())), (reader, buf))),
+            Err(e) => Some((Err(e), (reader, buf))),
         }
     });
     let request = hyper::Request::put(uri.path())
