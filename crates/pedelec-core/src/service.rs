@@ -136,7 +136,7 @@ impl CoreService {
     }
 }
 
-/// Requests one relay stream works on at once; reading the stream pauses beyond it.
+/// Calls one relay stream works on, or has answered but not yet sent, at once.
 pub const RELAY_IN_FLIGHT: usize = 256;
 
 impl CoreService {
@@ -194,20 +194,25 @@ impl CoreRelay for CoreService {
 
     async fn relay(&self, request: Request<Streaming<pb::NativeFrame>>) -> Reply<Self::RelayStream> {
         let service = self.clone();
-        // A broken request stream (the host went away) ends the relay; the
-        // answers still being worked on are dropped with it.
-        let frames = request
-            .into_inner()
-            .take_while(|item| futures::future::ready(item.is_ok()))
-            .filter_map(|item| futures::future::ready(item.ok()));
-        let answers = frames
-            .map(move |frame| {
-                let service = service.clone();
-                async move { service.answer(frame).await }
-            })
-            .buffer_unordered(RELAY_IN_FLIGHT)
-            .map(Ok);
-        Ok(Response::new(Box::pin(answers)))
+        let mut frames = request.into_inner();
+        let (answers, queued) = tokio::sync::mpsc::channel(RELAY_IN_FLIGHT);
+        // Each call runs as its own task, so it finishes (and lets go of any
+        // session lock) even if the caller stops reading answers; the permits
+        // bound the calls at work plus the answers waiting to be read, and
+        // reading the stream pauses beyond that. A broken request stream (the
+        // host went away) stops the reading; calls already started complete.
+        tokio::spawn(async move {
+            let permits = Arc::new(tokio::sync::Semaphore::new(RELAY_IN_FLIGHT));
+            while let Some(Ok(frame)) = frames.next().await {
+                let Ok(permit) = permits.clone().acquire_owned().await else { break };
+                let (service, answers) = (service.clone(), answers.clone());
+                tokio::spawn(async move {
+                    let _ = answers.send(service.answer(frame).await).await;
+                    drop(permit);
+                });
+            }
+        });
+        Ok(Response::new(Box::pin(tokio_stream::wrappers::ReceiverStream::new(queued).map(Ok))))
     }
 }
 
