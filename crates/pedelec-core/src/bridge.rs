@@ -49,12 +49,7 @@ impl AgentToolsLink {
         let channel = pedelec_protocol::grpc::uds_channel(&socket)
             .await
             .map_err(|source| BridgeError::Connect { socket: socket.display().to_string(), source })?;
-        Ok(AgentToolsLink {
-            client: AgentToolsClient::new(channel)
-                .max_decoding_message_size(pedelec_protocol::limits::GRPC_MESSAGE_MAX)
-                .max_encoding_message_size(pedelec_protocol::limits::GRPC_MESSAGE_MAX),
-            token,
-        })
+        Ok(AgentToolsLink { client: pedelec_protocol::with_message_limits!(AgentToolsClient::new(channel)), token })
     }
 
     pub async fn list(&self) -> Result<pb::ListToolsResponse, pb::Error> {

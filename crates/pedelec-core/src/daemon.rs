@@ -5,7 +5,6 @@ use std::path::Path;
 use std::sync::Arc;
 
 use pedelec_protocol::ErrorCode;
-use pedelec_protocol::limits::GRPC_MESSAGE_MAX;
 use pedelec_protocol::pb::{
     agent_tools_server::AgentToolsServer, core_relay_server::CoreRelayServer, core_server::CoreServer,
 };
@@ -85,21 +84,15 @@ pub async fn serve(config: CoreConfig) -> CoreResult<()> {
     let incoming = tokio_stream::wrappers::UnixListenerStream::new(listener);
     let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
     let server = tonic::transport::Server::builder()
-        .add_service(
-            CoreServer::new(CoreService { registry: registry.clone() })
-                .max_decoding_message_size(GRPC_MESSAGE_MAX)
-                .max_encoding_message_size(GRPC_MESSAGE_MAX),
-        )
-        .add_service(
-            CoreRelayServer::new(CoreService { registry: registry.clone() })
-                .max_decoding_message_size(GRPC_MESSAGE_MAX)
-                .max_encoding_message_size(GRPC_MESSAGE_MAX),
-        )
-        .add_service(
-            AgentToolsServer::new(AgentToolsService { registry: registry.clone() })
-                .max_decoding_message_size(GRPC_MESSAGE_MAX)
-                .max_encoding_message_size(GRPC_MESSAGE_MAX),
-        )
+        .add_service(pedelec_protocol::with_message_limits!(CoreServer::new(CoreService {
+            registry: registry.clone()
+        })))
+        .add_service(pedelec_protocol::with_message_limits!(CoreRelayServer::new(CoreService {
+            registry: registry.clone()
+        })))
+        .add_service(pedelec_protocol::with_message_limits!(AgentToolsServer::new(AgentToolsService {
+            registry: registry.clone()
+        })))
         .serve_with_incoming_shutdown(incoming, async {
             let _ = stopped.await;
         });

@@ -172,13 +172,9 @@ impl CoreService {
 
     /// One relay frame in, its answer out (same request id).
     async fn answer(&self, frame: pb::NativeFrame) -> pb::NativeFrame {
-        let request_id = frame.request_id;
-        let call = match frame.body {
-            Some(Body::Request(pb::NativeRequest { call: Some(call) })) if request_id != 0 => call,
-            _ => {
-                let error = pb::Error::new(ErrorCode::InvalidArgument, "expected a request with a non-zero requestId");
-                return pb::NativeFrame { request_id, body: Some(Body::Error(error)) };
-            }
+        let (request_id, call) = match pedelec_protocol::native::request_call(frame) {
+            Ok(request) => request,
+            Err(refusal) => return *refusal,
         };
         let body = match self.dispatch(call).await {
             Ok(reply) => Body::Response(pb::NativeResponse { result: Some(reply) }),

@@ -104,7 +104,7 @@ struct Subscription {
     snapshot: Option<pb::SessionEvent>,
     events: mpsc::Receiver<pb::SessionEvent>,
     lagged: Arc<AtomicBool>,
-    _guard: SubscriberGuard,
+    guard: SubscriberGuard,
 }
 
 /// Keeps a subscription registered; dropping it (the stream went away) unsubscribes.
@@ -314,7 +314,7 @@ impl Session {
         st.disconnect_epoch += 1;
         st.subscribers.insert(id, Subscriber { tx, lagged: lagged.clone() });
         let snapshot = self.snapshot(&st);
-        Subscription { snapshot: Some(snapshot), events, lagged, _guard: SubscriberGuard { session: self.clone(), id } }
+        Subscription { snapshot: Some(snapshot), events, lagged, guard: SubscriberGuard { session: self.clone(), id } }
     }
 
     /// The session's events for one subscriber: a snapshot, then every later
@@ -323,25 +323,22 @@ impl Session {
     /// reader's gate) instead of ending. The stream ends when Core closes the
     /// session's subscriptions; dropping it unsubscribes.
     pub fn events(self: &Arc<Self>) -> impl futures::Stream<Item = pb::SessionEvent> + Send + 'static {
-        let session = self.clone();
-        futures::stream::unfold(self.subscribe(), move |mut subscription| {
-            let session = session.clone();
-            async move {
-                if let Some(snapshot) = subscription.snapshot.take() {
-                    return Some((snapshot, subscription));
-                }
-                if let Some(event) = subscription.events.recv().await {
-                    return Some((event, subscription));
-                }
-                if !subscription.lagged.load(Ordering::SeqCst) {
-                    return None;
-                }
-                tracing::info!(session = %session.id, "a subscriber fell behind; re-synchronising it with a snapshot");
-                // Registered before the old guard drops, so the session never looks unwatched.
-                let mut fresh = session.subscribe();
-                let snapshot = fresh.snapshot.take()?;
-                Some((snapshot, fresh))
+        futures::stream::unfold(self.subscribe(), |mut subscription| async move {
+            if let Some(snapshot) = subscription.snapshot.take() {
+                return Some((snapshot, subscription));
             }
+            if let Some(event) = subscription.events.recv().await {
+                return Some((event, subscription));
+            }
+            if !subscription.lagged.load(Ordering::SeqCst) {
+                return None;
+            }
+            let session = &subscription.guard.session;
+            tracing::info!(session = %session.id, "a subscriber fell behind; re-synchronising it with a snapshot");
+            // Registered before the old guard drops, so the session never looks unwatched.
+            let mut fresh = session.subscribe();
+            let snapshot = fresh.snapshot.take()?;
+            Some((snapshot, fresh))
         })
     }
 

@@ -13,9 +13,9 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use futures::StreamExt;
-use pedelec_protocol::grpc::{error_from_status, uds_channel};
+use pedelec_protocol::ErrorCode;
+use pedelec_protocol::grpc::error_from_status;
 use pedelec_protocol::pb::{self, core_relay_client::CoreRelayClient, native_frame::Body};
-use pedelec_protocol::{ErrorCode, limits};
 use pedelec_sdk::PedelecError;
 use pedelec_sdk::grpc::GrpcTransport;
 use pedelec_sdk::transport::{BoxFuture, Call, EventStream, Reply, Transport};
@@ -90,19 +90,11 @@ impl CoreLink {
     /// Connects and opens the relay stream (without waiting for Core's answer
     /// to it: the first call may travel with the stream's opening).
     pub async fn connect(socket: &Path) -> Result<CoreLink, PedelecError> {
-        let channel = uds_channel(socket).await.map_err(|e| {
-            PedelecError::new(
-                ErrorCode::CoreRuntimeUnavailable,
-                format!("cannot reach Core at {}: {e}", socket.display()),
-            )
-        })?;
-        let grpc = GrpcTransport::from_channel(channel.clone(), socket.to_path_buf());
+        let grpc = GrpcTransport::connect(socket).await?;
         let (requests, outgoing) = mpsc::unbounded_channel();
         let pending = Arc::new(Mutex::new(Pending { waiters: Some(HashMap::new()), next_id: 0 }));
         let (lost_tx, lost) = watch::channel(false);
-        let client = CoreRelayClient::new(channel)
-            .max_decoding_message_size(limits::GRPC_MESSAGE_MAX)
-            .max_encoding_message_size(limits::GRPC_MESSAGE_MAX);
+        let client = pedelec_protocol::with_message_limits!(CoreRelayClient::new(grpc.channel()));
         tokio::spawn(read_answers(client, outgoing, pending.clone(), lost_tx));
         Ok(CoreLink { grpc, requests, pending, lost })
     }

@@ -16,7 +16,9 @@ use std::sync::{Arc, Mutex};
 use futures::future::{AbortHandle, Abortable, Shared};
 use futures::stream::FuturesOrdered;
 use futures::{FutureExt, StreamExt};
-use pedelec_protocol::native::{ChunkAssembler, FrameDecoder, FrameError, decode_native_frame, encode_native_frame};
+use pedelec_protocol::native::{
+    ChunkAssembler, FrameDecoder, FrameError, decode_native_frame, encode_native_frame, error_frame, request_call,
+};
 use pedelec_protocol::pb::{self, native_frame::Body};
 use pedelec_protocol::{ErrorCode, limits};
 use pedelec_sdk::PedelecError;
@@ -42,10 +44,6 @@ pub enum Exit {
     CoreLost,
     /// stdout is gone.
     OutputClosed,
-}
-
-fn error_frame(request_id: u32, code: ErrorCode, message: impl Into<String>) -> pb::NativeFrame {
-    pb::NativeFrame { request_id, body: Some(Body::Error(pb::Error::new(code, message))) }
 }
 
 type Outcome = (u32, Result<(Reply, Option<EventStream>), PedelecError>);
@@ -201,56 +199,33 @@ fn accept(
     core: &CoreFuture,
     subscriptions: &Arc<Mutex<HashMap<u32, AbortHandle>>>,
 ) -> Result<BoxFuture<'static, Outcome>, Box<pb::NativeFrame>> {
-    let request_id = frame.request_id;
-    let request = match frame.body {
-        Some(Body::Request(request)) => request,
-        _ => return Err(Box::new(error_frame(request_id, ErrorCode::InvalidArgument, "expected a request frame"))),
-    };
-    if request_id == 0 {
-        return Err(Box::new(error_frame(0, ErrorCode::InvalidArgument, "a request needs a non-zero requestId")));
+    let (request_id, call) = request_call(frame)?;
+    if let Call::Unsubscribe(unsubscribe) = &call {
+        let handle = subscriptions.lock().unwrap_or_else(|p| p.into_inner()).remove(&unsubscribe.subscription_id);
+        if let Some(handle) = handle {
+            handle.abort();
+        }
+        let reply = Ok((Reply::Unsubscribe(pb::UnsubscribeResponse {}), None));
+        return Ok(Box::pin(async move { (request_id, reply) }));
     }
-    let Some(call) = request.call else {
-        return Err(Box::new(error_frame(request_id, ErrorCode::InvalidArgument, "unknown or missing request type")));
-    };
-    let unreachable = "Core is not running and could not be started";
-    let core = match core.peek() {
-        Some(Some(link)) => link.clone(),
-        Some(None) => return Err(Box::new(error_frame(request_id, ErrorCode::CoreRuntimeUnavailable, unreachable))),
-        // Still connecting: the answer waits for the connection.
-        None => {
-            let core = core.clone();
-            let subscriptions = subscriptions.clone();
-            let frame =
-                pb::NativeFrame { request_id, body: Some(Body::Request(pb::NativeRequest { call: Some(call) })) };
-            return Ok(Box::pin(async move {
-                core.clone().await;
-                match accept(frame, &core, &subscriptions) {
-                    Ok(answer) => answer.await,
-                    Err(frame) => match frame.body {
-                        Some(Body::Error(error)) => (request_id, Err(error.into())),
-                        _ => (request_id, Err(PedelecError::new(ErrorCode::Internal, "unexpected relay frame"))),
-                    },
+    // While Core is still being reached, the answer waits for the connection.
+    let core = core.clone();
+    let future = async move {
+        let Some(core) = core.await else {
+            let message = "Core is not running and could not be started";
+            return Err(PedelecError::new(ErrorCode::CoreRuntimeUnavailable, message));
+        };
+        match call {
+            Call::Subscribe(subscribe) => {
+                let mut stream = core.subscribe(subscribe).await?;
+                match stream.next().await {
+                    Some(Ok(snapshot)) => Ok((Reply::Subscribe(snapshot), Some(stream))),
+                    Some(Err(error)) => Err(error),
+                    None => Err(PedelecError::new(ErrorCode::CoreRuntimeUnavailable, "Core closed the subscription")),
                 }
-            }));
-        }
-    };
-    let future: BoxFuture<'static, Result<(Reply, Option<EventStream>), PedelecError>> = match call {
-        Call::Subscribe(subscribe) => Box::pin(async move {
-            let mut stream = core.subscribe(subscribe).await?;
-            match stream.next().await {
-                Some(Ok(snapshot)) => Ok((Reply::Subscribe(snapshot), Some(stream))),
-                Some(Err(error)) => Err(error),
-                None => Err(PedelecError::new(ErrorCode::CoreRuntimeUnavailable, "Core closed the subscription")),
             }
-        }),
-        Call::Unsubscribe(unsubscribe) => {
-            let handle = subscriptions.lock().unwrap_or_else(|p| p.into_inner()).remove(&unsubscribe.subscription_id);
-            if let Some(handle) = handle {
-                handle.abort();
-            }
-            Box::pin(async { Ok((Reply::Unsubscribe(pb::UnsubscribeResponse {}), None)) })
+            call => core.call(call).await.map(|reply| (reply, None)),
         }
-        call => Box::pin(async move { core.call(call).await.map(|reply| (reply, None)) }),
     };
     Ok(Box::pin(future.map(move |outcome| (request_id, outcome))))
 }

@@ -40,6 +40,18 @@ pub fn error_from_status(status: &tonic::Status) -> pb::Error {
     pb::Error::new(ErrorCode::TransportError, format!("{:?}: {}", status.code(), status.message()))
 }
 
+/// Applies [`crate::limits::GRPC_MESSAGE_MAX`] both ways to a generated tonic
+/// client or server (they share no trait for it), so every end of a Pedelec
+/// gRPC connection allows the same sizes.
+#[macro_export]
+macro_rules! with_message_limits {
+    ($service:expr) => {
+        $service
+            .max_decoding_message_size($crate::limits::GRPC_MESSAGE_MAX)
+            .max_encoding_message_size($crate::limits::GRPC_MESSAGE_MAX)
+    };
+}
+
 /// A tonic channel to a gRPC server on a Unix socket (Core's, or any for tests).
 #[cfg(unix)]
 pub async fn uds_channel(socket: &std::path::Path) -> Result<tonic::transport::Channel, tonic::transport::Error> {

@@ -41,6 +41,29 @@ impl FrameError {
     }
 }
 
+/// An error frame answering `request_id`.
+pub fn error_frame(request_id: u32, code: ErrorCode, message: impl Into<String>) -> pb::NativeFrame {
+    pb::NativeFrame { request_id, body: Some(pb::native_frame::Body::Error(pb::Error::new(code, message))) }
+}
+
+/// The request id and call of a request frame — what the native host accepts
+/// from the browser and Core from a relay stream — or the error frame
+/// (`INVALID_ARGUMENT`) that answers anything else.
+pub fn request_call(frame: pb::NativeFrame) -> Result<(u32, pb::native_request::Call), Box<pb::NativeFrame>> {
+    let request_id = frame.request_id;
+    let request = match frame.body {
+        Some(pb::native_frame::Body::Request(request)) => request,
+        _ => return Err(Box::new(error_frame(request_id, ErrorCode::InvalidArgument, "expected a request frame"))),
+    };
+    if request_id == 0 {
+        return Err(Box::new(error_frame(0, ErrorCode::InvalidArgument, "a request needs a non-zero requestId")));
+    }
+    match request.call {
+        Some(call) => Ok((request_id, call)),
+        None => Err(Box::new(error_frame(request_id, ErrorCode::InvalidArgument, "unknown or missing request type"))),
+    }
+}
+
 /// Frames one JSON text, refusing it when over `limit`.
 pub fn encode_frame(json: &str, limit: usize) -> Result<Vec<u8>, FrameError> {
     if json.len() > limit {

@@ -3,9 +3,9 @@
 use std::path::{Path, PathBuf};
 
 use futures::StreamExt;
+use pedelec_protocol::ErrorCode;
 use pedelec_protocol::grpc::error_from_status;
 use pedelec_protocol::pb::{self, core_client::CoreClient};
-use pedelec_protocol::{ErrorCode, limits};
 use tonic::transport::Channel;
 
 use crate::error::PedelecError;
@@ -14,6 +14,7 @@ use crate::transport::{BoxFuture, Call, EventStream, Reply, Transport};
 #[derive(Clone)]
 pub struct GrpcTransport {
     client: CoreClient<Channel>,
+    channel: Channel,
     socket: PathBuf,
 }
 
@@ -27,19 +28,17 @@ impl GrpcTransport {
                 format!("cannot reach Core at {}: {e}", socket.display()),
             )
         })?;
-        Ok(GrpcTransport::from_channel(channel, socket))
-    }
-
-    /// A transport over an already connected channel to Core's socket.
-    pub fn from_channel(channel: Channel, socket: PathBuf) -> Self {
-        let client = CoreClient::new(channel)
-            .max_decoding_message_size(limits::GRPC_MESSAGE_MAX)
-            .max_encoding_message_size(limits::GRPC_MESSAGE_MAX);
-        GrpcTransport { client, socket }
+        let client = pedelec_protocol::with_message_limits!(CoreClient::new(channel.clone()));
+        Ok(GrpcTransport { client, channel, socket })
     }
 
     pub fn socket(&self) -> &Path {
         &self.socket
+    }
+
+    /// The connection, for other services Core serves on the same socket.
+    pub fn channel(&self) -> Channel {
+        self.channel.clone()
     }
 }
 
