@@ -5,6 +5,7 @@ use std::process::Command;
 use anyhow::{Context, Result, bail};
 use clap::{Parser, Subcommand};
 
+mod agents;
 mod web;
 
 #[derive(Parser)]
@@ -36,6 +37,9 @@ enum Task {
         #[arg(long, default_value_t = 200)]
         calls: u32,
     },
+    /// The conformance matrix: install the pinned real agents (agents/package.json) into target/agents and run them
+    /// through Core and the SDK against the test model server; prints each agent's figures.
+    Agents,
     /// Register the packaged native host for the current user.
     Install {
         /// Chromium-family extension id (32 characters a-p).
@@ -55,6 +59,7 @@ fn main() -> Result<()> {
         Task::Package => package().map(|_| ()),
         Task::Web => web::build().map(|_| ()),
         Task::WebBench { calls } => web::bench(calls),
+        Task::Agents => agents_matrix(),
         Task::Install { extension_id, browser } => install(&extension_id, &browser),
     }
 }
@@ -105,12 +110,25 @@ fn ci() -> Result<()> {
     web::clippy()?;
     // The browser test (crates/pedelec-web-e2e) loads the package and demo from target/web.
     web::build()?;
+    // The conformance matrix in the suite runs the real agents (it fails under CI=true without them).
+    agents::install()?;
     // The SDK's tests start the real Core and native-host binaries, and the fake ACP agent.
     cargo(&["build", "-p", "pedelec-core", "-p", "pedelec-native-host", "-p", "pedelec-test-agents", "--bins"])?;
     if has_nextest() {
         cargo(&["nextest", "run", "--workspace", "--no-fail-fast"])
     } else {
         cargo(&["test", "--workspace", "--no-fail-fast"])
+    }
+}
+
+fn agents_matrix() -> Result<()> {
+    agents::install()?;
+    cargo(&["build", "-p", "pedelec-core", "-p", "pedelec-native-host", "--bins"])?;
+    // --no-capture so each agent's PEDELEC_AGENT_FIGURES line reaches the terminal.
+    if has_nextest() {
+        cargo(&["nextest", "run", "-p", "pedelec-sdk", "--no-fail-fast", "--no-capture", "-E", "test(/real_agents::/)"])
+    } else {
+        cargo(&["test", "-p", "pedelec-sdk", "--test", "all", "real_agents::", "--", "--nocapture"])
     }
 }
 

@@ -16,8 +16,8 @@ use tokio::sync::{mpsc, oneshot};
 
 use crate::error::{CoreError, CoreResult};
 use crate::providers::{
-    BoxFuture, PREPARE_PROMPT, PREPARED_ACK, ProviderFailure, ProviderSession, ProviderSetup, Providers, ToolBridge,
-    TurnRequest, TurnSink,
+    BoxFuture, PREPARE_PROMPT, ProviderFailure, ProviderSession, ProviderSetup, Providers, ToolBridge, TurnRequest,
+    TurnSink,
 };
 use crate::store::{SessionRecord, Store, TranscriptEntry};
 use crate::tools::ToolSet;
@@ -560,7 +560,7 @@ impl Session {
             };
             let kind = active.kind;
             let error = match (kind, outcome) {
-                (pb::OperationKind::Prepare, Ok(())) if hidden_text.trim() == PREPARED_ACK => {
+                (pb::OperationKind::Prepare, Ok(())) if pedelec_protocol::prepare::acknowledged(&hidden_text) => {
                     st.prepared = true;
                     None
                 }

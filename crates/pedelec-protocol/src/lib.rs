@@ -5,7 +5,8 @@
 //! SDK must agree on: session statuses and their transitions ([`status`]), the
 //! per-session event gate ([`gate`]), asset paths ([`asset_path`]), error
 //! codes ([`error_code`]), limits ([`limits`]), tool manifest rules
-//! ([`tools`]) and native-messaging framing ([`native`]).
+//! ([`tools`]), the preparation handshake ([`prepare`]) and native-messaging
+//! framing ([`native`]).
 //!
 //! It does no I/O and needs no async runtime, so it builds for
 //! `wasm32-unknown-unknown` (without the default `grpc` feature).
@@ -19,6 +20,7 @@ pub mod grpc;
 pub mod json;
 pub mod limits;
 pub mod native;
+pub mod prepare;
 pub mod status;
 pub mod tools;
 

@@ -44,6 +44,7 @@
 
 pub mod log;
 pub mod mcp;
+pub mod model_server;
 
 /// The p-th percentile (0.0–1.0) of sorted durations, in whole microseconds.
 pub fn percentile_us(sorted: &[std::time::Duration], p: f64) -> u128 {

@@ -48,6 +48,22 @@ fn endpoint(code: &str, name: &str, base_url: Option<&str>, api_key_env: Option<
     config
 }
 
+/// claude-agent-acp (0.23) fails `session/new` when run as root ("Query
+/// closed before response received"): its Claude child refuses to start as
+/// root in the configuration the adapter gives it unless `IS_SANDBOX=1` says
+/// the machine is a sandbox. Root is what containers and CI machines run as,
+/// so Core says so for it. The variable only lets the adapter offer the
+/// bypass mode; the session's mode stays the default, and every permission
+/// request still reaches Core's policy.
+fn claude_acp() -> ProviderConfig {
+    let mut config = preset("claude-acp", "Claude Code (ACP)", ProviderKind::Acp, &["claude-agent-acp"]);
+    // SAFETY: geteuid has no preconditions and cannot fail.
+    if unsafe { libc::geteuid() } == 0 {
+        config.env.insert("IS_SANDBOX".into(), "1".into());
+    }
+    config
+}
+
 /// The presets, in the order `ListProviders` reports them.
 pub fn presets() -> Vec<ProviderConfig> {
     use ProviderKind::*;
@@ -58,7 +74,7 @@ pub fn presets() -> Vec<ProviderConfig> {
         preset("gemini", "Gemini CLI (ACP)", Acp, &["gemini", "--acp"]),
         preset("cursor", "Cursor agent (ACP)", Acp, &["cursor-agent", "acp"]),
         preset("opencode", "OpenCode (ACP)", Acp, &["opencode", "acp"]),
-        preset("claude-acp", "Claude Code (ACP)", Acp, &["claude-agent-acp"]),
+        claude_acp(),
         preset("codex-acp", "Codex (ACP)", Acp, &["codex-acp"]),
         preset("codex", "Codex CLI", Codex, &["codex"]),
         preset("claude", "Claude Code CLI", Claude, &["claude"]),

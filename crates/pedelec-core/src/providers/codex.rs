@@ -3,7 +3,8 @@
 //! Command line (prompt on stdin, so it never shows in `ps`):
 //! `codex exec --json --skip-git-repo-check --sandbox workspace-write --cd <workspace>
 //!  -c mcp_servers.pedelec.command="<pedelec-core>" -c mcp_servers.pedelec.args=["mcp"]
-//!  -c mcp_servers.pedelec.env_vars=["PEDELEC_TOOL_TOKEN","PEDELEC_CORE_SOCKET"] …
+//!  -c mcp_servers.pedelec.env_vars=["PEDELEC_TOOL_TOKEN","PEDELEC_CORE_SOCKET"]
+//!  -c mcp_servers.pedelec.default_tools_approval_mode="approve" …
 //!  [-m MODEL] [-c model_reasoning_effort="low|high"] [resume <thread id>] -`
 //!
 //! The tool token travels in codex's environment and is passed through to
@@ -73,6 +74,13 @@ pub fn turn_args(config: &ProviderConfig, setup: &ProviderSetup, thread_id: Opti
             &format!("{server}.env_vars=[\"{TOOL_TOKEN_ENV}\",\"{SOCKET_ENV}\"]"),
             "-c",
             &format!("{server}.tool_timeout_sec={}", tool_timeout + 5),
+            // codex asks approval for every MCP tool without annotations, and
+            // `exec` has no approval channel: under approval policy `never`
+            // the call fails ("requires approval, but approval policy is
+            // never"). Our own tools are validated by Core and decided by the
+            // application's handler, so the session pre-approves them.
+            "-c",
+            &format!("{server}.default_tools_approval_mode=\"approve\""),
         ]
         .map(str::to_owned),
     );

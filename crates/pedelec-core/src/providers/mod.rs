@@ -23,11 +23,7 @@ pub use catalog::ProviderConfig;
 pub use events::{AgentEvent, TurnOutcome};
 pub use scripted::Scripted;
 
-/// The preparation prompt Core sends; the provider must answer exactly [`PREPARED_ACK`].
-pub const PREPARE_PROMPT: &str =
-    "Pedelec is preparing this session. Reply with exactly PEDELEC_PREPARED and nothing else.";
-/// The acknowledgement a preparation must produce (surrounding whitespace allowed).
-pub const PREPARED_ACK: &str = "PEDELEC_PREPARED";
+pub use pedelec_protocol::prepare::{PREPARE_PROMPT, PREPARED_ACK};
 
 pub type BoxFuture<'a, T> = Pin<Box<dyn std::future::Future<Output = T> + Send + 'a>>;
 

@@ -98,6 +98,8 @@ async fn codex_turns_reach_frontend_tools_and_resume_the_thread() {
         "mcp_servers.pedelec.env_vars=[\"PEDELEC_TOOL_TOKEN\",\"PEDELEC_CORE_SOCKET\"]",
         "-c",
         "mcp_servers.pedelec.tool_timeout_sec=65",
+        "-c",
+        "mcp_servers.pedelec.default_tools_approval_mode=\"approve\"",
         "-m",
         "gpt-test",
         "-c",

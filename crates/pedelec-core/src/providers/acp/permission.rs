@@ -68,12 +68,20 @@ impl PermissionPolicy {
 
     /// Whether the call is one of the session's frontend tools. Agents name
     /// MCP tools in their own ways (`mcp__pedelec__t`, `t (pedelec MCP
-    /// Server)`, `pedelec/t`, or just `t`), so each spelling counts — a bare
-    /// `t` only for a call of kind `other`, so a tool named like a shell
-    /// command does not open the door to `execute`.
-    fn is_frontend_tool(&self, names: &[&str], kind: ToolKind) -> bool {
+    /// Server)`, `pedelec/t`, `Tool: pedelec/t`, or just `t`), so each
+    /// spelling counts — a bare `t` only for a call of kind `other`, so a
+    /// tool named like a shell command does not open the door to `execute`.
+    /// codex-acp 0.16 titles its request `Approve MCP tool call` with no kind
+    /// or name and says which server in `rawInput.server_name`; a request of
+    /// kind `other` naming our server there is ours.
+    fn is_frontend_tool(&self, names: &[&str], kind: ToolKind, raw_input: Option<&serde_json::Value>) -> bool {
+        let server = raw_input.and_then(|raw| raw.get("server_name").or_else(|| raw.get("server")));
+        if kind == ToolKind::Other && server.and_then(|s| s.as_str()) == Some(MCP_SERVER_NAME) {
+            return true;
+        }
         names.iter().any(|name| {
             let lower = name.to_ascii_lowercase();
+            let lower = lower.strip_prefix("tool: ").unwrap_or(&lower);
             lower.contains(&format!("mcp__{MCP_SERVER_NAME}__"))
                 || lower.contains(&format!("({MCP_SERVER_NAME} mcp"))
                 || lower.starts_with(&format!("{MCP_SERVER_NAME}/"))
@@ -87,7 +95,7 @@ impl PermissionPolicy {
         let names: Vec<&str> = [fields.title.as_deref(), fields.name.as_deref()].into_iter().flatten().collect();
         let locations: Vec<&Path> = fields.locations.iter().flatten().map(|l| l.path.as_path()).collect();
         let kind = fields.kind.unwrap_or(ToolKind::Other);
-        let allowed = if self.is_frontend_tool(&names, kind) {
+        let allowed = if self.is_frontend_tool(&names, kind, fields.raw_input.as_ref()) {
             true
         } else {
             match kind {
@@ -152,6 +160,23 @@ mod tests {
                 "chosen by kind, not position"
             );
         }
+    }
+
+    #[test]
+    fn codex_acp_approval_requests_for_our_server_are_allowed() {
+        // The shape codex-acp 0.16.0 sends for an MCP tool of ours.
+        let ours = json!({ "toolCallId": "call_1", "title": "Approve MCP tool call",
+                           "rawInput": { "server_name": "pedelec", "tool_name": "update_counter" } });
+        let d = ask(ours, ALL);
+        assert_eq!((d.allowed, d.outcome.as_str()), (true, "allow_once"));
+        let theirs = json!({ "toolCallId": "call_1", "title": "Approve MCP tool call",
+                             "rawInput": { "server_name": "filesystem" } });
+        assert!(!ask(theirs, ALL).allowed, "another MCP server is not ours");
+        let as_command = json!({ "toolCallId": "call_1", "title": "x", "kind": "execute",
+                                 "rawInput": { "server_name": "pedelec" } });
+        assert!(!ask(as_command, ALL).allowed, "a command does not become ours by naming the server");
+        let titled = json!({ "toolCallId": "call_1", "title": "Tool: pedelec/update_counter" });
+        assert!(ask(titled, ALL).allowed);
     }
 
     #[test]

@@ -27,8 +27,8 @@ pub enum Inbound {
 /// Folds one turn's inbound traffic into events.
 ///
 /// Text chunks stream as deltas and are also collected: the turn ends with
-/// one complete message per `messageId` (all chunks of a turn form one
-/// message when the agent sends no ids). Thoughts become one `thinking`
+/// one complete message per `messageId`; when the agent sends no ids, a
+/// message ends at each tool call and at the end of the turn. Thoughts become one `thinking`
 /// activity per run of thought chunks. Tool calls are activities when they
 /// start and when they complete or fail. `usage_update` is context
 /// occupancy (`used`/`size`), not a token total, so it yields nothing; a
@@ -117,6 +117,12 @@ impl TurnMapper {
                 self.thought.push_str(&text.text);
             }
             SessionUpdate::ToolCall(call) => {
+                // Without message ids, a tool call is the only boundary an agent
+                // gives: the text before it and the text after it are two
+                // messages (claude-agent-acp 0.23 and codex-acp 0.16 send no ids).
+                if self.message_id.is_none() {
+                    events.extend(self.flush_message());
+                }
                 let id = call.tool_call_id.0.to_string();
                 let title = if call.title.is_empty() { id.clone() } else { call.title.clone() };
                 self.tool_titles.insert(id, title.clone());
@@ -313,6 +319,35 @@ mod tests {
             None,
         );
         insta::assert_json_snapshot!(events);
+    }
+
+    /// claude-agent-acp / codex-acp style: no message ids, text on both sides of a tool call.
+    #[test]
+    fn without_ids_a_tool_call_ends_a_message() {
+        let text =
+            |t: &str| update(json!({"sessionUpdate": "agent_message_chunk", "content": {"type": "text", "text": t}}));
+        let events = run(
+            vec![
+                text("I'll update "),
+                text("the counter."),
+                update(
+                    json!({"sessionUpdate": "tool_call", "toolCallId": "t1", "title": "Tool: pedelec/update_counter",
+                    "kind": "other", "status": "pending"}),
+                ),
+                update(json!({"sessionUpdate": "tool_call_update", "toolCallId": "t1", "status": "completed"})),
+                text("Counter is now 2"),
+            ],
+            json!({"stopReason": "end_turn"}),
+            None,
+        );
+        let messages: Vec<&str> = events
+            .iter()
+            .filter_map(|e| match e {
+                AgentEvent::Message { text } => Some(text.as_str()),
+                _ => None,
+            })
+            .collect();
+        assert_eq!(messages, ["I'll update the counter.", "Counter is now 2"]);
     }
 
     #[test]

@@ -1,0 +1,76 @@
+//! The preparation handshake: the prompt Core sends and the rule for the answer.
+//!
+//! A preparation proves that the agent runs and follows an instruction:
+//! Core sends [`PREPARE_PROMPT`] and the agent's text must acknowledge it
+//! with [`PREPARED_ACK`]. That text never reaches chat events.
+
+/// The preparation prompt Core sends; the agent must answer with [`PREPARED_ACK`].
+pub const PREPARE_PROMPT: &str =
+    "Pedelec is preparing this session. Reply with exactly PEDELEC_PREPARED and nothing else.";
+
+/// The acknowledgement a preparation must produce.
+pub const PREPARED_ACK: &str = "PEDELEC_PREPARED";
+
+/// Longest answer that can still count as an acknowledgement: a notice an
+/// agent prepends is a sentence or two, not an essay.
+pub const MAX_ANSWER_CHARS: usize = 1024;
+
+/// Whether a preparation's text acknowledges it.
+///
+/// The answer is acknowledged when, trimmed, it is exactly [`PREPARED_ACK`],
+/// or when [`PREPARED_ACK`] is its last sentence: some agents put notices of
+/// their own in front of the model's text in the same message, with no
+/// separator we could split on (codex-acp 0.16 prepends "Model metadata for
+/// `…` not found. …" for a model codex has no metadata for). The text before
+/// the acknowledgement must then end a sentence (`.`, `!`, `?`, `:`, a
+/// newline or a space) and the whole answer must be at most
+/// [`MAX_ANSWER_CHARS`]; anything else — an empty answer, a refusal, the
+/// token inside a word — is not an acknowledgement.
+///
+/// ```
+/// use pedelec_protocol::prepare::acknowledged;
+/// assert!(acknowledged(" PEDELEC_PREPARED\n"));
+/// assert!(acknowledged("Model metadata for `m` not found. Defaulting to fallback metadata.PEDELEC_PREPARED"));
+/// assert!(!acknowledged("Not ready yet."));
+/// assert!(!acknowledged("XPEDELEC_PREPARED"));
+/// ```
+pub fn acknowledged(answer: &str) -> bool {
+    let answer = answer.trim();
+    if answer == PREPARED_ACK {
+        return true;
+    }
+    if answer.chars().count() > MAX_ANSWER_CHARS {
+        return false;
+    }
+    let Some(before) = answer.strip_suffix(PREPARED_ACK) else { return false };
+    before.ends_with(|c: char| matches!(c, '.' | '!' | '?' | ':') || c.is_whitespace())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn exact_answers_are_acknowledgements() {
+        for answer in ["PEDELEC_PREPARED", "  PEDELEC_PREPARED \n", "\nPEDELEC_PREPARED"] {
+            assert!(acknowledged(answer), "{answer:?}");
+        }
+    }
+
+    #[test]
+    fn a_notice_in_front_counts_only_as_a_sentence_of_its_own() {
+        assert!(acknowledged("Warning: something.\n\nPEDELEC_PREPARED"));
+        assert!(acknowledged("Notice: PEDELEC_PREPARED"));
+        assert!(!acknowledged("I will not say PEDELEC_PREPAREDX"));
+        assert!(!acknowledged("NOT_PEDELEC_PREPARED"));
+        assert!(!acknowledged("PEDELEC_PREPARED is what you want, but no."));
+    }
+
+    #[test]
+    fn empty_and_long_answers_are_not() {
+        assert!(!acknowledged(""));
+        assert!(!acknowledged("   "));
+        let essay = format!("{}. PEDELEC_PREPARED", "word ".repeat(300));
+        assert!(!acknowledged(&essay));
+    }
+}

@@ -1,0 +1,410 @@
+//! The conformance matrix: the real agent programs from the npm registry
+//! (pinned in `agents/package.json`, installed by `cargo xtask agents` or
+//! `cargo xtask ci` into `target/agents`), driven through Core and the SDK,
+//! with our model server (`pedelec_test_agents::model_server`) standing in for
+//! the vendor's API.
+//!
+//! Every agent runs the same scenario: preparation, a frontend tool call
+//! reaching the SDK's handler over MCP and its result reaching the model, a
+//! handler error reaching the model as `TOOL_HANDLER_ERROR`, a second turn on
+//! the same agent thread, usage, `end()` then `resume()` continuing the
+//! thread. The normalised event sequence is one insta snapshot per agent.
+//! Figures (tool round trip as the agent sees it, first-turn start-up, model
+//! requests per turn) go to stderr; `cargo xtask agents` prints them.
+//!
+//! A missing agent skips the test locally and fails it under `CI=true`.
+
+use std::path::{Path, PathBuf};
+use std::time::{Duration, Instant};
+
+use pedelec_sdk::SessionOptions;
+use pedelec_test_agents::model_server::{ModelServer, Recorded, standard_script};
+
+use super::*;
+
+/// The model the Claude agents ask for (our server serves any name).
+const MODEL: &str = "pedelec-test-model";
+/// The model the codex agents ask for: one codex ships metadata for, as a
+/// user's would be. With a name it does not know, codex-acp prepends a
+/// warning to every answer (`codex_acp_prepares_with_a_model_codex_does_not_know`).
+const CODEX_MODEL: &str = "gpt-5.5";
+
+/// Where `npm ci` put the agents' executables.
+fn agents_bin() -> PathBuf {
+    match std::env::var_os("PEDELEC_AGENTS_DIR") {
+        Some(dir) => PathBuf::from(dir).join("node_modules/.bin"),
+        None => Path::new(env!("CARGO_MANIFEST_DIR")).join("../../target/agents/node_modules/.bin"),
+    }
+}
+
+/// The agent's executable, or `None` (skip) when it is not installed and this is not CI.
+fn agent(name: &str) -> Option<PathBuf> {
+    let path = agents_bin().join(name);
+    if path.exists() {
+        return Some(path);
+    }
+    if std::env::var("CI").is_ok_and(|v| v == "true") {
+        panic!("{} is not installed under CI (run `cargo xtask agents` or `cargo xtask ci`)", path.display());
+    }
+    eprintln!("skipping: {} is not installed (cargo xtask agents installs it)", path.display());
+    None
+}
+
+/// One agent's place in the matrix: how Core is configured for it.
+struct Rig {
+    provider: &'static str,
+    model: &'static str,
+    /// The config.toml for Core.
+    settings: String,
+    /// Whether the agent streams text deltas.
+    streams: bool,
+    /// Whether the agent reports a token total (and so the session's usage
+    /// must equal what the model server served). codex-acp 0.16 sends only
+    /// context occupancy (`usage_update {used,size}`) and an empty prompt
+    /// result, so its sessions have no usage.
+    reports_usage: bool,
+    /// Kept alive for the agent's home/config dirs.
+    _home: tempfile::TempDir,
+}
+
+/// A TOML basic string (JSON's escapes are a subset of TOML's).
+fn toml_str(s: &str) -> String {
+    serde_json::to_string(s).expect("a string")
+}
+
+fn env_table(pairs: &[(&str, String)]) -> String {
+    let fields: Vec<String> = pairs.iter().map(|(k, v)| format!("{k} = {}", toml_str(v))).collect();
+    format!("{{ {} }}", fields.join(", "))
+}
+
+/// Variables every Node-based agent gets: no telemetry, no update checks, no
+/// network but the model server.
+fn quiet_env(home: &Path) -> Vec<(&'static str, String)> {
+    vec![
+        ("HOME", home.display().to_string()),
+        ("XDG_CONFIG_HOME", home.join(".config").display().to_string()),
+        ("XDG_DATA_HOME", home.join(".local/share").display().to_string()),
+        ("XDG_CACHE_HOME", home.join(".cache").display().to_string()),
+        ("NO_PROXY", "127.0.0.1,localhost".into()),
+    ]
+}
+
+fn codex_home(home: &Path, server: &ModelServer, model: &str) -> PathBuf {
+    let codex_home = home.join("codex-home");
+    std::fs::create_dir_all(&codex_home).unwrap();
+    let config = format!(
+        "model = \"{model}\"\nmodel_provider = \"pedelec\"\ncheck_for_update_on_startup = false\n\
+         [model_providers.pedelec]\nname = \"Pedelec test model server\"\nbase_url = \"{}/v1\"\n\
+         wire_api = \"responses\"\nrequest_max_retries = 0\nstream_max_retries = 0\n\
+         [analytics]\nenabled = false\n",
+        server.origin()
+    );
+    std::fs::write(codex_home.join("config.toml"), config).unwrap();
+    codex_home
+}
+
+fn claude_env(home: &Path, server: &ModelServer) -> Vec<(&'static str, String)> {
+    let mut env = quiet_env(home);
+    env.extend([
+        ("ANTHROPIC_BASE_URL", server.origin()),
+        ("ANTHROPIC_API_KEY", "sk-ant-pedelec-test".into()),
+        ("CLAUDE_CONFIG_DIR", home.join("claude").display().to_string()),
+        ("CLAUDE_CODE_DISABLE_NONESSENTIAL_TRAFFIC", "1".into()),
+        ("DISABLE_AUTOUPDATER", "1".into()),
+        ("DISABLE_TELEMETRY", "1".into()),
+        ("DISABLE_ERROR_REPORTING", "1".into()),
+    ]);
+    env
+}
+
+impl Rig {
+    fn codex(program: &Path, server: &ModelServer) -> Rig {
+        let home = tempfile::tempdir().unwrap();
+        let codex_home = codex_home(home.path(), server, CODEX_MODEL);
+        let mut env = quiet_env(home.path());
+        env.push(("CODEX_HOME", codex_home.display().to_string()));
+        let settings = format!(
+            "[providers.codex]\ncommand = [{}]\nenv = {}\n",
+            toml_str(&program.display().to_string()),
+            env_table(&env)
+        );
+        Rig { provider: "codex", model: CODEX_MODEL, settings, streams: false, reports_usage: true, _home: home }
+    }
+
+    fn claude(program: &Path, server: &ModelServer) -> Rig {
+        let home = tempfile::tempdir().unwrap();
+        let env = claude_env(home.path(), server);
+        let settings = format!(
+            "[providers.claude]\ncommand = [{}]\nenv = {}\n",
+            toml_str(&program.display().to_string()),
+            env_table(&env)
+        );
+        Rig { provider: "claude", model: MODEL, settings, streams: true, reports_usage: true, _home: home }
+    }
+
+    fn codex_acp(program: &Path, server: &ModelServer) -> Rig {
+        let home = tempfile::tempdir().unwrap();
+        let codex_home = codex_home(home.path(), server, CODEX_MODEL);
+        let mut env = quiet_env(home.path());
+        env.push(("CODEX_HOME", codex_home.display().to_string()));
+        let settings = format!(
+            "[providers.codex-acp]\ncommand = [{}]\nenv = {}\n",
+            toml_str(&program.display().to_string()),
+            env_table(&env)
+        );
+        Rig { provider: "codex-acp", model: CODEX_MODEL, settings, streams: true, reports_usage: false, _home: home }
+    }
+
+    fn claude_acp(program: &Path, server: &ModelServer) -> Rig {
+        let home = tempfile::tempdir().unwrap();
+        let env = claude_env(home.path(), server);
+        let settings = format!(
+            "[providers.claude-acp]\ncommand = [{}]\nenv = {}\n",
+            toml_str(&program.display().to_string()),
+            env_table(&env)
+        );
+        Rig { provider: "claude-acp", model: MODEL, settings, streams: true, reports_usage: true, _home: home }
+    }
+}
+
+fn failing_tool() -> pedelec_sdk::ToolSpec {
+    pedelec_sdk::ToolSpec::new("explode".to_string(), "Always fails", schema_object())
+        .with_handler(sync_handler(|_: serde_json::Value, _| Err::<serde_json::Value, _>("the fuse blew".to_string())))
+}
+
+/// What the scenario measured.
+struct Figures {
+    startup: Duration,
+    tool_round_trip: Duration,
+    requests_per_turn: Vec<usize>,
+}
+
+fn generations_since(server: &ModelServer, from: usize) -> Vec<Recorded> {
+    server.generations().into_iter().skip(from).collect()
+}
+
+/// What the model server saw and answered, for failure messages.
+fn server_log(server: &ModelServer) -> String {
+    let lines: Vec<String> = server
+        .recorded()
+        .iter()
+        .map(|r| {
+            format!(
+                "{} {:?} tools={:?} last_user={:?} results={:?} → {:?}",
+                r.request.path,
+                r.request.api,
+                r.request.tool_names(),
+                r.request.last_user_text().chars().take(120).collect::<String>(),
+                r.request.tool_results(),
+                r.answer.as_ref().map(|a| &a.reply)
+            )
+        })
+        .collect();
+    lines.join("\n")
+}
+
+/// codex prefixes a tool's output with how long it took (`Wall time: 0.0036 seconds`).
+fn without_wall_time(line: &str) -> String {
+    let Some(start) = line.find("Wall time: ") else { return line.to_owned() };
+    let rest = &line[start + "Wall time: ".len()..];
+    let end = rest.find(" seconds").unwrap_or(0);
+    format!("{}Wall time: N{}", &line[..start], &rest[end..])
+}
+
+/// Turns the recorder's log into a snapshot that does not depend on timing
+/// or on how an agent cut its text into deltas.
+fn normalised(recorder: &Recorder) -> String {
+    recorder
+        .transcript()
+        .lines()
+        .map(|line| {
+            if line.starts_with("deltas ×") {
+                let text = line.split_once(' ').map(|(_, rest)| rest).unwrap_or_default();
+                let text = text.split_once(' ').map(|(_, t)| t).unwrap_or_default();
+                without_wall_time(&format!("deltas {text}"))
+            } else if line.starts_with("usage ") {
+                "usage".to_string()
+            } else {
+                without_wall_time(line)
+            }
+        })
+        .fold(Vec::<String>::new(), |mut out, line| {
+            // Repeated usage updates collapse into one line.
+            if !(line == "usage" && out.last().is_some_and(|l| l == "usage")) {
+                out.push(line);
+            }
+            out
+        })
+        .join("\n")
+}
+
+async fn scenario(rig: Rig, server: &ModelServer) -> (String, Figures) {
+    let h = Harness::with_config(Via::Grpc, &rig.settings);
+    let client = h.client().await;
+    let counter = Arc::new(Mutex::new(0));
+    let session = client
+        .create_session(SessionOptions {
+            provider: Some(rig.provider.into()),
+            model: Some(rig.model.into()),
+            tools: vec![counter_tool(counter.clone()), failing_tool()],
+            auto_end_on_disconnect: false,
+            ..Default::default()
+        })
+        .await
+        .expect("create");
+    let recorder = Recorder::attach(&session);
+
+    // Preparation: the agent answers exactly PEDELEC_PREPARED (hidden from chat).
+    let started = Instant::now();
+    session.prepare().await.unwrap_or_else(|e| panic!("{}: prepare failed: {e:?}", rig.provider));
+    let first = server.generations().first().map(|r| r.received).expect("the agent asked the model");
+    let startup = first - started;
+    recorder.push("-- prepared".into());
+
+    // A frontend tool call over MCP; its result reaches the model.
+    let before = server.generations().len();
+    session
+        .send_text(r#"call update_counter {"delta":2}"#)
+        .await
+        .unwrap_or_else(|e| panic!("{}: tool turn failed: {e:?}; log {:?}", rig.provider, recorder.lines()));
+    assert_eq!(
+        *counter.lock().unwrap(),
+        2,
+        "{}: the SDK handler ran; log {:?}; model server {}",
+        rig.provider,
+        recorder.lines(),
+        server_log(server)
+    );
+    let turn = generations_since(server, before);
+    let call = turn.iter().position(|r| {
+        matches!(r.answer.as_ref().map(|a| &a.reply), Some(pedelec_test_agents::model_server::Reply::ToolCall { .. }))
+    });
+    let call = call.unwrap_or_else(|| panic!("{}: the model was never asked to call the tool", rig.provider));
+    let result = turn[call + 1..]
+        .iter()
+        .find(|r| r.request.tool_results().iter().any(|t| t.contains(r#""value":2"#) || t.contains(r#""value": 2"#)))
+        .unwrap_or_else(|| panic!("{}: the tool result never reached the model", rig.provider));
+    let tool_round_trip = result.received - turn[call].answered;
+    let mut requests_per_turn = vec![turn.len()];
+    recorder.push("-- tool turn".into());
+
+    // A handler error reaches the model as TOOL_HANDLER_ERROR.
+    let before = server.generations().len();
+    session.send_text("call explode {}").await.unwrap_or_else(|e| panic!("{}: error turn: {e:?}", rig.provider));
+    let turn = generations_since(server, before);
+    assert!(
+        turn.iter().any(|r| r.request.tool_results().iter().any(|t| t.contains("TOOL_HANDLER_ERROR"))),
+        "{}: the handler error reached the model: {:?}",
+        rig.provider,
+        turn.iter().map(|r| r.request.tool_results()).collect::<Vec<_>>()
+    );
+    requests_per_turn.push(turn.len());
+    recorder.push("-- error turn".into());
+
+    // A second plain turn continues the same agent thread: the model sees the earlier turns.
+    let before = server.generations().len();
+    session.send_text("second turn").await.unwrap();
+    let turn = generations_since(server, before);
+    let texts: Vec<String> = turn.iter().flat_map(|r| r.request.history()).map(|(_, _, t)| t).collect();
+    assert!(
+        texts.iter().any(|t| t.contains("call update_counter")),
+        "{}: the second turn carries the first turn's history",
+        rig.provider
+    );
+    requests_per_turn.push(turn.len());
+    recorder.push("-- plain turn".into());
+
+    // end() then resume() continues the thread.
+    session.end().await.unwrap();
+    session.resume().await.unwrap();
+    let before = server.generations().len();
+    session.send_text("after resume").await.unwrap();
+    let turn = generations_since(server, before);
+    let texts: Vec<String> = turn.iter().flat_map(|r| r.request.history()).map(|(_, _, t)| t).collect();
+    assert!(
+        texts.iter().any(|t| t.contains("second turn")),
+        "{}: the resumed thread carries the earlier history: {texts:?}",
+        rig.provider
+    );
+    requests_per_turn.push(turn.len());
+    recorder.push("-- resumed turn".into());
+
+    let served: u64 =
+        server.generations().iter().filter_map(|r| r.answer.as_ref()).map(|a| a.input_tokens + a.output_tokens).sum();
+    let reported = session.usage().total_tokens;
+    eprintln!("PEDELEC_AGENT_USAGE {}: reported {reported:?}, served {served}", rig.provider);
+    let expected = rig.reports_usage.then_some(served);
+    assert_eq!(reported, expected, "{}: usage is what the model server served", rig.provider);
+    let lines = recorder.lines();
+    assert!(!lines.iter().any(|l| l.starts_with("error ")), "{}: no errors: {lines:?}", rig.provider);
+    if rig.streams {
+        assert!(recorder.count("delta ") > 0, "{}: the agent streams deltas", rig.provider);
+    }
+    session.end().await.unwrap();
+    (normalised(&recorder), Figures { startup, tool_round_trip, requests_per_turn })
+}
+
+fn report(provider: &str, figures: &Figures) {
+    eprintln!(
+        "PEDELEC_AGENT_FIGURES {provider}: tool round trip (agent side) {} µs, first-turn start-up {} ms, model requests per turn {:?}",
+        figures.tool_round_trip.as_micros(),
+        figures.startup.as_millis(),
+        figures.requests_per_turn
+    );
+}
+
+macro_rules! matrix {
+    ($($name:ident: $bin:literal => $rig:path),* $(,)?) => {
+        $(
+            #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+            async fn $name() {
+                let Some(program) = agent($bin) else { return };
+                let server = ModelServer::start(standard_script()).await.unwrap();
+                let rig = $rig(&program, &server);
+                let provider = rig.provider;
+                let (transcript, figures) = scenario(rig, &server).await;
+                report(provider, &figures);
+                insta::assert_snapshot!(transcript);
+            }
+        )*
+    };
+}
+
+matrix! {
+    codex: "codex" => Rig::codex,
+    claude: "claude" => Rig::claude,
+    codex_acp: "codex-acp" => Rig::codex_acp,
+    claude_acp: "claude-agent-acp" => Rig::claude_acp,
+}
+
+/// codex-acp prepends "Model metadata for `…` not found" to the model's text
+/// when it has no metadata for the model; preparation must still succeed,
+/// and the warning must stay out of chat.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn codex_acp_prepares_with_a_model_codex_does_not_know() {
+    let Some(program) = agent("codex-acp") else { return };
+    let server = ModelServer::start(standard_script()).await.unwrap();
+    let home = tempfile::tempdir().unwrap();
+    let codex_home = codex_home(home.path(), &server, MODEL);
+    let mut env = quiet_env(home.path());
+    env.push(("CODEX_HOME", codex_home.display().to_string()));
+    let settings = format!(
+        "[providers.codex-acp]\ncommand = [{}]\nenv = {}\n",
+        toml_str(&program.display().to_string()),
+        env_table(&env)
+    );
+    let h = Harness::with_config(Via::Grpc, &settings);
+    let client = h.client().await;
+    let session = client
+        .create_session(SessionOptions {
+            provider: Some("codex-acp".into()),
+            model: Some(MODEL.into()),
+            ..Default::default()
+        })
+        .await
+        .unwrap();
+    let recorder = Recorder::attach(&session);
+    session.prepare().await.expect("the acknowledgement after codex's own warning counts");
+    assert_eq!(recorder.count("chat "), 0, "preparation text never reaches chat: {:?}", recorder.lines());
+    session.end().await.unwrap();
+}
