@@ -261,6 +261,18 @@ impl ModelRequest {
         })
     }
 
+    /// The JSON Schema the agent asked the answer to follow, if it asked for
+    /// structured output (agents do for routing, titles and checks: Gemini's
+    /// `responseJsonSchema`/`responseSchema`, OpenAI's `text.format` and
+    /// `response_format`).
+    pub fn json_schema(&self) -> Option<&Value> {
+        let body = &self.body;
+        body.pointer("/generationConfig/responseJsonSchema")
+            .or_else(|| body.pointer("/generationConfig/responseSchema"))
+            .or_else(|| body.pointer("/text/format/schema"))
+            .or_else(|| body.pointer("/response_format/json_schema/schema"))
+    }
+
     /// Whether the agent asked for a streamed answer (Gemini: by path).
     fn streamed(&self) -> bool {
         match self.api {
@@ -417,7 +429,11 @@ async fn handle(
     let body: Value = serde_json::from_slice(&bytes).unwrap_or(Value::Null);
     let request = ModelRequest { api, path, body };
     let answer = match api {
-        Api::Responses | Api::ChatCompletions | Api::Messages | Api::Gemini => Some(script(&request)),
+        // Structured output is the agent's own plumbing, not the conversation: answered here.
+        Api::Responses | Api::ChatCompletions | Api::Messages | Api::Gemini => match request.json_schema() {
+            Some(schema) => Some(Answer::text(example_for(schema).to_string()).usage(20, 5)),
+            None => Some(script(&request)),
+        },
         _ => None,
     };
     let response = match (api, &answer) {
@@ -461,6 +477,9 @@ fn json_response(status: u16, value: Value) -> hyper::Response<Body> {
 /// Splits `text` into `n` pieces on char boundaries (the last takes the rest).
 fn pieces(text: &str, n: usize) -> Vec<String> {
     let chars: Vec<char> = text.chars().collect();
+    if chars.is_empty() {
+        return vec![String::new()];
+    }
     let n = n.clamp(1, chars.len().max(1));
     let size = chars.len().div_ceil(n).max(1);
     chars.chunks(size).map(|c| c.iter().collect()).collect()
@@ -809,11 +828,51 @@ fn non_streamed(request: &ModelRequest, answer: &Answer) -> Value {
                    "usage": {"prompt_tokens": answer.input_tokens, "completion_tokens": answer.output_tokens,
                              "total_tokens": answer.input_tokens + answer.output_tokens}})
         }
-        Api::Gemini => gemini_events(answer).pop().map(|(_, v)| v).unwrap_or(Value::Null),
+        Api::Gemini => {
+            // One candidate with the whole text, not the stream's last piece.
+            let mut whole = answer.clone();
+            if let Reply::Text { chunks, .. } = &mut whole.reply {
+                *chunks = 1;
+            }
+            gemini_events(&whole).pop().map(|(_, v)| v).unwrap_or(Value::Null)
+        }
         _ => {
             let mut events = responses_events(request, answer);
             events.pop().map(|(_, v)| v["response"].clone()).unwrap_or(Value::Null)
         }
+    }
+}
+
+/// A value that satisfies `schema` (the subset agents use: objects with
+/// properties, arrays, enums, scalars; type names in either case).
+pub fn example_for(schema: &Value) -> Value {
+    if let Some(first) = schema.get("enum").and_then(Value::as_array).and_then(|e| e.first()) {
+        return first.clone();
+    }
+    if let Some(first) =
+        schema.get("anyOf").or_else(|| schema.get("oneOf")).and_then(Value::as_array).and_then(|v| v.first())
+    {
+        return example_for(first);
+    }
+    let kind = match schema.get("type") {
+        Some(Value::String(t)) => t.to_ascii_lowercase(),
+        Some(Value::Array(types)) => types.first().and_then(Value::as_str).unwrap_or("null").to_ascii_lowercase(),
+        _ if schema.get("properties").is_some() => "object".into(),
+        _ => "string".into(),
+    };
+    match kind.as_str() {
+        "object" => {
+            let mut out = serde_json::Map::new();
+            for (name, property) in schema.get("properties").and_then(Value::as_object).into_iter().flatten() {
+                out.insert(name.clone(), example_for(property));
+            }
+            Value::Object(out)
+        }
+        "array" => Value::Array(Vec::new()),
+        "integer" | "number" => json!(1),
+        "boolean" => json!(false),
+        "null" => Value::Null,
+        _ => json!("pedelec"),
     }
 }
 
@@ -897,6 +956,17 @@ fn write_file_call(request: &ModelRequest, path: &str) -> Answer {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn structured_answers_follow_the_schema() {
+        let schema = json!({"type": "OBJECT", "properties": {
+            "complexity_reasoning": {"type": "STRING"}, "complexity_score": {"type": "INTEGER"},
+            "choice": {"type": "string", "enum": ["flash", "pro"]}, "tags": {"type": "array"}}});
+        assert_eq!(
+            example_for(&schema),
+            json!({"complexity_reasoning": "pedelec", "complexity_score": 1, "choice": "flash", "tags": []})
+        );
+    }
 
     #[test]
     fn pieces_cover_the_text() {

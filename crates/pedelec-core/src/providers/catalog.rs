@@ -64,6 +64,17 @@ fn claude_acp() -> ProviderConfig {
     config
 }
 
+/// gemini-cli (0.61) ignores the MCP servers a client passes in
+/// `session/new` for a folder it does not trust, so the session's frontend
+/// tools never reach the model and nothing says why. The workspace is one
+/// Core made (managed) or the application chose (explicit), never a folder
+/// the user happened to open, so Core tells gemini to trust it.
+fn gemini() -> ProviderConfig {
+    let mut config = preset("gemini", "Gemini CLI (ACP)", ProviderKind::Acp, &["gemini", "--acp"]);
+    config.env.insert("GEMINI_CLI_TRUST_WORKSPACE".into(), "true".into());
+    config
+}
+
 /// The presets, in the order `ListProviders` reports them.
 pub fn presets() -> Vec<ProviderConfig> {
     use ProviderKind::*;
@@ -71,7 +82,7 @@ pub fn presets() -> Vec<ProviderConfig> {
     scripted.model = Some("scripted-1".into());
     vec![
         scripted,
-        preset("gemini", "Gemini CLI (ACP)", Acp, &["gemini", "--acp"]),
+        gemini(),
         preset("cursor", "Cursor agent (ACP)", Acp, &["cursor-agent", "acp"]),
         preset("opencode", "OpenCode (ACP)", Acp, &["opencode", "acp"]),
         claude_acp(),

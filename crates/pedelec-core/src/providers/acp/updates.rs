@@ -24,6 +24,20 @@ pub enum Inbound {
     Permission { title: String, outcome: String },
 }
 
+/// The tokens one prompt turn used: `PromptResponse.usage.totalTokens` (the
+/// unstable field claude-agent-acp fills), else gemini-cli's
+/// `_meta.quota.token_count` (`input_tokens + output_tokens`; gemini 0.61
+/// sends no `usage`). Neither counts the agent's own side requests (gemini's
+/// model-routing classifier), so neither does the session total.
+fn turn_tokens(response: &PromptResponse) -> Option<u64> {
+    if let Some(usage) = &response.usage {
+        return Some(usage.total_tokens);
+    }
+    let count = response.meta.as_ref()?.get("quota")?.get("token_count")?;
+    let field = |name: &str| count.get(name).and_then(Value::as_u64);
+    Some(field("input_tokens")? + field("output_tokens")?)
+}
+
 /// Folds one turn's inbound traffic into events.
 ///
 /// Text chunks stream as deltas and are also collected: the turn ends with
@@ -83,6 +97,10 @@ impl TurnMapper {
             Inbound::Update(params) => self.update(params),
             Inbound::Permission { title, outcome } => {
                 let mut events = self.flush_thought();
+                // A permission round is a tool call too: the text before it is a message of its own.
+                if self.message_id.is_none() {
+                    events.extend(self.flush_message());
+                }
                 events.push(AgentEvent::Activity { kind: "permission".into(), summary: format!("{title}: {outcome}") });
                 events
             }
@@ -214,8 +232,8 @@ impl TurnMapper {
     pub fn finish(&mut self, response: &PromptResponse, prior_total: Option<u64>) -> Vec<AgentEvent> {
         let mut events = self.flush_thought();
         events.extend(self.flush_message());
-        if let Some(usage) = &response.usage {
-            events.push(AgentEvent::Usage { total_tokens: prior_total.unwrap_or(0) + usage.total_tokens });
+        if let Some(turn_total) = turn_tokens(response) {
+            events.push(AgentEvent::Usage { total_tokens: prior_total.unwrap_or(0) + turn_total });
         }
         let stop = snake(&response.stop_reason);
         match response.stop_reason {
@@ -374,6 +392,16 @@ mod tests {
             Some(10),
         );
         assert!(events.contains(&AgentEvent::Usage { total_tokens: 15 }));
+    }
+
+    #[test]
+    fn gemini_reports_turn_tokens_in_meta() {
+        let response = json!({"stopReason": "end_turn", "_meta": {"quota": {"token_count":
+            {"input_tokens": 100, "output_tokens": 10}, "model_usage": []}}});
+        let events = run(vec![], response, Some(55));
+        assert!(events.contains(&AgentEvent::Usage { total_tokens: 165 }), "{events:?}");
+        let odd = json!({"stopReason": "end_turn", "_meta": {"quota": {"token_count": {"input_tokens": "many"}}}});
+        assert!(!run(vec![], odd, None).iter().any(|e| matches!(e, AgentEvent::Usage { .. })));
     }
 
     #[test]
