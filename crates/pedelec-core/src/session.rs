@@ -915,6 +915,24 @@ impl TurnSink for OperationSink {
         });
     }
 
+    fn tool_failed(&self, tool: &str, reason: &str) {
+        let reason: String = reason.chars().take(500).collect();
+        self.with_active(|s, st| {
+            let details = serde_json::json!({ "tool": tool, "reason": reason });
+            s.append(
+                st,
+                "tool_failed",
+                serde_json::json!({ "operation_id": self.operation_id, "tool": tool, "reason": reason }),
+            );
+            let error = pb::Error::with_details(
+                ErrorCode::ToolCallFailed,
+                format!("the agent could not call {tool}: {reason}"),
+                &details,
+            );
+            s.emit(st, &self.operation_id, Kind::Error(pb::ErrorRaised { error: Some(error) }));
+        });
+    }
+
     fn call_tool<'a>(&'a self, tool: &'a str, args_json: String) -> BoxFuture<'a, Result<String, pb::Error>> {
         Box::pin(self.session.call_tool(&self.operation_id, tool, args_json))
     }

@@ -56,3 +56,31 @@ fn openai_tool_round() {
     assert_eq!(serde_json::from_str::<serde_json::Value>(&calls[0].arguments).unwrap()["delta"], 2);
     insta::assert_json_snapshot!(events);
 }
+
+/// What codex 0.171 prints when it refuses a call of our own tool itself
+/// (recorded from the matrix's `codex_refused_frontend_tool_reaches_on_error`):
+/// the app must hear of it, and a failure Core produced must not be reported twice.
+#[test]
+fn codex_refused_frontend_tool_is_a_tool_failure() {
+    use pedelec_core::providers::cli_turn::LineParser;
+    let mut parser = CodexParser::default();
+    let refused = r#"{"type":"item.completed","item":{"id":"item_1","type":"mcp_tool_call","server":"pedelec","tool":"explode","arguments":{},"result":null,"error":{"message":"MCP tool call requires approval, but approval policy is never"},"status":"failed"}}"#;
+    assert!(parser.line(refused).contains(&AgentEvent::ToolFailed {
+        tool: "explode".into(),
+        reason: "MCP tool call requires approval, but approval policy is never".into()
+    }));
+    let theirs = refused.replace(r#""server":"pedelec""#, r#""server":"github""#);
+    assert!(!parser.line(&theirs).iter().any(|e| matches!(e, AgentEvent::ToolFailed { .. })));
+    assert!(pedelec_core::providers::failed_on_agent_side("requires approval"));
+    assert!(!pedelec_core::providers::failed_on_agent_side("TOOL_HANDLER_ERROR: the fuse blew"));
+}
+
+/// claude 2.1 refusing an `ask`-ruled tool in `-p` mode: a failed tool_result for a tool_use of ours.
+#[test]
+fn claude_refused_frontend_tool_is_a_tool_failure() {
+    use pedelec_core::providers::cli_turn::LineParser;
+    let mut parser = ClaudeParser::new(0);
+    parser.line(r#"{"type":"assistant","message":{"content":[{"type":"tool_use","id":"toolu_1","name":"mcp__pedelec__explode","input":{}}]},"parent_tool_use_id":null,"session_id":"s"}"#);
+    let events = parser.line(r#"{"type":"user","message":{"content":[{"type":"tool_result","tool_use_id":"toolu_1","is_error":true,"content":"Claude requested permissions to use mcp__pedelec__explode, but you haven't granted it yet."}]},"session_id":"s"}"#);
+    assert!(events.iter().any(|e| matches!(e, AgentEvent::ToolFailed { tool, .. } if tool == "explode")), "{events:?}");
+}

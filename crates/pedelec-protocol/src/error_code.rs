@@ -54,6 +54,10 @@ error_codes! {
     ToolArgsInvalid = "TOOL_ARGS_INVALID",
     /// The tool is not in the session's manifest.
     ToolNotFound = "TOOL_NOT_FOUND",
+    /// The agent could not make a frontend tool call (it refused its own
+    /// approval, or its MCP client failed); `details.tool` and
+    /// `details.reason` say which call and why, in the agent's words.
+    ToolCallFailed = "TOOL_CALL_FAILED",
     /// No result arrived within the tool's timeout.
     ToolTimeout = "TOOL_TIMEOUT",
     /// The tool request is unknown or already answered.

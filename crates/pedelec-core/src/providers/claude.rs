@@ -155,11 +155,14 @@ pub struct ClaudeParser {
     pub session_id: Option<String>,
     /// The session total so far, including this run once its result arrived.
     pub total: u64,
+    /// `tool_use` ids of calls of our own tools → the manifest name, so a
+    /// failed `tool_result` can say which frontend tool the agent failed.
+    ours: std::collections::HashMap<String, String>,
 }
 
 impl ClaudeParser {
     pub fn new(total: u64) -> Self {
-        ClaudeParser { session_id: None, total }
+        ClaudeParser { session_id: None, total, ours: std::collections::HashMap::new() }
     }
 
     fn identity(&mut self, value: &Value) -> Option<AgentEvent> {
@@ -171,7 +174,7 @@ impl ClaudeParser {
         Some(AgentEvent::SessionId { id })
     }
 
-    fn assistant(value: &Value) -> Vec<AgentEvent> {
+    fn assistant(&mut self, value: &Value) -> Vec<AgentEvent> {
         let blocks = value.pointer("/message/content").and_then(Value::as_array).map(Vec::as_slice).unwrap_or_default();
         let nested = value.get("parent_tool_use_id").is_some_and(|p| !p.is_null());
         let mut events = Vec::new();
@@ -180,6 +183,10 @@ impl ClaudeParser {
             match block.get("type").and_then(Value::as_str).unwrap_or_default() {
                 "text" => said.push(text(block, "text")),
                 "tool_use" => {
+                    let prefix = format!("mcp__{MCP_SERVER_NAME}__");
+                    if let Some(tool) = text(block, "name").strip_prefix(&prefix) {
+                        self.ours.insert(text(block, "id"), tool.to_owned());
+                    }
                     let input = block.get("input").map(Value::to_string).unwrap_or_default();
                     let summary = format!("{} {}", text(block, "name"), clip(&input, 200));
                     events.push(AgentEvent::Activity { kind: "tool_use".into(), summary });
@@ -261,7 +268,7 @@ impl LineParser for ClaudeParser {
                     }
                 }
             }
-            "assistant" => events.extend(Self::assistant(&value)),
+            "assistant" => events.extend(self.assistant(&value)),
             "user" => {
                 let blocks =
                     value.pointer("/message/content").and_then(Value::as_array).map(Vec::as_slice).unwrap_or_default();
@@ -269,6 +276,16 @@ impl LineParser for ClaudeParser {
                     let failed = block.get("is_error").and_then(Value::as_bool).unwrap_or(false);
                     let summary = format!("{} {}", text(block, "tool_use_id"), if failed { "failed" } else { "ok" });
                     events.push(AgentEvent::Activity { kind: "tool_result".into(), summary });
+                    if let (true, Some(tool)) = (failed, self.ours.get(&text(block, "tool_use_id"))) {
+                        let reason = match block.get("content") {
+                            Some(Value::String(s)) => s.clone(),
+                            Some(Value::Array(parts)) => {
+                                parts.iter().map(|p| text(p, "text")).collect::<Vec<_>>().join(" ")
+                            }
+                            _ => "the call failed".into(),
+                        };
+                        events.push(AgentEvent::ToolFailed { tool: tool.clone(), reason });
+                    }
                 }
             }
             "result" => events.extend(self.result(&value)),

@@ -146,9 +146,17 @@ impl CodexParser {
                 activity(format!("{} ({status}{exit})", clip(&text(item, "command"))))
             }
             "mcp_tool_call" => {
-                let failed = item.pointer("/error/message").and_then(Value::as_str);
-                let failed = failed.map(|m| format!(": {}", clip(m))).unwrap_or_default();
-                activity(format!("{}.{} ({status}){failed}", text(item, "server"), text(item, "tool")))
+                let error = item.pointer("/error/message").and_then(Value::as_str);
+                let failed = error.map(|m| format!(": {}", clip(m))).unwrap_or_default();
+                let mut events =
+                    activity(format!("{}.{} ({status}){failed}", text(item, "server"), text(item, "tool")));
+                // A call of ours that codex itself failed (e.g. "requires approval"):
+                // codex's own error is in `error`; an error result our MCP server
+                // answered (the handler's TOOL_HANDLER_ERROR) is in `result`.
+                if let (true, true, Some(reason)) = (completed, text(item, "server") == MCP_SERVER_NAME, error) {
+                    events.push(AgentEvent::ToolFailed { tool: text(item, "tool"), reason: reason.to_owned() });
+                }
+                events
             }
             "file_change" => {
                 let changes = item.get("changes").and_then(Value::as_array).map(Vec::as_slice).unwrap_or_default();

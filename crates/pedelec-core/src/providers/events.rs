@@ -22,12 +22,24 @@ pub enum AgentEvent {
     Usage { total_tokens: u64 },
     /// Something the agent reported that does not end the turn.
     Notice { message: String },
+    /// The agent reports that one of the session's frontend tools failed on
+    /// its side (`tool` is the manifest name; `reason` the agent's words).
+    ToolFailed { tool: String, reason: String },
     /// The turn failed.
     Failed { message: String },
     /// The turn finished.
     TurnDone,
     /// A line that is not the format (garbage, over-long, unknown JSON); skipped.
     Skipped { reason: String },
+}
+
+/// Whether a frontend tool failure the agent reports happened on its side.
+/// A failure whose text carries one of our error codes came from Core (the
+/// handler's `TOOL_HANDLER_ERROR`, `TOOL_ARGS_INVALID`, `TOOL_TIMEOUT`, …),
+/// and the application has already seen it; only the others — an approval
+/// the agent refused itself, its MCP client failing — are news.
+pub fn failed_on_agent_side(reason: &str) -> bool {
+    !pedelec_protocol::ErrorCode::ALL.iter().any(|code| reason.contains(code.as_str()))
 }
 
 /// Where a turn stands after applying events.
@@ -47,6 +59,11 @@ impl TurnOutcome {
             AgentEvent::Activity { kind, summary } => sink.activity(&kind, &summary),
             AgentEvent::Usage { total_tokens } => sink.usage(total_tokens),
             AgentEvent::Notice { message } => tracing::info!(%message, "agent notice"),
+            AgentEvent::ToolFailed { tool, reason } => {
+                if failed_on_agent_side(&reason) {
+                    sink.tool_failed(&tool, &reason);
+                }
+            }
             AgentEvent::Failed { message } => {
                 self.failure.get_or_insert(message);
             }

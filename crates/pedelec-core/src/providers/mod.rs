@@ -20,7 +20,7 @@ use crate::error::CoreResult;
 use crate::settings::{ProviderKind, Settings};
 pub use catalog::ProviderConfig;
 
-pub use events::{AgentEvent, TurnOutcome};
+pub use events::{AgentEvent, TurnOutcome, failed_on_agent_side};
 pub use scripted::Scripted;
 
 pub use pedelec_protocol::prepare::{PREPARE_PROMPT, PREPARED_ACK};
@@ -52,6 +52,9 @@ pub trait TurnSink: Send + Sync {
     fn provider_session(&self, id: &str);
     /// A diagnostic about agent-side work (commands, MCP calls, file edits); kept in the transcript.
     fn activity(&self, kind: &str, summary: &str);
+    /// The agent could not make a call of the frontend tool `tool` (see
+    /// [`AgentEvent::ToolFailed`]); the application hears of it as an error.
+    fn tool_failed(&self, _tool: &str, _reason: &str) {}
     /// Calls a frontend tool and waits for the application's result (JSON text).
     fn call_tool<'a>(&'a self, tool: &'a str, args_json: String) -> BoxFuture<'a, Result<String, pb::Error>>;
 }

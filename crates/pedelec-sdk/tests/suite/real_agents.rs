@@ -487,3 +487,60 @@ async fn codex_acp_prepares_with_a_model_codex_does_not_know() {
     assert_eq!(recorder.count("chat "), 0, "preparation text never reaches chat: {:?}", recorder.lines());
     session.end().await.unwrap();
 }
+
+/// A frontend tool call the agent itself refuses is visible to the app: an
+/// error event with TOOL_CALL_FAILED and the agent's reason, not only the
+/// model's prose. The user's own agent config refuses one tool: codex asks
+/// approval for it (a per-tool setting beats the server default Core passes)
+/// and `codex exec` has nobody to ask; claude's settings say to ask for it (an
+/// `ask` rule beats `--allowedTools`) and `claude -p` has nobody to ask. (A
+/// claude `deny` rule removes the tool from what the model is offered: no
+/// call, so nothing fails.)
+async fn refused_tool_reaches_on_error(rig: Rig, server: &ModelServer, reason_says: &str) {
+    let h = Harness::with_config(Via::Grpc, &rig.settings);
+    let client = h.client().await;
+    let session = client
+        .create_session(SessionOptions {
+            provider: Some(rig.provider.into()),
+            model: Some(rig.model.into()),
+            tools: vec![failing_tool()],
+            ..Default::default()
+        })
+        .await
+        .unwrap();
+    let errors: Arc<Mutex<Vec<pedelec_sdk::PedelecError>>> = Arc::default();
+    let seen = errors.clone();
+    let _off = session.on_error(move |e, _| seen.lock().unwrap().push(e.clone()));
+    session.send_text("call explode {}").await.expect("the turn itself completes");
+    let errors = errors.lock().unwrap().clone();
+    let failed = errors.iter().find(|e| e.code == "TOOL_CALL_FAILED").unwrap_or_else(|| {
+        panic!("{}: no TOOL_CALL_FAILED among {errors:?}; model server {}", rig.provider, server_log(server))
+    });
+    let details = failed.details.clone().unwrap_or_default();
+    assert_eq!(details["tool"], "explode", "{}", rig.provider);
+    assert!(details["reason"].as_str().unwrap_or_default().contains(reason_says), "{}: {details}", rig.provider);
+    session.end().await.unwrap();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn codex_refused_frontend_tool_reaches_on_error() {
+    let Some(program) = agent("codex") else { return };
+    let server = ModelServer::start(standard_script()).await.unwrap();
+    let rig = Rig::codex(&program, &server);
+    let config = rig._home.path().join("codex-home/config.toml");
+    let mut text = std::fs::read_to_string(&config).unwrap();
+    text.push_str("[mcp_servers.pedelec.tools.explode]\napproval_mode = \"prompt\"\n");
+    std::fs::write(&config, text).unwrap();
+    refused_tool_reaches_on_error(rig, &server, "requires approval").await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn claude_refused_frontend_tool_reaches_on_error() {
+    let Some(program) = agent("claude") else { return };
+    let server = ModelServer::start(standard_script()).await.unwrap();
+    let rig = Rig::claude(&program, &server);
+    let settings = rig._home.path().join("claude/settings.json");
+    std::fs::create_dir_all(settings.parent().unwrap()).unwrap();
+    std::fs::write(&settings, r#"{"permissions": {"ask": ["mcp__pedelec__explode"]}}"#).unwrap();
+    refused_tool_reaches_on_error(rig, &server, "explode").await;
+}

@@ -285,7 +285,8 @@ impl AcpSession {
         let text = if live.fresh { with_guidance(&self.setup.guidance, &turn.text) } else { turn.text };
         live.fresh = false;
         let prompt = PromptRequest::new(live.session_id.clone(), vec![ContentBlock::Text(TextContent::new(text))]);
-        let mut mapper = TurnMapper::new(live.session_id.0.to_string());
+        let tools = self.setup.tools.iter().map(|t| t.name.clone()).collect();
+        let mut mapper = TurnMapper::new(live.session_id.0.to_string()).with_tools(tools);
         let mut outcome = TurnOutcome::default();
         let total = &mut self.total;
         live.prompting = true;

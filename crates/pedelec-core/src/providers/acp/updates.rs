@@ -53,6 +53,22 @@ pub struct TurnMapper {
     message_id: Option<String>,
     thought: String,
     tool_titles: HashMap<String, String>,
+    /// The session's frontend tool names, to recognise a failed call of ours.
+    tools: Vec<String>,
+}
+
+/// Every `text` string inside a JSON value (tool call content blocks).
+fn collect_texts(value: &Value, out: &mut Vec<String>) {
+    match value {
+        Value::Object(map) => {
+            if let Some(Value::String(text)) = map.get("text") {
+                out.push(text.clone());
+            }
+            map.values().for_each(|v| collect_texts(v, out));
+        }
+        Value::Array(items) => items.iter().for_each(|v| collect_texts(v, out)),
+        _ => {}
+    }
 }
 
 fn truncate(text: &str) -> String {
@@ -88,7 +104,14 @@ impl TurnMapper {
             message_id: None,
             thought: String::new(),
             tool_titles: HashMap::new(),
+            tools: Vec::new(),
         }
+    }
+
+    /// Recognise failed calls of these frontend tools (see [`AgentEvent::ToolFailed`]).
+    pub fn with_tools(mut self, tools: Vec<String>) -> Self {
+        self.tools = tools;
+        self
     }
 
     /// The events one inbound item yields now.
@@ -100,6 +123,11 @@ impl TurnMapper {
                 // A permission round is a tool call too: the text before it is a message of its own.
                 if self.message_id.is_none() {
                     events.extend(self.flush_message());
+                }
+                let refused = !outcome.starts_with("allow");
+                if let (true, Some(tool)) = (refused, super::permission::our_tool(&title, None, &self.tools)) {
+                    let reason = format!("the agent's permission request was answered {outcome}");
+                    events.push(AgentEvent::ToolFailed { tool, reason });
                 }
                 events.push(AgentEvent::Activity { kind: "permission".into(), summary: format!("{title}: {outcome}") });
                 events
@@ -158,6 +186,14 @@ impl TurnMapper {
                 // only the outcome is worth a diagnostic.
                 if let Some(status @ (ToolCallStatus::Completed | ToolCallStatus::Failed)) = update.fields.status {
                     let title = self.tool_titles.get(&id).cloned().unwrap_or(id);
+                    let ours = super::permission::our_tool(&title, update.fields.raw_input.as_ref(), &self.tools);
+                    if let (ToolCallStatus::Failed, Some(tool)) = (status, ours) {
+                        let content = serde_json::to_value(&update.fields.content).unwrap_or_default();
+                        let mut texts = Vec::new();
+                        collect_texts(&content, &mut texts);
+                        let reason = if texts.is_empty() { "the call failed".to_owned() } else { texts.join(" ") };
+                        events.push(AgentEvent::ToolFailed { tool, reason });
+                    }
                     let kind =
                         update.fields.kind.filter(|k| *k != ToolKind::Other).map(|k| format!(" ({})", snake(&k)));
                     events.push(AgentEvent::Activity {
@@ -366,6 +402,36 @@ mod tests {
             })
             .collect();
         assert_eq!(messages, ["I'll update the counter.", "Counter is now 2"]);
+    }
+
+    #[test]
+    fn failed_calls_of_our_tools_are_reported() {
+        let inbound = vec![
+            update(json!({"sessionUpdate": "tool_call", "toolCallId": "t1", "title": "Tool: pedelec/update_counter",
+                "kind": "other", "status": "pending"})),
+            update(json!({"sessionUpdate": "tool_call_update", "toolCallId": "t1", "status": "failed",
+                "content": [{"type": "content", "content": {"type": "text", "text": "MCP client closed"}}]})),
+            update(json!({"sessionUpdate": "tool_call", "toolCallId": "t2", "title": "rm -rf /", "kind": "execute"})),
+            update(json!({"sessionUpdate": "tool_call_update", "toolCallId": "t2", "status": "failed"})),
+            Inbound::Permission { title: "mcp__pedelec__update_counter".into(), outcome: "reject_once".into() },
+            Inbound::Permission { title: "mcp__pedelec__update_counter".into(), outcome: "allow_once".into() },
+        ];
+        let mut mapper = TurnMapper::new("sess_1").with_tools(vec!["update_counter".into()]);
+        let failed: Vec<AgentEvent> = inbound
+            .into_iter()
+            .flat_map(|i| mapper.apply(i))
+            .filter(|e| matches!(e, AgentEvent::ToolFailed { .. }))
+            .collect();
+        assert_eq!(
+            failed,
+            [
+                AgentEvent::ToolFailed { tool: "update_counter".into(), reason: "MCP client closed".into() },
+                AgentEvent::ToolFailed {
+                    tool: "update_counter".into(),
+                    reason: "the agent's permission request was answered reject_once".into()
+                },
+            ]
+        );
     }
 
     #[test]
