@@ -4,7 +4,9 @@
 //! `codex exec --json --skip-git-repo-check --sandbox workspace-write --cd <workspace>
 //!  -c mcp_servers.pedelec.command="<pedelec-core>" -c mcp_servers.pedelec.args=["mcp"]
 //!  -c mcp_servers.pedelec.env_vars=["PEDELEC_TOOL_TOKEN","PEDELEC_CORE_SOCKET"]
-//!  -c mcp_servers.pedelec.default_tools_approval_mode="approve" …
+//!  -c mcp_servers.pedelec.default_tools_approval_mode="approve"
+//!  -c sandbox_workspace_write.exclude_slash_tmp=true
+//!  -c sandbox_workspace_write.exclude_tmpdir_env_var=true …
 //!  [-m MODEL] [-c model_reasoning_effort="low|high"] [resume <thread id>] -`
 //!
 //! The tool token travels in codex's environment and is passed through to
@@ -81,6 +83,14 @@ pub fn turn_args(config: &ProviderConfig, setup: &ProviderSetup, thread_id: Opti
             // application's handler, so the session pre-approves them.
             "-c",
             &format!("{server}.default_tools_approval_mode=\"approve\""),
+            // `workspace-write` also makes /tmp and $TMPDIR writable by
+            // default: a session's agent could then write outside its
+            // workspace (and into other sessions' files there). Only the
+            // workspace is the session's.
+            "-c",
+            "sandbox_workspace_write.exclude_slash_tmp=true",
+            "-c",
+            "sandbox_workspace_write.exclude_tmpdir_env_var=true",
         ]
         .map(str::to_owned),
     );

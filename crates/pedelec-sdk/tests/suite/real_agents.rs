@@ -544,3 +544,134 @@ async fn claude_refused_frontend_tool_reaches_on_error() {
     std::fs::write(&settings, r#"{"permissions": {"ask": ["mcp__pedelec__explode"]}}"#).unwrap();
     refused_tool_reaches_on_error(rig, &server, "explode").await;
 }
+
+/// Every process whose parent chain leads to `root` (from /proc).
+fn descendants(root: u32) -> Vec<u32> {
+    let mut parents = Vec::new();
+    for entry in std::fs::read_dir("/proc").into_iter().flatten().flatten() {
+        let Ok(pid) = entry.file_name().to_string_lossy().parse::<u32>() else { continue };
+        let Ok(stat) = std::fs::read_to_string(entry.path().join("stat")) else { continue };
+        // The command may hold spaces and parentheses: fields follow the last ')'.
+        let Some(rest) = stat.rsplit_once(')').map(|(_, r)| r) else { continue };
+        let ppid = rest.split_whitespace().nth(1).and_then(|p| p.parse::<u32>().ok()).unwrap_or(0);
+        parents.push((pid, ppid));
+    }
+    let mut found = vec![root];
+    let mut i = 0;
+    while i < found.len() {
+        let parent = found[i];
+        found.extend(parents.iter().filter(|(_, pp)| *pp == parent).map(|(p, _)| *p));
+        i += 1;
+    }
+    found.remove(0);
+    found
+}
+
+/// A tool whose handler never answers, to hold a turn in `waiting_tool_result`.
+fn stalling_tool() -> pedelec_sdk::ToolSpec {
+    pedelec_sdk::ToolSpec::new("stall".to_string(), "Never answers", schema_object()).with_handler(
+        pedelec_sdk::handler(|_: serde_json::Value, _| async {
+            std::future::pending::<()>().await;
+            Ok::<serde_json::Value, String>(serde_json::Value::Null)
+        }),
+    )
+}
+
+/// The edges of a real agent: `end()` during a tool wait takes the agent's
+/// whole process tree (the MCP bridge included); a model that asks the agent
+/// to write outside the workspace gets nothing written; `kill -9` of Core
+/// mid-turn, a restart and `resume_session` continue the session.
+async fn edges(rig: Rig, server: &ModelServer) {
+    let mut h = Harness::with_config(Via::Grpc, &rig.settings);
+    let client = h.client().await;
+    let options = || SessionOptions {
+        provider: Some(rig.provider.into()),
+        model: Some(rig.model.into()),
+        tools: vec![stalling_tool()],
+        auto_end_on_disconnect: false,
+        ..Default::default()
+    };
+    let core_pid = h.core.pid().expect("Core runs");
+
+    // end() while the agent waits for a frontend tool.
+    let session = client.create_session(options()).await.unwrap();
+    let waiting = session.clone();
+    let turn = tokio::spawn(async move { waiting.send_text("call stall {}").await });
+    eventually("the agent waits for the tool", || {
+        session.get_status() == pedelec_sdk::SessionStatus::WaitingToolResult
+    })
+    .await;
+    assert!(!descendants(core_pid).is_empty(), "{}: the agent runs under Core", rig.provider);
+    session.end().await.unwrap();
+    let settled = tokio::time::timeout(Duration::from_secs(10), turn).await.expect("the awaited turn settles");
+    assert!(settled.unwrap().is_err(), "{}: the turn ended with the session", rig.provider);
+    for _ in 0..200 {
+        if descendants(core_pid).is_empty() {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(25)).await;
+    }
+    assert_eq!(descendants(core_pid), Vec::<u32>::new(), "{}: end() killed the agent's whole tree", rig.provider);
+
+    // A write outside the workspace is refused and nothing is written.
+    let outside = tempfile::tempdir().unwrap();
+    let target = outside.path().join("escaped.txt");
+    let session = client.create_session(options()).await.unwrap();
+    let before = server.generations().len();
+    let _ = session.send_text(format!("write {}", target.display())).await;
+    let asked = generations_since(server, before).iter().any(|r| {
+        matches!(r.answer.as_ref().map(|a| &a.reply),
+            Some(pedelec_test_agents::model_server::Reply::ToolCall { arguments, .. })
+                if arguments.to_string().contains(&*target.to_string_lossy()))
+    });
+    assert!(asked, "{}: the model asked the agent to write there: {}", rig.provider, server_log(server));
+    assert!(!target.exists(), "{}: the agent wrote outside its workspace: {}", rig.provider, server_log(server));
+
+    // kill -9 of Core mid-turn; a fresh Core resumes the session and its agent thread.
+    let session_id = session.session_id().to_owned();
+    session.send_text("remember the word pelican").await.unwrap();
+    let stalled = session.clone();
+    let _stalled = tokio::spawn(async move { stalled.send_text("call stall {}").await });
+    eventually("the agent waits for the tool", || {
+        session.get_status() == pedelec_sdk::SessionStatus::WaitingToolResult
+    })
+    .await;
+    h.crash_and_restart();
+    let client = h.client().await;
+    let resumed = client.resume_session::<String>(&session_id).await.expect("the session survives kill -9");
+    let before = server.generations().len();
+    resumed.send_text("after the crash").await.expect("a turn after the restart");
+    let texts: Vec<String> =
+        generations_since(server, before).iter().flat_map(|r| r.request.history()).map(|(_, _, t)| t).collect();
+    assert_eq!(
+        texts.iter().any(|t| t.contains("pelican")),
+        rig.resumes,
+        "{}: the agent thread continues after the restart: {texts:?}",
+        rig.provider
+    );
+    resumed.end().await.unwrap();
+}
+
+macro_rules! edges {
+    ($($name:ident: $bin:literal => $rig:path),* $(,)?) => {
+        mod edges {
+            use super::*;
+            $(
+                #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+                async fn $name() {
+                    let Some(program) = agent($bin) else { return };
+                    let server = ModelServer::start(standard_script()).await.unwrap();
+                    edges($rig(&program, &server), &server).await;
+                }
+            )*
+        }
+    };
+}
+
+edges! {
+    codex: "codex" => Rig::codex,
+    claude: "claude" => Rig::claude,
+    codex_acp: "codex-acp" => Rig::codex_acp,
+    claude_acp: "claude-agent-acp" => Rig::claude_acp,
+    gemini: "gemini" => Rig::gemini,
+}
