@@ -692,44 +692,35 @@ fn messages_events(request: &ModelRequest, answer: &Answer) -> Vec<(&'static str
                "usage": {"input_tokens": answer.input_tokens, "output_tokens": 1,
                          "cache_creation_input_tokens": 0, "cache_read_input_tokens": 0}}}),
     )];
+    // One text content block at `index`: start, a delta per piece, and (unless cut) stop.
+    let text_block = |events: &mut Vec<(&'static str, Value)>, index: usize, parts: Vec<String>, stop: bool| {
+        events.push((
+            "content_block_start",
+            json!({"type": "content_block_start", "index": index, "content_block": {"type": "text", "text": ""}}),
+        ));
+        for piece in parts {
+            events.push((
+                "content_block_delta",
+                json!({"type": "content_block_delta", "index": index, "delta": {"type": "text_delta", "text": piece}}),
+            ));
+        }
+        if stop {
+            events.push(("content_block_stop", json!({"type": "content_block_stop", "index": index})));
+        }
+    };
     let stop = match &answer.reply {
         Reply::Text { text, chunks } => {
-            events.push((
-                "content_block_start",
-                json!({"type": "content_block_start", "index": 0, "content_block": {"type": "text", "text": ""}}),
-            ));
-            for piece in pieces(text, *chunks) {
-                events.push((
-                    "content_block_delta",
-                    json!({"type": "content_block_delta", "index": 0, "delta": {"type": "text_delta", "text": piece}}),
-                ));
-            }
-            events.push(("content_block_stop", json!({"type": "content_block_stop", "index": 0})));
+            text_block(&mut events, 0, pieces(text, *chunks), true);
             "end_turn"
         }
         Reply::Cut { text } => {
-            events.push((
-                "content_block_start",
-                json!({"type": "content_block_start", "index": 0, "content_block": {"type": "text", "text": ""}}),
-            ));
-            events.push((
-                "content_block_delta",
-                json!({"type": "content_block_delta", "index": 0, "delta": {"type": "text_delta", "text": text}}),
-            ));
+            text_block(&mut events, 0, vec![text.clone()], false);
             "end_turn"
         }
         Reply::ToolCall { name, arguments, preamble } => {
             let mut index = 0;
             if let Some(preamble) = preamble {
-                events.push((
-                    "content_block_start",
-                    json!({"type": "content_block_start", "index": 0, "content_block": {"type": "text", "text": ""}}),
-                ));
-                events.push((
-                    "content_block_delta",
-                    json!({"type": "content_block_delta", "index": 0, "delta": {"type": "text_delta", "text": preamble}}),
-                ));
-                events.push(("content_block_stop", json!({"type": "content_block_stop", "index": 0})));
+                text_block(&mut events, 0, vec![preamble.clone()], true);
                 index = 1;
             }
             events.push((

@@ -15,6 +15,29 @@
 //! later turns and resumed sessions continue it with `resume`. Usage is the
 //! `turn.completed` total (input + output tokens; cached input is a part of
 //! input), which codex reports as the thread's running total.
+//!
+//! Our MCP tools are pre-approved (`default_tools_approval_mode`): codex asks
+//! approval for any MCP tool without annotations and `exec` has no channel
+//! to ask on, so under `never` every frontend tool call would fail. A call
+//! codex still fails on its own side (a per-tool `approval_mode` in the
+//! user's config, an MCP client error) is reported as `TOOL_CALL_FAILED`.
+//! With models that support it (`gpt-5.5` in 0.171), codex defers MCP tools
+//! behind `tool_search`; the matrix drives that path.
+//!
+//! # `exec --json` or `app-server`
+//!
+//! codex 0.171's `exec --json` prints only completed items: no text deltas,
+//! so a codex session streams no `chat_delta`s, only whole messages. Its
+//! `app-server` (JSON-RPC over stdio: `thread/start`, `turn/start`,
+//! `item/agentMessage/delta` notifications, approval requests routed to the
+//! client) streams deltas and would let the application answer approvals.
+//! This adapter stays on `exec --json` for now: it is the interface codex
+//! documents as stable for automation, one process per turn keeps the
+//! "end kills the process group" and turn-timeout rules as simple as for
+//! claude, and approvals are not needed for our own tools once they are
+//! pre-approved. Moving to `app-server` is the way to deltas and to
+//! application-answered approvals (issue 14's permissions); the matrix
+//! (`real_agents.rs`) is what such a move must keep green.
 
 use serde_json::Value;
 

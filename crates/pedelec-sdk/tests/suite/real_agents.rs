@@ -123,115 +123,6 @@ fn claude_env(home: &Path, server: &ModelServer) -> Vec<(&'static str, String)> 
     env
 }
 
-impl Rig {
-    fn codex(program: &Path, server: &ModelServer) -> Rig {
-        let home = tempfile::tempdir().unwrap();
-        let codex_home = codex_home(home.path(), server, CODEX_MODEL);
-        let mut env = quiet_env(home.path());
-        env.push(("CODEX_HOME", codex_home.display().to_string()));
-        let settings = format!(
-            "[providers.codex]\ncommand = [{}]\nenv = {}\n",
-            toml_str(&program.display().to_string()),
-            env_table(&env)
-        );
-        Rig {
-            provider: "codex",
-            model: CODEX_MODEL,
-            settings,
-            streams: false,
-            usage: Usage::Exact,
-            resumes: true,
-            _home: home,
-        }
-    }
-
-    fn claude(program: &Path, server: &ModelServer) -> Rig {
-        let home = tempfile::tempdir().unwrap();
-        let env = claude_env(home.path(), server);
-        let settings = format!(
-            "[providers.claude]\ncommand = [{}]\nenv = {}\n",
-            toml_str(&program.display().to_string()),
-            env_table(&env)
-        );
-        Rig {
-            provider: "claude",
-            model: MODEL,
-            settings,
-            streams: true,
-            usage: Usage::Exact,
-            resumes: true,
-            _home: home,
-        }
-    }
-
-    fn codex_acp(program: &Path, server: &ModelServer) -> Rig {
-        let home = tempfile::tempdir().unwrap();
-        let codex_home = codex_home(home.path(), server, CODEX_MODEL);
-        let mut env = quiet_env(home.path());
-        env.push(("CODEX_HOME", codex_home.display().to_string()));
-        let settings = format!(
-            "[providers.codex-acp]\ncommand = [{}]\nenv = {}\n",
-            toml_str(&program.display().to_string()),
-            env_table(&env)
-        );
-        Rig {
-            provider: "codex-acp",
-            model: CODEX_MODEL,
-            settings,
-            streams: true,
-            usage: Usage::Unreported,
-            resumes: true,
-            _home: home,
-        }
-    }
-
-    fn claude_acp(program: &Path, server: &ModelServer) -> Rig {
-        let home = tempfile::tempdir().unwrap();
-        let env = claude_env(home.path(), server);
-        let settings = format!(
-            "[providers.claude-acp]\ncommand = [{}]\nenv = {}\n",
-            toml_str(&program.display().to_string()),
-            env_table(&env)
-        );
-        Rig {
-            provider: "claude-acp",
-            model: MODEL,
-            settings,
-            streams: true,
-            usage: Usage::Exact,
-            resumes: true,
-            _home: home,
-        }
-    }
-}
-
-impl Rig {
-    fn gemini(program: &Path, server: &ModelServer) -> Rig {
-        let home = tempfile::tempdir().unwrap();
-        let mut env = quiet_env(home.path());
-        env.extend([
-            // @google/genai honours it; gemini-cli then authenticates as a "gateway".
-            ("GOOGLE_GEMINI_BASE_URL", server.origin()),
-            ("GEMINI_API_KEY", "pedelec-test-key".into()),
-            ("GEMINI_CLI_NO_RELAUNCH", "true".into()),
-        ]);
-        let settings = format!(
-            "[providers.gemini]\ncommand = [{}, \"--acp\"]\nenv = {}\n",
-            toml_str(&program.display().to_string()),
-            env_table(&env)
-        );
-        Rig {
-            provider: "gemini",
-            model: GEMINI_MODEL,
-            settings,
-            streams: true,
-            usage: Usage::Exact,
-            resumes: false,
-            _home: home,
-        }
-    }
-}
-
 /// What an agent's usage report covers.
 #[derive(Clone, Copy, PartialEq, Eq, Debug)]
 enum Usage {
@@ -245,7 +136,66 @@ enum Usage {
     Unreported,
 }
 
+/// Core's config.toml for one provider: its command line and environment.
+fn provider_settings(provider: &str, program: &Path, args: &[&str], env: &[(&str, String)]) -> String {
+    let argv: Vec<String> = std::iter::once(program.display().to_string())
+        .chain(args.iter().map(|a| a.to_string()))
+        .map(|a| toml_str(&a))
+        .collect();
+    format!("[providers.{provider}]\ncommand = [{}]\nenv = {}\n", argv.join(", "), env_table(env))
+}
+
 impl Rig {
+    /// An agent that streams, reports exact usage and resumes its thread.
+    fn new(provider: &'static str, model: &'static str, settings: String, home: tempfile::TempDir) -> Rig {
+        Rig { provider, model, settings, streams: true, usage: Usage::Exact, resumes: true, _home: home }
+    }
+
+    /// The environment of a codex-based agent: its own CODEX_HOME pointing at the model server.
+    fn codex_env(home: &Path, server: &ModelServer) -> Vec<(&'static str, String)> {
+        let codex_home = codex_home(home, server, CODEX_MODEL);
+        let mut env = quiet_env(home);
+        env.push(("CODEX_HOME", codex_home.display().to_string()));
+        env
+    }
+
+    fn codex(program: &Path, server: &ModelServer) -> Rig {
+        let home = tempfile::tempdir().unwrap();
+        let settings = provider_settings("codex", program, &[], &Self::codex_env(home.path(), server));
+        Rig { streams: false, ..Rig::new("codex", CODEX_MODEL, settings, home) }
+    }
+
+    fn claude(program: &Path, server: &ModelServer) -> Rig {
+        let home = tempfile::tempdir().unwrap();
+        let settings = provider_settings("claude", program, &[], &claude_env(home.path(), server));
+        Rig::new("claude", MODEL, settings, home)
+    }
+
+    fn codex_acp(program: &Path, server: &ModelServer) -> Rig {
+        let home = tempfile::tempdir().unwrap();
+        let settings = provider_settings("codex-acp", program, &[], &Self::codex_env(home.path(), server));
+        Rig { usage: Usage::Unreported, ..Rig::new("codex-acp", CODEX_MODEL, settings, home) }
+    }
+
+    fn claude_acp(program: &Path, server: &ModelServer) -> Rig {
+        let home = tempfile::tempdir().unwrap();
+        let settings = provider_settings("claude-acp", program, &[], &claude_env(home.path(), server));
+        Rig::new("claude-acp", MODEL, settings, home)
+    }
+
+    fn gemini(program: &Path, server: &ModelServer) -> Rig {
+        let home = tempfile::tempdir().unwrap();
+        let mut env = quiet_env(home.path());
+        env.extend([
+            // @google/genai honours it; gemini-cli then authenticates as a "gateway".
+            ("GOOGLE_GEMINI_BASE_URL", server.origin()),
+            ("GEMINI_API_KEY", "pedelec-test-key".into()),
+            ("GEMINI_CLI_NO_RELAUNCH", "true".into()),
+        ]);
+        let settings = provider_settings("gemini", program, &["--acp"], &env);
+        Rig { resumes: false, ..Rig::new("gemini", GEMINI_MODEL, settings, home) }
+    }
+
     fn opencode(program: &Path, server: &ModelServer) -> Rig {
         let home = tempfile::tempdir().unwrap();
         let config = home.path().join("opencode.json");
@@ -261,21 +211,8 @@ impl Rig {
         let mut env = quiet_env(home.path());
         env.push(("OPENCODE_CONFIG", config.display().to_string()));
         env.push(("OPENCODE_DISABLE_AUTOUPDATE", "1".into()));
-        let settings = format!(
-            "[providers.opencode]\ncommand = [{}, \"acp\"]\nenv = {}\n",
-            toml_str(&program.display().to_string()),
-            env_table(&env)
-        );
-        let model = "pedelec/pedelec-test-model";
-        Rig {
-            provider: "opencode",
-            model,
-            settings,
-            streams: true,
-            usage: Usage::LastCallOfTurn,
-            resumes: true,
-            _home: home,
-        }
+        let settings = provider_settings("opencode", program, &["acp"], &env);
+        Rig { usage: Usage::LastCallOfTurn, ..Rig::new("opencode", "pedelec/pedelec-test-model", settings, home) }
     }
 }
 
@@ -521,11 +458,7 @@ async fn codex_acp_prepares_with_a_model_codex_does_not_know() {
     let codex_home = codex_home(home.path(), &server, MODEL);
     let mut env = quiet_env(home.path());
     env.push(("CODEX_HOME", codex_home.display().to_string()));
-    let settings = format!(
-        "[providers.codex-acp]\ncommand = [{}]\nenv = {}\n",
-        toml_str(&program.display().to_string()),
-        env_table(&env)
-    );
+    let settings = provider_settings("codex-acp", &program, &[], &env);
     let h = Harness::with_config(Via::Grpc, &settings);
     let client = h.client().await;
     let session = client
