@@ -69,6 +69,10 @@ struct Rig {
     /// for this project" although it wrote the chat; Core then starts a new
     /// conversation (and says so in an activity), so the turn still works.
     resumes: bool,
+    /// Whether the agent retries a refused model request without end and
+    /// without telling the client (opencode 1.18), so only Core's turn
+    /// timeout settles the turn.
+    retries_refusals: bool,
     /// Kept alive for the agent's home/config dirs.
     _home: tempfile::TempDir,
 }
@@ -148,7 +152,16 @@ fn provider_settings(provider: &str, program: &Path, args: &[&str], env: &[(&str
 impl Rig {
     /// An agent that streams, reports exact usage and resumes its thread.
     fn new(provider: &'static str, model: &'static str, settings: String, home: tempfile::TempDir) -> Rig {
-        Rig { provider, model, settings, streams: true, usage: Usage::Exact, resumes: true, _home: home }
+        Rig {
+            provider,
+            model,
+            settings,
+            streams: true,
+            usage: Usage::Exact,
+            resumes: true,
+            retries_refusals: false,
+            _home: home,
+        }
     }
 
     /// The environment of a codex-based agent: its own CODEX_HOME pointing at the model server.
@@ -212,7 +225,8 @@ impl Rig {
         env.push(("OPENCODE_CONFIG", config.display().to_string()));
         env.push(("OPENCODE_DISABLE_AUTOUPDATE", "1".into()));
         let settings = provider_settings("opencode", program, &["acp"], &env);
-        Rig { usage: Usage::LastCallOfTurn, ..Rig::new("opencode", "pedelec/pedelec-test-model", settings, home) }
+        let rig = Rig::new("opencode", "pedelec/pedelec-test-model", settings, home);
+        Rig { usage: Usage::LastCallOfTurn, retries_refusals: true, ..rig }
     }
 }
 
@@ -656,6 +670,74 @@ macro_rules! edges {
 }
 
 edges! {
+    codex: "codex" => Rig::codex,
+    claude: "claude" => Rig::claude,
+    codex_acp: "codex-acp" => Rig::codex_acp,
+    claude_acp: "claude-agent-acp" => Rig::claude_acp,
+    gemini: "gemini" => Rig::gemini,
+    opencode: "opencode-linux-x64/bin/opencode" => Rig::opencode,
+}
+
+/// The vendor API refusing a request (HTTP 400) fails the turn for the app —
+/// the awaited `send_text` rejects, it never hangs or passes for a success —
+/// and the session takes the next turn. opencode 1.18 retries a 400 with
+/// backoff and tells the client nothing, so for it only Core's turn timeout
+/// (10 s here) ends the turn (`providerCode` `PROVIDER_TIMEOUT`).
+async fn model_refusal_fails_the_turn(rig: Rig) {
+    let settings = format!("turn_timeout_secs = 10\n{}", rig.settings);
+    let h = Harness::with_config(Via::Grpc, &settings);
+    let client = h.client().await;
+    let session = client
+        .create_session(SessionOptions {
+            provider: Some(rig.provider.into()),
+            model: Some(rig.model.into()),
+            ..Default::default()
+        })
+        .await
+        .unwrap();
+    let chats = Recorder::attach(&session);
+    let outcome = tokio::time::timeout(Duration::from_secs(60), session.send_text("fail 400")).await;
+    let outcome = outcome.unwrap_or_else(|_| panic!("{}: a refused model request must settle the turn", rig.provider));
+    match outcome {
+        Err(error) => {
+            assert_eq!(error.code, "SEND_TEXT_FAILED", "{}: {error:?}", rig.provider);
+            let provider_code = error.details.as_ref().and_then(|d| d["providerCode"].as_str()).unwrap_or_default();
+            assert_eq!(
+                provider_code == "PROVIDER_TIMEOUT",
+                rig.retries_refusals,
+                "{}: settled by the agent, not the turn timeout: {error:?}",
+                rig.provider
+            );
+        }
+        // Some agents turn an API error into a reply of their own; then it must say so.
+        Ok(()) => assert!(
+            chats.lines().iter().any(|l| l.starts_with("chat ") && l.contains("400")),
+            "{}: the turn passed for a success without a word of the error: {:?}",
+            rig.provider,
+            chats.lines()
+        ),
+    }
+    session.send_text("still here").await.unwrap_or_else(|e| panic!("{}: the next turn: {e:?}", rig.provider));
+    session.end().await.unwrap();
+}
+
+macro_rules! model_refusals {
+    ($($name:ident: $bin:literal => $rig:path),* $(,)?) => {
+        mod model_refusal {
+            use super::*;
+            $(
+                #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+                async fn $name() {
+                    let Some(program) = agent($bin) else { return };
+                    let server = ModelServer::start(standard_script()).await.unwrap();
+                    model_refusal_fails_the_turn($rig(&program, &server)).await;
+                }
+            )*
+        }
+    };
+}
+
+model_refusals! {
     codex: "codex" => Rig::codex,
     claude: "claude" => Rig::claude,
     codex_acp: "codex-acp" => Rig::codex_acp,
