@@ -257,7 +257,11 @@ impl ModelRequest {
         tools.iter().filter(|t| t.get("type").and_then(Value::as_str) == Some("namespace")).find_map(|t| {
             let ns = t.get("name").and_then(Value::as_str)?;
             let tool = name.strip_prefix(ns)?.strip_prefix("__")?;
-            Some((ns.to_owned(), tool.to_owned()))
+            let inner = t.get("tools").and_then(Value::as_array)?;
+            inner
+                .iter()
+                .any(|i| i.get("name").and_then(Value::as_str) == Some(tool))
+                .then(|| (ns.to_owned(), tool.to_owned()))
         })
     }
 
@@ -485,30 +489,37 @@ fn pieces(text: &str, n: usize) -> Vec<String> {
     chars.chunks(size).map(|c| c.iter().collect()).collect()
 }
 
+/// The SSE frames of a streamed answer, as the vendor frames them (a cut
+/// answer keeps only its first frames; the caller then fails the body).
+pub fn sse_frames(request: &ModelRequest, answer: &Answer) -> Vec<String> {
+    let events = match request.api {
+        Api::Responses => responses_events(request, answer),
+        Api::ChatCompletions => chat_events(request, answer),
+        Api::Messages => messages_events(request, answer),
+        Api::Gemini => gemini_events(answer),
+        _ => return Vec::new(),
+    };
+    let mut frames: Vec<String> = events.into_iter().map(|(name, data)| sse(request.api, name, &data)).collect();
+    if request.api == Api::ChatCompletions {
+        frames.push("data: [DONE]\n\n".into());
+    }
+    if matches!(answer.reply, Reply::Cut { .. }) {
+        // Keep the first text delta or two, then fail the body mid-stream.
+        frames.truncate(frames.len().min(3));
+    }
+    frames
+}
+
 fn generate(request: &ModelRequest, answer: &Answer) -> hyper::Response<Body> {
     let cut = match &answer.reply {
         Reply::Status { status, message } => return error_response(request.api, *status, message),
         Reply::Cut { .. } => true,
         Reply::Text { .. } | Reply::ToolCall { .. } | Reply::ToolSearch { .. } => false,
     };
-    let events = match request.api {
-        Api::Responses => responses_events(request, answer),
-        Api::ChatCompletions => chat_events(request, answer),
-        Api::Messages => messages_events(request, answer),
-        Api::Gemini => gemini_events(answer),
-        _ => unreachable!("only generation APIs are answered"),
-    };
     if !request.streamed() {
         return json_response(200, non_streamed(request, answer));
     }
-    let mut frames: Vec<String> = events.into_iter().map(|(name, data)| sse(request.api, name, &data)).collect();
-    if request.api == Api::ChatCompletions {
-        frames.push("data: [DONE]\n\n".into());
-    }
-    if cut {
-        // Keep the first text delta or two, then fail the body mid-stream.
-        frames.truncate(frames.len().min(3));
-    }
+    let frames = sse_frames(request, answer);
     let (tx, rx) = tokio::sync::mpsc::channel::<Result<Frame<Bytes>, std::io::Error>>(frames.len() + 1);
     tokio::spawn(async move {
         for frame in frames {
@@ -957,6 +968,37 @@ mod tests {
             example_for(&schema),
             json!({"complexity_reasoning": "pedelec", "complexity_score": 1, "choice": "flash", "tags": []})
         );
+    }
+
+    /// The wire each API speaks for a tool call with a preamble and for plain
+    /// text, as agents parse it (reviewed against the vendors' SSE docs).
+    #[test]
+    fn wire_formats() {
+        let offered = json!([{"type": "function", "name": "mcp__pedelec__update_counter"},
+                             {"type": "namespace", "name": "mcp__pedelec", "tools": [{"type": "function", "name": "explode"}]}]);
+        let call = Answer::tool_call("mcp__pedelec__update_counter", json!({"delta": 2})).with_preamble("Calling.");
+        let text = Answer::new(Reply::Text { text: "Hello there".into(), chunks: 2 }).usage(7, 3);
+        let namespaced = Answer::tool_call("mcp__pedelec__explode", json!({}));
+        let mut out = String::new();
+        for (api, path) in [
+            (Api::Responses, "/v1/responses"),
+            (Api::ChatCompletions, "/v1/chat/completions"),
+            (Api::Messages, "/v1/messages"),
+            (Api::Gemini, "/v1beta/models/m:streamGenerateContent"),
+        ] {
+            let request = ModelRequest {
+                api,
+                path: path.into(),
+                body: json!({"model": "m", "stream": true, "tools": offered, "input": [], "messages": []}),
+            };
+            for (label, answer) in [("tool call", &call), ("text", &text), ("namespaced call", &namespaced)] {
+                if label == "namespaced call" && api != Api::Responses {
+                    continue;
+                }
+                out.push_str(&format!("=== {api:?} {label}\n{}", sse_frames(&request, answer).concat()));
+            }
+        }
+        insta::assert_snapshot!(out);
     }
 
     #[test]
