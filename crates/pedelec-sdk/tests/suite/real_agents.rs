@@ -65,10 +65,7 @@ struct Rig {
     /// How the agent's token total relates to what the model server served.
     usage: Usage,
     /// Whether `end()` + `resume()` continues the agent's own thread.
-    /// gemini-cli 0.61 answers `session/load` with "No previous sessions found
-    /// for this project" although it wrote the chat; Core then starts a new
-    /// conversation (and says so in an activity), so the turn still works.
-    resumes: bool,
+    resumes: Resumes,
     /// Whether the agent retries a refused model request without end and
     /// without telling the client (opencode 1.18), so only Core's turn
     /// timeout settles the turn.
@@ -127,6 +124,17 @@ fn claude_env(home: &Path, server: &ModelServer) -> Vec<(&'static str, String)> 
     env
 }
 
+/// Whether an agent continues its own thread after `end()` + `resume()`.
+#[derive(Clone, Copy, PartialEq, Eq, Debug)]
+enum Resumes {
+    Yes,
+    /// gemini-cli 0.61 mostly answers `session/load` with "No previous
+    /// sessions found for this project" although it wrote the chat (its
+    /// listing skips it), and sometimes loads it; Core then starts a new
+    /// conversation and says so in an activity. Either way the turn works.
+    Sometimes,
+}
+
 /// What an agent's usage report covers.
 #[derive(Clone, Copy, PartialEq, Eq, Debug)]
 enum Usage {
@@ -158,7 +166,7 @@ impl Rig {
             settings,
             streams: true,
             usage: Usage::Exact,
-            resumes: true,
+            resumes: Resumes::Yes,
             retries_refusals: false,
             _home: home,
         }
@@ -206,7 +214,7 @@ impl Rig {
             ("GEMINI_CLI_NO_RELAUNCH", "true".into()),
         ]);
         let settings = provider_settings("gemini", program, &["--acp"], &env);
-        Rig { resumes: false, ..Rig::new("gemini", GEMINI_MODEL, settings, home) }
+        Rig { resumes: Resumes::Sometimes, ..Rig::new("gemini", GEMINI_MODEL, settings, home) }
     }
 
     fn opencode(program: &Path, server: &ModelServer) -> Rig {
@@ -388,12 +396,13 @@ async fn scenario(rig: Rig, server: &ModelServer) -> (String, Figures) {
     session.send_text("after resume").await.unwrap();
     let turn = generations_since(server, before);
     let texts: Vec<String> = turn.iter().flat_map(|r| r.request.history()).map(|(_, _, t)| t).collect();
-    assert_eq!(
-        texts.iter().any(|t| t.contains("second turn")),
-        rig.resumes,
-        "{}: the resumed thread carries the earlier history: {texts:?}",
-        rig.provider
-    );
+    if rig.resumes == Resumes::Yes {
+        assert!(
+            texts.iter().any(|t| t.contains("second turn")),
+            "{}: the resumed thread carries the earlier history: {texts:?}",
+            rig.provider
+        );
+    }
     requests_per_turn.push(turn.len());
     recorder.push("-- resumed turn".into());
 
@@ -568,6 +577,18 @@ fn descendants(root: u32) -> Vec<u32> {
     found
 }
 
+/// Waits (bounded, generously: real agents start in seconds under load) until
+/// the turn waits for a frontend tool.
+async fn waits_for_tool(session: &pedelec_sdk::PedelecSession) {
+    for _ in 0..600 {
+        if session.get_status() == pedelec_sdk::SessionStatus::WaitingToolResult {
+            return;
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    panic!("session {} never waited for its tool", session.session_id());
+}
+
 /// A tool whose handler never answers, to hold a turn in `waiting_tool_result`.
 fn stalling_tool() -> pedelec_sdk::ToolSpec {
     pedelec_sdk::ToolSpec::new("stall".to_string(), "Never answers", schema_object()).with_handler(
@@ -598,10 +619,7 @@ async fn edges(rig: Rig, server: &ModelServer) {
     let session = client.create_session(options()).await.unwrap();
     let waiting = session.clone();
     let turn = tokio::spawn(async move { waiting.send_text("call stall {}").await });
-    eventually("the agent waits for the tool", || {
-        session.get_status() == pedelec_sdk::SessionStatus::WaitingToolResult
-    })
-    .await;
+    waits_for_tool(&session).await;
     assert!(!descendants(core_pid).is_empty(), "{}: the agent runs under Core", rig.provider);
     session.end().await.unwrap();
     let settled = tokio::time::timeout(Duration::from_secs(10), turn).await.expect("the awaited turn settles");
@@ -633,10 +651,7 @@ async fn edges(rig: Rig, server: &ModelServer) {
     session.send_text("remember the word pelican").await.unwrap();
     let stalled = session.clone();
     let _stalled = tokio::spawn(async move { stalled.send_text("call stall {}").await });
-    eventually("the agent waits for the tool", || {
-        session.get_status() == pedelec_sdk::SessionStatus::WaitingToolResult
-    })
-    .await;
+    waits_for_tool(&session).await;
     h.crash_and_restart();
     let client = h.client().await;
     let resumed = client.resume_session::<String>(&session_id).await.expect("the session survives kill -9");
@@ -644,12 +659,13 @@ async fn edges(rig: Rig, server: &ModelServer) {
     resumed.send_text("after the crash").await.expect("a turn after the restart");
     let texts: Vec<String> =
         generations_since(server, before).iter().flat_map(|r| r.request.history()).map(|(_, _, t)| t).collect();
-    assert_eq!(
-        texts.iter().any(|t| t.contains("pelican")),
-        rig.resumes,
-        "{}: the agent thread continues after the restart: {texts:?}",
-        rig.provider
-    );
+    if rig.resumes == Resumes::Yes {
+        assert!(
+            texts.iter().any(|t| t.contains("pelican")),
+            "{}: the agent thread continues after the restart: {texts:?}",
+            rig.provider
+        );
+    }
     resumed.end().await.unwrap();
 }
 
