@@ -83,6 +83,41 @@ struct State {
     next_subscriber: u64,
     /// Bumped whenever a subscriber arrives, so a pending disconnect timer knows it lost.
     disconnect_epoch: u64,
+    /// How the last operations ended, oldest first (`Snapshot.recent_outcomes`).
+    outcomes: std::collections::VecDeque<pb::OperationOutcome>,
+}
+
+impl State {
+    /// Remembers an operation's outcome for later snapshots (bounded).
+    fn remember(&mut self, outcome: pb::OperationOutcome) {
+        if self.outcomes.len() == limits::RECENT_OUTCOMES {
+            self.outcomes.pop_front();
+        }
+        self.outcomes.push_back(outcome);
+    }
+}
+
+/// The transcript body of an `operation_completed` entry.
+fn completion_entry(outcome: &pb::OperationOutcome) -> serde_json::Value {
+    serde_json::json!({
+        "operation_id": outcome.operation_id,
+        "kind": outcome.kind,
+        "error": outcome.error.as_ref().map(|e| e.code.clone()),
+        "message": outcome.error.as_ref().map(|e| e.message.clone()),
+    })
+}
+
+/// An outcome back from its transcript body. Entries written before kinds
+/// and messages were recorded read as kind unspecified and an empty message.
+fn outcome_from_entry(body: &serde_json::Value) -> Option<pb::OperationOutcome> {
+    let operation_id = body.get("operation_id")?.as_str()?.to_owned();
+    let kind = body.get("kind").and_then(serde_json::Value::as_i64).unwrap_or(0) as i32;
+    let error = body.get("error").and_then(serde_json::Value::as_str).map(|code| pb::Error {
+        code: code.to_owned(),
+        message: body.get("message").and_then(serde_json::Value::as_str).unwrap_or_default().to_owned(),
+        details_json: String::new(),
+    });
+    Some(pb::OperationOutcome { operation_id, kind, error })
 }
 
 pub struct Session {
@@ -165,6 +200,7 @@ impl Session {
                 subscribers: HashMap::new(),
                 next_subscriber: 0,
                 disconnect_epoch: 0,
+                outcomes: std::collections::VecDeque::new(),
             }),
             runtime: tokio::sync::Mutex::new(None),
         })
@@ -183,11 +219,20 @@ impl Session {
             record.prepared,
             record.provider_session_id.clone(),
         );
+        {
+            let mut st = session.lock();
+            for outcome in record.recent_outcomes.iter().filter_map(outcome_from_entry) {
+                st.remember(outcome);
+            }
+        }
         if let Some(op) = &record.active_operation {
             let mut st = session.lock();
             let error = pb::Error::new(ErrorCode::CoreRestarted, "Core restarted while this operation ran");
             session.emit(&mut st, "", Kind::Error(pb::ErrorRaised { error: Some(error.clone()) }));
-            session.append(&st, "operation_completed", serde_json::json!({ "operation_id": op, "error": error.code }));
+            // The kind of the interrupted operation is not recorded; the id is what clients match.
+            let outcome = pb::OperationOutcome { operation_id: op.clone(), kind: 0, error: Some(error) };
+            session.append(&st, "operation_completed", completion_entry(&outcome));
+            st.remember(outcome);
             if st.status.is_active_turn() {
                 session.set_status(&mut st, SessionStatus::Running, "");
                 session.set_status(&mut st, SessionStatus::Idle, "");
@@ -225,6 +270,7 @@ impl Session {
             seq_ceiling: st.seq_ceiling.max(st.seq),
             tool_token: self.tool_token.clone(),
             active_operation: st.active.as_ref().map(|a| a.id.clone()),
+            recent_outcomes: Vec::new(),
         }
     }
 
@@ -293,6 +339,7 @@ impl Session {
             effort_level: self.info.effort_level,
             prepared: st.prepared,
             created_at_ms: self.info.created_at_ms,
+            recent_outcomes: st.outcomes.iter().cloned().collect(),
         };
         pb::SessionEvent {
             session_id: self.id.clone(),
@@ -604,16 +651,14 @@ impl Session {
                 self.set_status(&mut st, SessionStatus::Idle, operation_id);
             }
             let error = error.map(|(e, _)| e);
-            self.append(
-                &st,
-                "operation_completed",
-                serde_json::json!({ "operation_id": operation_id, "error": error.as_ref().map(|e| e.code.clone()) }),
-            );
+            let outcome =
+                pb::OperationOutcome { operation_id: operation_id.to_owned(), kind: kind as i32, error: error.clone() };
+            self.append(&st, "operation_completed", completion_entry(&outcome));
             let mut record = self.record(&st);
             record.active_operation = None;
-            (record, kind, error)
+            (record, kind, error, outcome)
         };
-        let (record, kind, error) = record;
+        let (record, kind, error, outcome) = record;
         // The completion is announced only once it is durable, so a client
         // that saw it can rely on it across a Core crash.
         if let Err(error) = self.shared.store.save_durably(record).await {
@@ -627,6 +672,8 @@ impl Session {
                 Kind::OperationCompleted(pb::OperationCompleted { kind: kind as i32, error }),
             );
             st.active = None;
+            // Snapshots report it from now on, like the event: only once durable.
+            st.remember(outcome);
         }
     }
 
@@ -648,8 +695,12 @@ impl Session {
                 let kind = active.kind as i32;
                 let id = active.id.clone();
                 st.active = Some(active);
-                self.emit(&mut st, &id, Kind::OperationCompleted(pb::OperationCompleted { kind, error: Some(error) }));
+                let completed = pb::OperationCompleted { kind, error: Some(error.clone()) };
+                self.emit(&mut st, &id, Kind::OperationCompleted(completed));
                 st.active = None;
+                let outcome = pb::OperationOutcome { operation_id: id, kind, error: Some(error) };
+                self.append(&st, "operation_completed", completion_entry(&outcome));
+                st.remember(outcome);
             }
             if st.status.can_transition_to(SessionStatus::Ended) {
                 self.set_status(&mut st, SessionStatus::Ended, "");

@@ -34,6 +34,10 @@ pub struct SessionRecord {
     pub tool_token: String,
     /// Operation running when the record was written, if any.
     pub active_operation: Option<String>,
+    /// The bodies of the session's last `operation_completed` transcript
+    /// entries, oldest first (at most `limits::RECENT_OUTCOMES`). Read from
+    /// the transcript when the store opens; not a column, never written.
+    pub recent_outcomes: Vec<serde_json::Value>,
 }
 
 /// One transcript entry.
@@ -83,6 +87,7 @@ CREATE TABLE IF NOT EXISTS transcript (
     body TEXT NOT NULL
 );
 CREATE INDEX IF NOT EXISTS transcript_by_session ON transcript(session_id, seq);
+CREATE INDEX IF NOT EXISTS transcript_completions ON transcript(session_id, seq) WHERE kind = 'operation_completed';
 ";
 
 fn open_connection(path: &Path) -> rusqlite::Result<Connection> {
@@ -231,9 +236,34 @@ fn load_sessions(c: &Connection) -> rusqlite::Result<Vec<SessionRecord>> {
             seq_ceiling: row.get::<_, i64>(13)? as u64,
             tool_token: row.get(14)?,
             active_operation: row.get(15)?,
+            recent_outcomes: Vec::new(),
         })
     })?;
-    rows.collect()
+    let mut records: Vec<SessionRecord> = rows.collect::<rusqlite::Result<_>>()?;
+    let mut outcomes = recent_outcomes(c)?;
+    for record in &mut records {
+        record.recent_outcomes = outcomes.remove(&record.id).unwrap_or_default();
+    }
+    Ok(records)
+}
+
+/// Each session's last `limits::RECENT_OUTCOMES` operation completions, oldest first.
+fn recent_outcomes(c: &Connection) -> rusqlite::Result<std::collections::HashMap<String, Vec<serde_json::Value>>> {
+    let mut stmt = c.prepare(
+        "SELECT session_id, body FROM (
+             SELECT session_id, body, seq,
+                    ROW_NUMBER() OVER (PARTITION BY session_id ORDER BY seq DESC) AS newest
+             FROM transcript WHERE kind = 'operation_completed')
+         WHERE newest <= ?1 ORDER BY session_id, seq",
+    )?;
+    let limit = pedelec_protocol::limits::RECENT_OUTCOMES as i64;
+    let rows = stmt.query_map([limit], |row| Ok((row.get::<_, String>(0)?, row.get::<_, String>(1)?)))?;
+    let mut out: std::collections::HashMap<String, Vec<serde_json::Value>> = std::collections::HashMap::new();
+    for row in rows {
+        let (session, body) = row?;
+        out.entry(session).or_default().push(serde_json::from_str(&body).unwrap_or(serde_json::Value::Null));
+    }
+    Ok(out)
 }
 
 /// Reads one session's transcript (for inspection and tests; opens its own connection).

@@ -12,6 +12,8 @@ pub const NATIVE_BROWSER_TO_HOST_MAX: usize = 64 * 1024 * 1024;
 /// carries a session's whole transcript, and a tool result may be
 /// [`MAX_TOOL_JSON_BYTES`], so Core and its clients allow this much.
 pub const GRPC_MESSAGE_MAX: usize = 64 * 1024 * 1024;
+/// Operation outcomes a snapshot carries per session (`Snapshot.recent_outcomes`).
+pub const RECENT_OUTCOMES: usize = 32;
 /// Events queued for one subscriber before the provider is made to wait.
 pub const SUBSCRIBER_QUEUE_EVENTS: usize = 4096;
 /// How long a full subscriber queue may hold a provider up before that

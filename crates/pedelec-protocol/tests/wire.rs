@@ -1,6 +1,7 @@
 //! The canonical JSON of one of each request, response and event, as native
 //! messaging carries it, plus round trips through JSON and protobuf bytes.
 
+use pedelec_protocol::ErrorCode;
 use pedelec_protocol::json::{from_json, to_json};
 use pedelec_protocol::pb::{self, native_frame::Body, native_request::Call, native_response::Result as R};
 use prost::Message;
@@ -192,6 +193,21 @@ fn events() {
                 effort_level: pb::EffortLevel::Default as i32,
                 prepared: true,
                 created_at_ms: 1_764_000_000_000,
+                recent_outcomes: vec![
+                    pb::OperationOutcome {
+                        operation_id: "op-0".into(),
+                        kind: pb::OperationKind::Prepare as i32,
+                        error: None,
+                    },
+                    pb::OperationOutcome {
+                        operation_id: "op-00".into(),
+                        kind: pb::OperationKind::Unspecified as i32,
+                        error: Some(pb::Error::new(
+                            ErrorCode::CoreRestarted,
+                            "Core restarted while this operation ran",
+                        )),
+                    },
+                ],
             }),
         ),
     );

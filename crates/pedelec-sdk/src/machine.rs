@@ -398,18 +398,36 @@ impl SessionMachine {
         if let Some(total) = snapshot.usage.and_then(|u| u.total_tokens) {
             self.grow_usage(total, out);
         }
-        // Operations we wait for that Core no longer runs finished while we were not listening.
+        // Operations we wait for that Core no longer runs finished while we
+        // were not listening: settled from their recorded outcome (a Core
+        // restart's CORE_RESTARTED among them); one Core has no outcome for
+        // any more is reported as lost.
+        let outcome_of = |o: &pb::OperationOutcome| match &o.error {
+            Some(error) => Err(PedelecError::from(error)),
+            None => Ok(()),
+        };
         let active = snapshot.active_operation.as_ref().map(|a| a.operation_id.as_str());
         let missed: Vec<String> = self.awaiting.keys().filter(|id| Some(id.as_str()) != active).cloned().collect();
         for operation_id in missed {
             self.awaiting.remove(&operation_id);
-            out.push(Effect::Settle {
-                operation_id,
-                outcome: Err(PedelecError::new(
+            let recorded = snapshot.recent_outcomes.iter().find(|o| o.operation_id == operation_id);
+            let outcome = recorded.map(outcome_of).unwrap_or_else(|| {
+                Err(PedelecError::new(
                     ErrorCode::TransportError,
                     "the operation finished while the subscription was being re-established",
-                )),
+                ))
             });
+            out.push(Effect::Settle { operation_id, outcome });
+        }
+        // An operation whose acceptance we have not processed yet may already
+        // be over: keep its outcome for `operation_accepted`.
+        for recorded in &snapshot.recent_outcomes {
+            if !self.completed_early.iter().any(|(id, _)| id == &recorded.operation_id) {
+                if self.completed_early.len() == EARLY_COMPLETIONS {
+                    self.completed_early.pop_front();
+                }
+                self.completed_early.push_back((recorded.operation_id.clone(), outcome_of(recorded)));
+            }
         }
         if let Some(status) = SessionStatus::from_pb(snapshot.status) {
             let ctx = self.status_ctx(Source::Core, snapshot.turn.as_ref(), emitted, received);
@@ -725,6 +743,68 @@ mod tests {
         assert_eq!(m.last_seq(), 40);
         let effects = feed(&mut m, &[ev(41, "op9", Kind::Chat(pb::Chat { text: "resumed".into() }))], NO_HANDLERS);
         assert!(matches!(&effects[..], [Effect::Chat { .. }]));
+    }
+
+    fn snapshot_with_outcomes(last_seq: u64, outcomes: Vec<pb::OperationOutcome>) -> pb::SessionEvent {
+        let mut event = snapshot(last_seq, SessionStatus::Idle, None, vec![]);
+        if let Some(Kind::Snapshot(s)) = &mut event.kind {
+            s.recent_outcomes = outcomes;
+        }
+        event
+    }
+
+    fn outcome(op: &str, error: Option<ErrorCode>) -> pb::OperationOutcome {
+        pb::OperationOutcome {
+            operation_id: op.into(),
+            kind: pb::OperationKind::SendText as i32,
+            error: error.map(|code| pb::Error::new(code, "x")),
+        }
+    }
+
+    fn settled(effects: &[Effect]) -> Vec<(String, Result<(), &'static str>)> {
+        effects
+            .iter()
+            .filter_map(|e| match e {
+                Effect::Settle { operation_id, outcome } => Some((
+                    operation_id.clone(),
+                    outcome
+                        .as_ref()
+                        .map(|_| ())
+                        .map_err(|e| ErrorCode::parse(&e.code).map(|c| c.as_str()).unwrap_or("?")),
+                )),
+                _ => None,
+            })
+            .collect()
+    }
+
+    /// A re-synchronising snapshot settles awaited operations from their
+    /// recorded outcomes: the Core restart's CORE_RESTARTED, a success, and
+    /// only without a record the old "lost" TRANSPORT_ERROR.
+    #[test]
+    fn a_snapshot_settles_awaited_operations_from_their_outcomes() {
+        let cases = [
+            (vec![outcome("op0", None), outcome("op1", Some(ErrorCode::CoreRestarted))], Err("CORE_RESTARTED")),
+            (vec![outcome("op1", None)], Ok(())),
+            (vec![outcome("op0", None)], Err("TRANSPORT_ERROR")),
+        ];
+        for (outcomes, expected) in cases {
+            let mut m = machine();
+            m.begin_local(pb::OperationKind::SendText).unwrap();
+            m.operation_accepted(&accepted("op1"));
+            let effects = feed(&mut m, &[snapshot_with_outcomes(50, outcomes.clone())], NO_HANDLERS);
+            assert_eq!(settled(&effects), vec![("op1".to_string(), expected)], "{outcomes:?}");
+        }
+    }
+
+    /// An acceptance processed after a snapshot that already holds the
+    /// operation's outcome settles at once instead of waiting forever.
+    #[test]
+    fn an_acceptance_after_a_snapshot_with_its_outcome_settles() {
+        let mut m = machine();
+        m.begin_local(pb::OperationKind::SendText).unwrap();
+        feed(&mut m, &[snapshot_with_outcomes(50, vec![outcome("op7", Some(ErrorCode::SendTextFailed))])], NO_HANDLERS);
+        let (accepted, _) = m.operation_accepted(&accepted("op7"));
+        assert!(matches!(&accepted, Accepted::Settled(Err(e)) if e.code == "SEND_TEXT_FAILED"), "{accepted:?}");
     }
 
     fn tool_call(seq: u64, id: &str, tool: &str) -> pb::SessionEvent {

@@ -70,6 +70,26 @@ async fn an_operation_interrupted_by_a_crash_is_reported_failed_and_the_session_
         transcript.iter().any(|e| e.kind == "operation_completed" && e.body["error"] == "CORE_RESTARTED"),
         "{transcript:?}"
     );
+
+    // The outcome stays part of the protocol: a later subscriber (here after
+    // a second restart) finds it, and the new turn's success, in its snapshot.
+    h.crash_and_restart();
+    let outcomes = snapshot_outcomes(&h, &id).await;
+    let codes: Vec<Option<&str>> = outcomes.iter().map(|o| o.error.as_ref().map(|e| e.code.as_str())).collect();
+    assert_eq!(codes, vec![Some("CORE_RESTARTED"), None], "{outcomes:?}");
+    let interrupted = transcript.iter().find(|e| e.body["error"] == "CORE_RESTARTED").unwrap();
+    assert_eq!(interrupted.body["operation_id"], outcomes[0].operation_id.as_str());
+    assert_eq!(outcomes[1].kind, pb::OperationKind::SendText as i32);
+}
+
+/// The `recent_outcomes` of a fresh raw subscription's snapshot.
+async fn snapshot_outcomes(h: &Harness, session_id: &str) -> Vec<pb::OperationOutcome> {
+    let request = pb::SubscribeRequest { session_id: session_id.into(), caller_origin: ORIGIN.into() };
+    let mut events = h.raw().await.subscribe(request).await.expect("subscribe").into_inner();
+    match events.message().await.expect("a snapshot").and_then(|e| e.kind) {
+        Some(pb::session_event::Kind::Snapshot(snapshot)) => snapshot.recent_outcomes,
+        other => panic!("expected a snapshot, got {other:?}"),
+    }
 }
 
 async fn a_normal_restart_keeps_explicit_workspace_sessions_resumable(via: Via) {

@@ -251,6 +251,11 @@ async fn a_stalled_subscriber_is_resynchronised_with_a_snapshot_and_does_not_hol
     }
     assert!(deltas < n, "the dropped queue's deltas are not replayed ({deltas})");
     assert_eq!(snapshots[1].status, pb::SessionStatus::Idle as i32, "the fresh snapshot shows the turn finished");
+    let outcomes = &snapshots[1].recent_outcomes;
+    assert!(
+        outcomes.iter().any(|o| o.kind == pb::OperationKind::SendText as i32 && o.error.is_none()),
+        "the fresh snapshot says how the turn it missed ended: {outcomes:?}"
+    );
     let resync_seq = snapshots[1].last_seq;
     eventually("the live reader to reach the resynchronised seq", || session.last_seq() == resync_seq).await;
 }
