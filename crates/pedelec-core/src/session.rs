@@ -509,8 +509,17 @@ impl Session {
     /// Once the operation is committed, announces it and starts the turn, so
     /// that a client which saw it start can count on it across a crash.
     async fn announce(self: &Arc<Self>, starting: StartingOperation) -> CoreResult<pb::OperationAccepted> {
-        self.shared.store.flush().await?;
         let StartingOperation { operation_id, kind, turn_kind, text } = starting;
+        if let Err(error) = self.shared.store.flush().await {
+            // Never announced, so nobody awaits it: the session must not stay
+            // busy with an operation that no task runs.
+            let mut st = self.lock();
+            if st.active.as_ref().is_some_and(|a| a.id == operation_id) {
+                st.active = None;
+                self.shared.store.save(self.record(&st));
+            }
+            return Err(error);
+        }
         let mut st = self.lock();
         if st.active.as_ref().is_none_or(|a| a.id != operation_id) {
             // Ended in the meantime: end() already settled it.
@@ -574,20 +583,37 @@ impl Session {
             }
             let provider = runtime.as_mut().expect("started above");
             let timeout = self.shared.turn_timeout;
-            let outcome =
-                match tokio::time::timeout(timeout, provider.run_turn(TurnRequest { kind, text }, &sink)).await {
-                    Ok(outcome) => outcome,
-                    // The runtime's state is unknown after a hang: stop it; the next
-                    // turn starts a fresh one that continues the provider session.
-                    Err(_) => Err(ProviderFailure {
-                        code: ErrorCode::ProviderTimeout,
-                        message: format!("the provider did not finish the turn within {} ms", timeout.as_millis()),
+            // A panic in a provider must end the operation, not leave it active
+            // with no task behind it: it fails the turn like a hang does.
+            let turn = std::panic::AssertUnwindSafe(provider.run_turn(TurnRequest { kind, text }, &sink));
+            let turn = futures::FutureExt::catch_unwind(turn);
+            let outcome = match tokio::time::timeout(timeout, turn).await {
+                Ok(Ok(outcome)) => outcome,
+                Ok(Err(panic)) => {
+                    let reason = panic
+                        .downcast_ref::<&str>()
+                        .map(|s| s.to_string())
+                        .or_else(|| panic.downcast_ref::<String>().cloned())
+                        .unwrap_or_else(|| "a panic".into());
+                    tracing::error!(session = %self.id, %reason, "the provider panicked during a turn");
+                    Err(ProviderFailure {
+                        code: ErrorCode::Internal,
+                        message: format!("the provider failed inside Pedelec: {reason}"),
                         fatal: false,
-                        details: serde_json::json!({ "timeoutMs": timeout.as_millis() as u64 }),
-                    }),
-                };
+                        details: serde_json::Value::Null,
+                    })
+                }
+                // The runtime's state is unknown after a hang: stop it; the next
+                // turn starts a fresh one that continues the provider session.
+                Err(_) => Err(ProviderFailure {
+                    code: ErrorCode::ProviderTimeout,
+                    message: format!("the provider did not finish the turn within {} ms", timeout.as_millis()),
+                    fatal: false,
+                    details: serde_json::json!({ "timeoutMs": timeout.as_millis() as u64 }),
+                }),
+            };
             let restart = match &outcome {
-                Err(f) => f.fatal || f.code == ErrorCode::ProviderTimeout,
+                Err(f) => f.fatal || matches!(f.code, ErrorCode::ProviderTimeout | ErrorCode::Internal),
                 Ok(()) => false,
             };
             if restart && let Some(mut gone) = runtime.take() {

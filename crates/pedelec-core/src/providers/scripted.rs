@@ -15,6 +15,7 @@
 //! | `/usage N` | report N as the total |
 //! | `/fail MESSAGE` | fail the turn (session stays usable) |
 //! | `/crash` | the runtime dies (session moves to `error`) |
+//! | `/panic` | the provider's code panics mid-turn (Core's fault path: the turn fails, the session stays usable) |
 //!
 //! Model `scripted-unprepared` answers the preparation prompt wrongly;
 //! model `scripted-slow` takes two seconds to prepare.
@@ -81,6 +82,7 @@ enum Directive<'a> {
     Usage(u64),
     Fail(&'a str),
     Crash,
+    Panic,
 }
 
 fn parse(line: &str) -> Option<Result<Directive<'_>, String>> {
@@ -106,6 +108,7 @@ fn parse(line: &str) -> Option<Result<Directive<'_>, String>> {
             "usage" => Directive::Usage(number(args)?),
             "fail" => Directive::Fail(args),
             "crash" => Directive::Crash,
+            "panic" => Directive::Panic,
             other => return Err(format!("unknown directive /{other}")),
         })
     })())
@@ -190,6 +193,7 @@ impl ScriptedSession {
                     self.crashed = true;
                     return Err(ProviderFailure::crashed("the scripted runtime crashed"));
                 }
+                Directive::Panic => panic!("the scripted provider panicked on purpose (/panic)"),
             }
         }
         let plain = plain.join("\n");

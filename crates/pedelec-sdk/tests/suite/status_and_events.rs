@@ -39,6 +39,23 @@ async fn running_moves_to_error_when_the_runtime_fails(via: Via) {
     insta::assert_snapshot!(log.transcript());
 }
 
+/// Fault injection: a panic inside a provider's turn ends the operation with
+/// an error (the awaited send rejects), the session returns to idle rather
+/// than staying busy with no task behind it, and the next turn runs on a
+/// fresh runtime.
+async fn a_panic_in_the_provider_fails_the_turn_and_leaves_the_session_usable(via: Via) {
+    let h = Harness::start_via(via);
+    let client = h.client().await;
+    let session = client.create_session::<String>(SessionOptions::default()).await.unwrap();
+    let log = Recorder::attach(&session);
+    let err = session.send_text("/panic").await.unwrap_err();
+    assert!(err.is(ErrorCode::SendTextFailed), "{err}");
+    assert_eq!(err.details.as_ref().and_then(|d| d["providerCode"].as_str()), Some("INTERNAL"), "{err:?}");
+    assert_eq!(session.get_status(), SessionStatus::Idle);
+    session.send_text("after the panic").await.expect("the session takes the next turn");
+    assert!(log.lines().iter().any(|l| l == r#"chat "You said: after the panic" [user]"#), "{:?}", log.lines());
+}
+
 async fn running_moves_to_ended_and_the_pending_send_rejects_session_ended(via: Via) {
     let h = Harness::start_via(via);
     let client = h.client().await;
@@ -264,6 +281,7 @@ super::over_both_transports!(
     a_turn_without_tools_follows_idle_running_idle,
     a_turn_with_a_frontend_tool_passes_through_waiting_tool_result,
     running_moves_to_error_when_the_runtime_fails,
+    a_panic_in_the_provider_fails_the_turn_and_leaves_the_session_usable,
     running_moves_to_ended_and_the_pending_send_rejects_session_ended,
     waiting_tool_result_moves_to_ended,
     status_handlers_run_only_on_change_and_never_for_the_initial_value,
