@@ -55,6 +55,8 @@ pub struct Shared {
 struct Subscriber {
     tx: mpsc::Sender<pb::SessionEvent>,
     lagged: Arc<AtomicBool>,
+    /// When [`Session::flow`] first found this queue full (cleared once it has room).
+    full_since: Option<std::time::Instant>,
 }
 
 struct ActiveOperation {
@@ -359,7 +361,7 @@ impl Session {
         let id = st.next_subscriber;
         st.next_subscriber += 1;
         st.disconnect_epoch += 1;
-        st.subscribers.insert(id, Subscriber { tx, lagged: lagged.clone() });
+        st.subscribers.insert(id, Subscriber { tx, lagged: lagged.clone(), full_since: None });
         let snapshot = self.snapshot(&st);
         Subscription { snapshot: Some(snapshot), events, lagged, guard: SubscriberGuard { session: self.clone(), id } }
     }
@@ -394,14 +396,35 @@ impl Session {
     /// [`limits::SUBSCRIBER_LAG_TIMEOUT`] is dropped (it re-synchronises).
     pub async fn flow(&self) {
         loop {
-            let full = {
-                let st = self.lock();
-                st.subscribers.iter().find(|(_, s)| s.tx.capacity() == 0).map(|(id, s)| (*id, s.tx.clone()))
-            };
-            let Some((id, tx)) = full else { return };
-            if tokio::time::timeout(limits::SUBSCRIBER_LAG_TIMEOUT, tx.reserve()).await.is_err() {
+            let now = std::time::Instant::now();
+            // Every full queue, with the moment its grace runs out: judged per
+            // subscriber and all at once, so N silent readers cost one grace,
+            // not N of them one after another.
+            let full: Vec<(u64, mpsc::Sender<pb::SessionEvent>, std::time::Instant)> = {
                 let mut st = self.lock();
-                if let Some(subscriber) = st.subscribers.remove(&id) {
+                st.subscribers
+                    .iter_mut()
+                    .filter_map(|(id, s)| {
+                        if s.tx.capacity() > 0 {
+                            s.full_since = None;
+                            return None;
+                        }
+                        let since = *s.full_since.get_or_insert(now);
+                        Some((*id, s.tx.clone(), since + limits::SUBSCRIBER_LAG_TIMEOUT))
+                    })
+                    .collect()
+            };
+            let Some(earliest) = full.iter().map(|(_, _, deadline)| *deadline).min() else { return };
+            // Any queue getting room, or the first grace running out, is news.
+            let room = futures::future::select_all(full.iter().map(|(_, tx, _)| Box::pin(tx.reserve())));
+            let _ = tokio::time::timeout_at(earliest.into(), room).await;
+            let now = std::time::Instant::now();
+            let mut st = self.lock();
+            for (id, _, deadline) in &full {
+                if now >= *deadline
+                    && st.subscribers.get(id).is_some_and(|s| s.tx.capacity() == 0)
+                    && let Some(subscriber) = st.subscribers.remove(id)
+                {
                     subscriber.lagged.store(true, Ordering::SeqCst);
                 }
             }

@@ -277,6 +277,41 @@ async fn a_stalled_subscriber_is_resynchronised_with_a_snapshot_and_does_not_hol
     eventually("the live reader to reach the resynchronised seq", || session.last_seq() == resync_seq).await;
 }
 
+/// Lag is judged per subscriber and all at once: six readers that never read
+/// no longer cost six graces one after another (12.8 s here before), each
+/// from the moment its own queue filled (3–9 s here now: the queues fill
+/// at different moments), and each is re-synchronised with a fresh snapshot.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn silent_subscribers_cost_one_grace_together_not_one_each() {
+    use pb::session_event::Kind;
+    let h = Harness::start();
+    let session = h.client().await.create_session::<String>(SessionOptions::default()).await.unwrap();
+    let request = pb::SubscribeRequest { session_id: session.session_id().into(), caller_origin: ORIGIN.into() };
+    let mut silent = Vec::new();
+    for _ in 0..6 {
+        silent.push(h.raw().await.subscribe(request.clone()).await.unwrap().into_inner());
+    }
+    let started = std::time::Instant::now();
+    session.send_text("/deltas 100000").await.expect("the turn finishes despite six stalled readers");
+    let took = started.elapsed();
+    let grace = pedelec_protocol::limits::SUBSCRIBER_LAG_TIMEOUT;
+    eprintln!("100k-delta turn with six silent subscribers: {took:?}");
+    assert!(took < grace * 6, "six silent subscribers held the turn {took:?}: one grace ({grace:?}) after another");
+    for stream in &mut silent {
+        let mut snapshots = 0;
+        while snapshots < 2 {
+            let event = tokio::time::timeout(Duration::from_secs(10), stream.message())
+                .await
+                .expect("the stalled subscriber is served again")
+                .expect("the stream stays open")
+                .expect("the stream stays open");
+            if let Some(Kind::Snapshot(_)) = event.kind {
+                snapshots += 1;
+            }
+        }
+    }
+}
+
 super::over_both_transports!(
     a_turn_without_tools_follows_idle_running_idle,
     a_turn_with_a_frontend_tool_passes_through_waiting_tool_result,
