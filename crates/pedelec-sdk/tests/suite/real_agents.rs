@@ -589,6 +589,13 @@ async fn waits_for_tool(session: &pedelec_sdk::PedelecSession) {
     panic!("session {} never waited for its tool", session.session_id());
 }
 
+/// Whether a process runs (a zombie no longer does: nobody may reap orphans here).
+fn alive(pid: u32) -> bool {
+    let Ok(stat) = std::fs::read_to_string(format!("/proc/{pid}/stat")) else { return false };
+    let state = stat.rsplit_once(')').and_then(|(_, rest)| rest.split_whitespace().next());
+    !matches!(state, Some("Z" | "X"))
+}
+
 /// A tool whose handler never answers, to hold a turn in `waiting_tool_result`.
 fn stalling_tool() -> pedelec_sdk::ToolSpec {
     pedelec_sdk::ToolSpec::new("stall".to_string(), "Never answers", schema_object()).with_handler(
@@ -652,7 +659,18 @@ async fn edges(rig: Rig, server: &ModelServer) {
     let stalled = session.clone();
     let _stalled = tokio::spawn(async move { stalled.send_text("call stall {}").await });
     waits_for_tool(&session).await;
+    let agents = descendants(core_pid);
+    assert!(!agents.is_empty(), "{}: the agent runs under Core", rig.provider);
     h.crash_and_restart();
+    // A crashed Core cannot end its agents: they must die with it.
+    for _ in 0..200 {
+        if agents.iter().all(|pid| !alive(*pid)) {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(25)).await;
+    }
+    let survivors: Vec<u32> = agents.iter().copied().filter(|pid| alive(*pid)).collect();
+    assert!(survivors.is_empty(), "{}: agent processes outlived a kill -9 of Core: {survivors:?}", rig.provider);
     let client = h.client().await;
     let resumed = client.resume_session::<String>(&session_id).await.expect("the session survives kill -9");
     let before = server.generations().len();
