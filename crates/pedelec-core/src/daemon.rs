@@ -54,6 +54,11 @@ pub async fn serve(config: CoreConfig) -> CoreResult<()> {
     let providers = Providers::from_settings(&settings)?;
     ensure_private_dir(&config.state_dir)?;
     let listener = bind(&config.socket).await?;
+    // Only now is this the state dir's one Core: agents a dead Core left are ours to end.
+    let leftovers = crate::providers::reaper::init(&config.state_dir);
+    if leftovers > 0 {
+        tracing::info!(leftovers, "ended agent process groups a previous Core left running");
+    }
     let started = std::time::Instant::now();
     let (store, records) = Store::open(&config.database())?;
     let assets = crate::assets::AssetServer::start(config.asset_ticket_ttl).await?;

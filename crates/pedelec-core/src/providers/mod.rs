@@ -8,6 +8,7 @@ pub mod codex;
 mod events;
 pub mod openai;
 pub mod process;
+pub mod reaper;
 mod scripted;
 
 use std::path::PathBuf;

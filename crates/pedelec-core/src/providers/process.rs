@@ -137,6 +137,37 @@ pub struct AgentProcess {
     program: String,
 }
 
+/// Linux: the agent's leader gets SIGTERM when Core dies. Ending a session
+/// signals the agent's group a moment later (and SIGKILLs it after a grace),
+/// from Core; if Core dies first — stopped right after `end()`, or `kill -9`
+/// — those signals never come, and ACP agents (codex-acp, claude-agent-acp,
+/// gemini) were seen living on. SIGTERM, not SIGKILL: an agent that saves its
+/// session on the way out (claude-agent-acp) must still be resumable by the
+/// next Core, which also ends whatever is left ([`super::reaper`]). The
+/// signal follows the spawning thread; Core spawns agents from its runtime's
+/// worker threads, which live as long as Core.
+#[cfg(target_os = "linux")]
+fn die_with_core(cmd: &mut tokio::process::Command) {
+    let core = std::process::id() as libc::pid_t;
+    // SAFETY: between fork and exec only async-signal-safe calls are made
+    // (prctl, getppid, _exit), with no allocation.
+    unsafe {
+        cmd.pre_exec(move || {
+            if libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGTERM) != 0 {
+                return Err(std::io::Error::last_os_error());
+            }
+            // Core died between fork and prctl: the signal will never come.
+            if libc::getppid() != core {
+                libc::_exit(1);
+            }
+            Ok(())
+        });
+    }
+}
+
+#[cfg(not(target_os = "linux"))]
+fn die_with_core(_cmd: &mut tokio::process::Command) {}
+
 impl AgentProcess {
     /// Starts `command` in `cwd` with piped stdio.
     pub fn spawn(command: &CommandLine, cwd: &Path) -> Result<Self, ProviderFailure> {
@@ -155,6 +186,7 @@ impl AgentProcess {
             .stderr(Stdio::piped())
             .process_group(0)
             .kill_on_drop(true);
+        die_with_core(&mut cmd);
         let mut child = cmd.spawn().map_err(|e| ProviderFailure {
             code: ErrorCode::ProviderUnavailable,
             message: format!("cannot start {}: {e}", program.display()),
@@ -162,6 +194,9 @@ impl AgentProcess {
             details: serde_json::json!({ "program": command.program }),
         })?;
         let pgid = child.id().map(|pid| pid as i32);
+        if let Some(pgid) = pgid {
+            super::reaper::record(pgid);
+        }
         let stderr_tail = Arc::new(Mutex::new(VecDeque::with_capacity(STDERR_TAIL_BYTES)));
         if let Some(mut stderr) = child.stderr.take() {
             let tail = stderr_tail.clone();
@@ -240,6 +275,7 @@ fn kill_group(pgid: i32) {
         std::thread::sleep(KILL_GRACE);
         // SAFETY: as above.
         unsafe { libc::kill(-pgid, libc::SIGKILL) };
+        super::reaper::forget(pgid);
     });
 }
 

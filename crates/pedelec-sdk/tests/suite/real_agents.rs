@@ -684,7 +684,25 @@ async fn edges(rig: Rig, server: &ModelServer) {
             rig.provider
         );
     }
+    // end() then Core's death before its delayed SIGKILL: whatever survives
+    // the dead Core is ended by the next one.
+    let core_pid = h.core.pid().expect("Core runs");
+    resumed.send_text("one more turn").await.unwrap();
+    let agents = descendants(core_pid);
     resumed.end().await.unwrap();
+    h.crash_and_restart();
+    for _ in 0..200 {
+        if agents.iter().all(|pid| !alive(*pid)) {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(25)).await;
+    }
+    let survivors: Vec<u32> = agents.iter().copied().filter(|pid| alive(*pid)).collect();
+    assert!(
+        survivors.is_empty(),
+        "{}: agent processes outlived end(), Core and Core's restart: {survivors:?}",
+        rig.provider
+    );
 }
 
 macro_rules! edges {
