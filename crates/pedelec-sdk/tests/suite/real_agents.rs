@@ -596,6 +596,17 @@ fn alive(pid: u32) -> bool {
     !matches!(state, Some("Z" | "X"))
 }
 
+/// Those of `pids` still running after up to 5 s.
+async fn survivors_after_a_while(pids: &[u32]) -> Vec<u32> {
+    for _ in 0..200 {
+        if pids.iter().all(|pid| !alive(*pid)) {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(25)).await;
+    }
+    pids.iter().copied().filter(|pid| alive(*pid)).collect()
+}
+
 /// A tool whose handler never answers, to hold a turn in `waiting_tool_result`.
 fn stalling_tool() -> pedelec_sdk::ToolSpec {
     pedelec_sdk::ToolSpec::new("stall".to_string(), "Never answers", schema_object()).with_handler(
@@ -663,13 +674,7 @@ async fn edges(rig: Rig, server: &ModelServer) {
     assert!(!agents.is_empty(), "{}: the agent runs under Core", rig.provider);
     h.crash_and_restart();
     // A crashed Core cannot end its agents: they must die with it.
-    for _ in 0..200 {
-        if agents.iter().all(|pid| !alive(*pid)) {
-            break;
-        }
-        tokio::time::sleep(Duration::from_millis(25)).await;
-    }
-    let survivors: Vec<u32> = agents.iter().copied().filter(|pid| alive(*pid)).collect();
+    let survivors = survivors_after_a_while(&agents).await;
     assert!(survivors.is_empty(), "{}: agent processes outlived a kill -9 of Core: {survivors:?}", rig.provider);
     let client = h.client().await;
     let resumed = client.resume_session::<String>(&session_id).await.expect("the session survives kill -9");
@@ -691,13 +696,7 @@ async fn edges(rig: Rig, server: &ModelServer) {
     let agents = descendants(core_pid);
     resumed.end().await.unwrap();
     h.crash_and_restart();
-    for _ in 0..200 {
-        if agents.iter().all(|pid| !alive(*pid)) {
-            break;
-        }
-        tokio::time::sleep(Duration::from_millis(25)).await;
-    }
-    let survivors: Vec<u32> = agents.iter().copied().filter(|pid| alive(*pid)).collect();
+    let survivors = survivors_after_a_while(&agents).await;
     assert!(
         survivors.is_empty(),
         "{}: agent processes outlived end(), Core and Core's restart: {survivors:?}",
@@ -705,37 +704,12 @@ async fn edges(rig: Rig, server: &ModelServer) {
     );
 }
 
-macro_rules! edges {
-    ($($name:ident: $bin:literal => $rig:path),* $(,)?) => {
-        mod edges {
-            use super::*;
-            $(
-                #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-                async fn $name() {
-                    let Some(program) = agent($bin) else { return };
-                    let server = ModelServer::start(standard_script()).await.unwrap();
-                    edges($rig(&program, &server), &server).await;
-                }
-            )*
-        }
-    };
-}
-
-edges! {
-    codex: "codex" => Rig::codex,
-    claude: "claude" => Rig::claude,
-    codex_acp: "codex-acp" => Rig::codex_acp,
-    claude_acp: "claude-agent-acp" => Rig::claude_acp,
-    gemini: "gemini" => Rig::gemini,
-    opencode: "opencode-linux-x64/bin/opencode" => Rig::opencode,
-}
-
 /// The vendor API refusing a request (HTTP 400) fails the turn for the app —
 /// the awaited `send_text` rejects, it never hangs or passes for a success —
 /// and the session takes the next turn. opencode 1.18 retries a 400 with
 /// backoff and tells the client nothing, so for it only Core's turn timeout
 /// (10 s here) ends the turn (`providerCode` `PROVIDER_TIMEOUT`).
-async fn model_refusal_fails_the_turn(rig: Rig) {
+async fn model_refusal_fails_the_turn(rig: Rig, _server: &ModelServer) {
     let settings = format!("turn_timeout_secs = 10\n{}", rig.settings);
     let h = Harness::with_config(Via::Grpc, &settings);
     let client = h.client().await;
@@ -773,27 +747,32 @@ async fn model_refusal_fails_the_turn(rig: Rig) {
     session.end().await.unwrap();
 }
 
-macro_rules! model_refusals {
-    ($($name:ident: $bin:literal => $rig:path),* $(,)?) => {
-        mod model_refusal {
+/// One test per agent in `mod $module`, each running `$run(rig, &server)`.
+macro_rules! per_agent {
+    ($module:ident => $run:path) => {
+        mod $module {
             use super::*;
-            $(
-                #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-                async fn $name() {
-                    let Some(program) = agent($bin) else { return };
-                    let server = ModelServer::start(standard_script()).await.unwrap();
-                    model_refusal_fails_the_turn($rig(&program, &server)).await;
-                }
-            )*
+            per_agent!(@each $run;
+                codex: "codex" => Rig::codex,
+                claude: "claude" => Rig::claude,
+                codex_acp: "codex-acp" => Rig::codex_acp,
+                claude_acp: "claude-agent-acp" => Rig::claude_acp,
+                gemini: "gemini" => Rig::gemini,
+                opencode: "opencode-linux-x64/bin/opencode" => Rig::opencode,
+            );
         }
+    };
+    (@each $run:path; $($name:ident: $bin:literal => $rig:path),* $(,)?) => {
+        $(
+            #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+            async fn $name() {
+                let Some(program) = agent($bin) else { return };
+                let server = ModelServer::start(standard_script()).await.unwrap();
+                $run($rig(&program, &server), &server).await;
+            }
+        )*
     };
 }
 
-model_refusals! {
-    codex: "codex" => Rig::codex,
-    claude: "claude" => Rig::claude,
-    codex_acp: "codex-acp" => Rig::codex_acp,
-    claude_acp: "claude-agent-acp" => Rig::claude_acp,
-    gemini: "gemini" => Rig::gemini,
-    opencode: "opencode-linux-x64/bin/opencode" => Rig::opencode,
-}
+per_agent!(edges => super::edges);
+per_agent!(model_refusal => super::model_refusal_fails_the_turn);
