@@ -87,9 +87,19 @@ struct State {
     disconnect_epoch: u64,
     /// How the last operations ended, oldest first (`Snapshot.recent_outcomes`).
     outcomes: std::collections::VecDeque<pb::OperationOutcome>,
+    /// Time the active operation spent in `waiting_tool_result`, which the
+    /// turn timeout does not count (a tool's own timeout may be longer).
+    tool_wait: Duration,
+    /// Since when the session waits for a tool result, while it does.
+    waiting_since: Option<std::time::Instant>,
 }
 
 impl State {
+    /// The active operation's time in tool waits so far, the current one included.
+    fn tool_wait_so_far(&self) -> Duration {
+        self.tool_wait + self.waiting_since.map(|since| since.elapsed()).unwrap_or_default()
+    }
+
     /// Remembers an operation's outcome for later snapshots (bounded).
     fn remember(&mut self, outcome: pb::OperationOutcome) {
         if self.outcomes.len() == limits::RECENT_OUTCOMES {
@@ -203,6 +213,8 @@ impl Session {
                 next_subscriber: 0,
                 disconnect_epoch: 0,
                 outcomes: std::collections::VecDeque::new(),
+                tool_wait: Duration::ZERO,
+                waiting_since: None,
             }),
             runtime: tokio::sync::Mutex::new(None),
         })
@@ -316,6 +328,11 @@ impl Session {
         match st.status.transition(next) {
             Ok(_) => {
                 let previous = st.status;
+                if next == SessionStatus::WaitingToolResult {
+                    st.waiting_since = Some(std::time::Instant::now());
+                } else if let Some(since) = st.waiting_since.take() {
+                    st.tool_wait += since.elapsed();
+                }
                 st.status = next;
                 self.emit(st, operation_id, pedelec_protocol::gate::build::status(next, previous));
             }
@@ -523,6 +540,7 @@ impl Session {
         let turn_kind = if kind == pb::OperationKind::Prepare { pb::TurnKind::Prepare } else { pb::TurnKind::User };
         let turn = pb::TurnInfo { turn_id: new_id("turn"), kind: turn_kind as i32, started_at_ms: now_ms() };
         st.active = Some(ActiveOperation { id: operation_id.clone(), kind, turn, task: None });
+        st.tool_wait = Duration::ZERO;
         let entry = if kind == pb::OperationKind::Prepare { "prepare" } else { "user_text" };
         self.append(st, entry, serde_json::json!({ "operation_id": operation_id, "text": text }));
         self.shared.store.save(self.record(st));
@@ -579,6 +597,26 @@ impl Session {
         }
     }
 
+    /// Runs `turn` until it finishes or spends `timeout` outside tool waits:
+    /// the time the turn waits for a frontend tool result extends its
+    /// deadline, so a tool's own (possibly longer) timeout is not cut short.
+    async fn within_turn_timeout<F: std::future::Future>(
+        &self,
+        timeout: Duration,
+        turn: F,
+    ) -> Result<F::Output, tokio::time::error::Elapsed> {
+        let started = tokio::time::Instant::now();
+        tokio::pin!(turn);
+        loop {
+            let waited = self.lock().tool_wait_so_far();
+            match tokio::time::timeout_at(started + timeout + waited, &mut turn).await {
+                Ok(output) => return Ok(output),
+                Err(elapsed) if self.lock().tool_wait_so_far() <= waited => return Err(elapsed),
+                Err(_) => continue,
+            }
+        }
+    }
+
     async fn run_operation(self: Arc<Self>, operation_id: String, kind: pb::TurnKind, text: String) {
         let sink =
             OperationSink { session: self.clone(), operation_id: operation_id.clone(), kind, hidden: Mutex::default() };
@@ -610,7 +648,7 @@ impl Session {
             // with no task behind it: it fails the turn like a hang does.
             let turn = std::panic::AssertUnwindSafe(provider.run_turn(TurnRequest { kind, text }, &sink));
             let turn = futures::FutureExt::catch_unwind(turn);
-            let outcome = match tokio::time::timeout(timeout, turn).await {
+            let outcome = match self.within_turn_timeout(timeout, turn).await {
                 Ok(Ok(outcome)) => outcome,
                 Ok(Err(panic)) => {
                     let reason = panic

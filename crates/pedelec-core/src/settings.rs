@@ -2,7 +2,7 @@
 //!
 //! ```toml
 //! default_provider = "codex"          # used when a request names none
-//! turn_timeout_secs = 600             # a turn running longer fails with PROVIDER_TIMEOUT
+//! turn_timeout_secs = 600             # a turn running longer (tool waits not counted) fails with PROVIDER_TIMEOUT
 //!
 //! [providers.codex]                   # override a built-in provider…
 //! command = ["/opt/codex/bin/codex"]

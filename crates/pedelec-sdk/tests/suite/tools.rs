@@ -177,3 +177,23 @@ super::over_both_transports!(
     a_recovered_tool_call_waits_for_its_handler_after_resume_session,
     generic_handlers_see_typed_names,
 );
+
+/// The turn timeout does not count the time a turn waits for a frontend
+/// tool: a handler slower than the whole turn timeout (but within its own
+/// tool timeout) still answers, and the turn completes.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_turn_timeout_stops_counting_while_the_turn_waits_for_a_tool() {
+    let h = Harness::with_config(Via::Grpc, "turn_timeout_secs = 1\n");
+    let client = h.client().await;
+    let slow = ToolSpec::new("slow".to_string(), "Answers after 1.5 s", schema_object()).with_handler(handler(
+        |_: serde_json::Value, _| async {
+            tokio::time::sleep(std::time::Duration::from_millis(1500)).await;
+            Ok::<_, String>(json!({ "done": true }))
+        },
+    ));
+    let session = client.create_session(SessionOptions { tools: vec![slow], ..Default::default() }).await.unwrap();
+    session.send_text("/tool slow {}").await.expect("the turn outlives its timeout only by its tool wait");
+    // Without a tool wait the timeout still holds.
+    let err = session.send_text("/sleep 3000").await.unwrap_err();
+    assert_eq!(err.details.as_ref().and_then(|d| d["providerCode"].as_str()), Some("PROVIDER_TIMEOUT"), "{err:?}");
+}
