@@ -109,6 +109,11 @@ impl State {
     }
 }
 
+/// The event that announces an operation's outcome.
+fn completed(outcome: &pb::OperationOutcome) -> Kind {
+    Kind::OperationCompleted(pb::OperationCompleted { kind: outcome.kind, error: outcome.error.clone() })
+}
+
 /// The transcript body of an `operation_completed` entry.
 fn completion_entry(outcome: &pb::OperationOutcome) -> serde_json::Value {
     serde_json::json!({
@@ -738,14 +743,13 @@ impl Session {
                 self.set_status(&mut st, SessionStatus::Idle, operation_id);
             }
             let error = error.map(|(e, _)| e);
-            let outcome =
-                pb::OperationOutcome { operation_id: operation_id.to_owned(), kind: kind as i32, error: error.clone() };
+            let outcome = pb::OperationOutcome { operation_id: operation_id.to_owned(), kind: kind as i32, error };
             self.append(&st, "operation_completed", completion_entry(&outcome));
             let mut record = self.record(&st);
             record.active_operation = None;
-            (record, kind, error, outcome)
+            (record, outcome)
         };
-        let (record, kind, error, outcome) = record;
+        let (record, outcome) = record;
         // The completion is announced only once it is durable, so a client
         // that saw it can rely on it across a Core crash.
         if let Err(error) = self.shared.store.save_durably(record).await {
@@ -753,11 +757,7 @@ impl Session {
         }
         let mut st = self.lock();
         if st.active.as_ref().is_some_and(|a| a.id == operation_id) {
-            self.emit(
-                &mut st,
-                operation_id,
-                Kind::OperationCompleted(pb::OperationCompleted { kind: kind as i32, error }),
-            );
+            self.emit(&mut st, operation_id, completed(&outcome));
             st.active = None;
             // Snapshots report it from now on, like the event: only once durable.
             st.remember(outcome);
@@ -779,13 +779,14 @@ impl Session {
                     task.abort();
                 }
                 let error = pb::Error::new(ErrorCode::SessionEnded, "the session ended during this operation");
-                let kind = active.kind as i32;
-                let id = active.id.clone();
+                let outcome = pb::OperationOutcome {
+                    operation_id: active.id.clone(),
+                    kind: active.kind as i32,
+                    error: Some(error),
+                };
                 st.active = Some(active);
-                let completed = pb::OperationCompleted { kind, error: Some(error.clone()) };
-                self.emit(&mut st, &id, Kind::OperationCompleted(completed));
+                self.emit(&mut st, &outcome.operation_id, completed(&outcome));
                 st.active = None;
-                let outcome = pb::OperationOutcome { operation_id: id, kind, error: Some(error) };
                 self.append(&st, "operation_completed", completion_entry(&outcome));
                 st.remember(outcome);
             }

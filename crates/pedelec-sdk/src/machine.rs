@@ -335,20 +335,14 @@ impl SessionMachine {
                 }
             }
             Kind::OperationCompleted(done) => {
-                let outcome = match &done.error {
-                    Some(error) => Err(PedelecError::from(error)),
-                    None => Ok(()),
-                };
+                let outcome = operation_outcome(done.error.as_ref());
                 if done.kind == pb::OperationKind::Prepare as i32 && outcome.is_ok() {
                     self.prepared = true;
                 }
                 if self.awaiting.remove(&event.operation_id).is_some() {
                     out.push(Effect::Settle { operation_id: event.operation_id.clone(), outcome });
                 } else {
-                    if self.completed_early.len() == EARLY_COMPLETIONS {
-                        self.completed_early.pop_front();
-                    }
-                    self.completed_early.push_back((event.operation_id.clone(), outcome));
+                    self.complete_early(event.operation_id.clone(), outcome);
                 }
             }
             Kind::Ended(_) => {
@@ -380,6 +374,14 @@ impl SessionMachine {
         }
     }
 
+    /// Keeps the outcome of an operation whose acceptance is still to come (bounded).
+    fn complete_early(&mut self, operation_id: String, outcome: Result<(), PedelecError>) {
+        if self.completed_early.len() == EARLY_COMPLETIONS {
+            self.completed_early.pop_front();
+        }
+        self.completed_early.push_back((operation_id, outcome));
+    }
+
     fn adopt_snapshot(
         &mut self,
         snapshot: &pb::Snapshot,
@@ -402,16 +404,12 @@ impl SessionMachine {
         // were not listening: settled from their recorded outcome (a Core
         // restart's CORE_RESTARTED among them); one Core has no outcome for
         // any more is reported as lost.
-        let outcome_of = |o: &pb::OperationOutcome| match &o.error {
-            Some(error) => Err(PedelecError::from(error)),
-            None => Ok(()),
-        };
         let active = snapshot.active_operation.as_ref().map(|a| a.operation_id.as_str());
         let missed: Vec<String> = self.awaiting.keys().filter(|id| Some(id.as_str()) != active).cloned().collect();
         for operation_id in missed {
             self.awaiting.remove(&operation_id);
             let recorded = snapshot.recent_outcomes.iter().find(|o| o.operation_id == operation_id);
-            let outcome = recorded.map(outcome_of).unwrap_or_else(|| {
+            let outcome = recorded.map(|o| operation_outcome(o.error.as_ref())).unwrap_or_else(|| {
                 Err(PedelecError::new(
                     ErrorCode::TransportError,
                     "the operation finished while the subscription was being re-established",
@@ -423,10 +421,7 @@ impl SessionMachine {
         // be over: keep its outcome for `operation_accepted`.
         for recorded in &snapshot.recent_outcomes {
             if !self.completed_early.iter().any(|(id, _)| id == &recorded.operation_id) {
-                if self.completed_early.len() == EARLY_COMPLETIONS {
-                    self.completed_early.pop_front();
-                }
-                self.completed_early.push_back((recorded.operation_id.clone(), outcome_of(recorded)));
+                self.complete_early(recorded.operation_id.clone(), operation_outcome(recorded.error.as_ref()));
             }
         }
         if let Some(status) = SessionStatus::from_pb(snapshot.status) {
@@ -445,6 +440,14 @@ impl SessionMachine {
             let ctx = self.tool_ctx(&request, snapshot.turn.as_ref(), emitted, received);
             self.dispatch_tool(request, ctx, has_handler, out);
         }
+    }
+}
+
+/// How an operation ended, from its completion's error.
+fn operation_outcome(error: Option<&pb::Error>) -> Result<(), PedelecError> {
+    match error {
+        Some(error) => Err(PedelecError::from(error)),
+        None => Ok(()),
     }
 }
 

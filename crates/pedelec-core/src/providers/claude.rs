@@ -22,6 +22,7 @@ use pedelec_protocol::ErrorCode;
 use serde_json::Value;
 
 use super::cli_turn::{self, LineParser, clip, skipped, str_field as text};
+use super::events::content_text;
 use super::{
     AgentEvent, BoxFuture, MCP_SERVER_NAME, Provider, ProviderConfig, ProviderFailure, ProviderSession, ProviderSetup,
     TurnRequest, TurnSink, effort_name, with_guidance,
@@ -277,13 +278,8 @@ impl LineParser for ClaudeParser {
                     let summary = format!("{} {}", text(block, "tool_use_id"), if failed { "failed" } else { "ok" });
                     events.push(AgentEvent::Activity { kind: "tool_result".into(), summary });
                     if let (true, Some(tool)) = (failed, self.ours.get(&text(block, "tool_use_id"))) {
-                        let reason = match block.get("content") {
-                            Some(Value::String(s)) => s.clone(),
-                            Some(Value::Array(parts)) => {
-                                parts.iter().map(|p| text(p, "text")).collect::<Vec<_>>().join(" ")
-                            }
-                            _ => "the call failed".into(),
-                        };
+                        let reason = block.get("content").and_then(content_text);
+                        let reason = reason.unwrap_or_else(|| "the call failed".into());
                         events.push(AgentEvent::ToolFailed { tool: tool.clone(), reason });
                     }
                 }

@@ -33,6 +33,30 @@ pub enum AgentEvent {
     Skipped { reason: String },
 }
 
+/// The text of a tool result's content as agents send it: a string, or
+/// blocks (at any depth) whose `text` fields are joined by spaces; `None`
+/// when there is no text.
+pub(crate) fn content_text(content: &serde_json::Value) -> Option<String> {
+    fn collect(value: &serde_json::Value, out: &mut Vec<String>) {
+        match value {
+            serde_json::Value::Object(map) => {
+                if let Some(serde_json::Value::String(text)) = map.get("text") {
+                    out.push(text.clone());
+                }
+                map.values().for_each(|v| collect(v, out));
+            }
+            serde_json::Value::Array(items) => items.iter().for_each(|v| collect(v, out)),
+            _ => {}
+        }
+    }
+    if let serde_json::Value::String(text) = content {
+        return Some(text.clone()).filter(|t| !t.is_empty());
+    }
+    let mut texts = Vec::new();
+    collect(content, &mut texts);
+    (!texts.is_empty()).then(|| texts.join(" "))
+}
+
 /// Whether a frontend tool failure the agent reports happened on its side.
 /// A failure whose text carries one of our error codes came from Core (the
 /// handler's `TOOL_HANDLER_ERROR`, `TOOL_ARGS_INVALID`, `TOOL_TIMEOUT`, …),

@@ -54,6 +54,37 @@ fn agent(name: &str) -> Option<PathBuf> {
     None
 }
 
+/// A harness whose Core is stopped cleanly at the end (SIGTERM), so Core
+/// ends its agents' process groups itself: the plain harness's SIGKILL would
+/// leave real agents' children (claude, codex-acp's binary) running after
+/// the test.
+struct AgentHarness(Harness);
+
+impl AgentHarness {
+    fn start(settings: &str) -> Self {
+        AgentHarness(Harness::with_config(Via::Grpc, settings))
+    }
+}
+
+impl std::ops::Deref for AgentHarness {
+    type Target = Harness;
+    fn deref(&self) -> &Harness {
+        &self.0
+    }
+}
+
+impl std::ops::DerefMut for AgentHarness {
+    fn deref_mut(&mut self) -> &mut Harness {
+        &mut self.0
+    }
+}
+
+impl Drop for AgentHarness {
+    fn drop(&mut self) {
+        self.0.core.terminate();
+    }
+}
+
 /// One agent's place in the matrix: how Core is configured for it.
 struct Rig {
     provider: &'static str,
@@ -313,7 +344,7 @@ fn normalised(recorder: &Recorder) -> String {
 }
 
 async fn scenario(rig: Rig, server: &ModelServer) -> (String, Figures) {
-    let h = Harness::with_config(Via::Grpc, &rig.settings);
+    let h = AgentHarness::start(&rig.settings);
     let client = h.client().await;
     let counter = Arc::new(Mutex::new(0));
     let session = client
@@ -482,7 +513,7 @@ async fn codex_acp_prepares_with_a_model_codex_does_not_know() {
     let mut env = quiet_env(home.path());
     env.push(("CODEX_HOME", codex_home.display().to_string()));
     let settings = provider_settings("codex-acp", &program, &[], &env);
-    let h = Harness::with_config(Via::Grpc, &settings);
+    let h = AgentHarness::start(&settings);
     let client = h.client().await;
     let session = client
         .create_session(SessionOptions {
@@ -507,7 +538,7 @@ async fn codex_acp_prepares_with_a_model_codex_does_not_know() {
 /// claude `deny` rule removes the tool from what the model is offered: no
 /// call, so nothing fails.)
 async fn refused_tool_reaches_on_error(rig: Rig, server: &ModelServer, reason_says: &str) {
-    let h = Harness::with_config(Via::Grpc, &rig.settings);
+    let h = AgentHarness::start(&rig.settings);
     let client = h.client().await;
     let session = client
         .create_session(SessionOptions {
@@ -622,7 +653,7 @@ fn stalling_tool() -> pedelec_sdk::ToolSpec {
 /// to write outside the workspace gets nothing written; `kill -9` of Core
 /// mid-turn, a restart and `resume_session` continue the session.
 async fn edges(rig: Rig, server: &ModelServer) {
-    let mut h = Harness::with_config(Via::Grpc, &rig.settings);
+    let mut h = AgentHarness::start(&rig.settings);
     let client = h.client().await;
     let options = || SessionOptions {
         provider: Some(rig.provider.into()),
@@ -711,7 +742,7 @@ async fn edges(rig: Rig, server: &ModelServer) {
 /// (10 s here) ends the turn (`providerCode` `PROVIDER_TIMEOUT`).
 async fn model_refusal_fails_the_turn(rig: Rig, _server: &ModelServer) {
     let settings = format!("turn_timeout_secs = 10\n{}", rig.settings);
-    let h = Harness::with_config(Via::Grpc, &settings);
+    let h = AgentHarness::start(&settings);
     let client = h.client().await;
     let session = client
         .create_session(SessionOptions {

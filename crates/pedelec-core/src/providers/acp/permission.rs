@@ -61,13 +61,18 @@ fn normalise(base: &Path, path: &Path) -> PathBuf {
     out
 }
 
+/// The MCP server a tool call's raw input names (codex-acp: `server_name`).
+fn raw_server(raw: &serde_json::Value) -> Option<&str> {
+    raw.get("server_name").or_else(|| raw.get("server")).and_then(|s| s.as_str())
+}
+
 /// The manifest name of the frontend tool a tool call's title (or raw input)
 /// names, in any of the spellings `is_frontend_tool` accepts, if it is one of
 /// `tools`.
 pub fn our_tool(title: &str, raw_input: Option<&serde_json::Value>, tools: &[String]) -> Option<String> {
     let known = |name: &str| tools.iter().find(|t| t.as_str() == name).cloned();
     if let Some(raw) = raw_input
-        && raw.get("server_name").or_else(|| raw.get("server")).and_then(|s| s.as_str()) == Some(MCP_SERVER_NAME)
+        && raw_server(raw) == Some(MCP_SERVER_NAME)
         && let Some(name) = raw.get("tool_name").or_else(|| raw.get("tool")).and_then(|t| t.as_str())
     {
         return known(name);
@@ -95,8 +100,7 @@ impl PermissionPolicy {
     /// or name and says which server in `rawInput.server_name`; a request of
     /// kind `other` naming our server there is ours.
     fn is_frontend_tool(&self, names: &[&str], kind: ToolKind, raw_input: Option<&serde_json::Value>) -> bool {
-        let server = raw_input.and_then(|raw| raw.get("server_name").or_else(|| raw.get("server")));
-        if kind == ToolKind::Other && server.and_then(|s| s.as_str()) == Some(MCP_SERVER_NAME) {
+        if kind == ToolKind::Other && raw_input.and_then(raw_server) == Some(MCP_SERVER_NAME) {
             return true;
         }
         names.iter().any(|name| {

@@ -11,6 +11,7 @@ use agent_client_protocol::v1::schema::{
 use serde_json::Value;
 
 use crate::providers::AgentEvent;
+use crate::providers::events::content_text;
 
 /// Longest summary an activity keeps (thoughts can be long).
 const SUMMARY_CHARS: usize = 300;
@@ -55,20 +56,6 @@ pub struct TurnMapper {
     tool_titles: HashMap<String, String>,
     /// The session's frontend tool names, to recognise a failed call of ours.
     tools: Vec<String>,
-}
-
-/// Every `text` string inside a JSON value (tool call content blocks).
-fn collect_texts(value: &Value, out: &mut Vec<String>) {
-    match value {
-        Value::Object(map) => {
-            if let Some(Value::String(text)) = map.get("text") {
-                out.push(text.clone());
-            }
-            map.values().for_each(|v| collect_texts(v, out));
-        }
-        Value::Array(items) => items.iter().for_each(|v| collect_texts(v, out)),
-        _ => {}
-    }
 }
 
 fn truncate(text: &str) -> String {
@@ -189,9 +176,7 @@ impl TurnMapper {
                     let ours = super::permission::our_tool(&title, update.fields.raw_input.as_ref(), &self.tools);
                     if let (ToolCallStatus::Failed, Some(tool)) = (status, ours) {
                         let content = serde_json::to_value(&update.fields.content).unwrap_or_default();
-                        let mut texts = Vec::new();
-                        collect_texts(&content, &mut texts);
-                        let reason = if texts.is_empty() { "the call failed".to_owned() } else { texts.join(" ") };
+                        let reason = content_text(&content).unwrap_or_else(|| "the call failed".to_owned());
                         events.push(AgentEvent::ToolFailed { tool, reason });
                     }
                     let kind =
