@@ -232,7 +232,7 @@ impl AgentTools for AgentToolsService {
         use pb::call_tool_response::Outcome;
         let request = request.into_inner();
         let session = self.registry.by_token(&request.tool_token)?;
-        let outcome = match session.call_tool("", &request.tool, request.args_json).await {
+        let outcome = match session.call_tool(None, &request.tool, request.args_json).await {
             Ok(json) => Outcome::ResultJson(json),
             Err(error) => Outcome::Error(error),
         };

@@ -5,7 +5,7 @@
 //! SDK must agree on: session statuses and their transitions ([`status`]), the
 //! per-session event gate ([`gate`]), asset paths ([`asset_path`]), error
 //! codes ([`error_code`]), limits ([`limits`]), tool manifest rules
-//! ([`tools`]), the preparation handshake ([`prepare`]) and native-messaging
+//! ([`tools`]), the preparation handshake ([`prepare`]), id newtypes ([`ids`]), usage growth ([`usage`]) and native-messaging
 //! framing ([`native`]).
 //!
 //! It does no I/O and needs no async runtime, so it builds for
@@ -17,12 +17,14 @@ pub mod error_code;
 pub mod gate;
 #[cfg(feature = "grpc")]
 pub mod grpc;
+pub mod ids;
 pub mod json;
 pub mod limits;
 pub mod native;
 pub mod prepare;
 pub mod status;
 pub mod tools;
+pub mod usage;
 
 /// Generated protocol messages (and, with `grpc`, the tonic services).
 #[allow(clippy::all, missing_docs)]
@@ -34,6 +36,7 @@ pub mod pb {
 pub use asset_path::{AssetPath, AssetPathError};
 pub use error_code::ErrorCode;
 pub use gate::{EventGate, Verdict};
+pub use ids::{OperationId, SessionId, ToolRequestId, TurnId};
 pub use status::SessionStatus;
 
 /// Milliseconds since the Unix epoch, the clock every `*_at_ms` field uses.

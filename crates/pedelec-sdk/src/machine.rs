@@ -354,7 +354,7 @@ impl SessionMachine {
     }
 
     fn grow_usage(&mut self, total: u64, out: &mut Vec<Effect>) {
-        if self.usage.is_none_or(|known| total > known) {
+        if pedelec_protocol::usage::grows(self.usage, total) {
             self.usage = Some(total);
             out.push(Effect::Usage { total_tokens: total });
         }

@@ -1,0 +1,526 @@
+//! One session. Its rules are the sans-IO [`machine`]; this module is the
+//! shell that carries the machine's effects out: it fans events out to
+//! subscribers ([`fanout`]), writes the store, runs the provider's turns
+//! ([`sink`] is where a turn reports), delivers tool answers and arms timers.
+//!
+//! The machine, the subscribers, the waiting tool calls and the running turn
+//! sit behind one short-held mutex; every event is numbered by the machine
+//! and queued for subscribers while that mutex is held, so a new
+//! subscriber's snapshot and the live events after it never overlap or
+//! leave a gap.
+
+mod fanout;
+pub mod machine;
+pub mod outcome;
+mod sink;
+#[cfg(test)]
+mod tests;
+
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex, MutexGuard};
+use std::time::Duration;
+
+use pedelec_protocol::pb;
+use pedelec_protocol::{ErrorCode, OperationId, SessionStatus, ToolRequestId, TurnId};
+use tokio::sync::oneshot;
+
+use crate::error::CoreResult;
+use crate::providers::{
+    PREPARE_PROMPT, ProviderFailure, ProviderSession, ProviderSetup, Providers, ToolBridge, TurnRequest,
+};
+use crate::store::{SessionRecord, Store};
+use crate::tools::ToolSet;
+use crate::workspace::Workspace;
+use machine::{Begun, Effect, Identity, Now, SessionState, Start};
+
+pub fn now_ms() -> i64 {
+    std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map(|d| d.as_millis() as i64).unwrap_or(0)
+}
+
+pub fn new_id(prefix: &str) -> String {
+    format!("{prefix}-{}", uuid::Uuid::new_v4().simple())
+}
+
+/// What every session shares with Core.
+pub struct Shared {
+    pub store: Store,
+    pub assets: Arc<crate::assets::AssetServer>,
+    pub providers: Providers,
+    pub disconnect_grace: Duration,
+    /// A turn running longer fails with `PROVIDER_TIMEOUT` and its runtime is stopped.
+    pub turn_timeout: Duration,
+    /// What agent processes need to reach the MCP bridge: Core's executable and socket.
+    pub core_exe: std::path::PathBuf,
+    pub socket: std::path::PathBuf,
+}
+
+/// The session's state and the I/O handles its effects need.
+struct Inner {
+    machine: SessionState,
+    fanout: fanout::Fanout,
+    /// Where each waiting tool call's answer goes.
+    responders: HashMap<ToolRequestId, oneshot::Sender<Result<String, pb::Error>>>,
+    /// The task running the active operation's turn.
+    task: Option<(OperationId, tokio::task::AbortHandle)>,
+}
+
+pub struct Session {
+    pub id: String,
+    pub origin: String,
+    pub info: pb::SessionInfo,
+    pub workspace: Workspace,
+    pub tool_token: String,
+    pub guidance: String,
+    pub tools: Arc<ToolSet>,
+    shared: Arc<Shared>,
+    inner: Mutex<Inner>,
+    runtime: tokio::sync::Mutex<Option<Box<dyn ProviderSession>>>,
+}
+
+/// A registered subscriber's end: its snapshot (until sent), its queue, and
+/// the guard that unsubscribes it.
+struct Subscription {
+    snapshot: Option<pb::SessionEvent>,
+    events: fanout::Receiver,
+    guard: SubscriberGuard,
+}
+
+/// Keeps a subscription registered; dropping it (the stream went away) unsubscribes.
+struct SubscriberGuard {
+    session: Arc<Session>,
+    id: u64,
+}
+
+impl Drop for SubscriberGuard {
+    fn drop(&mut self) {
+        self.session.unsubscribe(self.id);
+    }
+}
+
+/// Construction parameters.
+pub struct NewSession {
+    pub id: String,
+    pub origin: String,
+    pub info: pb::SessionInfo,
+    pub workspace: Workspace,
+    pub tool_token: String,
+    pub skills: pb::Skills,
+    pub tools: Arc<ToolSet>,
+}
+
+impl NewSession {
+    fn identity(&self) -> Identity {
+        Identity {
+            id: self.id.clone().into(),
+            origin: self.origin.clone(),
+            info: self.info.clone(),
+            workspace: self.workspace.root.display().to_string(),
+            managed_workspace: self.workspace.managed,
+            tool_token: self.tool_token.clone(),
+        }
+    }
+}
+
+impl Session {
+    pub fn new(shared: Arc<Shared>, new: NewSession) -> Arc<Self> {
+        let machine = SessionState::new(new.identity());
+        Self::with_machine(shared, new, machine)
+    }
+
+    fn with_machine(shared: Arc<Shared>, new: NewSession, machine: SessionState) -> Arc<Self> {
+        Arc::new(Session {
+            id: new.id,
+            origin: new.origin,
+            info: new.info,
+            workspace: new.workspace,
+            tool_token: new.tool_token,
+            guidance: new.skills.guidance,
+            tools: new.tools,
+            shared,
+            inner: Mutex::new(Inner {
+                machine,
+                fanout: fanout::Fanout::default(),
+                responders: HashMap::new(),
+                task: None,
+            }),
+            runtime: tokio::sync::Mutex::new(None),
+        })
+    }
+
+    /// Brings a stored session back. An operation that was running when Core
+    /// stopped is reported failed with `CORE_RESTARTED` (in every later
+    /// snapshot's `recent_outcomes`) and the session is idle again.
+    pub fn restore(shared: Arc<Shared>, new: NewSession, record: &SessionRecord) -> Arc<Self> {
+        let (machine, effects) = SessionState::restore(new.identity(), record, Now::current());
+        let session = Self::with_machine(shared, new, machine);
+        session.apply_locked(effects);
+        session
+    }
+
+    fn lock(&self) -> MutexGuard<'_, Inner> {
+        self.inner.lock().unwrap_or_else(|poisoned| poisoned.into_inner())
+    }
+
+    pub fn status(&self) -> SessionStatus {
+        self.lock().machine.status()
+    }
+
+    pub fn initial_record(&self) -> SessionRecord {
+        self.lock().machine.record()
+    }
+
+    /// Carries out the machine's effects; called with the lock held, so
+    /// events reach subscribers in seq order.
+    fn apply(self: &Arc<Self>, inner: &mut Inner, effects: Vec<Effect>) {
+        for effect in effects {
+            match effect {
+                Effect::Emit(event) => inner.fanout.deliver(&event),
+                Effect::Append(entry) => self.shared.store.append(&self.id, entry),
+                Effect::Save(record) => self.shared.store.save(record),
+                Effect::AnswerTool { request, answer } => {
+                    if let Some(responder) = inner.responders.remove(&request) {
+                        let _ = responder.send(answer);
+                    }
+                }
+                Effect::StopTurn(operation) => {
+                    if let Some((_, task)) = inner.task.take_if(|(running, _)| *running == operation) {
+                        task.abort();
+                    }
+                }
+                Effect::ArmDisconnectTimer { epoch } => self.arm_disconnect_timer(epoch),
+            }
+        }
+    }
+
+    fn apply_locked(self: &Arc<Self>, effects: Vec<Effect>) {
+        let mut inner = self.lock();
+        self.apply(&mut inner, effects);
+    }
+
+    /// Runs one machine input under the lock and carries out its effects.
+    fn step<T>(self: &Arc<Self>, f: impl FnOnce(&mut SessionState, Now, &mut Vec<Effect>) -> T) -> T {
+        let mut inner = self.lock();
+        let mut effects = Vec::new();
+        let value = f(&mut inner.machine, Now::current(), &mut effects);
+        self.apply(&mut inner, effects);
+        value
+    }
+
+    /// Registers a subscriber: its snapshot and the receiver of every later event.
+    fn subscribe(self: &Arc<Self>) -> Subscription {
+        let mut inner = self.lock();
+        let (id, events) = inner.fanout.add();
+        inner.machine.watched();
+        let snapshot = inner.machine.snapshot(Now::current());
+        Subscription { snapshot: Some(snapshot), events, guard: SubscriberGuard { session: self.clone(), id } }
+    }
+
+    /// The session's events for one subscriber: a snapshot, then every later
+    /// event. If the subscriber fell so far behind that it was dropped, it is
+    /// re-registered and continues with a fresh snapshot (which resets the
+    /// reader's gate; its `recent_outcomes` settle what the reader missed)
+    /// instead of ending. The stream ends when Core closes the session's
+    /// subscriptions; dropping it unsubscribes.
+    pub fn events(self: &Arc<Self>) -> impl futures::Stream<Item = pb::SessionEvent> + Send + 'static {
+        futures::stream::unfold(self.subscribe(), |mut subscription| async move {
+            if let Some(snapshot) = subscription.snapshot.take() {
+                return Some((snapshot, subscription));
+            }
+            if let Some(event) = subscription.events.recv().await {
+                return Some((event, subscription));
+            }
+            if !subscription.events.queue.lagged() {
+                return None;
+            }
+            let session = &subscription.guard.session;
+            tracing::info!(session = %session.id, "a subscriber fell behind; re-synchronising it with a snapshot");
+            // Registered before the old guard drops, so the session never looks unwatched.
+            let mut fresh = session.subscribe();
+            let snapshot = fresh.snapshot.take()?;
+            Some((snapshot, fresh))
+        })
+    }
+
+    /// Waits while a subscriber's queue is full, so a provider produces no
+    /// faster than its slowest reader; one that stays full for
+    /// [`pedelec_protocol::limits::SUBSCRIBER_LAG_TIMEOUT`] is dropped (it
+    /// re-synchronises). Every full queue is judged at once, each from when
+    /// it filled, so N silent readers cost one grace, not N of them.
+    pub async fn flow(&self) {
+        loop {
+            let full = self.lock().fanout.full_queues(std::time::Instant::now());
+            let Some(earliest) = full.iter().map(|f| f.deadline).min() else { return };
+            // Any queue getting room, or the first grace running out, is news.
+            let room = futures::future::select_all(full.iter().map(|f| Box::pin(f.queue.room())));
+            let _ = tokio::time::timeout_at(earliest.into(), room).await;
+            self.lock().fanout.drop_lagging(&full, std::time::Instant::now());
+        }
+    }
+
+    fn unsubscribe(self: &Arc<Self>, id: u64) {
+        let mut inner = self.lock();
+        inner.fanout.remove(id);
+        if inner.fanout.is_empty() {
+            let mut effects = Vec::new();
+            inner.machine.unwatched(&mut effects);
+            self.apply(&mut inner, effects);
+        }
+    }
+
+    /// Ends the session if nobody subscribes within the grace period.
+    fn arm_disconnect_timer(self: &Arc<Self>, epoch: u64) {
+        let session = self.clone();
+        let grace = self.shared.disconnect_grace;
+        tokio::spawn(async move {
+            tokio::time::sleep(grace).await;
+            let abandoned = {
+                let inner = session.lock();
+                inner.machine.disconnect_due(epoch, inner.fanout.is_empty())
+            };
+            if abandoned {
+                tracing::info!(session = %session.id, "last subscriber left; ending the session");
+                let _ = session.end("disconnected").await;
+            }
+        });
+    }
+
+    /// Arms the disconnect timer for a session restored without subscribers.
+    pub fn arm_after_restore(self: &Arc<Self>) {
+        let mut inner = self.lock();
+        if inner.fanout.is_empty() {
+            let mut effects = Vec::new();
+            inner.machine.unwatched(&mut effects);
+            self.apply(&mut inner, effects);
+        }
+    }
+
+    /// Drops every subscriber, ending their streams (Core is stopping).
+    pub fn close_subscribers(&self) {
+        self.lock().fanout.clear();
+    }
+
+    pub async fn send_text(self: &Arc<Self>, text: String) -> CoreResult<pb::OperationAccepted> {
+        self.start(pb::OperationKind::SendText, text).await
+    }
+
+    pub async fn prepare(self: &Arc<Self>) -> CoreResult<pb::OperationAccepted> {
+        self.start(pb::OperationKind::Prepare, PREPARE_PROMPT.to_owned()).await
+    }
+
+    /// Records a new operation, and once it is committed announces it and
+    /// starts its turn, so that a client which saw it start can count on it
+    /// across a crash.
+    async fn start(self: &Arc<Self>, kind: pb::OperationKind, text: String) -> CoreResult<pb::OperationAccepted> {
+        let ids = (OperationId::new(new_id("op")), TurnId::new(new_id("turn")));
+        let begun = match self.step(|m, now, out| m.begin(kind, text, ids, now, out))? {
+            Start::Existing(accepted) => return Ok(accepted),
+            Start::New(begun) => begun,
+        };
+        let Begun { operation, kind, turn_kind, text } = begun;
+        if let Err(error) = self.shared.store.flush().await {
+            let pb_error = error.to_pb();
+            self.step(|m, now, out| m.announce_failed(&operation, pb_error, now, out));
+            return Err(error);
+        }
+        let mut inner = self.lock();
+        let mut effects = Vec::new();
+        inner.machine.announce(&operation, Now::current(), &mut effects)?;
+        self.apply(&mut inner, effects);
+        let session = self.clone();
+        let op = operation.clone();
+        let task = tokio::spawn(async move { session.run_operation(op, turn_kind, text).await });
+        inner.task = Some((operation.clone(), task.abort_handle()));
+        Ok(machine::accepted(&operation, kind, false))
+    }
+
+    fn provider_setup(&self) -> ProviderSetup {
+        let inner = self.lock();
+        ProviderSetup {
+            session_id: self.id.clone(),
+            model: self.info.model.clone(),
+            effort_level: pb::EffortLevel::try_from(self.info.effort_level).unwrap_or_default(),
+            workspace: self.workspace.root.clone(),
+            runtime_dir: self.workspace.runtime.clone(),
+            guidance: self.guidance.clone(),
+            tools: self.tools.definitions.clone(),
+            provider_session_id: inner.machine.provider_session_id().map(str::to_owned),
+            usage_total: inner.machine.usage(),
+            bridge: ToolBridge {
+                command: self.shared.core_exe.clone(),
+                socket: self.shared.socket.clone(),
+                tool_token: self.tool_token.clone(),
+            },
+        }
+    }
+
+    /// Runs `turn` until it finishes or spends `timeout` outside tool waits:
+    /// the time the turn waits for a frontend tool result extends its
+    /// deadline, so a tool's own (possibly longer) timeout is not cut short.
+    async fn within_turn_timeout<F: std::future::Future>(
+        &self,
+        timeout: Duration,
+        turn: F,
+    ) -> Result<F::Output, tokio::time::error::Elapsed> {
+        let started = tokio::time::Instant::now();
+        let waited_so_far = || self.lock().machine.tool_wait_so_far(std::time::Instant::now());
+        tokio::pin!(turn);
+        loop {
+            let waited = waited_so_far();
+            match tokio::time::timeout_at(started + timeout + waited, &mut turn).await {
+                Ok(output) => return Ok(output),
+                Err(elapsed) if waited_so_far() <= waited => return Err(elapsed),
+                Err(_) => continue,
+            }
+        }
+    }
+
+    async fn run_operation(self: Arc<Self>, operation: OperationId, kind: pb::TurnKind, text: String) {
+        let sink = sink::OperationSink { session: self.clone(), operation: operation.clone() };
+        let result = {
+            let mut runtime = self.runtime.lock().await;
+            if runtime.is_none() {
+                let started = match self.shared.providers.get(&self.info.provider) {
+                    Some(provider) => provider.start(self.provider_setup()),
+                    None => Err(ProviderFailure::coded(
+                        ErrorCode::ProviderNotFound,
+                        format!("provider {:?} is not available", self.info.provider),
+                        true,
+                    )),
+                };
+                match started {
+                    Ok(started) => *runtime = Some(started),
+                    Err(failure) => {
+                        drop(runtime);
+                        return self.finish_operation(&operation, Err(failure)).await;
+                    }
+                }
+            }
+            let provider = runtime.as_mut().expect("started above");
+            let timeout = self.shared.turn_timeout;
+            // A panic in a provider must end the operation, not leave it active
+            // with no task behind it: it fails the turn like a hang does.
+            let turn = std::panic::AssertUnwindSafe(provider.run_turn(TurnRequest { kind, text }, &sink));
+            let turn = futures::FutureExt::catch_unwind(turn);
+            let result = match self.within_turn_timeout(timeout, turn).await {
+                Ok(Ok(result)) => result,
+                Ok(Err(panic)) => {
+                    let reason = panic
+                        .downcast_ref::<&str>()
+                        .map(|s| s.to_string())
+                        .or_else(|| panic.downcast_ref::<String>().cloned())
+                        .unwrap_or_else(|| "a panic".into());
+                    tracing::error!(session = %self.id, %reason, "the provider panicked during a turn");
+                    Err(ProviderFailure::coded(
+                        ErrorCode::Internal,
+                        format!("the provider failed inside Pedelec: {reason}"),
+                        false,
+                    ))
+                }
+                // The runtime's state is unknown after a hang: stop it; the next
+                // turn starts a fresh one that continues the provider session.
+                Err(_) => Err(ProviderFailure {
+                    code: ErrorCode::ProviderTimeout,
+                    message: format!("the provider did not finish the turn within {} ms", timeout.as_millis()),
+                    fatal: false,
+                    details: serde_json::json!({ "timeoutMs": timeout.as_millis() as u64 }),
+                }),
+            };
+            let restart = match &result {
+                Err(f) => f.fatal || matches!(f.code, ErrorCode::ProviderTimeout | ErrorCode::Internal),
+                Ok(()) => false,
+            };
+            if restart && let Some(mut gone) = runtime.take() {
+                gone.shutdown();
+            }
+            result
+        };
+        self.finish_operation(&operation, result).await;
+    }
+
+    /// Settles the operation, commits its completion, then announces it.
+    async fn finish_operation(self: &Arc<Self>, operation: &OperationId, result: Result<(), ProviderFailure>) {
+        let Some(record) = self.step(|m, now, out| m.finish(operation, result, now, out)) else { return };
+        // The completion is announced only once it is durable, so a client
+        // that saw it can rely on it across a Core crash. A store that fails
+        // must not leave the client waiting: it is announced all the same.
+        if let Err(error) = self.shared.store.save_durably(record).await {
+            tracing::error!(session = %self.id, %error, "could not persist an operation's completion");
+        }
+        self.step(|m, now, out| {
+            m.completion_committed(operation, now, out);
+        });
+        let mut inner = self.lock();
+        inner.task.take_if(|(running, _)| running == operation);
+    }
+
+    /// Ends the session. `Ok(false)` when it had already ended.
+    pub async fn end(self: &Arc<Self>, reason: &str) -> CoreResult<bool> {
+        let Some(record) = self.step(|m, now, out| m.end(reason, now, out)) else { return Ok(false) };
+        self.shared.store.save_durably(record).await?;
+        let mut runtime = self.runtime.lock().await;
+        if let Some(mut gone) = runtime.take() {
+            gone.shutdown();
+        }
+        Ok(true)
+    }
+
+    /// Ended → idle on the same thread; idempotent when idle. Contacts no provider.
+    pub async fn resume(self: &Arc<Self>) -> CoreResult<()> {
+        if !self.lock().machine.can_resume()? {
+            return Ok(());
+        }
+        self.workspace.load_manifest()?;
+        let record = {
+            let mut inner = self.lock();
+            let unwatched = inner.fanout.is_empty();
+            let mut effects = Vec::new();
+            let record = inner.machine.resume(unwatched, Now::current(), &mut effects);
+            self.apply(&mut inner, effects);
+            record
+        };
+        match record {
+            Some(record) => self.shared.store.save_durably(record).await,
+            // Resumed by a concurrent request in the meantime.
+            None => Ok(()),
+        }
+    }
+
+    /// The application's answer to a pending tool call.
+    pub fn submit_tool_result(self: &Arc<Self>, request: pb::SubmitToolResultRequest) -> CoreResult<()> {
+        self.step(|m, now, out| m.submit_tool_result(request, now, out))
+    }
+
+    /// A tool call from the agent, during the active operation (`operation`
+    /// `None`: whichever is active, as for external agents over the MCP bridge).
+    pub async fn call_tool(
+        self: &Arc<Self>,
+        operation: Option<&OperationId>,
+        tool: &str,
+        args_json: String,
+    ) -> Result<String, pb::Error> {
+        let request = ToolRequestId::new(new_id("tool"));
+        let check =
+            |tool: &str, args: &str| self.tools.check_call(tool, args).map(pedelec_protocol::tools::tool_timeout);
+        let (receiver, started) = {
+            let mut inner = self.lock();
+            let mut effects = Vec::new();
+            let started =
+                inner.machine.call_tool(operation, tool, args_json, check, request, Now::current(), &mut effects)?;
+            let (tx, rx) = oneshot::channel();
+            inner.responders.insert(started.request.clone(), tx);
+            self.apply(&mut inner, effects);
+            (rx, started)
+        };
+        match tokio::time::timeout(started.timeout, receiver).await {
+            Ok(Ok(answer)) => answer,
+            Ok(Err(_)) => Err(pb::Error::new(ErrorCode::SessionEnded, "the session ended before the tool answered")),
+            Err(_) => {
+                self.step(|m, now, out| m.tool_timed_out(&started.request, now, out));
+                Err(pb::Error::new(
+                    ErrorCode::ToolTimeout,
+                    format!("{tool} did not answer within {} ms", started.timeout.as_millis()),
+                ))
+            }
+        }
+    }
+}
