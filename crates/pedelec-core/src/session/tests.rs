@@ -1,1 +1,559 @@
+//! The session machine's rules, tested without sockets, tasks or sleeps:
+//! each test feeds inputs with explicit times and reads the effects.
 
+use std::time::{Duration, Instant};
+
+use pedelec_protocol::pb::{self, session_event::Kind};
+use pedelec_protocol::{ErrorCode, OperationId, SessionStatus, ToolRequestId, TurnId, limits};
+
+use super::machine::{Effect, Identity, Now, SEQ_RESERVATION, SessionState, Start};
+use crate::providers::ProviderFailure;
+use crate::store::SessionRecord;
+
+fn identity(auto_end: bool) -> Identity {
+    Identity {
+        id: "sess-1".into(),
+        origin: "https://app.example".into(),
+        info: pb::SessionInfo {
+            session_id: "sess-1".into(),
+            provider: "scripted".into(),
+            model: "m".into(),
+            created_at_ms: 1_000,
+            auto_end_on_disconnect: auto_end,
+            ..Default::default()
+        },
+        workspace: "/w".into(),
+        managed_workspace: true,
+        tool_token: "token".into(),
+    }
+}
+
+fn t0() -> Now {
+    Now { instant: Instant::now(), epoch_ms: 1_700_000_000_000 }
+}
+
+fn op(n: u32) -> OperationId {
+    OperationId::new(format!("op-{n}"))
+}
+
+fn ids(n: u32) -> (OperationId, TurnId) {
+    (op(n), TurnId::new(format!("turn-{n}")))
+}
+
+fn tool_ok(_: &str, _: &str) -> Result<Duration, pb::Error> {
+    Ok(Duration::from_secs(60))
+}
+
+/// One line per effect, for assertions and snapshots.
+fn render(effects: &[Effect]) -> Vec<String> {
+    effects
+        .iter()
+        .map(|effect| match effect {
+            Effect::Emit(e) => {
+                let kind = match e.kind.as_ref().expect("every event has a kind") {
+                    Kind::StatusChanged(s) => format!(
+                        "status {} -> {}",
+                        SessionStatus::from_pb(s.previous).map_or("?", |s| s.as_str()),
+                        SessionStatus::from_pb(s.status).map_or("?", |s| s.as_str())
+                    ),
+                    Kind::OperationStarted(_) => "operation_started".into(),
+                    Kind::Chat(c) => format!("chat {:?}", c.text),
+                    Kind::ChatDelta(c) => format!("delta {:?}", c.text),
+                    Kind::ToolCall(c) => format!("tool_call {} {}", c.tool_request_id, c.tool),
+                    Kind::ToolCallSettled(s) => format!("tool_settled {} {:?}", s.tool_request_id, s.code),
+                    Kind::UsageUpdated(u) => format!("usage {:?}", u.usage.and_then(|u| u.total_tokens)),
+                    Kind::Error(e) => format!("error {}", e.error.as_ref().map_or("", |e| e.code.as_str())),
+                    Kind::OperationCompleted(c) => {
+                        format!("completed {}", c.error.as_ref().map_or("ok", |e| e.code.as_str()))
+                    }
+                    Kind::Ended(e) => format!("ended {}", e.reason),
+                    Kind::Snapshot(_) => "snapshot".into(),
+                };
+                format!("emit #{} [{}] {kind}", e.seq, e.operation_id)
+            }
+            Effect::Append(entry) => format!("append #{} {}", entry.seq, entry.kind),
+            Effect::Save(record) => {
+                format!("save {} active={:?}", record.status, record.active_operation.as_deref().unwrap_or("-"))
+            }
+            Effect::AnswerTool { request, answer } => match answer {
+                Ok(json) => format!("answer {request} {json}"),
+                Err(e) => format!("answer {request} error {}", e.code),
+            },
+            Effect::StopTurn(op) => format!("stop {op}"),
+            Effect::ArmDisconnectTimer { epoch } => format!("arm_disconnect {epoch}"),
+        })
+        .collect()
+}
+
+fn begin(m: &mut SessionState, kind: pb::OperationKind, n: u32, out: &mut Vec<Effect>) -> Start {
+    m.begin(kind, "hello".into(), ids(n), t0(), out).expect("may start")
+}
+
+/// A `SendText` begun and announced.
+fn running(m: &mut SessionState, n: u32) -> OperationId {
+    let mut out = Vec::new();
+    begin(m, pb::OperationKind::SendText, n, &mut out);
+    m.announce(&op(n), t0(), &mut out).expect("announces");
+    op(n)
+}
+
+fn call(m: &mut SessionState, operation: &OperationId, request: &str, now: Now) -> Vec<Effect> {
+    let mut out = Vec::new();
+    m.call_tool(Some(operation), "getState", "{}".into(), tool_ok, ToolRequestId::new(request), now, &mut out)
+        .expect("the call is registered");
+    out
+}
+
+fn finish(m: &mut SessionState, operation: &OperationId, result: Result<(), ProviderFailure>) -> Vec<Effect> {
+    let mut out = Vec::new();
+    m.finish(operation, result, t0(), &mut out).expect("the operation was running");
+    m.completion_committed(operation, t0(), &mut out);
+    out
+}
+
+fn code(error: crate::error::CoreError) -> ErrorCode {
+    error.code()
+}
+
+fn snapshot(m: &SessionState) -> pb::Snapshot {
+    match m.snapshot(t0()).kind {
+        Some(Kind::Snapshot(s)) => s,
+        other => panic!("not a snapshot: {other:?}"),
+    }
+}
+
+#[test]
+fn a_tool_turn_from_start_to_completion() {
+    let mut m = SessionState::new(identity(false));
+    let mut out = Vec::new();
+    let start = begin(&mut m, pb::OperationKind::SendText, 1, &mut out);
+    assert!(matches!(start, Start::New(ref b) if b.operation == op(1) && b.text == "hello"));
+    m.announce(&op(1), t0(), &mut out).unwrap();
+    m.delta(&op(1), "Hel", t0(), &mut out);
+    m.message(&op(1), "Hello", t0(), &mut out);
+    m.usage_reported(&op(1), 12, t0(), &mut out);
+    out.extend(call(&mut m, &op(1), "tool-1", t0()));
+    let result = pb::SubmitToolResultRequest {
+        tool_request_id: "tool-1".into(),
+        outcome: Some(pb::submit_tool_result_request::Outcome::ResultJson("{\"n\":1}".into())),
+        ..Default::default()
+    };
+    m.submit_tool_result(result, t0(), &mut out).unwrap();
+    out.extend(finish(&mut m, &op(1), Ok(())));
+    insta::assert_snapshot!(render(&out).join("\n"));
+    assert_eq!(m.status(), SessionStatus::Idle);
+    let snap = snapshot(&m);
+    assert_eq!(snap.recent_outcomes.len(), 1);
+    assert!(snap.active_operation.is_none() && snap.pending_tools.is_empty());
+}
+
+#[test]
+fn starting_is_refused_with_the_seed_codes_and_changes_nothing() {
+    let mut m = SessionState::new(identity(false));
+    let mut out = Vec::new();
+    let big = "x".repeat(limits::MAX_TEXT_BYTES + 1);
+    let refused = m.begin(pb::OperationKind::SendText, big, ids(1), t0(), &mut out).unwrap_err();
+    assert_eq!(code(refused), ErrorCode::TextTooLarge);
+    running(&mut m, 2);
+    let busy = m.begin(pb::OperationKind::SendText, "again".into(), ids(3), t0(), &mut out).unwrap_err();
+    assert_eq!(code(busy), ErrorCode::SessionBusy);
+    let busy = m.begin(pb::OperationKind::Prepare, String::new(), ids(4), t0(), &mut out).unwrap_err();
+    assert_eq!(code(busy), ErrorCode::SessionBusy, "a preparation does not start beside a user turn");
+    assert!(out.is_empty(), "a refusal has no effect: {:?}", render(&out));
+    m.finish(&op(2), Err(ProviderFailure::crashed("gone")), t0(), &mut out).unwrap();
+    m.completion_committed(&op(2), t0(), &mut out);
+    assert_eq!(m.status(), SessionStatus::Error);
+    let error = m.begin(pb::OperationKind::SendText, "x".into(), ids(5), t0(), &mut out).unwrap_err();
+    assert_eq!(code(error), ErrorCode::SessionError);
+    m.end("requested", t0(), &mut out).unwrap();
+    let ended = m.begin(pb::OperationKind::Prepare, String::new(), ids(6), t0(), &mut out).unwrap_err();
+    assert_eq!(code(ended), ErrorCode::SessionEnded);
+}
+
+#[test]
+fn the_next_operation_is_refused_until_the_completion_is_committed() {
+    let mut m = SessionState::new(identity(false));
+    running(&mut m, 1);
+    let mut out = Vec::new();
+    m.finish(&op(1), Ok(()), t0(), &mut out).unwrap();
+    assert_eq!(m.status(), SessionStatus::Idle);
+    assert!(!render(&out).iter().any(|l| l.contains("] completed")), "not announced before it is durable");
+    assert!(snapshot(&m).recent_outcomes.is_empty(), "nor reported by snapshots");
+    assert_eq!(m.record().active_operation, None, "the record being committed no longer has it active");
+    let busy = m.begin(pb::OperationKind::SendText, "x".into(), ids(2), t0(), &mut out).unwrap_err();
+    assert_eq!(code(busy), ErrorCode::SessionBusy);
+    m.completion_committed(&op(1), t0(), &mut out);
+    assert!(render(&out).last().unwrap().ends_with("completed ok"));
+    assert!(m.begin(pb::OperationKind::SendText, "x".into(), ids(2), t0(), &mut out).is_ok());
+}
+
+#[test]
+fn preparation_is_idempotent_and_its_text_is_hidden() {
+    let mut m = SessionState::new(identity(false));
+    let mut out = Vec::new();
+    let Start::New(begun) = begin(&mut m, pb::OperationKind::Prepare, 1, &mut out) else { panic!("new") };
+    assert_eq!(begun.turn_kind, pb::TurnKind::Prepare);
+    let again = begin(&mut m, pb::OperationKind::Prepare, 2, &mut out);
+    assert_eq!(again, Start::Existing(super::machine::accepted(&op(1), pb::OperationKind::Prepare, false)));
+    m.announce(&op(1), t0(), &mut out).unwrap();
+    out.clear();
+    m.delta(&op(1), "PEDELEC_", t0(), &mut out);
+    m.message(&op(1), "PEDELEC_PREPARED", t0(), &mut out);
+    assert!(out.is_empty(), "preparation text never reaches events or the transcript: {:?}", render(&out));
+    finish(&mut m, &op(1), Ok(()));
+    assert!(m.prepared());
+    let done = begin(&mut m, pb::OperationKind::Prepare, 3, &mut out);
+    assert!(matches!(done, Start::Existing(a) if a.already_done && a.operation_id.is_empty()));
+}
+
+#[test]
+fn a_preparation_without_the_acknowledgement_fails() {
+    let mut m = SessionState::new(identity(false));
+    let mut out = Vec::new();
+    begin(&mut m, pb::OperationKind::Prepare, 1, &mut out);
+    m.announce(&op(1), t0(), &mut out).unwrap();
+    m.message(&op(1), "I'd rather not.", t0(), &mut out);
+    let out = finish(&mut m, &op(1), Ok(()));
+    let lines = render(&out);
+    assert!(lines.iter().any(|l| l.ends_with("error PREPARE_FAILED")), "{lines:?}");
+    assert!(lines.last().unwrap().ends_with("completed PREPARE_FAILED"), "{lines:?}");
+    assert!(!m.prepared());
+    assert_eq!(m.status(), SessionStatus::Idle);
+}
+
+#[test]
+fn provider_failures_map_to_operation_codes_and_fatal_ones_to_the_error_status() {
+    let mut m = SessionState::new(identity(false));
+    let operation = running(&mut m, 1);
+    let out = finish(&mut m, &operation, Err(ProviderFailure::turn("model said no")));
+    assert!(render(&out).last().unwrap().ends_with("completed SEND_TEXT_FAILED"));
+    let outcome = snapshot(&m).recent_outcomes.pop().unwrap();
+    let details: serde_json::Value = serde_json::from_str(&outcome.error.unwrap().details_json).unwrap();
+    assert_eq!(details["providerCode"], "PROVIDER_ERROR");
+    assert_eq!(m.status(), SessionStatus::Idle);
+    let operation = running(&mut m, 2);
+    let out = finish(&mut m, &operation, Err(ProviderFailure::crashed("exited 9")));
+    let lines = render(&out);
+    assert!(lines.iter().any(|l| l.ends_with("status running -> error")), "{lines:?}");
+    assert!(lines.last().unwrap().ends_with("completed SESSION_ERROR"));
+    assert_eq!(m.status(), SessionStatus::Error);
+    assert_eq!(code(m.can_resume().unwrap_err()), ErrorCode::SessionError);
+}
+
+#[test]
+fn output_of_an_operation_that_is_not_running_is_ignored() {
+    let mut m = SessionState::new(identity(false));
+    let mut out = Vec::new();
+    begin(&mut m, pb::OperationKind::SendText, 1, &mut out);
+    out.clear();
+    m.delta(&op(1), "too early", t0(), &mut out);
+    m.message(&op(9), "someone else's", t0(), &mut out);
+    m.usage_reported(&op(9), 5, t0(), &mut out);
+    m.tool_failed(&op(9), "t", "r", t0(), &mut out);
+    assert!(out.is_empty(), "{:?}", render(&out));
+    assert!(m.finish(&op(9), Ok(()), t0(), &mut out).is_none());
+    let early = m.call_tool(Some(&op(1)), "t", "{}".into(), tool_ok, "tool-x".into(), t0(), &mut out);
+    assert_eq!(early.unwrap_err().code, "SESSION_BUSY", "no tool call before the turn is announced");
+}
+
+#[test]
+fn usage_only_grows() {
+    let mut m = SessionState::new(identity(false));
+    let operation = running(&mut m, 1);
+    let mut out = Vec::new();
+    for total in [10, 10, 4, 11] {
+        m.usage_reported(&operation, total, t0(), &mut out);
+    }
+    let lines = render(&out);
+    assert_eq!(lines.iter().filter(|l| l.contains("usage")).count(), 2, "{lines:?}");
+    assert_eq!(m.usage(), Some(11));
+}
+
+#[test]
+fn tool_calls_are_checked_before_anything_changes() {
+    let mut m = SessionState::new(identity(false));
+    let operation = running(&mut m, 1);
+    let mut out = Vec::new();
+    let huge = "1".repeat(limits::MAX_TOOL_JSON_BYTES + 1);
+    let refused = m.call_tool(Some(&operation), "t", huge, tool_ok, "tool-1".into(), t0(), &mut out);
+    assert_eq!(refused.unwrap_err().code, "TOOL_ARGS_INVALID");
+    let bad = |_: &str, _: &str| Err(pb::Error::new(ErrorCode::ToolNotFound, "no such tool"));
+    let refused = m.call_tool(Some(&operation), "nope", "{}".into(), bad, "tool-2".into(), t0(), &mut out);
+    assert_eq!(refused.unwrap_err().code, "TOOL_NOT_FOUND");
+    let other = m.call_tool(Some(&op(7)), "t", "{}".into(), tool_ok, "tool-3".into(), t0(), &mut out);
+    assert_eq!(other.unwrap_err().code, "SESSION_BUSY");
+    assert!(out.is_empty());
+    assert_eq!(m.status(), SessionStatus::Running);
+    // An external agent (no operation named) calls during whichever turn runs.
+    let started = m.call_tool(None, "t", "{}".into(), tool_ok, "tool-4".into(), t0(), &mut out).unwrap();
+    assert_eq!(started.operation, operation);
+    assert_eq!(snapshot(&m).pending_tools[0].deadline_at_ms, t0().epoch_ms + 60_000);
+}
+
+#[test]
+fn bad_tool_results_are_refused_and_change_nothing() {
+    use pb::submit_tool_result_request::Outcome;
+    let mut m = SessionState::new(identity(false));
+    let operation = running(&mut m, 1);
+    call(&mut m, &operation, "tool-1", t0());
+    let answer =
+        |outcome| pb::SubmitToolResultRequest { tool_request_id: "tool-1".into(), outcome, ..Default::default() };
+    let mut out = Vec::new();
+    for (outcome, expected) in [
+        (Some(Outcome::ResultJson("{not json".into())), ErrorCode::InvalidArgument),
+        (Some(Outcome::ResultJson(" ".repeat(limits::MAX_TOOL_JSON_BYTES + 1))), ErrorCode::InvalidArgument),
+        (Some(Outcome::Error(pb::Error { code: "MADE_UP".into(), ..Default::default() })), ErrorCode::InvalidArgument),
+        (None, ErrorCode::InvalidArgument),
+    ] {
+        assert_eq!(code(m.submit_tool_result(answer(outcome), t0(), &mut out).unwrap_err()), expected);
+    }
+    let unknown = pb::SubmitToolResultRequest {
+        tool_request_id: "tool-9".into(),
+        outcome: Some(Outcome::ResultJson("1".into())),
+        ..Default::default()
+    };
+    assert_eq!(code(m.submit_tool_result(unknown, t0(), &mut out).unwrap_err()), ErrorCode::ToolRequestNotFound);
+    assert!(out.is_empty());
+    assert_eq!(m.status(), SessionStatus::WaitingToolResult);
+    assert_eq!(snapshot(&m).pending_tools.len(), 1);
+    let error = pb::Error::new(ErrorCode::ToolHandlerError, "handler threw");
+    m.submit_tool_result(answer(Some(Outcome::Error(error))), t0(), &mut out).unwrap();
+    assert!(render(&out).iter().any(|l| l == "answer tool-1 error TOOL_HANDLER_ERROR"));
+    let twice = m.submit_tool_result(answer(Some(Outcome::ResultJson("1".into()))), t0(), &mut out);
+    assert_eq!(code(twice.unwrap_err()), ErrorCode::ToolRequestNotFound, "a second answer is refused");
+}
+
+#[test]
+fn the_status_returns_to_running_only_when_the_last_pending_call_settles() {
+    let mut m = SessionState::new(identity(false));
+    let operation = running(&mut m, 1);
+    call(&mut m, &operation, "tool-1", t0());
+    call(&mut m, &operation, "tool-2", t0());
+    let mut out = Vec::new();
+    m.tool_timed_out(&"tool-1".into(), t0(), &mut out);
+    assert_eq!(m.status(), SessionStatus::WaitingToolResult);
+    assert_eq!(
+        render(&out),
+        ["answer tool-1 error TOOL_TIMEOUT", "emit #6 [op-1] tool_settled tool-1 \"TOOL_TIMEOUT\""]
+    );
+    out.clear();
+    m.tool_timed_out(&"tool-1".into(), t0(), &mut out);
+    assert!(out.is_empty(), "a second timeout of the same call is nothing");
+    m.tool_timed_out(&"tool-2".into(), t0(), &mut out);
+    assert_eq!(m.status(), SessionStatus::Running);
+}
+
+#[test]
+fn a_turn_that_ends_while_waiting_for_a_tool_answers_the_agent_and_passes_through_running() {
+    let mut m = SessionState::new(identity(false));
+    let operation = running(&mut m, 1);
+    call(&mut m, &operation, "tool-1", t0());
+    let lines = render(&finish(&mut m, &operation, Ok(())));
+    assert_eq!(
+        lines,
+        [
+            "answer tool-1 error SESSION_BUSY",
+            "emit #5 [op-1] status waiting_tool_result -> running",
+            "emit #6 [op-1] status running -> idle",
+            "append #6 operation_completed",
+            "emit #7 [op-1] completed ok",
+        ]
+    );
+    assert!(snapshot(&m).pending_tools.is_empty());
+}
+
+#[test]
+fn the_turn_timeout_clock_excludes_tool_waits() {
+    let mut m = SessionState::new(identity(false));
+    let operation = running(&mut m, 1);
+    let start = t0();
+    assert_eq!(m.tool_wait_so_far(start.instant), Duration::ZERO);
+    call(&mut m, &operation, "tool-1", start.later(Duration::from_secs(1)));
+    assert_eq!(m.tool_wait_so_far(start.later(Duration::from_secs(4)).instant), Duration::from_secs(3));
+    let mut out = Vec::new();
+    m.tool_timed_out(&"tool-1".into(), start.later(Duration::from_secs(6)), &mut out);
+    assert_eq!(m.tool_wait_so_far(start.later(Duration::from_secs(100)).instant), Duration::from_secs(5));
+    // A new operation starts its own count.
+    finish(&mut m, &operation, Ok(()));
+    running(&mut m, 2);
+    assert_eq!(m.tool_wait_so_far(start.later(Duration::from_secs(100)).instant), Duration::ZERO);
+}
+
+#[test]
+fn ending_settles_everything_and_ends_once() {
+    let mut m = SessionState::new(identity(false));
+    let operation = running(&mut m, 1);
+    call(&mut m, &operation, "tool-1", t0());
+    let mut out = Vec::new();
+    let record = m.end("requested", t0(), &mut out).expect("ends");
+    assert_eq!(record.status, "ended");
+    assert_eq!(record.active_operation, None);
+    let lines = render(&out);
+    assert_eq!(
+        lines,
+        [
+            "answer tool-1 error SESSION_ENDED",
+            "stop op-1",
+            "append #4 operation_completed",
+            "emit #5 [op-1] completed SESSION_ENDED",
+            "emit #6 [] status waiting_tool_result -> ended",
+            "emit #7 [] ended requested",
+            "append #7 ended",
+        ]
+    );
+    assert!(m.end("again", t0(), &mut out).is_none());
+    let late = m.call_tool(None, "t", "{}".into(), tool_ok, "tool-2".into(), t0(), &mut out);
+    assert_eq!(late.unwrap_err().code, "SESSION_ENDED");
+    assert!(m.can_resume().unwrap());
+}
+
+#[test]
+fn ending_while_a_completion_is_committed_reports_that_completion() {
+    let mut m = SessionState::new(identity(false));
+    let operation = running(&mut m, 1);
+    let mut out = Vec::new();
+    m.finish(&operation, Ok(()), t0(), &mut out).unwrap();
+    out.clear();
+    m.end("requested", t0(), &mut out).unwrap();
+    let lines = render(&out);
+    assert!(lines.contains(&"emit #4 [op-1] completed ok".to_owned()), "{lines:?}");
+    assert!(!lines.iter().any(|l| l.starts_with("stop")), "the turn already ended: {lines:?}");
+    out.clear();
+    m.completion_committed(&operation, t0(), &mut out);
+    assert!(out.is_empty(), "announced once, not twice");
+    assert_eq!(snapshot(&m).recent_outcomes.len(), 1);
+}
+
+#[test]
+fn ending_before_the_announcement_makes_the_announcement_fail() {
+    let mut m = SessionState::new(identity(false));
+    let mut out = Vec::new();
+    begin(&mut m, pb::OperationKind::SendText, 1, &mut out);
+    m.end("requested", t0(), &mut out).unwrap();
+    assert_eq!(code(m.announce(&op(1), t0(), &mut out).unwrap_err()), ErrorCode::SessionEnded);
+}
+
+#[test]
+fn a_failed_commit_before_the_announcement_leaves_the_session_free() {
+    let mut m = SessionState::new(identity(false));
+    let mut out = Vec::new();
+    begin(&mut m, pb::OperationKind::SendText, 1, &mut out);
+    out.clear();
+    m.announce_failed(&op(1), pb::Error::new(ErrorCode::Internal, "disk full"), t0(), &mut out);
+    assert_eq!(render(&out), ["append #0 operation_completed", "save idle active=\"-\""]);
+    assert_eq!(m.status(), SessionStatus::Idle);
+    assert!(snapshot(&m).active_operation.is_none());
+    assert!(m.begin(pb::OperationKind::SendText, "x".into(), ids(2), t0(), &mut out).is_ok());
+}
+
+#[test]
+fn resume_is_idempotent_and_refused_while_busy() {
+    let mut m = SessionState::new(identity(true));
+    assert!(!m.can_resume().unwrap(), "idle: nothing to do");
+    running(&mut m, 1);
+    assert_eq!(code(m.can_resume().unwrap_err()), ErrorCode::SessionBusy);
+    let mut out = Vec::new();
+    m.end("requested", t0(), &mut out).unwrap();
+    out.clear();
+    let record = m.resume(true, t0(), &mut out).unwrap();
+    assert_eq!(record.status, "idle");
+    assert!(render(&out).iter().any(|l| l.starts_with("arm_disconnect")), "unwatched: the timer is armed");
+    assert!(m.resume(true, t0(), &mut out).is_none());
+}
+
+#[test]
+fn restore_reports_an_interrupted_operation_as_core_restarted() {
+    let mut m = SessionState::new(identity(false));
+    let operation = running(&mut m, 1);
+    call(&mut m, &operation, "tool-1", t0());
+    let mut stored: SessionRecord = m.record();
+    assert_eq!(stored.active_operation.as_deref(), Some("op-1"));
+    stored.recent_outcomes = vec![serde_json::json!({ "operation_id": "op-0", "kind": 2, "error": null })];
+    let (m, out) = SessionState::restore(identity(false), &stored, t0());
+    let lines = render(&out);
+    let ceiling = stored.seq_ceiling;
+    assert_eq!(
+        lines,
+        [
+            // The first event after a restart moves the stored ceiling on.
+            "save waiting_tool_result active=\"-\"".to_owned(),
+            format!("emit #{} [] error CORE_RESTARTED", ceiling + 1),
+            format!("append #{} operation_completed", ceiling + 1),
+            format!("emit #{} [] status waiting_tool_result -> running", ceiling + 2),
+            format!("emit #{} [] status running -> idle", ceiling + 3),
+            "save idle active=\"-\"".to_owned(),
+        ]
+    );
+    assert!(ceiling >= SEQ_RESERVATION, "numbering continues above every seq emitted before");
+    let snap = snapshot(&m);
+    let outcomes: Vec<_> = snap
+        .recent_outcomes
+        .iter()
+        .map(|o| (o.operation_id.as_str(), o.error.as_ref().map(|e| e.code.as_str())))
+        .collect();
+    assert_eq!(outcomes, [("op-0", None), ("op-1", Some("CORE_RESTARTED"))]);
+    assert!(snap.pending_tools.is_empty() && snap.active_operation.is_none());
+}
+
+#[test]
+fn numbering_reserves_seqs_ahead_and_saves_when_it_reaches_the_reservation() {
+    let mut m = SessionState::new(identity(false));
+    let operation = running(&mut m, 1);
+    let mut out = Vec::new();
+    let saves_before = |out: &Vec<Effect>| out.iter().filter(|e| matches!(e, Effect::Save(_))).count();
+    for _ in 0..SEQ_RESERVATION {
+        m.delta(&operation, "x", t0(), &mut out);
+    }
+    assert_eq!(saves_before(&out), 1, "one save per reservation, not per event");
+    let mut seqs = out.iter().filter_map(|e| if let Effect::Emit(e) = e { Some(e.seq) } else { None });
+    let first = seqs.next().unwrap();
+    assert!(seqs.all(|s| s > first), "strictly increasing");
+    assert!(m.record().seq_ceiling >= m.last_seq());
+}
+
+#[test]
+fn only_the_last_outcomes_are_kept() {
+    let mut m = SessionState::new(identity(false));
+    for n in 0..(limits::RECENT_OUTCOMES as u32 + 5) {
+        let operation = running(&mut m, n);
+        finish(&mut m, &operation, Ok(()));
+    }
+    let outcomes = snapshot(&m).recent_outcomes;
+    assert_eq!(outcomes.len(), limits::RECENT_OUTCOMES);
+    assert_eq!(outcomes.last().unwrap().operation_id, format!("op-{}", limits::RECENT_OUTCOMES + 4));
+    assert_eq!(outcomes[0].operation_id, "op-5", "oldest first");
+}
+
+#[test]
+fn the_disconnect_timer_fires_only_for_the_latest_abandonment() {
+    let mut m = SessionState::new(identity(true));
+    let mut out = Vec::new();
+    m.unwatched(&mut out);
+    let [Effect::ArmDisconnectTimer { epoch: first }] = out[..] else { panic!("{:?}", render(&out)) };
+    m.watched();
+    assert!(!m.disconnect_due(first, true), "a subscriber came since");
+    out.clear();
+    m.unwatched(&mut out);
+    let [Effect::ArmDisconnectTimer { epoch: second }] = out[..] else { panic!("{:?}", render(&out)) };
+    assert!(!m.disconnect_due(second, false), "someone watches now");
+    assert!(m.disconnect_due(second, true));
+    let mut quiet = SessionState::new(identity(false));
+    out.clear();
+    quiet.unwatched(&mut out);
+    assert!(out.is_empty(), "without auto_end_on_disconnect nothing is armed");
+}
+
+#[test]
+fn agent_tool_failures_are_raised_with_a_clipped_reason() {
+    let mut m = SessionState::new(identity(false));
+    let operation = running(&mut m, 1);
+    let mut out = Vec::new();
+    m.tool_failed(&operation, "getState", &"r".repeat(2_000), t0(), &mut out);
+    let Some(Effect::Emit(event)) = out.last() else { panic!("{:?}", render(&out)) };
+    let Some(Kind::Error(raised)) = &event.kind else { panic!("not an error") };
+    let error = raised.error.as_ref().unwrap();
+    assert_eq!(error.code, "TOOL_CALL_FAILED");
+    let details: serde_json::Value = serde_json::from_str(&error.details_json).unwrap();
+    assert_eq!(details["reason"].as_str().unwrap().len(), 500);
+    assert_eq!(m.status(), SessionStatus::Running, "the turn goes on");
+}
