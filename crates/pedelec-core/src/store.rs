@@ -1,11 +1,21 @@
 //! The durable session store: SQLite (bundled), written by one thread.
 //!
 //! Request paths never wait on the disk except where durability is the point
-//! (create, end, resume, operation completion): they hand a job to the writer
-//! thread, which batches queued jobs into one transaction.
+//! (create, end, resume, an operation's start and completion): they hand a
+//! job to the writer thread, which batches queued jobs into one transaction.
+//!
+//! Durability, stated: each job runs inside its own savepoint, so a job that
+//! fails rolls back only itself and only its waiter hears of it; the rest of
+//! the batch commits. A batch that someone waits on (`save_durably`,
+//! `flush`) commits with `synchronous=FULL`, so the WAL is on disk before
+//! the waiter is told; batches nobody waits on commit with `NORMAL` (still
+//! atomic and consistent; at worst lost on power failure, never corrupt).
+//! Because the writer runs jobs in submission order, a durable commit also
+//! makes every job queued before it durable.
 
 use std::path::Path;
-use std::sync::mpsc;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::{Arc, mpsc};
 
 use rusqlite::{Connection, params};
 use tokio::sync::oneshot;
@@ -58,6 +68,28 @@ type Ack = oneshot::Sender<Result<(), String>>;
 #[derive(Clone)]
 pub struct Store {
     jobs: mpsc::Sender<(Job, Option<Ack>)>,
+    faults: Arc<Faults>,
+}
+
+/// Failures on demand, for tests of what Core does when its disk fails.
+#[derive(Default)]
+pub struct Faults {
+    /// The next this many jobs fail (each rolls back only itself).
+    jobs: AtomicUsize,
+    /// The next this many commits of an operation's completion fail.
+    completions: AtomicUsize,
+}
+
+/// Takes one armed failure, if any.
+fn take(armed: &AtomicUsize) -> bool {
+    armed.fetch_update(Ordering::SeqCst, Ordering::SeqCst, |n| n.checked_sub(1)).is_ok()
+}
+
+fn injected() -> rusqlite::Error {
+    rusqlite::Error::SqliteFailure(
+        rusqlite::ffi::Error::new(rusqlite::ffi::SQLITE_IOERR),
+        Some("injected fault".into()),
+    )
 }
 
 const SCHEMA: &str = "
@@ -93,6 +125,7 @@ CREATE INDEX IF NOT EXISTS transcript_completions ON transcript(session_id, seq)
 fn open_connection(path: &Path) -> rusqlite::Result<Connection> {
     let conn = Connection::open(path)?;
     conn.pragma_update(None, "journal_mode", "WAL")?;
+    // The writer raises this to FULL for each commit someone waits on.
     conn.pragma_update(None, "synchronous", "NORMAL")?;
     conn.busy_timeout(std::time::Duration::from_secs(5))?;
     conn.execute_batch(SCHEMA)?;
@@ -105,11 +138,52 @@ impl Store {
         let conn = open_connection(path)?;
         let records = load_sessions(&conn)?;
         let (tx, rx) = mpsc::channel::<(Job, Option<Ack>)>();
+        let faults = Arc::new(Faults::default());
+        let writer_faults = faults.clone();
         std::thread::Builder::new()
             .name("pedelec-store".into())
-            .spawn(move || writer(conn, rx))
+            .spawn(move || writer(conn, rx, &writer_faults))
             .map_err(|e| CoreError::io("starting the store thread", e))?;
-        Ok((Store { jobs: tx }, records))
+        Ok((Store { jobs: tx, faults }, records))
+    }
+
+    /// Makes the next `jobs` jobs fail as a broken disk would (tests only:
+    /// nothing outside Rust code in this process can reach it).
+    pub fn fail_next_jobs(&self, jobs: usize) {
+        self.faults.jobs.store(jobs, Ordering::SeqCst);
+    }
+
+    /// Makes the next `commits` commits that carry an operation's completion fail (tests only).
+    pub fn fail_next_completions(&self, commits: usize) {
+        self.faults.completions.store(commits, Ordering::SeqCst);
+    }
+
+    /// Writes `entries` and then `records` as one job — all of them or, if
+    /// it fails, none — queued at once (so it keeps its place in the order
+    /// of the caller's other writes) and durable when the returned future
+    /// resolves `Ok`.
+    pub fn commit(
+        &self,
+        session_id: &str,
+        entries: Vec<TranscriptEntry>,
+        records: Vec<SessionRecord>,
+    ) -> impl std::future::Future<Output = CoreResult<()>> + Send + 'static {
+        let id = session_id.to_owned();
+        let faults = self.faults.clone();
+        let completes = entries.iter().any(|e| e.kind == "operation_completed");
+        let waiter = self.submit_waited(Box::new(move |c| {
+            if completes && take(&faults.completions) {
+                return Err(injected());
+            }
+            for entry in &entries {
+                insert_entry(c, &id, entry)?;
+            }
+            for record in &records {
+                upsert(c, record)?;
+            }
+            Ok(())
+        }));
+        async move { waiter?.await }
     }
 
     fn submit(&self, job: Job) {
@@ -117,14 +191,23 @@ impl Store {
     }
 
     async fn submit_and_wait(&self, job: Job) -> CoreResult<()> {
+        self.submit_waited(job)?.await
+    }
+
+    /// Queues a job now; the future resolves once its batch committed.
+    fn submit_waited(
+        &self,
+        job: Job,
+    ) -> CoreResult<impl std::future::Future<Output = CoreResult<()>> + Send + 'static> {
+        let stopped = || CoreError::new(pedelec_protocol::ErrorCode::Internal, "session store stopped");
         let (tx, rx) = oneshot::channel();
-        if self.jobs.send((job, Some(tx))).is_err() {
-            return Err(CoreError::new(pedelec_protocol::ErrorCode::Internal, "session store stopped"));
-        }
-        match rx.await {
-            Ok(result) => result.map_err(|e| CoreError::new(pedelec_protocol::ErrorCode::Internal, e)),
-            Err(_) => Err(CoreError::new(pedelec_protocol::ErrorCode::Internal, "session store stopped")),
-        }
+        self.jobs.send((job, Some(tx))).map_err(|_| stopped())?;
+        Ok(async move {
+            match rx.await {
+                Ok(result) => result.map_err(|e| CoreError::new(pedelec_protocol::ErrorCode::Internal, e)),
+                Err(_) => Err(stopped()),
+            }
+        })
     }
 
     /// Writes the whole record and waits until it is committed.
@@ -140,11 +223,7 @@ impl Store {
     /// Appends a transcript entry without waiting.
     pub fn append(&self, session_id: &str, entry: TranscriptEntry) {
         let id = session_id.to_owned();
-        self.submit(Box::new(move |c| {
-            c.prepare_cached("INSERT INTO transcript(session_id, seq, at_ms, kind, body) VALUES (?1, ?2, ?3, ?4, ?5)")?
-                .execute(params![id, entry.seq as i64, entry.at_ms, entry.kind, entry.body.to_string()])?;
-            Ok(())
-        }));
+        self.submit(Box::new(move |c| insert_entry(c, &id, &entry)));
     }
 
     /// Waits until every job queued before this call is committed.
@@ -153,7 +232,8 @@ impl Store {
     }
 }
 
-fn writer(conn: Connection, jobs: mpsc::Receiver<(Job, Option<Ack>)>) {
+fn writer(conn: Connection, jobs: mpsc::Receiver<(Job, Option<Ack>)>, faults: &Faults) {
+    let mut synchronous_full = false;
     while let Ok(first) = jobs.recv() {
         let mut batch = vec![first];
         while batch.len() < 512 {
@@ -162,24 +242,62 @@ fn writer(conn: Connection, jobs: mpsc::Receiver<(Job, Option<Ack>)>) {
                 Err(_) => break,
             }
         }
-        let mut acks = Vec::new();
-        let result = (|| {
+        // FULL only when someone waits on this commit (see the module docs).
+        let wanted_full = batch.iter().any(|(_, ack)| ack.is_some());
+        if wanted_full != synchronous_full {
+            let mode = if wanted_full { "FULL" } else { "NORMAL" };
+            match conn.pragma_update(None, "synchronous", mode) {
+                Ok(()) => synchronous_full = wanted_full,
+                Err(error) => tracing::error!(%error, "could not set the store's synchronous mode"),
+            }
+        }
+        let mut results: Vec<(Option<Ack>, Result<(), String>)> = Vec::with_capacity(batch.len());
+        let committed = (|| {
             conn.execute_batch("BEGIN")?;
             for (job, ack) in batch {
-                acks.extend(ack);
-                job(&conn)?;
+                results.push((ack, run_isolated(&conn, job, faults)));
             }
             conn.execute_batch("COMMIT")
         })()
         .map_err(|e| e.to_string());
-        if let Err(error) = &result {
-            tracing::error!(%error, "session store write failed");
+        if let Err(error) = &committed {
+            tracing::error!(%error, "session store commit failed");
             let _ = conn.execute_batch("ROLLBACK");
         }
-        for ack in acks {
-            let _ = ack.send(result.clone());
+        for (ack, result) in results {
+            let result = committed.clone().and(result);
+            if let Err(error) = &result
+                && committed.is_ok()
+            {
+                tracing::error!(%error, "a session store job failed (only it was rolled back)");
+            }
+            if let Some(ack) = ack {
+                let _ = ack.send(result);
+            }
         }
     }
+}
+
+/// Runs one job in its own savepoint: if it fails, only its writes are undone.
+fn run_isolated(conn: &Connection, job: Job, faults: &Faults) -> Result<(), String> {
+    let run = || -> rusqlite::Result<()> {
+        conn.execute_batch("SAVEPOINT job")?;
+        let result = if take(&faults.jobs) { Err(injected()) } else { job(conn) };
+        match result {
+            Ok(()) => conn.execute_batch("RELEASE job"),
+            Err(error) => {
+                conn.execute_batch("ROLLBACK TO job; RELEASE job")?;
+                Err(error)
+            }
+        }
+    };
+    run().map_err(|e| e.to_string())
+}
+
+fn insert_entry(c: &Connection, session_id: &str, entry: &TranscriptEntry) -> rusqlite::Result<()> {
+    c.prepare_cached("INSERT INTO transcript(session_id, seq, at_ms, kind, body) VALUES (?1, ?2, ?3, ?4, ?5)")?
+        .execute(params![session_id, entry.seq as i64, entry.at_ms, entry.kind, entry.body.to_string()])?;
+    Ok(())
 }
 
 fn upsert(c: &Connection, r: &SessionRecord) -> rusqlite::Result<()> {
@@ -286,4 +404,78 @@ pub fn read_transcript(database: &Path, session_id: &str) -> CoreResult<Vec<Tran
 pub fn read_record(database: &Path, session_id: &str) -> CoreResult<Option<SessionRecord>> {
     let conn = Connection::open_with_flags(database, rusqlite::OpenFlags::SQLITE_OPEN_READ_ONLY)?;
     Ok(load_sessions(&conn)?.into_iter().find(|r| r.id == session_id))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn record(id: &str) -> SessionRecord {
+        SessionRecord {
+            id: id.into(),
+            origin: "https://a.example".into(),
+            provider: "scripted".into(),
+            model: String::new(),
+            effort_level: 0,
+            created_at_ms: 1,
+            workspace: "/w".into(),
+            managed_workspace: true,
+            auto_end_on_disconnect: false,
+            status: "idle".into(),
+            provider_session_id: None,
+            prepared: false,
+            usage_total: None,
+            seq_ceiling: 0,
+            tool_token: "t".into(),
+            active_operation: None,
+            recent_outcomes: Vec::new(),
+        }
+    }
+
+    #[tokio::test]
+    async fn a_failing_job_fails_only_itself() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("sessions.sqlite3");
+        let (store, _) = Store::open(&path).unwrap();
+        // Queued together, so the writer is likely to take them as one batch.
+        store.save(record("sess-a"));
+        let bad = store.submit_and_wait(Box::new(|c| c.execute_batch("INSERT INTO no_such_table VALUES (1)")));
+        let good = store.save_durably(record("sess-b"));
+        let (bad, good) = tokio::join!(bad, good);
+        assert!(bad.is_err(), "the broken job reports its failure");
+        good.expect("a job beside a broken one still commits");
+        for id in ["sess-a", "sess-b"] {
+            assert!(read_record(&path, id).unwrap().is_some(), "{id} is stored");
+        }
+    }
+
+    #[tokio::test]
+    async fn injected_faults_fail_exactly_the_armed_jobs() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("sessions.sqlite3");
+        let (store, _) = Store::open(&path).unwrap();
+        store.fail_next_jobs(1);
+        let error = store.save_durably(record("sess-a")).await.unwrap_err();
+        assert_eq!(error.code(), pedelec_protocol::ErrorCode::Internal);
+        assert!(read_record(&path, "sess-a").unwrap().is_none(), "the failed job wrote nothing");
+        store.save_durably(record("sess-a")).await.expect("the next job commits");
+        assert!(read_record(&path, "sess-a").unwrap().is_some());
+    }
+
+    #[tokio::test]
+    async fn synchronous_is_full_for_waited_commits() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("sessions.sqlite3");
+        let (store, _) = Store::open(&path).unwrap();
+        let mode = std::sync::Arc::new(std::sync::Mutex::new(-1));
+        let seen = mode.clone();
+        store
+            .submit_and_wait(Box::new(move |c| {
+                *seen.lock().unwrap() = c.pragma_query_value(None, "synchronous", |row| row.get::<_, i64>(0))?;
+                Ok(())
+            }))
+            .await
+            .unwrap();
+        assert_eq!(*mode.lock().unwrap(), 2, "synchronous=FULL (2) while a waited batch commits");
+    }
 }

@@ -654,6 +654,27 @@ impl SessionState {
         self.remember(outcome);
     }
 
+    /// The completion [`SessionState::finish`] recorded could not be
+    /// committed (the store failed). The client must not wait, and must not
+    /// be told of a durable success: the operation ends with `INTERNAL`
+    /// (its turn's own error code, if any, in `details.turnError`), raised
+    /// and recorded again (best effort), then announced.
+    pub fn completion_not_committed(&mut self, operation: &OperationId, reason: &str, now: Now, out: &mut Vec<Effect>) {
+        let Some(active) = self.active.as_mut().filter(|a| a.id == *operation) else { return };
+        let Phase::Finishing(outcome) = &mut active.phase else { return };
+        let turn_error = outcome.error.as_ref().map(|e| e.code.clone());
+        let error = pb::Error::with_details(
+            ErrorCode::Internal,
+            format!("the operation's completion could not be stored: {reason}"),
+            &serde_json::json!({ "turnError": turn_error }),
+        );
+        outcome.error = Some(error.clone());
+        let entry = completion_entry(outcome);
+        self.emit("", Kind::Error(pb::ErrorRaised { error: Some(error) }), now, out);
+        self.append("operation_completed", entry, now, out);
+        self.completion_committed(operation, now, out);
+    }
+
     // ---- lifecycle -------------------------------------------------------
 
     /// Ends the session: pending tool calls are answered `SESSION_ENDED`, a

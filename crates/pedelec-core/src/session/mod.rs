@@ -10,6 +10,8 @@
 //! leave a gap.
 
 mod fanout;
+#[cfg(test)]
+mod faults;
 pub mod machine;
 pub mod outcome;
 mod sink;
@@ -206,6 +208,37 @@ impl Session {
         value
     }
 
+    /// Runs one machine input whose writes must be durable: its transcript
+    /// entries and records go to the store as one job (all or nothing),
+    /// queued under the lock so that no later write of this session
+    /// overtakes it. The returned future resolves once it is committed.
+    fn step_committed<T>(
+        self: &Arc<Self>,
+        f: impl FnOnce(&mut SessionState, Now, &mut Vec<Effect>) -> T,
+    ) -> (T, impl std::future::Future<Output = CoreResult<()>> + Send + 'static) {
+        let mut inner = self.lock();
+        let mut effects = Vec::new();
+        let value = f(&mut inner.machine, Now::current(), &mut effects);
+        let (mut entries, mut records) = (Vec::new(), Vec::new());
+        let rest: Vec<Effect> = effects
+            .into_iter()
+            .filter_map(|effect| match effect {
+                Effect::Append(entry) => {
+                    entries.push(entry);
+                    None
+                }
+                Effect::Save(record) => {
+                    records.push(record);
+                    None
+                }
+                other => Some(other),
+            })
+            .collect();
+        let commit = self.shared.store.commit(&self.id, entries, records);
+        self.apply(&mut inner, rest);
+        (value, commit)
+    }
+
     /// Registers a subscriber: its snapshot and the receiver of every later event.
     fn subscribe(self: &Arc<Self>) -> Subscription {
         let mut inner = self.lock();
@@ -312,12 +345,13 @@ impl Session {
     /// across a crash.
     async fn start(self: &Arc<Self>, kind: pb::OperationKind, text: String) -> CoreResult<pb::OperationAccepted> {
         let ids = (OperationId::new(new_id("op")), TurnId::new(new_id("turn")));
-        let begun = match self.step(|m, now, out| m.begin(kind, text, ids, now, out))? {
+        let (start, committed) = self.step_committed(|m, now, out| m.begin(kind, text, ids, now, out));
+        let begun = match start? {
             Start::Existing(accepted) => return Ok(accepted),
             Start::New(begun) => begun,
         };
         let Begun { operation, kind, turn_kind, text } = begun;
-        if let Err(error) = self.shared.store.flush().await {
+        if let Err(error) = committed.await {
             let pb_error = error.to_pb();
             self.step(|m, now, out| m.announce_failed(&operation, pb_error, now, out));
             return Err(error);
@@ -439,24 +473,43 @@ impl Session {
 
     /// Settles the operation, commits its completion, then announces it.
     async fn finish_operation(self: &Arc<Self>, operation: &OperationId, result: Result<(), ProviderFailure>) {
-        let Some(record) = self.step(|m, now, out| m.finish(operation, result, now, out)) else { return };
-        // The completion is announced only once it is durable, so a client
-        // that saw it can rely on it across a Core crash. A store that fails
-        // must not leave the client waiting: it is announced all the same.
-        if let Err(error) = self.shared.store.save_durably(record).await {
-            tracing::error!(session = %self.id, %error, "could not persist an operation's completion");
-        }
-        self.step(|m, now, out| {
-            m.completion_committed(operation, now, out);
+        let (finished, committed) = self.step_committed(|m, now, out| {
+            let record = m.finish(operation, result, now, out);
+            let finished = record.is_some();
+            out.extend(record.map(Effect::Save));
+            finished
         });
+        if !finished {
+            return;
+        }
+        // The completion is announced only once it is durable (with
+        // synchronous=FULL), so a client that saw it can rely on it across a
+        // Core crash. A store that fails must not leave the client waiting:
+        // the operation then ends with an error.
+        match committed.await {
+            Ok(()) => self.step(|m, now, out| m.completion_committed(operation, now, out)),
+            Err(error) => {
+                tracing::error!(session = %self.id, %error, "could not persist an operation's completion");
+                let reason = error.to_string();
+                self.step(|m, now, out| m.completion_not_committed(operation, &reason, now, out));
+            }
+        }
         let mut inner = self.lock();
         inner.task.take_if(|(running, _)| running == operation);
     }
 
     /// Ends the session. `Ok(false)` when it had already ended.
     pub async fn end(self: &Arc<Self>, reason: &str) -> CoreResult<bool> {
-        let Some(record) = self.step(|m, now, out| m.end(reason, now, out)) else { return Ok(false) };
-        self.shared.store.save_durably(record).await?;
+        let (ended, committed) = self.step_committed(|m, now, out| {
+            let record = m.end(reason, now, out);
+            let ended = record.is_some();
+            out.extend(record.map(Effect::Save));
+            ended
+        });
+        if !ended {
+            return Ok(false);
+        }
+        committed.await?;
         let mut runtime = self.runtime.lock().await;
         if let Some(mut gone) = runtime.take() {
             gone.shutdown();
@@ -470,19 +523,14 @@ impl Session {
             return Ok(());
         }
         self.workspace.load_manifest()?;
-        let record = {
-            let mut inner = self.lock();
-            let unwatched = inner.fanout.is_empty();
-            let mut effects = Vec::new();
-            let record = inner.machine.resume(unwatched, Now::current(), &mut effects);
-            self.apply(&mut inner, effects);
-            record
-        };
-        match record {
-            Some(record) => self.shared.store.save_durably(record).await,
-            // Resumed by a concurrent request in the meantime.
-            None => Ok(()),
-        }
+        // A subscriber arriving after this look is harmless: a timer
+        // checks at its end whether anyone watches.
+        let unwatched = self.lock().fanout.is_empty();
+        let (_, committed) = self.step_committed(|m, now, out| {
+            let record = m.resume(unwatched, now, out);
+            out.extend(record.map(Effect::Save));
+        });
+        committed.await
     }
 
     /// The application's answer to a pending tool call.

@@ -557,3 +557,23 @@ fn agent_tool_failures_are_raised_with_a_clipped_reason() {
     assert_eq!(details["reason"].as_str().unwrap().len(), 500);
     assert_eq!(m.status(), SessionStatus::Running, "the turn goes on");
 }
+
+#[test]
+fn a_completion_that_cannot_be_stored_ends_the_operation_with_internal() {
+    let mut m = SessionState::new(identity(false));
+    let operation = running(&mut m, 1);
+    let mut out = Vec::new();
+    m.finish(&operation, Err(ProviderFailure::turn("model said no")), t0(), &mut out).unwrap();
+    out.clear();
+    m.completion_not_committed(&operation, "disk I/O error", t0(), &mut out);
+    let lines = render(&out);
+    assert_eq!(
+        lines,
+        ["emit #5 [] error INTERNAL", "append #5 operation_completed", "emit #6 [op-1] completed INTERNAL"]
+    );
+    let outcome = snapshot(&m).recent_outcomes.pop().unwrap();
+    let details: serde_json::Value = serde_json::from_str(&outcome.error.unwrap().details_json).unwrap();
+    assert_eq!(details["turnError"], "SEND_TEXT_FAILED", "the turn's own failure is kept");
+    assert_eq!(m.status(), SessionStatus::Idle, "the session stays usable");
+    assert!(m.begin(pb::OperationKind::SendText, "x".into(), ids(2), t0(), &mut out).is_ok());
+}
