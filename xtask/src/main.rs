@@ -155,6 +155,7 @@ fn bench() -> Result<()> {
     let host = host.to_str().context("a UTF-8 target path")?;
     let envs = [("PEDELEC_NATIVE_HOST_BIN", host)];
     cargo_with_env(&["run", "--release", "--quiet", "-p", "pedelec-sdk", "--example", "bench"], &envs)?;
+    cargo_with_env(&["run", "--release", "--quiet", "-p", "pedelec-sdk", "--example", "load_bench"], &envs)?;
     cargo_with_env(&["run", "--release", "--quiet", "-p", "pedelec-sdk", "--example", "provider_bench"], &envs)?;
     cargo_with_env(&["run", "--release", "--quiet", "-p", "pedelec-native-host", "--example", "host_bench"], &envs)
 }

@@ -1,48 +1,65 @@
 //! A session's subscribers and their queues.
 //!
-//! Each queue has a soft bound ([`limits::SUBSCRIBER_QUEUE_EVENTS`]):
-//! providers await [`Fanout::full_queues`]-driven flow control between the
-//! events they produce in bulk, so a slow reader slows the agent, and a
-//! reader that stays over the bound for [`limits::SUBSCRIBER_LAG_TIMEOUT`]
-//! is dropped and re-synchronised from a fresh snapshot. Events emitted
-//! outside flow control (a completion, a status change) still fit: only a
-//! queue [`HARD_BOUND_FACTOR`] times over the bound is dropped at once, so
-//! memory stays bounded without cutting off a reader merely at the edge.
+//! Flow control, lag and memory, per subscriber and judged all at once:
+//!
+//! - A provider awaits [`Fanout::pressure`]-driven flow control between the
+//!   events it produces in bulk. It never runs more than
+//!   [`limits::SUBSCRIBER_QUEUE_EVENTS`] (the *bound*) ahead of a reader
+//!   that is reading, so a slow reader slows the agent.
+//! - A reader that has read nothing for [`STALL`] no longer holds the
+//!   provider at the bound, only at [`HARD_BOUND_FACTOR`] times it: a
+//!   silent subscriber does not stop everyone else's turn while its grace
+//!   runs, and twenty of them fill their queues and run out of grace at
+//!   nearly the same moment instead of one after another.
+//! - A reader with a backlog that has read nothing for
+//!   [`limits::SUBSCRIBER_LAG_TIMEOUT`] is dropped and re-synchronised from
+//!   a fresh snapshot (whose `recent_outcomes` settle what it missed).
+//! - Events emitted outside flow control (a completion, a status change)
+//!   still fit: only a queue twice over the hard bound is dropped at once,
+//!   so memory stays bounded in every case.
 
 use std::collections::HashMap;
 use std::sync::Arc;
-use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
-use std::time::Instant;
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
+use std::time::{Duration, Instant};
 
 use pedelec_protocol::{limits, pb};
 use tokio::sync::{Notify, mpsc};
 
-/// A queue this many times over the soft bound is dropped without grace.
+/// How far a stalled reader's queue may grow, in bounds.
 pub const HARD_BOUND_FACTOR: usize = 4;
+
+/// A reader that read nothing for this long is treated as stalled.
+pub const STALL: Duration = Duration::from_millis(100);
+
+const BOUND: usize = limits::SUBSCRIBER_QUEUE_EVENTS;
+const HARD_BOUND: usize = BOUND * HARD_BOUND_FACTOR;
 
 /// What a subscriber's queue and its reader share.
 #[derive(Default)]
 pub struct Queue {
     /// Events sent and not yet received.
     depth: AtomicUsize,
-    /// Signalled when the depth falls below the soft bound.
+    /// Events received so far (progress, for stall and lag judgement).
+    reads: AtomicU64,
+    /// Signalled when the depth falls below the bound or the hard bound.
     room: Notify,
     /// Set when Core dropped the subscriber for falling behind.
     lagged: AtomicBool,
 }
 
 impl Queue {
-    fn full(&self) -> bool {
-        self.depth.load(Ordering::Acquire) >= limits::SUBSCRIBER_QUEUE_EVENTS
+    fn depth(&self) -> usize {
+        self.depth.load(Ordering::Acquire)
     }
 
-    /// Resolves once the queue is below its soft bound.
-    pub async fn room(&self) {
+    /// Resolves once the queue holds fewer than `limit` events.
+    pub async fn below(&self, limit: usize) {
         loop {
             let notified = self.room.notified();
             tokio::pin!(notified);
             notified.as_mut().enable();
-            if !self.full() {
+            if self.depth() < limit {
                 return;
             }
             notified.await;
@@ -63,7 +80,9 @@ pub struct Receiver {
 impl Receiver {
     pub async fn recv(&mut self) -> Option<pb::SessionEvent> {
         let event = self.rx.recv().await?;
-        if self.queue.depth.fetch_sub(1, Ordering::AcqRel) == limits::SUBSCRIBER_QUEUE_EVENTS {
+        self.queue.reads.fetch_add(1, Ordering::Relaxed);
+        let before = self.queue.depth.fetch_sub(1, Ordering::AcqRel);
+        if before == BOUND || before == HARD_BOUND {
             self.queue.room.notify_waiters();
         }
         Some(event)
@@ -73,8 +92,11 @@ impl Receiver {
 struct Subscriber {
     tx: mpsc::UnboundedSender<pb::SessionEvent>,
     queue: Arc<Queue>,
-    /// When flow control first found this queue full (cleared once it has room).
-    full_since: Option<Instant>,
+    /// `queue.reads` when last looked at, and the last sign of progress:
+    /// when that count changed, or when a backlog began (a reader with
+    /// nothing to read is not silent).
+    reads_seen: u64,
+    progress_at: Instant,
 }
 
 /// Every subscriber of one session.
@@ -84,11 +106,11 @@ pub struct Fanout {
     next: u64,
 }
 
-/// A full queue and the moment its grace runs out.
-pub struct FullQueue {
-    pub id: u64,
-    pub queue: Arc<Queue>,
-    pub deadline: Instant,
+/// What holds the provider back: queues to wait for (each below its limit)
+/// and the moment to look again (a grace or a stall running out).
+pub struct Pressure {
+    pub waiting_for: Vec<(Arc<Queue>, usize)>,
+    pub until: Instant,
 }
 
 impl Fanout {
@@ -97,7 +119,8 @@ impl Fanout {
         let queue = Arc::new(Queue::default());
         let id = self.next;
         self.next += 1;
-        self.subscribers.insert(id, Subscriber { tx, queue: queue.clone(), full_since: None });
+        let subscriber = Subscriber { tx, queue: queue.clone(), reads_seen: 0, progress_at: Instant::now() };
+        self.subscribers.insert(id, subscriber);
         (id, Receiver { rx, queue })
     }
 
@@ -116,40 +139,50 @@ impl Fanout {
 
     /// Queues an event for every subscriber.
     pub fn deliver(&mut self, event: &pb::SessionEvent) {
-        let hard = limits::SUBSCRIBER_QUEUE_EVENTS * HARD_BOUND_FACTOR;
         self.subscribers.retain(|_, subscriber| {
-            if subscriber.queue.depth.load(Ordering::Acquire) >= hard {
+            if subscriber.queue.depth() >= 2 * HARD_BOUND {
                 subscriber.queue.lagged.store(true, Ordering::SeqCst);
                 return false;
             }
-            subscriber.queue.depth.fetch_add(1, Ordering::AcqRel);
+            if subscriber.queue.depth.fetch_add(1, Ordering::AcqRel) == 0 {
+                // A backlog begins: silence counts from here, not from
+                // before, when there was nothing to read.
+                subscriber.progress_at = Instant::now();
+            }
             subscriber.tx.send(event.clone()).is_ok()
         });
     }
 
-    /// Every full queue, each with the end of its grace (counted from when
-    /// it was first found full); queues with room forget their grace.
-    pub fn full_queues(&mut self, now: Instant) -> Vec<FullQueue> {
-        self.subscribers
-            .iter_mut()
-            .filter_map(|(id, s)| {
-                if !s.queue.full() {
-                    s.full_since = None;
-                    return None;
-                }
-                let since = *s.full_since.get_or_insert(now);
-                Some(FullQueue { id: *id, queue: s.queue.clone(), deadline: since + limits::SUBSCRIBER_LAG_TIMEOUT })
-            })
-            .collect()
-    }
-
-    /// Drops the subscribers among `full` whose grace ran out and that are
-    /// still full; their streams re-synchronise.
-    pub fn drop_lagging(&mut self, full: &[FullQueue], now: Instant) {
-        for f in full {
-            if now >= f.deadline && f.queue.full() && self.subscribers.remove(&f.id).is_some() {
-                f.queue.lagged.store(true, Ordering::SeqCst);
+    /// Judges every subscriber at `now` (see the module docs): drops those
+    /// that lagged for the whole grace, and says what the provider must
+    /// wait for, if anything.
+    pub fn pressure(&mut self, now: Instant) -> Option<Pressure> {
+        let mut waiting_for = Vec::new();
+        let mut until: Option<Instant> = None;
+        self.subscribers.retain(|_, s| {
+            let reads = s.queue.reads.load(Ordering::Relaxed);
+            if reads != s.reads_seen {
+                s.reads_seen = reads;
+                s.progress_at = now;
             }
-        }
+            let depth = s.queue.depth();
+            let silent_for = now.saturating_duration_since(s.progress_at);
+            if depth >= BOUND && silent_for >= limits::SUBSCRIBER_LAG_TIMEOUT {
+                s.queue.lagged.store(true, Ordering::SeqCst);
+                return false;
+            }
+            let stalled = silent_for >= STALL;
+            let limit = if stalled { HARD_BOUND } else { BOUND };
+            if depth >= limit {
+                waiting_for.push((s.queue.clone(), limit));
+                // Look again when its grace runs out, or when a reader
+                // that is still live would count as stalled.
+                let next = if stalled { limits::SUBSCRIBER_LAG_TIMEOUT } else { STALL };
+                let at = s.progress_at + next;
+                until = Some(until.map_or(at, |u| u.min(at)));
+            }
+            true
+        });
+        until.map(|until| Pressure { waiting_for, until })
     }
 }

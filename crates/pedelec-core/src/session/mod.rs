@@ -274,19 +274,20 @@ impl Session {
         })
     }
 
-    /// Waits while a subscriber's queue is full, so a provider produces no
-    /// faster than its slowest reader; one that stays full for
+    /// Flow control for providers: waits while a subscriber's queue holds
+    /// the provider back, so it produces no faster than its slowest live
+    /// reader; a reader that stays silent with a backlog for
     /// [`pedelec_protocol::limits::SUBSCRIBER_LAG_TIMEOUT`] is dropped (it
-    /// re-synchronises). Every full queue is judged at once, each from when
-    /// it filled, so N silent readers cost one grace, not N of them.
+    /// re-synchronises). Every queue is judged at once (see `fanout`), so N
+    /// silent readers cost one grace, not N of them.
     pub async fn flow(&self) {
         loop {
-            let full = self.lock().fanout.full_queues(std::time::Instant::now());
-            let Some(earliest) = full.iter().map(|f| f.deadline).min() else { return };
-            // Any queue getting room, or the first grace running out, is news.
-            let room = futures::future::select_all(full.iter().map(|f| Box::pin(f.queue.room())));
-            let _ = tokio::time::timeout_at(earliest.into(), room).await;
-            self.lock().fanout.drop_lagging(&full, std::time::Instant::now());
+            let Some(pressure) = self.lock().fanout.pressure(std::time::Instant::now()) else { return };
+            // Any queue getting room, or a grace or stall running out, is news.
+            let room = futures::future::select_all(
+                pressure.waiting_for.iter().map(|(queue, limit)| Box::pin(queue.below(*limit))),
+            );
+            let _ = tokio::time::timeout_at(pressure.until.into(), room).await;
         }
     }
 
