@@ -6,14 +6,14 @@
 //!   events it produces in bulk. It never runs more than
 //!   [`limits::SUBSCRIBER_QUEUE_EVENTS`] (the *bound*) ahead of a reader
 //!   that is reading, so a slow reader slows the agent.
-//! - A reader that has read nothing for [`STALL`] no longer holds the
-//!   provider at the bound, only at [`HARD_BOUND_FACTOR`] times it: a
-//!   silent subscriber does not stop everyone else's turn while its grace
-//!   runs, and twenty of them fill their queues and run out of grace at
-//!   nearly the same moment instead of one after another.
-//! - A reader with a backlog that has read nothing for
-//!   [`limits::SUBSCRIBER_LAG_TIMEOUT`] is dropped and re-synchronised from
-//!   a fresh snapshot (whose `recent_outcomes` settle what it missed).
+//! - A reader that has read nothing for [`STALL`] while it has a backlog is
+//!   *stalled*: it no longer holds the provider back. Its queue may grow to
+//!   [`HARD_BOUND_FACTOR`] times the bound; beyond that, or after
+//!   [`limits::SUBSCRIBER_LAG_TIMEOUT`] over the bound, it is dropped and
+//!   re-synchronised from a fresh snapshot (whose `recent_outcomes` settle
+//!   what it missed; `GetHistory` recovers the messages). So a silent
+//!   subscriber costs the turn at most one [`STALL`], and twenty of them
+//!   cost no more than one does.
 //! - Events emitted outside flow control (a completion, a status change)
 //!   still fit: only a queue twice over the hard bound is dropped at once,
 //!   so memory stays bounded in every case.
@@ -42,7 +42,7 @@ pub struct Queue {
     depth: AtomicUsize,
     /// Events received so far (progress, for stall and lag judgement).
     reads: AtomicU64,
-    /// Signalled when the depth falls below the bound or the hard bound.
+    /// Signalled when the depth falls below the bound.
     room: Notify,
     /// Set when Core dropped the subscriber for falling behind.
     lagged: AtomicBool,
@@ -73,16 +73,19 @@ impl Queue {
 
 /// The reading end of one subscription.
 pub struct Receiver {
-    rx: mpsc::UnboundedReceiver<pb::SessionEvent>,
+    rx: mpsc::UnboundedReceiver<Arc<pb::SessionEvent>>,
     pub queue: Arc<Queue>,
 }
 
 impl Receiver {
+    /// The next event, owned: the last of its subscribers to take it gets
+    /// it without a copy (most sessions have one), the others a copy each —
+    /// and a reader that never reads costs no copy at all.
     pub async fn recv(&mut self) -> Option<pb::SessionEvent> {
-        let event = self.rx.recv().await?;
+        let event = Arc::unwrap_or_clone(self.rx.recv().await?);
         self.queue.reads.fetch_add(1, Ordering::Relaxed);
         let before = self.queue.depth.fetch_sub(1, Ordering::AcqRel);
-        if before == BOUND || before == HARD_BOUND {
+        if before == BOUND {
             self.queue.room.notify_waiters();
         }
         Some(event)
@@ -90,7 +93,7 @@ impl Receiver {
 }
 
 struct Subscriber {
-    tx: mpsc::UnboundedSender<pb::SessionEvent>,
+    tx: mpsc::UnboundedSender<Arc<pb::SessionEvent>>,
     queue: Arc<Queue>,
     /// `queue.reads` when last looked at, and the last sign of progress:
     /// when that count changed, or when a backlog began (a reader with
@@ -107,7 +110,7 @@ pub struct Fanout {
 }
 
 /// What holds the provider back: queues to wait for (each below its limit)
-/// and the moment to look again (a grace or a stall running out).
+/// and the moment to look again (a live reader counting as stalled).
 pub struct Pressure {
     pub waiting_for: Vec<(Arc<Queue>, usize)>,
     pub until: Instant,
@@ -138,7 +141,8 @@ impl Fanout {
     }
 
     /// Queues an event for every subscriber.
-    pub fn deliver(&mut self, event: &pb::SessionEvent) {
+    pub fn deliver(&mut self, event: pb::SessionEvent) {
+        let event = Arc::new(event);
         self.subscribers.retain(|_, subscriber| {
             if subscriber.queue.depth() >= 2 * HARD_BOUND {
                 subscriber.queue.lagged.store(true, Ordering::SeqCst);
@@ -149,13 +153,13 @@ impl Fanout {
                 // before, when there was nothing to read.
                 subscriber.progress_at = Instant::now();
             }
-            subscriber.tx.send(event.clone()).is_ok()
+            subscriber.tx.send(Arc::clone(&event)).is_ok()
         });
     }
 
     /// Judges every subscriber at `now` (see the module docs): drops those
-    /// that lagged for the whole grace, and says what the provider must
-    /// wait for, if anything.
+    /// that lagged too long or too far, and says which live readers the
+    /// provider must wait for, if any.
     pub fn pressure(&mut self, now: Instant) -> Option<Pressure> {
         let mut waiting_for = Vec::new();
         let mut until: Option<Instant> = None;
@@ -167,18 +171,17 @@ impl Fanout {
             }
             let depth = s.queue.depth();
             let silent_for = now.saturating_duration_since(s.progress_at);
-            if depth >= BOUND && silent_for >= limits::SUBSCRIBER_LAG_TIMEOUT {
+            let stalled = silent_for >= STALL;
+            let lagged =
+                (depth >= BOUND && silent_for >= limits::SUBSCRIBER_LAG_TIMEOUT) || (stalled && depth >= HARD_BOUND);
+            if lagged {
                 s.queue.lagged.store(true, Ordering::SeqCst);
                 return false;
             }
-            let stalled = silent_for >= STALL;
-            let limit = if stalled { HARD_BOUND } else { BOUND };
-            if depth >= limit {
-                waiting_for.push((s.queue.clone(), limit));
-                // Look again when its grace runs out, or when a reader
-                // that is still live would count as stalled.
-                let next = if stalled { limits::SUBSCRIBER_LAG_TIMEOUT } else { STALL };
-                let at = s.progress_at + next;
+            if !stalled && depth >= BOUND {
+                waiting_for.push((s.queue.clone(), BOUND));
+                // Look again when this reader would count as stalled.
+                let at = s.progress_at + STALL;
                 until = Some(until.map_or(at, |u| u.min(at)));
             }
             true

@@ -176,7 +176,7 @@ impl Session {
     fn apply(self: &Arc<Self>, inner: &mut Inner, effects: Vec<Effect>) {
         for effect in effects {
             match effect {
-                Effect::Emit(event) => inner.fanout.deliver(&event),
+                Effect::Emit(event) => inner.fanout.deliver(event),
                 Effect::Append(entry) => self.shared.store.append(&self.id, entry),
                 Effect::Save(record) => self.shared.store.save(record),
                 Effect::AnswerTool { request, answer } => {
@@ -274,16 +274,15 @@ impl Session {
         })
     }
 
-    /// Flow control for providers: waits while a subscriber's queue holds
-    /// the provider back, so it produces no faster than its slowest live
-    /// reader; a reader that stays silent with a backlog for
-    /// [`pedelec_protocol::limits::SUBSCRIBER_LAG_TIMEOUT`] is dropped (it
-    /// re-synchronises). Every queue is judged at once (see `fanout`), so N
-    /// silent readers cost one grace, not N of them.
+    /// Flow control for providers: waits while a live reader's queue is
+    /// full, so a provider produces no faster than its slowest live reader;
+    /// a reader that stopped reading no longer holds it back and is dropped
+    /// (it re-synchronises) once too far or too long behind. Every queue is
+    /// judged at once (see `fanout`), so N silent readers cost no more than one.
     pub async fn flow(&self) {
         loop {
             let Some(pressure) = self.lock().fanout.pressure(std::time::Instant::now()) else { return };
-            // Any queue getting room, or a grace or stall running out, is news.
+            // Any queue getting room, or a reader counting as stalled, is news.
             let room = futures::future::select_all(
                 pressure.waiting_for.iter().map(|(queue, limit)| Box::pin(queue.below(*limit))),
             );

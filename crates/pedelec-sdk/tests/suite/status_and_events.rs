@@ -278,11 +278,12 @@ async fn a_stalled_subscriber_is_resynchronised_with_a_snapshot_and_does_not_hol
 }
 
 /// Lag is judged per subscriber and all at once: six readers that never read
-/// no longer cost six graces one after another (12.8 s here before), each
-/// from the moment its own queue filled (3–9 s here now: the queues fill
-/// at different moments), and each is re-synchronised with a fresh snapshot.
+/// cost six graces one after another before (12.8 s here), then one grace
+/// per moment a queue filled (3–9 s); now a reader that stopped reading no
+/// longer holds the turn back at all beyond a short stall, and each is
+/// re-synchronised with a fresh snapshot.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn silent_subscribers_cost_one_grace_together_not_one_each() {
+async fn silent_subscribers_do_not_hold_a_turn_back() {
     use pb::session_event::Kind;
     let h = Harness::start();
     let session = h.client().await.create_session::<String>(SessionOptions::default()).await.unwrap();
@@ -296,7 +297,7 @@ async fn silent_subscribers_cost_one_grace_together_not_one_each() {
     let took = started.elapsed();
     let grace = pedelec_protocol::limits::SUBSCRIBER_LAG_TIMEOUT;
     eprintln!("100k-delta turn with six silent subscribers: {took:?}");
-    assert!(took < grace * 6, "six silent subscribers held the turn {took:?}: one grace ({grace:?}) after another");
+    assert!(took < grace * 2, "six silent subscribers held the turn {took:?}, more than one grace ({grace:?})");
     for stream in &mut silent {
         let mut snapshots = 0;
         while snapshots < 2 {
