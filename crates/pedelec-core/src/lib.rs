@@ -10,6 +10,7 @@ pub mod bridge;
 pub mod config;
 pub mod daemon;
 pub mod error;
+pub mod history;
 pub mod providers;
 pub mod registry;
 pub mod service;

@@ -123,6 +123,27 @@ impl Core for CoreService {
             .map_err(|e| Status::internal(format!("listing failed: {e}")))?;
         Ok(Response::new(pb::ListAssetsResponse { assets }))
     }
+
+    async fn get_history(&self, request: Request<pb::GetHistoryRequest>) -> Reply<pb::GetHistoryResponse> {
+        let request = request.into_inner();
+        let session = self.registry.get(&request.session_id, &request.caller_origin)?;
+        let limit = match request.limit {
+            0 => pedelec_protocol::limits::DEFAULT_HISTORY_PAGE,
+            n if n > pedelec_protocol::limits::MAX_HISTORY_PAGE => {
+                return Err(CoreError::with_details(
+                    ErrorCode::InvalidArgument,
+                    format!("a history page holds at most {} entries", pedelec_protocol::limits::MAX_HISTORY_PAGE),
+                    serde_json::json!({ "limit": pedelec_protocol::limits::MAX_HISTORY_PAGE }),
+                )
+                .into());
+            }
+            n => n,
+        };
+        let query = crate::store::HistoryQuery { after_seq: request.after_seq, before_id: request.before_id, limit };
+        let (rows, has_more) = self.registry.shared.store.history(&session.id, query).await?;
+        let entries = rows.iter().filter_map(|(id, row)| crate::history::entry(*id, row)).collect();
+        Ok(Response::new(pb::GetHistoryResponse { entries, has_more }))
+    }
 }
 
 impl CoreService {
@@ -164,6 +185,7 @@ impl CoreService {
                 NativeReply::CreateAssetDownload(self.create_asset_download(r(q)).await?.into_inner())
             }
             Call::ListAssets(q) => NativeReply::ListAssets(self.list_assets(r(q)).await?.into_inner()),
+            Call::GetHistory(q) => NativeReply::GetHistory(self.get_history(r(q)).await?.into_inner()),
             Call::Subscribe(_) | Call::Unsubscribe(_) => {
                 return Err(CoreError::new(ErrorCode::InvalidArgument, "subscriptions use Core.Subscribe").into());
             }

@@ -69,6 +69,17 @@ type Ack = oneshot::Sender<Result<(), String>>;
 pub struct Store {
     jobs: mpsc::Sender<(Job, Option<Ack>)>,
     faults: Arc<Faults>,
+    /// A read-only connection for history pages (WAL: it reads beside the writer).
+    reader: Arc<std::sync::Mutex<Connection>>,
+}
+
+/// One page of a session's transcript (see `Core.GetHistory`).
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct HistoryQuery {
+    pub after_seq: u64,
+    /// 0: no bound.
+    pub before_id: u64,
+    pub limit: u32,
 }
 
 /// Failures on demand, for tests of what Core does when its disk fails.
@@ -137,6 +148,8 @@ impl Store {
     pub fn open(path: &Path) -> CoreResult<(Store, Vec<SessionRecord>)> {
         let conn = open_connection(path)?;
         let records = load_sessions(&conn)?;
+        let reader = Connection::open_with_flags(path, rusqlite::OpenFlags::SQLITE_OPEN_READ_ONLY)?;
+        reader.busy_timeout(std::time::Duration::from_secs(5))?;
         let (tx, rx) = mpsc::channel::<(Job, Option<Ack>)>();
         let faults = Arc::new(Faults::default());
         let writer_faults = faults.clone();
@@ -144,7 +157,7 @@ impl Store {
             .name("pedelec-store".into())
             .spawn(move || writer(conn, rx, &writer_faults))
             .map_err(|e| CoreError::io("starting the store thread", e))?;
-        Ok((Store { jobs: tx, faults }, records))
+        Ok((Store { jobs: tx, faults, reader: Arc::new(std::sync::Mutex::new(reader)) }, records))
     }
 
     /// Makes the next `jobs` jobs fail as a broken disk would (tests only:
@@ -224,6 +237,53 @@ impl Store {
     pub fn append(&self, session_id: &str, entry: TranscriptEntry) {
         let id = session_id.to_owned();
         self.submit(Box::new(move |c| insert_entry(c, &id, &entry)));
+    }
+
+    /// A page of `session_id`'s transcript: the newest `query.limit` entries
+    /// with seq > `after_seq` and id < `before_id` (each with its id, the
+    /// row id), oldest first, and whether older ones match too. Preparation
+    /// entries are left out. Everything queued before the call is committed
+    /// first, so a page includes what the caller has already seen happen.
+    pub async fn history(
+        &self,
+        session_id: &str,
+        query: HistoryQuery,
+    ) -> CoreResult<(Vec<(u64, TranscriptEntry)>, bool)> {
+        self.flush().await?;
+        let reader = self.reader.clone();
+        let id = session_id.to_owned();
+        let read = move || -> rusqlite::Result<(Vec<(u64, TranscriptEntry)>, bool)> {
+            let conn = reader.lock().unwrap_or_else(|p| p.into_inner());
+            let before = if query.before_id == 0 { i64::MAX } else { query.before_id.min(i64::MAX as u64) as i64 };
+            let mut stmt = conn.prepare_cached(
+                "SELECT rowid, seq, at_ms, kind, body FROM transcript
+                 WHERE session_id = ?1 AND seq > ?2 AND rowid < ?3 AND kind != 'prepare'
+                 ORDER BY seq DESC, rowid DESC LIMIT ?4",
+            )?;
+            // 0 is "from the start": entries recorded before the first event have seq 0.
+            let after = if query.after_seq == 0 { -1 } else { query.after_seq.min(i64::MAX as u64) as i64 };
+            let rows = stmt.query_map(params![id, after, before, i64::from(query.limit) + 1], |row| {
+                let body: String = row.get(4)?;
+                Ok((
+                    row.get::<_, i64>(0)? as u64,
+                    TranscriptEntry {
+                        seq: row.get::<_, i64>(1)? as u64,
+                        at_ms: row.get(2)?,
+                        kind: row.get(3)?,
+                        body: serde_json::from_str(&body).unwrap_or(serde_json::Value::Null),
+                    },
+                ))
+            })?;
+            let mut page: Vec<(u64, TranscriptEntry)> = rows.collect::<rusqlite::Result<_>>()?;
+            let has_more = page.len() > query.limit as usize;
+            page.truncate(query.limit as usize);
+            page.reverse();
+            Ok((page, has_more))
+        };
+        tokio::task::spawn_blocking(read)
+            .await
+            .map_err(|e| CoreError::new(pedelec_protocol::ErrorCode::Internal, format!("reading history: {e}")))?
+            .map_err(CoreError::from)
     }
 
     /// Waits until every job queued before this call is committed.

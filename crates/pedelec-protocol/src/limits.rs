@@ -14,6 +14,10 @@ pub const NATIVE_BROWSER_TO_HOST_MAX: usize = 64 * 1024 * 1024;
 pub const GRPC_MESSAGE_MAX: usize = 64 * 1024 * 1024;
 /// Operation outcomes a snapshot carries per session (`Snapshot.recent_outcomes`).
 pub const RECENT_OUTCOMES: usize = 32;
+/// Transcript entries in one `GetHistory` page when the request names no limit.
+pub const DEFAULT_HISTORY_PAGE: u32 = 100;
+/// The most transcript entries one `GetHistory` page may ask for.
+pub const MAX_HISTORY_PAGE: u32 = 1000;
 /// Events queued for one subscriber before the provider is made to wait.
 pub const SUBSCRIBER_QUEUE_EVENTS: usize = 4096;
 /// How long a full subscriber queue may hold a provider up before that

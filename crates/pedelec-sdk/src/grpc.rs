@@ -71,6 +71,7 @@ impl Transport for GrpcTransport {
                     Reply::CreateAssetDownload(c.create_asset_download(r).await.map_err(status)?.into_inner())
                 }
                 Call::ListAssets(r) => Reply::ListAssets(c.list_assets(r).await.map_err(status)?.into_inner()),
+                Call::GetHistory(r) => Reply::GetHistory(c.get_history(r).await.map_err(status)?.into_inner()),
                 Call::Subscribe(_) | Call::Unsubscribe(_) => {
                     return Err(PedelecError::new(ErrorCode::InvalidArgument, "use Transport::subscribe"));
                 }

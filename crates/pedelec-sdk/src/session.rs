@@ -678,6 +678,36 @@ impl<T: ToolName> PedelecSession<T> {
             other => Err(unexpected(&other)),
         }
     }
+
+    /// A page of the session's transcript (`Core.GetHistory`): the newest
+    /// `query.limit` entries (0: 100) with seq > `after_seq` and id <
+    /// `before_id` (0: no bound), oldest first, and whether older ones
+    /// match too. Page back with `before_id` = the first entry's id; after a
+    /// re-sync, `after_seq` = the last seq handled recovers what was missed.
+    pub async fn history(&self, query: HistoryQuery) -> Result<pb::GetHistoryResponse, PedelecError> {
+        let request = pb::GetHistoryRequest {
+            session_id: self.inner.session_id.clone(),
+            caller_origin: self.inner.origin.clone(),
+            after_seq: query.after_seq,
+            before_id: query.before_id,
+            limit: query.limit,
+        };
+        match self.inner.transport.call(Call::GetHistory(request)).await? {
+            Reply::GetHistory(page) => Ok(page),
+            other => Err(unexpected(&other)),
+        }
+    }
+}
+
+/// Which page of a session's history to read ([`PedelecSession::history`]).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct HistoryQuery {
+    /// Only entries with seq > this (0: from the start).
+    pub after_seq: u64,
+    /// Only entries with id < this (0: up to the newest).
+    pub before_id: u64,
+    /// Entries per page (0: 100; at most 1000).
+    pub limit: u32,
 }
 
 /// Strict UTF-8 for `readAsset(path, "text")`.

@@ -415,8 +415,10 @@ impl SessionState {
             }
             return;
         }
-        self.append("chat", serde_json::json!({ "operation_id": operation, "text": text }), now, out);
+        // Recorded after its event, so the entry carries the event's seq
+        // (what GetHistory's after_seq compares against).
         self.emit(operation.as_str(), Kind::Chat(pb::Chat { text: text.to_owned() }), now, out);
+        self.append("chat", serde_json::json!({ "operation_id": operation, "text": text }), now, out);
     }
 
     /// The provider's cumulative total; announced only when it grows.
@@ -450,8 +452,6 @@ impl SessionState {
             return;
         }
         let reason: String = reason.chars().take(500).collect();
-        let body = serde_json::json!({ "operation_id": operation, "tool": tool, "reason": reason });
-        self.append("tool_failed", body, now, out);
         let details = serde_json::json!({ "tool": tool, "reason": reason });
         let error = pb::Error::with_details(
             ErrorCode::ToolCallFailed,
@@ -459,6 +459,8 @@ impl SessionState {
             &details,
         );
         self.emit(operation.as_str(), Kind::Error(pb::ErrorRaised { error: Some(error) }), now, out);
+        let body = serde_json::json!({ "operation_id": operation, "tool": tool, "reason": reason });
+        self.append("tool_failed", body, now, out);
     }
 
     // ---- the tool broker -------------------------------------------------
@@ -506,11 +508,13 @@ impl SessionState {
         };
         self.pending.push(Pending { call, operation: operation.clone() });
         self.set_status(SessionStatus::WaitingToolResult, operation.as_str(), now, out);
-        let body = serde_json::json!({ "tool_request_id": request, "tool": tool, "args": args_json });
-        self.append("tool_call", body, now, out);
+        let body = serde_json::json!({
+            "operation_id": operation, "tool_request_id": request, "tool": tool, "args": args_json,
+        });
         let event =
             pb::ToolCall { tool_request_id: request.to_string(), tool: tool.to_owned(), args_json, deadline_at_ms };
         self.emit(operation.as_str(), Kind::ToolCall(event), now, out);
+        self.append("tool_call", body, now, out);
         Ok(ToolCallStarted { request, operation, timeout })
     }
 
@@ -557,13 +561,13 @@ impl SessionState {
         };
         let pending = self.pending.remove(index);
         let id = ToolRequestId::new(pending.call.tool_request_id);
+        let operation = pending.operation;
         let body = match &answer {
-            Ok(json) => serde_json::json!({ "tool_request_id": id, "result": json }),
-            Err(e) => serde_json::json!({ "tool_request_id": id, "error": e.code }),
+            Ok(json) => serde_json::json!({ "operation_id": operation, "tool_request_id": id, "result": json }),
+            Err(e) => serde_json::json!({ "operation_id": operation, "tool_request_id": id, "error": e.code }),
         };
-        self.append("tool_result", body, now, out);
         out.push(Effect::AnswerTool { request: id.clone(), answer });
-        self.settle_tool(&pending.operation, id, "", now, out);
+        self.settle_tool(&operation, id, "", Some(body), now, out);
         Ok(())
     }
 
@@ -575,19 +579,25 @@ impl SessionState {
         let pending = self.pending.remove(index);
         let error = pb::Error::new(ErrorCode::ToolTimeout, "the application did not answer in time");
         out.push(Effect::AnswerTool { request: request.clone(), answer: Err(error) });
-        self.settle_tool(&pending.operation, request.clone(), ErrorCode::ToolTimeout.as_str(), now, out);
+        self.settle_tool(&pending.operation, request.clone(), ErrorCode::ToolTimeout.as_str(), None, now, out);
     }
 
+    /// Announces a settled tool call (recording `entry`, the application's
+    /// answer, with that event's seq) and resumes the turn when it was the last.
     fn settle_tool(
         &mut self,
         operation: &OperationId,
         request: ToolRequestId,
         code: &str,
+        entry: Option<serde_json::Value>,
         now: Now,
         out: &mut Vec<Effect>,
     ) {
         let settled = pb::ToolCallSettled { tool_request_id: request.into_string(), code: code.to_owned() };
         self.emit(operation.as_str(), Kind::ToolCallSettled(settled), now, out);
+        if let Some(entry) = entry {
+            self.append("tool_result", entry, now, out);
+        }
         if self.pending.is_empty() && self.status == SessionStatus::WaitingToolResult {
             self.set_status(SessionStatus::Running, operation.as_str(), now, out);
         }

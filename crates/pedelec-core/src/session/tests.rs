@@ -549,7 +549,10 @@ fn agent_tool_failures_are_raised_with_a_clipped_reason() {
     let operation = running(&mut m, 1);
     let mut out = Vec::new();
     m.tool_failed(&operation, "getState", &"r".repeat(2_000), t0(), &mut out);
-    let Some(Effect::Emit(event)) = out.last() else { panic!("{:?}", render(&out)) };
+    let Some(event) = out.iter().find_map(|e| if let Effect::Emit(e) = e { Some(e) } else { None }) else {
+        panic!("{:?}", render(&out))
+    };
+    assert!(matches!(out.last(), Some(Effect::Append(entry)) if entry.kind == "tool_failed" && entry.seq == event.seq));
     let Some(Kind::Error(raised)) = &event.kind else { panic!("not an error") };
     let error = raised.error.as_ref().unwrap();
     assert_eq!(error.code, "TOOL_CALL_FAILED");

@@ -6,6 +6,7 @@ mod bad_input;
 mod bridge;
 mod daemon;
 mod durability;
+mod history;
 mod lifecycle;
 mod prepare;
 mod providers_acp;
