@@ -150,8 +150,8 @@ impl CoreService {
     /// Assets are usable while a session is not ending or ended.
     fn usable_for_assets(&self, id: &str, origin: &str) -> Result<Arc<crate::session::Session>, CoreError> {
         let session = self.registry.get(id, origin)?;
-        if session.status() == pedelec_protocol::SessionStatus::Ended {
-            return Err(CoreError::new(pedelec_protocol::ErrorCode::SessionEnded, "the session has ended"));
+        if let Some((code, message)) = session.status().refuse_assets() {
+            return Err(CoreError::new(code, message));
         }
         Ok(session)
     }

@@ -48,6 +48,15 @@ impl SessionStatus {
         }
     }
 
+    /// Why assets may not be listed, uploaded or downloaded in this status,
+    /// with its message; `None` when they may (every status but `ended`).
+    pub fn refuse_assets(self) -> Option<(crate::ErrorCode, &'static str)> {
+        match self {
+            SessionStatus::Ended => Some((crate::ErrorCode::SessionEnded, "the session has ended")),
+            _ => None,
+        }
+    }
+
     /// Whether a turn (preparation or user) is active.
     pub const fn is_active_turn(self) -> bool {
         matches!(self, SessionStatus::Running | SessionStatus::WaitingToolResult)
@@ -168,6 +177,15 @@ impl pb::EffortLevel {
 
 #[cfg(test)]
 mod tests {
+    #[test]
+    fn assets_are_usable_in_every_status_but_ended() {
+        use SessionStatus::*;
+        for status in [Idle, Running, WaitingToolResult, Error] {
+            assert_eq!(status.refuse_assets(), None, "{status:?}");
+        }
+        assert_eq!(Ended.refuse_assets().map(|(code, _)| code), Some(crate::ErrorCode::SessionEnded));
+    }
+
     use super::SessionStatus::*;
     use super::*;
 

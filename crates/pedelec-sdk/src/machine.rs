@@ -9,7 +9,7 @@
 use std::collections::{HashMap, HashSet, VecDeque};
 
 use pedelec_protocol::pb::{self, session_event::Kind};
-use pedelec_protocol::{ErrorCode, EventGate, SessionStatus, Verdict};
+use pedelec_protocol::{ErrorCode, EventGate, OperationId, SessionStatus, ToolRequestId, Verdict};
 
 use crate::context::{EventContext, SessionMeta, Source, StatusContext, ToolCallContext};
 use crate::error::PedelecError;
@@ -20,7 +20,7 @@ const EARLY_COMPLETIONS: usize = 32;
 /// A frontend tool call to hand to a handler.
 #[derive(Debug, Clone, PartialEq)]
 pub struct ToolRequest {
-    pub tool_request_id: String,
+    pub tool_request_id: ToolRequestId,
     pub tool: String,
     pub args_json: String,
 }
@@ -60,7 +60,7 @@ pub enum Effect {
     },
     /// Settle the promise of an operation.
     Settle {
-        operation_id: String,
+        operation_id: OperationId,
         outcome: Result<(), PedelecError>,
     },
 }
@@ -82,10 +82,10 @@ pub struct SessionMachine {
     prepared: bool,
     /// Operation started locally whose id Core has not returned yet.
     local_operation: Option<pb::OperationKind>,
-    awaiting: HashMap<String, pb::OperationKind>,
-    completed_early: VecDeque<(String, Result<(), PedelecError>)>,
+    awaiting: HashMap<OperationId, pb::OperationKind>,
+    completed_early: VecDeque<(OperationId, Result<(), PedelecError>)>,
     queued_tools: Vec<(ToolRequest, ToolCallContext)>,
-    handling: HashSet<String>,
+    handling: HashSet<ToolRequestId>,
 }
 
 /// Whether a handler exists for a tool name.
@@ -153,7 +153,7 @@ impl SessionMachine {
     }
 
     fn reject_all(&mut self, code: ErrorCode, message: &str, out: &mut Vec<Effect>) {
-        let mut ids: Vec<String> = self.awaiting.drain().map(|(id, _)| id).collect();
+        let mut ids: Vec<OperationId> = self.awaiting.drain().map(|(id, _)| id).collect();
         ids.sort();
         for operation_id in ids {
             out.push(Effect::Settle { operation_id, outcome: Err(PedelecError::new(code, message)) });
@@ -202,7 +202,7 @@ impl SessionMachine {
         if self.status == SessionStatus::Ended {
             return (Accepted::Settled(Err(PedelecError::new(ErrorCode::SessionEnded, "the session ended"))), out);
         }
-        self.awaiting.insert(accepted.operation_id.clone(), kind);
+        self.awaiting.insert(OperationId::new(accepted.operation_id.clone()), kind);
         (Accepted::Pending, out)
     }
 
@@ -310,7 +310,7 @@ impl SessionMachine {
             Kind::Chat(_) | Kind::ChatDelta(_) => {}
             Kind::ToolCall(call) => {
                 let request = ToolRequest {
-                    tool_request_id: call.tool_request_id.clone(),
+                    tool_request_id: ToolRequestId::new(call.tool_request_id.clone()),
                     tool: call.tool.clone(),
                     args_json: call.args_json.clone(),
                 };
@@ -319,7 +319,7 @@ impl SessionMachine {
             }
             Kind::ToolCallSettled(settled) => {
                 self.queued_tools.retain(|(r, _)| r.tool_request_id != settled.tool_request_id);
-                self.handling.remove(&settled.tool_request_id);
+                self.handling.remove(settled.tool_request_id.as_str());
             }
             Kind::UsageUpdated(update) => {
                 if let Some(total) = update.usage.and_then(|u| u.total_tokens) {
@@ -339,10 +339,10 @@ impl SessionMachine {
                 if done.kind == pb::OperationKind::Prepare as i32 && outcome.is_ok() {
                     self.prepared = true;
                 }
-                if self.awaiting.remove(&event.operation_id).is_some() {
-                    out.push(Effect::Settle { operation_id: event.operation_id.clone(), outcome });
+                if self.awaiting.remove(event.operation_id.as_str()).is_some() {
+                    out.push(Effect::Settle { operation_id: OperationId::new(event.operation_id.clone()), outcome });
                 } else {
-                    self.complete_early(event.operation_id.clone(), outcome);
+                    self.complete_early(OperationId::new(event.operation_id.clone()), outcome);
                 }
             }
             Kind::Ended(_) => {
@@ -369,13 +369,13 @@ impl SessionMachine {
     ) -> ToolCallContext {
         ToolCallContext {
             base: self.meta.core("tool_call", turn, emitted, received),
-            tool_request_id: request.tool_request_id.clone(),
+            tool_request_id: request.tool_request_id.to_string(),
             tool: request.tool.clone(),
         }
     }
 
     /// Keeps the outcome of an operation whose acceptance is still to come (bounded).
-    fn complete_early(&mut self, operation_id: String, outcome: Result<(), PedelecError>) {
+    fn complete_early(&mut self, operation_id: OperationId, outcome: Result<(), PedelecError>) {
         if self.completed_early.len() == EARLY_COMPLETIONS {
             self.completed_early.pop_front();
         }
@@ -405,10 +405,10 @@ impl SessionMachine {
         // restart's CORE_RESTARTED among them); one Core has no outcome for
         // any more is reported as lost.
         let active = snapshot.active_operation.as_ref().map(|a| a.operation_id.as_str());
-        let missed: Vec<String> = self.awaiting.keys().filter(|id| Some(id.as_str()) != active).cloned().collect();
+        let missed: Vec<OperationId> = self.awaiting.keys().filter(|id| Some(id.as_str()) != active).cloned().collect();
         for operation_id in missed {
             self.awaiting.remove(&operation_id);
-            let recorded = snapshot.recent_outcomes.iter().find(|o| o.operation_id == operation_id);
+            let recorded = snapshot.recent_outcomes.iter().find(|o| operation_id == o.operation_id);
             let outcome = recorded.map(|o| operation_outcome(o.error.as_ref())).unwrap_or_else(|| {
                 Err(PedelecError::new(
                     ErrorCode::TransportError,
@@ -421,7 +421,8 @@ impl SessionMachine {
         // be over: keep its outcome for `operation_accepted`.
         for recorded in &snapshot.recent_outcomes {
             if !self.completed_early.iter().any(|(id, _)| id == &recorded.operation_id) {
-                self.complete_early(recorded.operation_id.clone(), operation_outcome(recorded.error.as_ref()));
+                let id = OperationId::new(recorded.operation_id.clone());
+                self.complete_early(id, operation_outcome(recorded.error.as_ref()));
             }
         }
         if let Some(status) = SessionStatus::from_pb(snapshot.status) {
@@ -433,7 +434,7 @@ impl SessionMachine {
         self.handling.retain(|id| pending.contains(id.as_str()));
         for call in &snapshot.pending_tools {
             let request = ToolRequest {
-                tool_request_id: call.tool_request_id.clone(),
+                tool_request_id: ToolRequestId::new(call.tool_request_id.clone()),
                 tool: call.tool.clone(),
                 args_json: call.args_json.clone(),
             };
@@ -769,7 +770,7 @@ mod tests {
             .iter()
             .filter_map(|e| match e {
                 Effect::Settle { operation_id, outcome } => Some((
-                    operation_id.clone(),
+                    operation_id.to_string(),
                     outcome
                         .as_ref()
                         .map(|_| ())

@@ -11,7 +11,7 @@ use futures::FutureExt;
 use futures::StreamExt;
 use futures::channel::oneshot;
 use futures::future::Shared;
-use pedelec_protocol::{ErrorCode, SessionStatus, pb};
+use pedelec_protocol::{ErrorCode, OperationId, SessionStatus, pb};
 use serde::{Serialize, de::DeserializeOwned};
 
 use crate::context::{EventContext, SessionMeta, StatusContext, ToolCallContext, now_ms};
@@ -96,7 +96,7 @@ pub(crate) struct Inner {
     registry: Registry,
     machine: Mutex<SessionMachine>,
     handlers: Mutex<Handlers>,
-    waiters: Mutex<HashMap<String, oneshot::Sender<Result<(), PedelecError>>>>,
+    waiters: Mutex<HashMap<OperationId, oneshot::Sender<Result<(), PedelecError>>>>,
     prepare: Mutex<Option<SharedOutcome>>,
     resume: Mutex<Option<SharedOutcome>>,
     detached: AtomicBool,
@@ -494,7 +494,7 @@ impl Inner {
             let receiver = match state {
                 Accepted::Pending => {
                     let (tx, rx) = oneshot::channel();
-                    lock(&self.waiters).insert(accepted.operation_id.clone(), tx);
+                    lock(&self.waiters).insert(OperationId::new(accepted.operation_id.clone()), tx);
                     Ok(rx)
                 }
                 Accepted::Settled(outcome) => Err(outcome),
@@ -590,7 +590,7 @@ impl Inner {
             let submit = pb::SubmitToolResultRequest {
                 session_id: inner.session_id.clone(),
                 caller_origin: inner.origin.clone(),
-                tool_request_id: request.tool_request_id.clone(),
+                tool_request_id: request.tool_request_id.to_string(),
                 outcome: Some(outcome),
             };
             if let Err(error) = inner.transport.call(Call::SubmitToolResult(submit)).await {
@@ -612,10 +612,10 @@ impl Inner {
 /// the browser), so the rules here are written once.
 impl<T: ToolName> PedelecSession<T> {
     pub(crate) fn check_assets_usable(&self) -> Result<(), PedelecError> {
-        if self.get_status() == SessionStatus::Ended {
-            return Err(PedelecError::new(ErrorCode::SessionEnded, "the session has ended"));
+        match self.get_status().refuse_assets() {
+            Some((code, message)) => Err(PedelecError::new(code, message)),
+            None => Ok(()),
         }
-        Ok(())
     }
 
     fn check_asset_path(path: &str) -> Result<(), PedelecError> {
