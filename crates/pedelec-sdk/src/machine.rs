@@ -84,6 +84,8 @@ pub struct SessionMachine {
     local_operation: Option<pb::OperationKind>,
     awaiting: HashMap<OperationId, pb::OperationKind>,
     completed_early: VecDeque<(OperationId, Result<(), PedelecError>)>,
+    /// Outcomes of the session's recent operations (see [`SessionMachine::outcome`]).
+    known_outcomes: VecDeque<(OperationId, Result<(), PedelecError>)>,
     queued_tools: Vec<(ToolRequest, ToolCallContext)>,
     handling: HashSet<ToolRequestId>,
 }
@@ -103,6 +105,7 @@ impl SessionMachine {
             local_operation: None,
             awaiting: HashMap::new(),
             completed_early: VecDeque::new(),
+            known_outcomes: VecDeque::new(),
             queued_tools: Vec::new(),
             handling: HashSet::new(),
         }
@@ -231,11 +234,38 @@ impl SessionMachine {
     }
 
     /// The transport went away: nothing in flight can complete through it.
+    /// The transport is gone. Every awaited operation rejects with
+    /// `TRANSPORT_DETACHED`, its id in `details.operationId`: how it really
+    /// ended is not lost — a handle from `Pedelec::resume_session` reports
+    /// it ([`SessionMachine::outcome`]), `CORE_RESTARTED` if Core crashed.
     pub fn detached(&mut self) -> Vec<Effect> {
         let mut out = Vec::new();
         self.local_operation = None;
-        self.reject_all(ErrorCode::TransportDetached, "the connection to Core was lost", &mut out);
+        let mut ids: Vec<OperationId> = self.awaiting.drain().map(|(id, _)| id).collect();
+        ids.sort();
+        for operation_id in ids {
+            let mut error = PedelecError::new(ErrorCode::TransportDetached, "the connection to Core was lost");
+            error.details = Some(serde_json::json!({ "operationId": operation_id }));
+            out.push(Effect::Settle { operation_id, outcome: Err(error) });
+        }
         out
+    }
+
+    /// How a recent operation of this session ended, if this handle knows:
+    /// from a completion it received or the snapshot's `recent_outcomes`.
+    pub fn outcome(&self, operation_id: &str) -> Option<Result<(), PedelecError>> {
+        self.known_outcomes.iter().rev().find(|(id, _)| id == operation_id).map(|(_, outcome)| outcome.clone())
+    }
+
+    /// Remembers how an operation ended (bounded, newest last).
+    fn know(&mut self, operation_id: &OperationId, outcome: &Result<(), PedelecError>) {
+        if self.known_outcomes.iter().any(|(id, _)| id == operation_id) {
+            return;
+        }
+        if self.known_outcomes.len() == pedelec_protocol::limits::RECENT_OUTCOMES {
+            self.known_outcomes.pop_front();
+        }
+        self.known_outcomes.push_back((operation_id.clone(), outcome.clone()));
     }
 
     /// An SDK-originated error for `onError`.
@@ -339,6 +369,7 @@ impl SessionMachine {
                 if done.kind == pb::OperationKind::Prepare as i32 && outcome.is_ok() {
                     self.prepared = true;
                 }
+                self.know(&OperationId::new(event.operation_id.clone()), &outcome);
                 if self.awaiting.remove(event.operation_id.as_str()).is_some() {
                     out.push(Effect::Settle { operation_id: OperationId::new(event.operation_id.clone()), outcome });
                 } else {
@@ -420,6 +451,8 @@ impl SessionMachine {
         // An operation whose acceptance we have not processed yet may already
         // be over: keep its outcome for `operation_accepted`.
         for recorded in &snapshot.recent_outcomes {
+            let id = OperationId::new(recorded.operation_id.clone());
+            self.know(&id, &operation_outcome(recorded.error.as_ref()));
             if !self.completed_early.iter().any(|(id, _)| id == &recorded.operation_id) {
                 let id = OperationId::new(recorded.operation_id.clone());
                 self.complete_early(id, operation_outcome(recorded.error.as_ref()));
@@ -779,6 +812,30 @@ mod tests {
                 _ => None,
             })
             .collect()
+    }
+
+    #[test]
+    fn a_detached_rejection_names_its_operation_and_a_later_snapshot_tells_its_outcome() {
+        let mut m = machine();
+        let _ = m.begin_local(pb::OperationKind::SendText).unwrap();
+        let (state, _) = m.operation_accepted(&accepted("op1"));
+        assert_eq!(state, Accepted::Pending);
+        let effects = m.detached();
+        let Some(Effect::Settle { operation_id, outcome: Err(error) }) = effects.first() else { panic!("{effects:?}") };
+        assert_eq!(operation_id, "op1");
+        assert!(error.is(ErrorCode::TransportDetached));
+        assert_eq!(error.details.as_ref().unwrap()["operationId"], "op1");
+        assert_eq!(m.outcome("op1"), None, "not known yet");
+        // A fresh handle's machine learns it from the snapshot it attaches with.
+        let mut fresh = machine();
+        let restarted = pb::OperationOutcome {
+            operation_id: "op1".into(),
+            kind: 0,
+            error: Some(pb::Error::new(ErrorCode::CoreRestarted, "Core restarted")),
+        };
+        feed(&mut fresh, &[snapshot_with_outcomes(9, vec![restarted])], NO_HANDLERS);
+        assert!(fresh.outcome("op1").unwrap().unwrap_err().is(ErrorCode::CoreRestarted));
+        assert_eq!(fresh.outcome("op2"), None);
     }
 
     /// A re-synchronising snapshot settles awaited operations from their

@@ -202,6 +202,16 @@ impl<T: ToolName> PedelecSession<T> {
         lock(&self.inner.machine).last_seq()
     }
 
+    /// How one of the session's recent operations ended, if this handle
+    /// knows: from a completion it received, or from the snapshot it
+    /// attached with (Core keeps the last 32, across restarts). After a
+    /// `TRANSPORT_DETACHED` rejection, whose `details.operationId` names the
+    /// operation, a handle from `Pedelec::resume_session` tells how it
+    /// really ended — `CORE_RESTARTED` when Core crashed during it.
+    pub fn operation_outcome(&self, operation_id: &str) -> Option<Result<(), PedelecError>> {
+        lock(&self.inner.machine).outcome(operation_id)
+    }
+
     /// Whether this handle lost its transport (use `Pedelec::resume_session`).
     pub fn is_detached(&self) -> bool {
         self.inner.detached.load(Ordering::SeqCst)

@@ -60,10 +60,14 @@ async fn an_operation_interrupted_by_a_crash_is_reported_failed_and_the_session_
     h.crash_and_restart();
     let err = turn.await.unwrap().unwrap_err();
     assert!(err.is(ErrorCode::TransportDetached), "{err}");
+    let operation = err.details.as_ref().and_then(|d| d["operationId"].as_str()).expect("names its operation");
 
     let client = h.client().await;
     let resumed = client.resume_session::<String>(&id).await.unwrap();
     assert_eq!(resumed.get_status(), SessionStatus::Idle);
+    // The awaited operation's real outcome is not lost: the new handle knows it.
+    let outcome = resumed.operation_outcome(operation).expect("the outcome is known after the restart");
+    assert!(outcome.unwrap_err().is(ErrorCode::CoreRestarted));
     resumed.send_text("after the crash").await.unwrap();
     let transcript = read_transcript(&h.database(), &id).unwrap();
     assert!(

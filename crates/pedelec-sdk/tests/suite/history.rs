@@ -105,10 +105,34 @@ async fn bad_history_requests_are_refused(via: Via) {
     assert!(empty.entries.is_empty() && !empty.has_more);
 }
 
+/// The SDK's own subscription lags (a handler blocks its reader for longer
+/// than the lag grace), Core re-synchronises it, and the awaited turn still
+/// settles — from the new snapshot's outcomes — as the success it was.
+async fn an_awaited_turn_settles_through_a_resync(via: Via) {
+    let h = Harness::start_via(via);
+    let session = h.client().await.create_session::<String>(SessionOptions::default()).await.unwrap();
+    let blocked = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let deltas = std::sync::Arc::new(std::sync::atomic::AtomicUsize::new(0));
+    let (once, seen) = (blocked.clone(), deltas.clone());
+    let _slow = session.on_chat_delta(move |_, _| {
+        seen.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+        if !once.swap(true, std::sync::atomic::Ordering::SeqCst) {
+            std::thread::sleep(pedelec_protocol::limits::SUBSCRIBER_LAG_TIMEOUT + Duration::from_millis(500));
+        }
+    });
+    let turn = tokio::time::timeout(Duration::from_secs(30), session.send_text("/deltas 300000"));
+    turn.await.expect("the awaited turn settles").expect("as the success it was");
+    let seen = deltas.load(std::sync::atomic::Ordering::SeqCst);
+    assert!(seen < 300_000, "the reader was re-synchronised: {seen} of 300000 deltas reached it");
+    assert_eq!(session.get_status(), pedelec_sdk::SessionStatus::Idle);
+    session.send_text("and the next one runs").await.expect("the handle goes on");
+}
+
 super::over_both_transports!(
     a_tool_turn_reads_back_in_order,
     pages_go_back_with_before_id,
-    bad_history_requests_are_refused
+    bad_history_requests_are_refused,
+    an_awaited_turn_settles_through_a_resync,
 );
 
 /// Another origin asking for a session's history is refused, as for every call.
