@@ -12,6 +12,7 @@ mod prepare;
 mod providers_acp;
 mod providers_cli;
 mod providers_openai;
+mod readme;
 mod real_agents;
 mod status_and_events;
 mod tools;

@@ -1,0 +1,92 @@
+//! The README's Rust snippets, run against a real Core. Each test body holds
+//! one snippet exactly as the README shows it (after a preamble that sets
+//! up what the snippet assumes), and `the_readme_shows_the_snippets_run_here`
+//! fails when a README snippet is not in this file, so they cannot drift.
+
+use pedelec_sdk::{Pedelec, SessionOptions};
+
+use super::Harness;
+
+/// The README's ```rust blocks, each as its trimmed lines.
+fn readme_snippets() -> Vec<Vec<String>> {
+    let readme = include_str!("../../../../README.md");
+    let mut snippets = Vec::new();
+    let mut current: Option<Vec<String>> = None;
+    for line in readme.lines() {
+        match (&mut current, line.trim()) {
+            (None, "```rust") => current = Some(Vec::new()),
+            (Some(_), "```") => snippets.extend(current.take()),
+            (Some(lines), text) => lines.push(text.to_owned()),
+            (None, _) => {}
+        }
+    }
+    snippets
+}
+
+#[test]
+fn the_readme_shows_the_snippets_run_here() {
+    let here: Vec<String> = include_str!("readme.rs").lines().map(|l| l.trim().to_owned()).collect();
+    let snippets = readme_snippets();
+    assert!(snippets.len() >= 3, "the README's Rust snippets were found");
+    for snippet in snippets {
+        let found = here.windows(snippet.len()).any(|window| window == snippet.as_slice());
+        assert!(found, "this README snippet is not run by a test here:\n{}", snippet.join("\n"));
+    }
+}
+
+/// Core on the default socket the snippets discover.
+fn core_for_snippets() -> Harness {
+    let h = Harness::start();
+    // SAFETY: nextest runs each test in its own process; nothing else reads
+    // the environment concurrently in this one.
+    unsafe { std::env::set_var("PEDELEC_CORE_SOCKET", h.socket()) };
+    h
+}
+
+#[rustfmt::skip] // the snippet stays as the README shows it
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn using_the_sdk() -> Result<(), Box<dyn std::error::Error>> {
+    let _core = core_for_snippets();
+    use pedelec_sdk::{Pedelec, SessionOptions};
+
+    let pedelec = Pedelec::discover("app:my-tool").await?;
+    let session = pedelec.create_session::<String>(SessionOptions::default()).await?;
+    let _off = session.on_chat(|text, _ctx| println!("{text}"));
+    session.send_text("Analyze the current page.").await?;
+    session.end().await?;
+    assert_eq!(session.get_status(), pedelec_sdk::SessionStatus::Ended);
+    Ok(())
+}
+
+#[rustfmt::skip] // the snippet stays as the README shows it
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn history_pages() -> Result<(), Box<dyn std::error::Error>> {
+    let _core = core_for_snippets();
+    let session = Pedelec::discover("app:my-tool").await?.create_session::<String>(SessionOptions::default()).await?;
+    session.send_text("Analyze the current page.").await?;
+    use pedelec_sdk::HistoryQuery;
+
+    let page = session.history(HistoryQuery { limit: 50, ..Default::default() }).await?;
+    for entry in &page.entries {
+        println!("#{} {:?}", entry.seq, entry.kind);
+    }
+    assert_eq!(page.entries.len(), 3, "the user text, the reply and the outcome");
+    Ok(())
+}
+
+#[rustfmt::skip] // the snippet stays as the README shows it
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn assets() -> Result<(), Box<dyn std::error::Error>> {
+    let _core = core_for_snippets();
+    let session = Pedelec::discover("app:my-tool").await?.create_session::<String>(SessionOptions::default()).await?;
+    let dir = tempfile::tempdir()?;
+    std::fs::write(dir.path().join("report.json"), r#"{"pages": 3}"#)?;
+    std::env::set_current_dir(dir.path())?;
+    use pedelec_sdk::assets::UploadSource;
+
+    let path = session.upload_asset(UploadSource::from_path("report.json").await?, Some("/results/report.json")).await?;
+    let report: serde_json::Value = session.read_asset_json(&path).await?;
+    for asset in session.list_assets().await? { println!("{} {} bytes", asset.path, asset.size); }
+    assert_eq!(report["pages"], 3);
+    Ok(())
+}
