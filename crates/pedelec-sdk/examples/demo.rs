@@ -89,7 +89,31 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
     session.send_text("Thanks!").await?;
     println!("▶ usage total after resume: {:?}", session.usage().total_tokens);
     session.end().await?;
+    println!("▶ history() — the transcript as a reloaded page would show it:");
+    let page = session.history(pedelec_sdk::HistoryQuery::default()).await?;
+    for entry in &page.entries {
+        println!("  #{:<3} {}", entry.seq, describe(entry));
+    }
     let clean = core.terminate();
     println!("▶ Core stopped cleanly: {clean}");
     Ok(())
+}
+
+/// One history entry as a line of the demo's output.
+fn describe(entry: &pedelec_protocol::pb::HistoryEntry) -> String {
+    use pedelec_protocol::pb::history_entry::Kind;
+    match &entry.kind {
+        Some(Kind::UserText(t)) => format!("you: {}", t.text.replace('\n', " ⏎ ")),
+        Some(Kind::AssistantMessage(t)) => format!("agent: {}", t.text),
+        Some(Kind::ToolCall(c)) => format!("tool call {} {}", c.tool, c.args_json),
+        Some(Kind::ToolResult(r)) => format!("tool result {:?}", r.outcome),
+        Some(Kind::Activity(a)) => format!("activity {}: {}", a.kind, a.summary),
+        Some(Kind::ToolFailed(f)) => format!("tool failed {}: {}", f.tool, f.reason),
+        Some(Kind::OperationCompleted(o)) => {
+            format!("operation {}", o.error.as_ref().map_or("succeeded".to_owned(), |e| format!("failed: {}", e.code)))
+        }
+        Some(Kind::Ended(e)) => format!("ended ({})", e.reason),
+        Some(Kind::Resumed(_)) => "resumed".to_owned(),
+        None => "?".to_owned(),
+    }
 }
