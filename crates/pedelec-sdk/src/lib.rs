@@ -15,6 +15,7 @@ pub mod daemon;
 pub mod error;
 #[cfg(feature = "grpc")]
 pub mod grpc;
+pub mod history;
 pub mod machine;
 #[cfg(feature = "grpc")]
 pub mod native;

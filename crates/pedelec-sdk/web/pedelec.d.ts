@@ -49,6 +49,44 @@ export interface Asset {
   modifiedAt: number;
 }
 
+/** One entry of a session's transcript (`getHistory`). */
+export type HistoryEntry = {
+  /** Unique and increasing within the session: the paging cursor (`beforeId`). */
+  id: number;
+  /** The seq of the event it was recorded with, or of the last event before it. */
+  seq: number;
+  /** Core clock (ms since epoch) when it was recorded. */
+  at: number;
+  /** The operation it belongs to; null for session-level entries. */
+  operationId: string | null;
+} & (
+  | { kind: "user_text"; text: string }
+  | { kind: "assistant_message"; text: string }
+  | { kind: "tool_call"; toolRequestId: string; tool: string; args: JsonValue }
+  | { kind: "tool_result"; toolRequestId: string; result?: JsonValue; errorCode?: string }
+  | { kind: "activity"; activity: string; summary: string }
+  | { kind: "tool_failed"; tool: string; reason: string }
+  | { kind: "operation_completed"; error: { code: string; message: string } | null }
+  | { kind: "ended"; reason: string }
+  | { kind: "resumed" }
+);
+
+export interface HistoryPage {
+  /** Oldest first. */
+  entries: HistoryEntry[];
+  /** Older entries match too: ask again with `beforeId: entries[0].id`. */
+  hasMore: boolean;
+}
+
+export interface HistoryOptions {
+  /** Only entries with seq > afterSeq (what a re-synchronised view missed); default from the start. */
+  afterSeq?: number;
+  /** Only entries with id < beforeId (page back); default up to the newest. */
+  beforeId?: number;
+  /** Entries per page: default 100, at most 1000. */
+  limit?: number;
+}
+
 export type ToolSpecificHandler<TArgs = unknown, TResult = unknown> = (
   args: TArgs,
   ctx: ToolCallContext,
@@ -119,6 +157,8 @@ export declare class PedelecSession<TToolName extends string = string> {
   sendText(text: string): Promise<void>;
   uploadAsset(file: File, targetPath?: AssetPath): Promise<AssetPath>;
   listAssets(): Promise<Asset[]>;
+  /** The transcript, page by page: the newest `limit` matching entries, oldest first. */
+  getHistory(options?: HistoryOptions): Promise<HistoryPage>;
   readAsset(path: AssetPath, type: "text"): Promise<string>;
   readAsset<T = JsonValue>(path: AssetPath, type: "json"): Promise<T>;
   readAsset(path: AssetPath, type: "file"): Promise<File>;

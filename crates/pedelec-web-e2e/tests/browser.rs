@@ -189,6 +189,25 @@ fn browser_end_to_end() {
     assert_eq!(assets["list"], json!([["/results/report.json", "report.json", body.len()]]), "{assets}");
     assert_eq!(assets["bad"], json!("ASSET_PATH_INVALID"), "{assets}");
 
+    // The transcript reads back in the page (the demo lists it page by page).
+    let history = ok_value(attempt(
+        &page,
+        r##"const entries = await demo.loadHistory();
+           const first = await demo.session().getHistory({ limit: 1 });
+           let bad = null;
+           try { await demo.session().getHistory({ limit: -1 }); } catch (e) { bad = e.code; }
+           return { kinds: entries.map((e) => e.kind), ordered: entries.every((e, i) => i === 0 || entries[i - 1].id < e.id),
+                    newest: first.entries.map((e) => e.kind), more: first.hasMore,
+                    listed: document.querySelectorAll("#entries li").length, bad };"##,
+    ));
+    let kinds: Vec<&str> = history["kinds"].as_array().unwrap().iter().filter_map(Value::as_str).collect();
+    assert!(kinds.contains(&"user_text") && kinds.contains(&"assistant_message"), "{history}");
+    assert!(kinds.contains(&"tool_call") && kinds.contains(&"tool_result"), "{history}");
+    assert_eq!(history["ordered"], json!(true), "{history}");
+    assert_eq!(history["more"], json!(true), "{history}");
+    assert_eq!(history["listed"], json!(kinds.len()), "{history}");
+    assert_eq!(history["bad"], json!("INVALID_ARGUMENT"), "{history}");
+
     // The extension's service worker is stopped: the page's port and its host go
     // with it; the SDK reopens the port, the worker starts again (approval from
     // chrome.storage), re-subscribes, and the same handle keeps working.

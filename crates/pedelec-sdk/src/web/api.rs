@@ -389,6 +389,37 @@ impl JsPedelecSession {
         })
     }
 
+    /// `getHistory({ afterSeq?, beforeId?, limit? })` → `{ entries, hasMore }`
+    /// (see `crate::history` for each entry's shape).
+    #[wasm_bindgen(js_name = getHistory)]
+    pub fn get_history(&self, options: JsValue) -> Promise {
+        let session = self.session.clone();
+        future_to_promise(async move {
+            let number = |key: &str| -> Result<u64, JsValue> {
+                let value = if options.is_object() {
+                    js_sys::Reflect::get(&options, &JsValue::from_str(key)).unwrap_or(JsValue::UNDEFINED)
+                } else {
+                    JsValue::UNDEFINED
+                };
+                if value.is_undefined() || value.is_null() {
+                    return Ok(0);
+                }
+                match value.as_f64() {
+                    Some(n) if n >= 0.0 && n.fract() == 0.0 && n <= 9_007_199_254_740_991.0 => Ok(n as u64),
+                    _ => Err(invalid(format!("getHistory {key} must be a non-negative integer"))),
+                }
+            };
+            let limit = number("limit")?;
+            let query = crate::HistoryQuery {
+                after_seq: number("afterSeq")?,
+                before_id: number("beforeId")?,
+                limit: u32::try_from(limit).map_err(|_| invalid("getHistory limit is at most 1000"))?,
+            };
+            let page = session.history(query).await.map_err(reject)?;
+            Ok(js::json_to_js(&crate::history::page_json(&page)))
+        })
+    }
+
     /// `readAsset(path, "text" | "json" | "file")`.
     #[wasm_bindgen(js_name = readAsset)]
     pub fn read_asset(&self, path: String, kind: String) -> Promise {

@@ -28,6 +28,7 @@ function renderStatus(status) {
   $("end").disabled = status === "ended" || !session;
   $("resume").disabled = status !== "ended";
   $("upload").disabled = !session || status === "ended";
+  $("history").disabled = !session;
 }
 
 const tools = [
@@ -99,6 +100,41 @@ async function refreshAssets() {
   return list;
 }
 
+/** One history entry as a line of the list. */
+function describe(entry) {
+  switch (entry.kind) {
+    case "user_text": return `you: ${entry.text}`;
+    case "assistant_message": return `agent: ${entry.text}`;
+    case "tool_call": return `tool call ${entry.tool} ${JSON.stringify(entry.args)}`;
+    case "tool_result": return `tool result ${entry.errorCode ?? JSON.stringify(entry.result)}`;
+    case "activity": return `${entry.activity}: ${entry.summary}`;
+    case "tool_failed": return `tool ${entry.tool} failed: ${entry.reason}`;
+    case "operation_completed": return entry.error ? `failed: ${entry.error.code}` : "succeeded";
+    case "ended": return `ended (${entry.reason})`;
+    default: return entry.kind;
+  }
+}
+
+/** Loads the whole history, page by page (newest page first), and lists it. */
+async function loadHistory() {
+  const entries = [];
+  let beforeId;
+  for (;;) {
+    const page = await session.getHistory({ beforeId, limit: 100 });
+    entries.unshift(...page.entries);
+    if (!page.hasMore) break;
+    beforeId = page.entries[0].id;
+  }
+  $("entries").replaceChildren(
+    ...entries.map((e) => {
+      const li = document.createElement("li");
+      li.textContent = `#${e.seq} ${describe(e)}`;
+      return li;
+    }),
+  );
+  return entries;
+}
+
 async function upload(file, targetPath) {
   const path = await session.uploadAsset(file, targetPath);
   await refreshAssets();
@@ -123,6 +159,7 @@ $("composer").addEventListener("submit", (e) => {
 });
 $("end").addEventListener("click", () => attempt(() => session.end()));
 $("resume").addEventListener("click", () => attempt(() => session.resume()));
+$("history").addEventListener("click", () => attempt(loadHistory));
 $("upload").addEventListener("click", () => {
   const file = $("file").files[0];
   if (file) attempt(() => upload(file));
@@ -146,5 +183,6 @@ window.demo = {
   send,
   upload,
   refreshAssets,
+  loadHistory,
   session: () => session,
 };

@@ -1,0 +1,126 @@
+//! History entries in the shape the browser API returns (`getHistory`):
+//! plain JSON with a `kind` discriminator and numbers for ids and times, the
+//! same for every transport. Pure, so it is tested natively.
+
+use pedelec_protocol::pb::{self, history_entry::Kind};
+use serde_json::{Value, json};
+
+/// One entry: `{ id, seq, at, operationId, kind, … }` with the kind's fields
+/// (`text`; `toolRequestId`, `tool`, `args`; `result` or `errorCode`;
+/// `activity`, `summary`; `reason`; `error`).
+pub fn entry_json(entry: &pb::HistoryEntry) -> Value {
+    let mut out = json!({
+        "id": entry.id,
+        "seq": entry.seq,
+        "at": entry.at_ms,
+        "operationId": if entry.operation_id.is_empty() { Value::Null } else { json!(entry.operation_id) },
+    });
+    let (kind, fields) = match &entry.kind {
+        Some(Kind::UserText(t)) => ("user_text", json!({ "text": t.text })),
+        Some(Kind::AssistantMessage(t)) => ("assistant_message", json!({ "text": t.text })),
+        Some(Kind::ToolCall(c)) => (
+            "tool_call",
+            json!({ "toolRequestId": c.tool_request_id, "tool": c.tool, "args": parse_or_text(&c.args_json) }),
+        ),
+        Some(Kind::ToolResult(r)) => {
+            let outcome = match &r.outcome {
+                Some(pb::history_tool_result::Outcome::ResultJson(j)) => json!({ "result": parse_or_text(j) }),
+                Some(pb::history_tool_result::Outcome::ErrorCode(code)) => json!({ "errorCode": code }),
+                None => json!({}),
+            };
+            let mut fields = json!({ "toolRequestId": r.tool_request_id });
+            merge(&mut fields, outcome);
+            ("tool_result", fields)
+        }
+        Some(Kind::Activity(a)) => ("activity", json!({ "activity": a.kind, "summary": a.summary })),
+        Some(Kind::ToolFailed(f)) => ("tool_failed", json!({ "tool": f.tool, "reason": f.reason })),
+        Some(Kind::OperationCompleted(o)) => (
+            "operation_completed",
+            json!({ "error": o.error.as_ref().map(|e| json!({ "code": e.code, "message": e.message })) }),
+        ),
+        Some(Kind::Ended(e)) => ("ended", json!({ "reason": e.reason })),
+        Some(Kind::Resumed(_)) => ("resumed", json!({})),
+        None => ("unknown", json!({})),
+    };
+    out["kind"] = json!(kind);
+    merge(&mut out, fields);
+    out
+}
+
+/// A page: `{ entries, hasMore }`.
+pub fn page_json(page: &pb::GetHistoryResponse) -> Value {
+    json!({ "entries": page.entries.iter().map(entry_json).collect::<Vec<_>>(), "hasMore": page.has_more })
+}
+
+/// JSON text as a value; text Core recorded that is not JSON stays a string.
+fn parse_or_text(text: &str) -> Value {
+    serde_json::from_str(text).unwrap_or_else(|_| Value::String(text.to_owned()))
+}
+
+fn merge(into: &mut Value, from: Value) {
+    if let (Some(into), Value::Object(from)) = (into.as_object_mut(), from) {
+        into.extend(from);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn every_kind_has_its_javascript_shape() {
+        let entry = |id: u64, operation: &str, kind: Kind| pb::HistoryEntry {
+            id,
+            seq: id * 2,
+            at_ms: 1_700_000_000_000,
+            operation_id: operation.into(),
+            kind: Some(kind),
+        };
+        let page = pb::GetHistoryResponse {
+            entries: vec![
+                entry(1, "op-1", Kind::UserText(pb::HistoryText { text: "hi".into() })),
+                entry(2, "op-1", Kind::AssistantMessage(pb::HistoryText { text: "hello".into() })),
+                entry(
+                    3,
+                    "op-1",
+                    Kind::ToolCall(pb::HistoryToolCall {
+                        tool_request_id: "tool-1".into(),
+                        tool: "t".into(),
+                        args_json: "{\"n\":1}".into(),
+                    }),
+                ),
+                entry(
+                    4,
+                    "op-1",
+                    Kind::ToolResult(pb::HistoryToolResult {
+                        tool_request_id: "tool-1".into(),
+                        outcome: Some(pb::history_tool_result::Outcome::ResultJson("[1,2]".into())),
+                    }),
+                ),
+                entry(
+                    5,
+                    "op-1",
+                    Kind::ToolResult(pb::HistoryToolResult {
+                        tool_request_id: "tool-2".into(),
+                        outcome: Some(pb::history_tool_result::Outcome::ErrorCode("TOOL_TIMEOUT".into())),
+                    }),
+                ),
+                entry(6, "op-1", Kind::Activity(pb::HistoryActivity { kind: "command".into(), summary: "ls".into() })),
+                entry(7, "op-1", Kind::ToolFailed(pb::HistoryToolFailed { tool: "t".into(), reason: "no".into() })),
+                entry(
+                    8,
+                    "op-1",
+                    Kind::OperationCompleted(pb::OperationOutcome {
+                        operation_id: "op-1".into(),
+                        kind: 2,
+                        error: Some(pb::Error::new(pedelec_protocol::ErrorCode::CoreRestarted, "restarted")),
+                    }),
+                ),
+                entry(9, "", Kind::Ended(pb::Ended { reason: "requested".into() })),
+                entry(10, "", Kind::Resumed(pb::HistoryResumed {})),
+            ],
+            has_more: true,
+        };
+        insta::assert_json_snapshot!(page_json(&page));
+    }
+}
