@@ -46,9 +46,45 @@ pub fn acknowledged(answer: &str) -> bool {
     before.ends_with(|c: char| matches!(c, '.' | '!' | '?' | ':') || c.is_whitespace())
 }
 
+/// What a `prepare()` request comes to, before the status is checked.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum PrepareStart {
+    /// A preparation is under way: the request shares it (the seed's
+    /// "concurrent prepare calls share one promise").
+    Join,
+    /// The session is prepared: the request succeeds at once ("idempotent after success").
+    AlreadyDone,
+    /// A new preparation may start (if the status allows one).
+    Start,
+}
+
+/// The preparation rule Core and the SDK both follow: a preparation under
+/// way is joined, a prepared session is done, anything else starts one.
+///
+/// ```
+/// use pedelec_protocol::prepare::{PrepareStart, start};
+/// assert_eq!(start(false, true), PrepareStart::Join);
+/// assert_eq!(start(true, false), PrepareStart::AlreadyDone);
+/// assert_eq!(start(false, false), PrepareStart::Start);
+/// ```
+pub fn start(prepared: bool, preparing: bool) -> PrepareStart {
+    match (preparing, prepared) {
+        (true, _) => PrepareStart::Join,
+        (false, true) => PrepareStart::AlreadyDone,
+        (false, false) => PrepareStart::Start,
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_preparation_under_way_is_joined_even_once_it_succeeded() {
+        // Core marks the session prepared while the completion is committed,
+        // and the operation is still the active one then.
+        assert_eq!(start(true, true), PrepareStart::Join);
+    }
 
     #[test]
     fn exact_answers_are_acknowledgements() {

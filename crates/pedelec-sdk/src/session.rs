@@ -11,6 +11,7 @@ use futures::FutureExt;
 use futures::StreamExt;
 use futures::channel::oneshot;
 use futures::future::Shared;
+use pedelec_protocol::prepare::PrepareStart;
 use pedelec_protocol::{ErrorCode, OperationId, SessionStatus, pb};
 use serde::{Serialize, de::DeserializeOwned};
 
@@ -231,12 +232,11 @@ impl<T: ToolName> PedelecSession<T> {
     pub async fn prepare(&self) -> Result<(), PedelecError> {
         let shared = {
             let mut slot = lock(&self.inner.prepare);
-            if lock(&self.inner.machine).prepared() {
-                return Ok(());
-            }
-            match slot.as_ref() {
-                Some(shared) => shared.clone(),
-                None => {
+            let prepared = lock(&self.inner.machine).prepared();
+            match (pedelec_protocol::prepare::start(prepared, slot.is_some()), slot.as_ref()) {
+                (PrepareStart::Join, Some(shared)) => shared.clone(),
+                (PrepareStart::AlreadyDone, _) => return Ok(()),
+                _ => {
                     let inner = self.inner.clone();
                     let request = pb::PrepareRequest {
                         session_id: inner.session_id.clone(),

@@ -19,6 +19,7 @@ use std::collections::VecDeque;
 use std::time::{Duration, Instant};
 
 use pedelec_protocol::pb::{self, session_event::Kind};
+use pedelec_protocol::prepare::PrepareStart;
 use pedelec_protocol::{ErrorCode, OperationId, SessionId, SessionStatus, ToolRequestId, TurnId, limits};
 
 use super::outcome::{completed, completion_entry, outcome, outcome_from_entry, turn_error};
@@ -328,11 +329,16 @@ impl SessionState {
             if self.status == SessionStatus::Ended {
                 return Err(CoreError::new(ErrorCode::SessionEnded, "the session has ended"));
             }
-            if let Some(active) = self.active.as_ref().filter(|a| a.kind == pb::OperationKind::Prepare) {
-                return Ok(Start::Existing(accepted(&active.id, pb::OperationKind::Prepare, false)));
-            }
-            if self.prepared {
-                return Ok(Start::Existing(accepted(&OperationId::default(), pb::OperationKind::Prepare, true)));
+            let preparing = self.active.as_ref().filter(|a| a.kind == pb::OperationKind::Prepare);
+            match pedelec_protocol::prepare::start(self.prepared, preparing.is_some()) {
+                PrepareStart::Join => {
+                    let id = preparing.map(|a| a.id.clone()).unwrap_or_default();
+                    return Ok(Start::Existing(accepted(&id, pb::OperationKind::Prepare, false)));
+                }
+                PrepareStart::AlreadyDone => {
+                    return Ok(Start::Existing(accepted(&OperationId::default(), pb::OperationKind::Prepare, true)));
+                }
+                PrepareStart::Start => {}
             }
         } else if text.len() > limits::MAX_TEXT_BYTES {
             return Err(CoreError::with_details(
