@@ -95,11 +95,17 @@ impl Receiver {
 struct Subscriber {
     tx: mpsc::UnboundedSender<Arc<pb::SessionEvent>>,
     queue: Arc<Queue>,
-    /// `queue.reads` when last looked at, and the last sign of progress:
-    /// when that count changed, or when a backlog began (a reader with
-    /// nothing to read is not silent).
+    /// `queue.reads` when last judged, and the last sign of progress: that
+    /// count changing, or a backlog beginning (a reader that had nothing to
+    /// read is not silent). Judged by reads, not depth: a reader whose
+    /// transport stopped taking events long ago counts as stalled the
+    /// moment its queue reaches the bound, instead of holding the provider
+    /// back for a stall of its own.
     reads_seen: u64,
     progress_at: Instant,
+    /// Set when an event lands in an empty queue; the next judgement
+    /// counts it as progress (cheaper than reading the clock per event).
+    backlog_began: bool,
 }
 
 /// Every subscriber of one session.
@@ -122,7 +128,8 @@ impl Fanout {
         let queue = Arc::new(Queue::default());
         let id = self.next;
         self.next += 1;
-        let subscriber = Subscriber { tx, queue: queue.clone(), reads_seen: 0, progress_at: Instant::now() };
+        let subscriber =
+            Subscriber { tx, queue: queue.clone(), reads_seen: 0, progress_at: Instant::now(), backlog_began: false };
         self.subscribers.insert(id, subscriber);
         (id, Receiver { rx, queue })
     }
@@ -149,9 +156,7 @@ impl Fanout {
                 return false;
             }
             if subscriber.queue.depth.fetch_add(1, Ordering::AcqRel) == 0 {
-                // A backlog begins: silence counts from here, not from
-                // before, when there was nothing to read.
-                subscriber.progress_at = Instant::now();
+                subscriber.backlog_began = true;
             }
             subscriber.tx.send(Arc::clone(&event)).is_ok()
         });
@@ -165,7 +170,7 @@ impl Fanout {
         let mut until: Option<Instant> = None;
         self.subscribers.retain(|_, s| {
             let reads = s.queue.reads.load(Ordering::Relaxed);
-            if reads != s.reads_seen {
+            if reads != s.reads_seen || std::mem::take(&mut s.backlog_began) {
                 s.reads_seen = reads;
                 s.progress_at = now;
             }

@@ -248,7 +248,7 @@ impl SessionState {
     pub fn record(&self) -> SessionRecord {
         let id = &self.identity;
         SessionRecord {
-            id: id.id.to_string(),
+            id: id.id.as_str().to_owned(),
             origin: id.origin.clone(),
             provider: id.info.provider.clone(),
             model: id.info.model.clone(),
@@ -267,7 +267,7 @@ impl SessionState {
                 .active
                 .as_ref()
                 .filter(|a| !matches!(a.phase, Phase::Finishing(_)))
-                .map(|a| a.id.to_string()),
+                .map(|a| a.id.as_str().to_owned()),
             recent_outcomes: Vec::new(),
         }
     }
@@ -280,7 +280,7 @@ impl SessionState {
             active_operation: self
                 .active
                 .as_ref()
-                .map(|a| pb::ActiveOperation { operation_id: a.id.to_string(), kind: a.kind as i32 }),
+                .map(|a| pb::ActiveOperation { operation_id: a.id.as_str().to_owned(), kind: a.kind as i32 }),
             turn: self.active.as_ref().map(|a| a.turn.clone()),
             pending_tools: self.pending.iter().map(|p| p.call.clone()).collect(),
             usage: Some(pb::Usage { total_tokens: self.usage }),
@@ -293,7 +293,7 @@ impl SessionState {
             recent_outcomes: self.outcomes.iter().cloned().collect(),
         };
         pb::SessionEvent {
-            session_id: self.identity.id.to_string(),
+            session_id: self.identity.id.as_str().to_owned(),
             seq: self.seq,
             emitted_at_ms: now.epoch_ms,
             turn: snapshot.turn.clone(),
@@ -799,7 +799,7 @@ impl SessionState {
             out.push(Effect::Save(self.record()));
         }
         out.push(Effect::Emit(pb::SessionEvent {
-            session_id: self.identity.id.to_string(),
+            session_id: self.identity.id.as_str().to_owned(),
             seq: self.seq,
             emitted_at_ms: now.epoch_ms,
             turn: self.active.as_ref().map(|a| a.turn.clone()),

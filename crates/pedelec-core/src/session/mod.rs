@@ -60,6 +60,9 @@ pub struct Shared {
 struct Inner {
     machine: SessionState,
     fanout: fanout::Fanout,
+    /// Effects of the step under way; kept to reuse its allocation (a
+    /// provider streaming deltas makes one step per delta).
+    effects: Vec<Effect>,
     /// Where each waiting tool call's answer goes.
     responders: HashMap<ToolRequestId, oneshot::Sender<Result<String, pb::Error>>>,
     /// The task running the active operation's turn.
@@ -142,6 +145,7 @@ impl Session {
             inner: Mutex::new(Inner {
                 machine,
                 fanout: fanout::Fanout::default(),
+                effects: Vec::new(),
                 responders: HashMap::new(),
                 task: None,
             }),
@@ -173,8 +177,8 @@ impl Session {
 
     /// Carries out the machine's effects; called with the lock held, so
     /// events reach subscribers in seq order.
-    fn apply(self: &Arc<Self>, inner: &mut Inner, effects: Vec<Effect>) {
-        for effect in effects {
+    fn apply(self: &Arc<Self>, inner: &mut Inner, mut effects: Vec<Effect>) {
+        for effect in effects.drain(..) {
             match effect {
                 Effect::Emit(event) => inner.fanout.deliver(event),
                 Effect::Append(entry) => self.shared.store.append(&self.id, entry),
@@ -192,6 +196,9 @@ impl Session {
                 Effect::ArmDisconnectTimer { epoch } => self.arm_disconnect_timer(epoch),
             }
         }
+        if effects.capacity() > inner.effects.capacity() {
+            inner.effects = effects;
+        }
     }
 
     fn apply_locked(self: &Arc<Self>, effects: Vec<Effect>) {
@@ -202,7 +209,7 @@ impl Session {
     /// Runs one machine input under the lock and carries out its effects.
     fn step<T>(self: &Arc<Self>, f: impl FnOnce(&mut SessionState, Now, &mut Vec<Effect>) -> T) -> T {
         let mut inner = self.lock();
-        let mut effects = Vec::new();
+        let mut effects = std::mem::take(&mut inner.effects);
         let value = f(&mut inner.machine, Now::current(), &mut effects);
         self.apply(&mut inner, effects);
         value
