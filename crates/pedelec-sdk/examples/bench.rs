@@ -1,6 +1,9 @@
 //! `cargo xtask bench`: the figures issue 3 asks for, against a real Core
 //! process (release build) on a temporary socket.
 
+mod common;
+
+use common::{hwm_kib, mib, rss_kib};
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, Instant};
@@ -8,26 +11,6 @@ use std::time::{Duration, Instant};
 use pedelec_sdk::daemon::CoreProcess;
 use pedelec_sdk::{Pedelec, SessionOptions, ToolSpec};
 use serde_json::json;
-
-/// A `VmRSS`/`VmHWM`-style figure from `/proc/<pid>/status`, in KiB.
-fn status_kib(pid: u32, field: &str) -> u64 {
-    std::fs::read_to_string(format!("/proc/{pid}/status"))
-        .ok()
-        .and_then(|s| s.lines().find(|l| l.starts_with(field)).and_then(|l| l.split_whitespace().nth(1)?.parse().ok()))
-        .unwrap_or(0)
-}
-
-fn rss_kib(pid: u32) -> u64 {
-    status_kib(pid, "VmRSS:")
-}
-
-fn hwm_kib(pid: u32) -> u64 {
-    status_kib(pid, "VmHWM:")
-}
-
-fn mib(kib: u64) -> String {
-    format!("{:.1} MiB", kib as f64 / 1024.0)
-}
 
 #[tokio::main(flavor = "current_thread")]
 async fn main() -> Result<(), Box<dyn std::error::Error>> {

@@ -12,6 +12,9 @@
 //!    gRPC subscriptions that never read; the turn time as a ratio of the
 //!    time with none plus one lag grace.
 
+mod common;
+
+use common::{mib, status_kib};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -26,17 +29,6 @@ const SILENT: usize = 20;
 const DELTAS: u32 = 50_000;
 /// The paced phase's aggregate rate of turn starts (issue 13's target).
 const PACED_RATE: f64 = 3000.0;
-
-fn status_kib(pid: u32, field: &str) -> u64 {
-    std::fs::read_to_string(format!("/proc/{pid}/status"))
-        .ok()
-        .and_then(|s| s.lines().find(|l| l.starts_with(field)).and_then(|l| l.split_whitespace().nth(1)?.parse().ok()))
-        .unwrap_or(0)
-}
-
-fn mib(kib: u64) -> String {
-    format!("{:.1} MiB", kib as f64 / 1024.0)
-}
 
 fn percentile(sorted: &[Duration], p: f64) -> Duration {
     sorted[((sorted.len() as f64 - 1.0) * p).round() as usize]
