@@ -1,0 +1,248 @@
+//! Operations: the two-step start (`begin` → commit → `announce`), what a
+//! running turn reports, and the two-step completion (`finish` → commit →
+//! `completion_committed`).
+
+use pedelec_protocol::pb::{self, session_event::Kind};
+use pedelec_protocol::{ErrorCode, OperationId, SessionStatus, ToolRequestId, TurnId, limits};
+
+use super::*;
+
+impl SessionState {
+    /// A client asks to start an operation: `SendText` with `text`, or
+    /// `Prepare` (whose text is the preparation prompt). Refused with the
+    /// seed's codes (`TEXT_TOO_LARGE`, `SESSION_ENDED`, `SESSION_ERROR`,
+    /// `SESSION_BUSY`) without any change; a preparation is idempotent (the
+    /// one under way is returned, or `already_done` once prepared). A new
+    /// operation is recorded (transcript and record) but not announced.
+    pub fn begin(
+        &mut self,
+        kind: pb::OperationKind,
+        text: String,
+        ids: (OperationId, TurnId),
+        now: Now,
+        out: &mut Vec<Effect>,
+    ) -> Result<Start, CoreError> {
+        if kind == pb::OperationKind::Prepare {
+            if self.status == SessionStatus::Ended {
+                return Err(CoreError::new(ErrorCode::SessionEnded, "the session has ended"));
+            }
+            let preparing = self.active.as_ref().filter(|a| a.kind == pb::OperationKind::Prepare);
+            match pedelec_protocol::prepare::start(self.prepared, preparing.is_some()) {
+                PrepareStart::Join => {
+                    let id = preparing.map(|a| a.id.clone()).unwrap_or_default();
+                    return Ok(Start::Existing(accepted(&id, pb::OperationKind::Prepare, false)));
+                }
+                PrepareStart::AlreadyDone => {
+                    return Ok(Start::Existing(accepted(&OperationId::default(), pb::OperationKind::Prepare, true)));
+                }
+                PrepareStart::Start => {}
+            }
+        } else if text.len() > limits::MAX_TEXT_BYTES {
+            return Err(CoreError::with_details(
+                ErrorCode::TextTooLarge,
+                format!("text of {} bytes exceeds the {}-byte limit", text.len(), limits::MAX_TEXT_BYTES),
+                serde_json::json!({ "limit": limits::MAX_TEXT_BYTES }),
+            ));
+        }
+        if let Some((code, message)) = self.status.refuse_start(self.active.is_some()) {
+            return Err(CoreError::new(code, message));
+        }
+        let (operation, turn_id) = ids;
+        let turn_kind = if kind == pb::OperationKind::Prepare { pb::TurnKind::Prepare } else { pb::TurnKind::User };
+        let turn = pb::TurnInfo { turn_id: turn_id.into_string(), kind: turn_kind as i32, started_at_ms: now.epoch_ms };
+        self.active = Some(Active {
+            id: operation.clone(),
+            kind,
+            turn,
+            phase: Phase::Recorded,
+            tool_wait: Duration::ZERO,
+            waiting_since: None,
+            hidden: String::new(),
+        });
+        let entry = if kind == pb::OperationKind::Prepare { "prepare" } else { "user_text" };
+        self.append(entry, serde_json::json!({ "operation_id": operation, "text": text }), now, out);
+        out.push(Effect::Save(self.record()));
+        Ok(Start::New(Begun { operation, kind, turn_kind, text }))
+    }
+
+    /// The recorded operation is durable: it is announced and its turn may
+    /// run. `SESSION_ENDED` when the session ended in the meantime (which
+    /// settled the operation).
+    pub fn announce(&mut self, operation: &OperationId, now: Now, out: &mut Vec<Effect>) -> Result<(), CoreError> {
+        let Some(active) = self.active.as_mut().filter(|a| a.id == *operation && a.phase == Phase::Recorded) else {
+            return Err(CoreError::new(ErrorCode::SessionEnded, "the session ended"));
+        };
+        active.phase = Phase::Running;
+        let kind = active.kind;
+        self.emit(operation.as_str(), Kind::OperationStarted(pb::OperationStarted { kind: kind as i32 }), now, out);
+        self.set_status(SessionStatus::Running, operation.as_str(), now, out);
+        Ok(())
+    }
+
+    /// The recorded operation could not be made durable. It was never
+    /// announced, so nobody awaits it (the start request fails with
+    /// `error`); the session must not stay busy with an operation that no
+    /// turn runs.
+    pub fn announce_failed(&mut self, operation: &OperationId, error: pb::Error, now: Now, out: &mut Vec<Effect>) {
+        let Some(active) = self.active.take_if(|a| a.id == *operation && a.phase == Phase::Recorded) else {
+            return;
+        };
+        let outcome = outcome(operation, active.kind, Some(error));
+        self.append("operation_completed", completion_entry(&outcome), now, out);
+        self.remember(outcome);
+        out.push(Effect::Save(self.record()));
+    }
+
+    /// Whether `operation`'s turn is the one running (the only one whose
+    /// provider output counts).
+    fn running(&self, operation: &OperationId) -> Option<&Active> {
+        self.active.as_ref().filter(|a| a.id == *operation && a.phase == Phase::Running)
+    }
+
+    /// A fragment of assistant text. Never emitted for a preparation.
+    pub fn delta(&mut self, operation: &OperationId, text: &str, now: Now, out: &mut Vec<Effect>) {
+        if self.running(operation).is_some_and(|a| a.kind != pb::OperationKind::Prepare) {
+            self.emit(operation.as_str(), Kind::ChatDelta(pb::ChatDelta { text: text.to_owned() }), now, out);
+        }
+    }
+
+    /// A complete assistant message: emitted and kept in the transcript; a
+    /// preparation's is kept aside for the acknowledgement check instead.
+    pub fn message(&mut self, operation: &OperationId, text: &str, now: Now, out: &mut Vec<Effect>) {
+        let Some(active) = self.active.as_mut().filter(|a| a.id == *operation && a.phase == Phase::Running) else {
+            return;
+        };
+        if active.kind == pb::OperationKind::Prepare {
+            if active.hidden.len() + text.len() <= MAX_HIDDEN_BYTES {
+                active.hidden.push_str(text);
+            }
+            return;
+        }
+        // Recorded after its event, so the entry carries the event's seq
+        // (what GetHistory's after_seq compares against).
+        self.emit(operation.as_str(), Kind::Chat(pb::Chat { text: text.to_owned() }), now, out);
+        self.append("chat", serde_json::json!({ "operation_id": operation, "text": text }), now, out);
+    }
+
+    /// The provider's cumulative total; announced only when it grows.
+    pub fn usage_reported(&mut self, operation: &OperationId, total: u64, now: Now, out: &mut Vec<Effect>) {
+        if self.running(operation).is_some() && pedelec_protocol::usage::grows(self.usage, total) {
+            self.usage = Some(total);
+            let usage = Some(pb::Usage { total_tokens: Some(total) });
+            self.emit(operation.as_str(), Kind::UsageUpdated(pb::UsageUpdated { usage }), now, out);
+        }
+    }
+
+    /// The provider's own session identity, for continuing its thread later.
+    pub fn provider_session(&mut self, operation: &OperationId, id: &str) {
+        if self.running(operation).is_some() && self.provider_session_id.as_deref() != Some(id) {
+            self.provider_session_id = Some(id.to_owned());
+        }
+    }
+
+    /// Agent-side work (a command, an edit): kept in the transcript.
+    pub fn activity(&mut self, operation: &OperationId, kind: &str, summary: &str, now: Now, out: &mut Vec<Effect>) {
+        if self.running(operation).is_some() {
+            let body = serde_json::json!({ "operation_id": operation, "kind": kind, "summary": summary });
+            self.append("agent_activity", body, now, out);
+        }
+    }
+
+    /// The agent could not call the frontend tool `tool`: the application
+    /// hears of it as a `TOOL_CALL_FAILED` error (the reason clipped to 500 characters).
+    pub fn tool_failed(&mut self, operation: &OperationId, tool: &str, reason: &str, now: Now, out: &mut Vec<Effect>) {
+        if self.running(operation).is_none() {
+            return;
+        }
+        let reason: String = reason.chars().take(500).collect();
+        let details = serde_json::json!({ "tool": tool, "reason": reason });
+        let error = pb::Error::with_details(
+            ErrorCode::ToolCallFailed,
+            format!("the agent could not call {tool}: {reason}"),
+            &details,
+        );
+        self.emit(operation.as_str(), Kind::Error(pb::ErrorRaised { error: Some(error) }), now, out);
+        let body = serde_json::json!({ "operation_id": operation, "tool": tool, "reason": reason });
+        self.append("tool_failed", body, now, out);
+    }
+
+    /// `operation`'s turn ended with `result`. Its abandoned tool calls are
+    /// answered for the agent, an error is raised if it failed, the status
+    /// moves to `idle` (or `error` when the failure is fatal) and the
+    /// completion is recorded. Returns the record to commit; only once it is
+    /// durable does [`SessionState::completion_committed`] announce the
+    /// completion, so a client that saw it can rely on it across a crash.
+    pub fn finish(
+        &mut self,
+        operation: &OperationId,
+        result: Result<(), ProviderFailure>,
+        now: Now,
+        out: &mut Vec<Effect>,
+    ) -> Option<SessionRecord> {
+        let active = self.active.as_mut().filter(|a| a.id == *operation && a.phase == Phase::Running)?;
+        let kind = active.kind;
+        let error = turn_error(kind, result, &active.hidden);
+        active.hidden = String::new();
+        if kind == pb::OperationKind::Prepare && error.is_none() {
+            self.prepared = true;
+        }
+        let (mine, rest): (Vec<Pending>, Vec<Pending>) =
+            std::mem::take(&mut self.pending).into_iter().partition(|p| p.operation == *operation);
+        self.pending = rest;
+        for pending in mine {
+            let answer = Err(pb::Error::new(ErrorCode::SessionBusy, "the turn finished"));
+            out.push(Effect::AnswerTool { request: ToolRequestId::new(pending.call.tool_request_id), answer });
+        }
+        if self.status == SessionStatus::WaitingToolResult {
+            self.set_status(SessionStatus::Running, operation.as_str(), now, out);
+        }
+        let next = match &error {
+            Some((error, fatal)) => {
+                self.emit("", Kind::Error(pb::ErrorRaised { error: Some(error.clone()) }), now, out);
+                if *fatal { SessionStatus::Error } else { SessionStatus::Idle }
+            }
+            None => SessionStatus::Idle,
+        };
+        self.set_status(next, operation.as_str(), now, out);
+        let outcome = outcome(operation, kind, error.map(|(e, _)| e));
+        self.append("operation_completed", completion_entry(&outcome), now, out);
+        if let Some(active) = self.active.as_mut() {
+            active.phase = Phase::Finishing(outcome);
+        }
+        Some(self.record())
+    }
+
+    /// The completion [`SessionState::finish`] recorded is durable: it is
+    /// announced, and snapshots report it from now on.
+    pub fn completion_committed(&mut self, operation: &OperationId, now: Now, out: &mut Vec<Effect>) {
+        let Some(Phase::Finishing(outcome)) =
+            self.active.as_ref().filter(|a| a.id == *operation).map(|a| a.phase.clone())
+        else {
+            return;
+        };
+        self.emit(operation.as_str(), completed(&outcome), now, out);
+        self.active = None;
+        self.remember(outcome);
+    }
+
+    /// The completion [`SessionState::finish`] recorded could not be
+    /// committed (the store failed). The client must not wait, and must not
+    /// be told of a durable success: the operation ends with `INTERNAL`
+    /// (its turn's own error code, if any, in `details.turnError`), raised
+    /// and recorded again (best effort), then announced.
+    pub fn completion_not_committed(&mut self, operation: &OperationId, reason: &str, now: Now, out: &mut Vec<Effect>) {
+        let Some(active) = self.active.as_mut().filter(|a| a.id == *operation) else { return };
+        let Phase::Finishing(outcome) = &mut active.phase else { return };
+        let turn_error = outcome.error.as_ref().map(|e| e.code.clone());
+        let error = pb::Error::with_details(
+            ErrorCode::Internal,
+            format!("the operation's completion could not be stored: {reason}"),
+            &serde_json::json!({ "turnError": turn_error }),
+        );
+        outcome.error = Some(error.clone());
+        let entry = completion_entry(outcome);
+        self.emit("", Kind::Error(pb::ErrorRaised { error: Some(error) }), now, out);
+        self.append("operation_completed", entry, now, out);
+        self.completion_committed(operation, now, out);
+    }
+}
