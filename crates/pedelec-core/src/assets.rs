@@ -363,7 +363,7 @@ impl AssetServer {
         let origin_header =
             request.headers().get(hyper::header::ORIGIN).and_then(|v| v.to_str().ok()).map(str::to_owned);
         let ticket_origin = self.lock_tickets().get(&id).map(|t| t.origin.clone());
-        let cors = ticket_origin.filter(|o| o.starts_with("http://") || o.starts_with("https://"));
+        let cors = ticket_origin.and_then(cors_origin);
         if request.method() == Method::OPTIONS {
             return with_cors(Response::builder().status(StatusCode::NO_CONTENT), cors.as_deref())
                 .header("Access-Control-Allow-Methods", "GET, PUT")
@@ -618,6 +618,14 @@ fn full(text: String) -> Body {
     Full::new(Bytes::from(text)).map_err(|never| match never {}).boxed()
 }
 
+/// The `Access-Control-Allow-Origin` a ticket's origin allows: web origins
+/// only, and only one that is a valid header value (an origin with non-ASCII
+/// characters cannot be one, and must not fail the response).
+fn cors_origin(origin: String) -> Option<String> {
+    let web = origin.starts_with("http://") || origin.starts_with("https://");
+    (web && origin.is_ascii() && hyper::header::HeaderValue::from_str(&origin).is_ok()).then_some(origin)
+}
+
 fn with_cors(builder: hyper::http::response::Builder, origin: Option<&str>) -> hyper::http::response::Builder {
     match origin {
         Some(o) => builder.header("Access-Control-Allow-Origin", o).header("Vary", "Origin"),
@@ -635,6 +643,15 @@ fn error_response(status: StatusCode, code: ErrorCode, message: &str, cors: Opti
 
 #[cfg(test)]
 mod tests {
+
+    #[test]
+    fn only_web_origins_that_are_header_values_get_cors() {
+        assert_eq!(cors_origin("https://app.example".into()).as_deref(), Some("https://app.example"));
+        assert_eq!(cors_origin("app:desktop".into()), None, "not a web origin");
+        assert_eq!(cors_origin("https://bücher.example".into()), None, "not a header value: no panic, no CORS");
+        assert_eq!(cors_origin("https://a.example\r\nX: y".into()), None);
+    }
+
     use super::*;
 
     #[test]

@@ -232,6 +232,11 @@ impl<T: ToolName> PedelecSession<T> {
     pub async fn prepare(&self) -> Result<(), PedelecError> {
         let shared = {
             let mut slot = lock(&self.inner.prepare);
+            // The seed: prepare() rejects with SESSION_ENDED after end, even
+            // on a handle that was prepared before.
+            if self.get_status() == SessionStatus::Ended {
+                return Err(PedelecError::new(ErrorCode::SessionEnded, "the session has ended"));
+            }
             let prepared = lock(&self.inner.machine).prepared();
             match (pedelec_protocol::prepare::start(prepared, slot.is_some()), slot.as_ref()) {
                 (PrepareStart::Join, Some(shared)) => shared.clone(),
@@ -474,9 +479,12 @@ impl Inner {
         let effects = {
             let mut machine = lock(&self.machine);
             let mut e = machine.detached();
-            e.push(
-                machine.sdk_error(PedelecError::new(ErrorCode::TransportDetached, "the connection to Core was lost")),
-            );
+            // An ended session whose transport closes (Core stopping cleanly,
+            // the app going away) lost nothing: that is not an error.
+            if machine.status() != SessionStatus::Ended {
+                let lost = PedelecError::new(ErrorCode::TransportDetached, "the connection to Core was lost");
+                e.push(machine.sdk_error(lost));
+            }
             e
         };
         self.apply(effects);
@@ -589,7 +597,18 @@ impl Inner {
         self.transport.spawn(Box::pin(async move {
             use pb::submit_tool_result_request::Outcome;
             let outcome = match (handler, serde_json::from_str::<serde_json::Value>(&request.args_json)) {
-                (Some(h), Ok(args)) => h(args, ctx).await,
+                // A handler that panics fails its call, like one that
+                // returns an error, instead of leaving the agent waiting.
+                (Some(h), Ok(args)) => futures::FutureExt::catch_unwind(std::panic::AssertUnwindSafe(h(args, ctx)))
+                    .await
+                    .unwrap_or_else(|panic| {
+                        let reason = panic
+                            .downcast_ref::<&str>()
+                            .map(|s| s.to_string())
+                            .or_else(|| panic.downcast_ref::<String>().cloned())
+                            .unwrap_or_else(|| "a panic".into());
+                        Err(format!("the tool handler panicked: {reason}"))
+                    }),
                 (None, _) => Err(format!("no handler for tool {:?}", request.tool)),
                 (_, Err(e)) => Err(format!("tool arguments are not JSON: {e}")),
             };

@@ -130,6 +130,28 @@ async fn resume_fails_with_thread_not_found_and_workspace_open_failed(via: Via) 
     assert!(session.resume().await.unwrap_err().is(ErrorCode::WorkspaceOpenFailed));
 }
 
+/// The seed: prepare() rejects with SESSION_ENDED after end — also on a
+/// handle that was prepared before it ended.
+async fn prepare_after_end_rejects_even_when_prepared(via: Via) {
+    let h = Harness::start_via(via);
+    let session = h.client().await.create_session::<String>(SessionOptions::default()).await.unwrap();
+    session.prepare().await.unwrap();
+    session.end().await.unwrap();
+    assert!(session.prepare().await.unwrap_err().is(ErrorCode::SessionEnded));
+}
+
+/// A session that already ended loses nothing when its transport closes
+/// (Core stopping cleanly): no TRANSPORT_DETACHED error is reported.
+async fn an_ended_session_reports_no_error_when_core_stops(via: Via) {
+    let mut h = Harness::start_via(via);
+    let session = h.client().await.create_session::<String>(SessionOptions::default()).await.unwrap();
+    let log = Recorder::attach(&session);
+    session.end().await.unwrap();
+    assert!(h.core.terminate());
+    eventually("detached", || session.is_detached()).await;
+    assert_eq!(log.count("error"), 0, "{:?}", log.lines());
+}
+
 async fn a_detached_handle_cannot_resume(via: Via) {
     let mut h = Harness::start_via(via);
     let client = h.client().await;
@@ -221,6 +243,8 @@ super::over_both_transports!(
     resume_session_only_reattaches_and_an_ended_thread_stays_ended,
     resume_fails_with_thread_not_found_and_workspace_open_failed,
     a_detached_handle_cannot_resume,
+    prepare_after_end_rejects_even_when_prepared,
+    an_ended_session_reports_no_error_when_core_stops,
     core_ends_a_session_when_its_last_subscriber_leaves_after_the_grace_period,
     sessions_are_bound_to_their_origin,
     managed_and_explicit_workspaces,

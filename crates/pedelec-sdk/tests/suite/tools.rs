@@ -1,6 +1,7 @@
 //! Seed: frontend tools (`onTool`, precedence, failures, recovery).
 
 use std::sync::{Arc, Mutex};
+use std::time::Duration;
 
 use pedelec_sdk::{SessionOptions, SessionStatus, ToolName, ToolSpec, handler};
 use serde_json::json;
@@ -73,6 +74,31 @@ async fn a_failing_handler_becomes_tool_handler_error_for_the_agent(via: Via) {
     let _off = session.on_tool("t".to_string(), |_: serde_json::Value, _| async { Err::<(), _>("disk full") });
     session.send_text("/tool t {}").await.unwrap();
     assert_eq!(replies(&log), vec!["chat \"Tool t failed with TOOL_HANDLER_ERROR: disk full.\" [user]"]);
+}
+
+async fn a_panicking_handler_becomes_tool_handler_error_for_the_agent(via: Via) {
+    let h = Harness::start_via(via);
+    let client = h.client().await;
+    let session = client
+        .create_session(SessionOptions {
+            tools: vec![ToolSpec::new("t".to_string(), "t", schema_object())],
+            ..Default::default()
+        })
+        .await
+        .unwrap();
+    let log = Recorder::attach(&session);
+    let _off = session.on_tool_sync("t".to_string(), |_: serde_json::Value, _| -> Result<(), String> {
+        panic!("the handler's own bug")
+    });
+    // Without the catch, the agent would wait for TOOL_TIMEOUT (60 s) and this would time out.
+    let turn = tokio::time::timeout(Duration::from_secs(20), session.send_text("/tool t {}"));
+    turn.await.expect("the agent is answered at once").unwrap();
+    assert_eq!(
+        replies(&log),
+        vec![
+            "chat \"Tool t failed with TOOL_HANDLER_ERROR: the tool handler panicked: the handler's own bug.\" [user]"
+        ]
+    );
 }
 
 async fn arguments_are_validated_before_they_reach_the_app(via: Via) {
@@ -172,6 +198,7 @@ super::over_both_transports!(
     handler_precedence_is_named_then_inline_then_generic,
     tool_contexts_name_the_request_and_the_tool,
     a_failing_handler_becomes_tool_handler_error_for_the_agent,
+    a_panicking_handler_becomes_tool_handler_error_for_the_agent,
     arguments_are_validated_before_they_reach_the_app,
     core_times_a_tool_out_and_a_late_result_is_refused,
     a_recovered_tool_call_waits_for_its_handler_after_resume_session,
