@@ -24,6 +24,30 @@ fn ensure_private_dir(dir: &Path) -> CoreResult<()> {
         .map_err(|e| CoreError::io(format!("restricting {}", dir.display()), e))
 }
 
+/// Exactly one Core per state dir: an advisory lock on `state_dir/core.lock`,
+/// held for the life of the process (the kernel lets go of it when the
+/// process dies, so a crash never leaves it held). Taken before the socket
+/// is bound, so the stale-socket takeover below — a check, then an act —
+/// is only ever done by the one Core that owns the state.
+fn lock_state_dir(dir: &Path) -> CoreResult<std::fs::File> {
+    let path = dir.join("core.lock");
+    let file = std::fs::OpenOptions::new()
+        .create(true)
+        .truncate(false)
+        .write(true)
+        .open(&path)
+        .map_err(|e| CoreError::io(format!("opening {}", path.display()), e))?;
+    match file.try_lock() {
+        Ok(()) => Ok(file),
+        Err(std::fs::TryLockError::WouldBlock) => Err(CoreError::with_details(
+            ErrorCode::CoreRuntimeUnavailable,
+            format!("another Core is already serving the state in {}", dir.display()),
+            serde_json::json!({ "stateDir": dir.display().to_string() }),
+        )),
+        Err(std::fs::TryLockError::Error(e)) => Err(CoreError::io(format!("locking {}", path.display()), e)),
+    }
+}
+
 /// Binds the socket: refuses when a live Core answers on it, takes over a stale one.
 async fn bind(socket: &Path) -> CoreResult<UnixListener> {
     if let Some(parent) = socket.parent() {
@@ -53,6 +77,7 @@ pub async fn serve(config: CoreConfig) -> CoreResult<()> {
     let settings = crate::settings::Settings::load(&config.config_dir)?;
     let providers = Providers::from_settings(&settings)?;
     ensure_private_dir(&config.state_dir)?;
+    let _state_lock = lock_state_dir(&config.state_dir)?;
     let listener = bind(&config.socket).await?;
     // Only now is this the state dir's one Core: agents a dead Core left are ours to end.
     let leftovers = crate::providers::reaper::init(&config.state_dir);

@@ -27,6 +27,79 @@ async fn socket_and_discovery_file_are_private_and_removed_at_exit() {
     assert!(!discovery.exists());
 }
 
+/// Eight Cores started at once on one state dir and socket (two native hosts
+/// starting Core at the same moment, four times over): exactly one serves;
+/// the others exit at once, none is left running on an unlinked socket.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn of_eight_cores_racing_for_one_state_dir_exactly_one_serves() {
+    let dir = tempfile::tempdir().unwrap();
+    let socket = dir.path().join("run/core.sock");
+    let state = dir.path().join("state");
+    let mut racers: Vec<std::process::Child> = (0..8)
+        .map(|_| {
+            std::process::Command::new(find_core_binary())
+                .args(["serve", "--socket"])
+                .arg(&socket)
+                .arg("--state-dir")
+                .arg(&state)
+                .stdout(std::process::Stdio::null())
+                .stderr(std::process::Stdio::piped())
+                .spawn()
+                .unwrap()
+        })
+        .collect();
+    // The losers exit on their own; the winner serves until stopped.
+    let mut exited = Vec::new();
+    for _ in 0..500 {
+        exited = racers.iter_mut().map(|c| c.try_wait().unwrap().is_some()).collect();
+        if exited.iter().filter(|&&e| e).count() == 7 {
+            break;
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(10)).await;
+    }
+    assert_eq!(exited.iter().filter(|&&e| !e).count(), 1, "exactly one Core is left running: {exited:?}");
+    let winner = exited.iter().position(|&e| !e).unwrap();
+    let client = eventually_connect(&socket).await;
+    let ping = client.ping().await.expect("the winner serves the socket");
+    assert_eq!(ping.pid, racers[winner].id(), "the socket is the running Core's");
+    for (i, racer) in racers.iter_mut().enumerate().filter(|(i, _)| *i != winner) {
+        let output = racer.wait_with_output_ref();
+        assert!(output.contains("already serving"), "racer {i} said: {output}");
+    }
+    racers[winner].kill().unwrap();
+    racers[winner].wait().unwrap();
+}
+
+/// Connects once the socket accepts (bounded).
+async fn eventually_connect(socket: &std::path::Path) -> Pedelec {
+    for _ in 0..500 {
+        if let Ok(client) = Pedelec::connect(socket, ORIGIN).await
+            && client.ping().await.is_ok()
+        {
+            return client;
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(10)).await;
+    }
+    panic!("no Core came to serve {}", socket.display());
+}
+
+/// Reads what an exited child wrote to its piped stderr.
+trait StderrText {
+    fn wait_with_output_ref(&mut self) -> String;
+}
+
+impl StderrText for std::process::Child {
+    fn wait_with_output_ref(&mut self) -> String {
+        use std::io::Read;
+        let mut text = String::new();
+        if let Some(mut stderr) = self.stderr.take() {
+            let _ = stderr.read_to_string(&mut text);
+        }
+        let _ = self.wait();
+        text
+    }
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_second_core_refuses_a_live_socket_and_takes_over_a_stale_one() {
     let mut h = Harness::start();
