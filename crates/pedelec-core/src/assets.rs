@@ -351,6 +351,21 @@ impl AssetServer {
         Ok(self.issue(ticket, Some(asset), &path))
     }
 
+    /// The session ended: its unused tickets are void (the seed: an ended
+    /// session cannot upload or read assets), and the upload slot an unused
+    /// ticket held is free. A transfer already under way runs to its end.
+    pub fn revoke_session(&self, session_id: &str) {
+        let revoked: Vec<String> = {
+            let mut tickets = self.lock_tickets();
+            let ids: Vec<String> =
+                tickets.iter().filter(|(_, t)| t.session_id == session_id).map(|(id, _)| id.clone()).collect();
+            ids.iter().filter_map(|id| tickets.remove(id)).map(|t| t.token).collect()
+        };
+        for token in revoked {
+            self.release_slot(session_id, &token);
+        }
+    }
+
     fn release_slot(&self, session_id: &str, token: &str) {
         let mut slots = self.lock_slots();
         if slots.get(session_id).is_some_and(|(t, _)| t == token) {

@@ -516,6 +516,7 @@ impl Session {
         if !ended {
             return Ok(false);
         }
+        self.shared.assets.revoke_session(&self.id);
         committed.await?;
         let mut runtime = self.runtime.lock().await;
         if let Some(mut gone) = runtime.take() {

@@ -380,3 +380,18 @@ async fn an_abandoned_download_stops_its_reader_and_the_file_still_downloads_who
     eventually("the abandoned downloads' readers to stop", || threads(pid) <= idle_threads).await;
     assert!(s.read_asset_file("/big.bin").await.unwrap().bytes == data, "bytes compared equal");
 }
+
+/// The seed: an ended session cannot upload or read assets — tickets issued
+/// before `end()` included.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn tickets_issued_before_end_are_refused_after_it() {
+    let h = Harness::start();
+    let s = session(&h).await;
+    s.upload_asset(bytes("a", b"a"), Some("/a")).await.unwrap();
+    let mut raw = h.raw().await;
+    let upload = upload_ticket(&mut raw, &s, "/late.txt", 1).await.unwrap();
+    let download = download_ticket(&mut raw, &s, "/a").await;
+    s.end().await.unwrap();
+    assert_eq!(raw_http(&upload.url, "PUT", &upload.token, Some(1), b"x", false).await, 401, "upload refused");
+    assert_eq!(raw_http(&download.url, "GET", &download.token, None, b"", false).await, 401, "download refused");
+}
