@@ -424,6 +424,27 @@ impl<T: ToolName> PedelecSession<T> {
     }
 }
 
+/// Undoes a local start whose request future was dropped before its answer.
+struct StartGuard {
+    inner: Arc<Inner>,
+    armed: bool,
+}
+
+impl StartGuard {
+    fn disarm(mut self) {
+        self.armed = false;
+    }
+}
+
+impl Drop for StartGuard {
+    fn drop(&mut self) {
+        if self.armed {
+            let effects = lock(&self.inner.machine).operation_failed_to_start();
+            self.inner.apply(effects);
+        }
+    }
+}
+
 impl Inner {
     async fn attach(self: &Arc<Self>) -> Result<(), PedelecError> {
         let request = pb::SubscribeRequest { session_id: self.session_id.clone(), caller_origin: self.origin.clone() };
@@ -501,7 +522,14 @@ impl Inner {
     async fn run_operation(self: &Arc<Self>, kind: pb::OperationKind, call: Call) -> Result<(), PedelecError> {
         let effects = lock(&self.machine).begin_local(kind)?;
         self.apply(effects);
-        let accepted = match self.transport.call(call).await {
+        // Cancellation safety: a caller that drops this future before Core's
+        // answer is processed (a timeout around send_text) must not leave
+        // the handle believing an operation is starting, refusing every
+        // later one with SESSION_BUSY. What Core then runs, the events show.
+        let starting = StartGuard { inner: self.clone(), armed: true };
+        let reply = self.transport.call(call).await;
+        starting.disarm();
+        let accepted = match reply {
             Ok(Reply::SendText(a) | Reply::Prepare(a)) => a,
             Ok(other) => return Err(self.failed_to_start(unexpected(&other))),
             Err(error) => return Err(self.failed_to_start(error)),

@@ -340,11 +340,27 @@ impl Session {
     }
 
     pub async fn send_text(self: &Arc<Self>, text: String) -> CoreResult<pb::OperationAccepted> {
-        self.start(pb::OperationKind::SendText, text).await
+        self.detached(|session| async move { session.start(pb::OperationKind::SendText, text).await }).await
     }
 
     pub async fn prepare(self: &Arc<Self>) -> CoreResult<pb::OperationAccepted> {
-        self.start(pb::OperationKind::Prepare, PREPARE_PROMPT.to_owned()).await
+        let prompt = PREPARE_PROMPT.to_owned();
+        self.detached(|session| async move { session.start(pb::OperationKind::Prepare, prompt).await }).await
+    }
+
+    /// Runs a request's work as a task of its own, so that it completes even
+    /// when the request is dropped halfway (a client cancelling its call
+    /// drops the handler's future): a start that was recorded is then still
+    /// announced or undone, an end still stops the agent. Never a session
+    /// left busy with an operation that nothing will ever finish.
+    async fn detached<T, F>(self: &Arc<Self>, work: impl FnOnce(Arc<Self>) -> F) -> CoreResult<T>
+    where
+        T: Send + 'static,
+        F: std::future::Future<Output = CoreResult<T>> + Send + 'static,
+    {
+        tokio::spawn(work(self.clone())).await.unwrap_or_else(|failed| {
+            Err(crate::error::CoreError::new(ErrorCode::Internal, format!("the request failed inside Core: {failed}")))
+        })
     }
 
     /// Records a new operation, and once it is committed announces it and
@@ -507,6 +523,11 @@ impl Session {
 
     /// Ends the session. `Ok(false)` when it had already ended.
     pub async fn end(self: &Arc<Self>, reason: &str) -> CoreResult<bool> {
+        let reason = reason.to_owned();
+        self.detached(|session| async move { session.end_now(&reason).await }).await
+    }
+
+    async fn end_now(self: &Arc<Self>, reason: &str) -> CoreResult<bool> {
         let (ended, committed) = self.step_committed(|m, now, out| {
             let record = m.end(reason, now, out);
             let ended = record.is_some();

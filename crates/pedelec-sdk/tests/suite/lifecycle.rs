@@ -152,6 +152,24 @@ async fn an_ended_session_reports_no_error_when_core_stops(via: Via) {
     assert_eq!(log.count("error"), 0, "{:?}", log.lines());
 }
 
+/// A send_text future dropped before Core answered (a timeout around it)
+/// leaves the handle usable: once Core's turn is over, the next one runs.
+async fn a_dropped_send_leaves_the_handle_usable(via: Via) {
+    let h = Harness::start_via(via);
+    let session = h.client().await.create_session::<String>(SessionOptions::default()).await.unwrap();
+    let dropped = tokio::time::timeout(Duration::from_micros(1), session.send_text("/sleep 200")).await;
+    assert!(dropped.is_err(), "the future was dropped before it finished");
+    let mut next = Err(pedelec_sdk::PedelecError::new(ErrorCode::SessionBusy, "not tried"));
+    for _ in 0..100 {
+        next = session.send_text("next").await;
+        if !next.as_ref().is_err_and(|e| e.is(ErrorCode::SessionBusy)) {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    next.expect("the handle runs the next turn once Core's is over");
+}
+
 async fn a_detached_handle_cannot_resume(via: Via) {
     let mut h = Harness::start_via(via);
     let client = h.client().await;
@@ -244,6 +262,7 @@ super::over_both_transports!(
     resume_fails_with_thread_not_found_and_workspace_open_failed,
     a_detached_handle_cannot_resume,
     prepare_after_end_rejects_even_when_prepared,
+    a_dropped_send_leaves_the_handle_usable,
     an_ended_session_reports_no_error_when_core_stops,
     core_ends_a_session_when_its_last_subscriber_leaves_after_the_grace_period,
     sessions_are_bound_to_their_origin,
