@@ -145,6 +145,34 @@ impl pb::Error {
     pub fn error_code(&self) -> Option<ErrorCode> {
         ErrorCode::parse(&self.code)
     }
+
+    /// The error clipped to what may cross a process boundary: the code to
+    /// [`crate::limits::MAX_ERROR_CODE_CHARS`], the message to
+    /// [`crate::limits::MAX_ERROR_MESSAGE_CHARS`] and details over
+    /// [`crate::limits::MAX_ERROR_DETAILS_BYTES`] replaced by a note of their
+    /// size — so an error that echoes hostile input (a 100 000-character id,
+    /// a long problem list) stays a few KiB, within every gRPC client's
+    /// metadata limit, and says that it was clipped.
+    ///
+    /// ```
+    /// use pedelec_protocol::{ErrorCode, pb};
+    /// let huge = pb::Error::new(ErrorCode::InvalidArgument, "x".repeat(100_000)).bounded();
+    /// assert!(huge.message.chars().count() <= pedelec_protocol::limits::MAX_ERROR_MESSAGE_CHARS);
+    /// ```
+    pub fn bounded(mut self) -> Self {
+        fn clip(text: &mut String, chars: usize) {
+            if let Some((cut, _)) = text.char_indices().nth(chars.saturating_sub(1)) {
+                text.truncate(cut);
+                text.push('…');
+            }
+        }
+        clip(&mut self.code, crate::limits::MAX_ERROR_CODE_CHARS);
+        clip(&mut self.message, crate::limits::MAX_ERROR_MESSAGE_CHARS);
+        if self.details_json.len() > crate::limits::MAX_ERROR_DETAILS_BYTES {
+            self.details_json = serde_json::json!({ "clipped": true, "bytes": self.details_json.len() }).to_string();
+        }
+        self
+    }
 }
 
 #[cfg(test)]

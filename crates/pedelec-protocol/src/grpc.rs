@@ -6,9 +6,12 @@ use prost::Message;
 use crate::error_code::ErrorCode;
 use crate::pb;
 
-/// The `tonic::Status` for a protocol error.
+/// The `tonic::Status` for a protocol error, clipped ([`pb::Error::bounded`])
+/// so that message and details together stay far below the 8 KiB of
+/// metadata gRPC clients accept.
 pub fn status_from_error(error: &pb::Error) -> tonic::Status {
     use tonic::Code;
+    let error = &error.clone().bounded();
     let code = match error.error_code() {
         Some(ErrorCode::ThreadNotFound | ErrorCode::AssetNotFound | ErrorCode::ToolRequestNotFound) => Code::NotFound,
         Some(ErrorCode::ThreadAccessDenied | ErrorCode::ToolTokenInvalid | ErrorCode::OriginNotAllowed) => {

@@ -14,6 +14,12 @@ pub const NATIVE_BROWSER_TO_HOST_MAX: usize = 64 * 1024 * 1024;
 pub const GRPC_MESSAGE_MAX: usize = 64 * 1024 * 1024;
 /// Operation outcomes a snapshot carries per session (`Snapshot.recent_outcomes`).
 pub const RECENT_OUTCOMES: usize = 32;
+/// The longest error code that crosses a process boundary (longer ones are clipped).
+pub const MAX_ERROR_CODE_CHARS: usize = 64;
+/// The longest error message that crosses a process boundary (clipped with "…").
+pub const MAX_ERROR_MESSAGE_CHARS: usize = 1024;
+/// Error details larger than this are replaced by `{"clipped": true, "bytes": N}`.
+pub const MAX_ERROR_DETAILS_BYTES: usize = 4096;
 /// Transcript entries in one `GetHistory` page when the request names no limit.
 pub const DEFAULT_HISTORY_PAGE: u32 = 100;
 /// The most transcript entries one `GetHistory` page may ask for.

@@ -263,3 +263,47 @@ async fn the_relay_stream_answers_each_call_by_id_and_refuses_what_it_cannot_car
     let resumed: PedelecSession = h.client().await.resume_session(&session.session_id).await.unwrap();
     assert_ne!(resumed.get_status(), SessionStatus::Ended);
 }
+
+/// Errors that would echo hostile input stay small: a 100 000-character
+/// error code in a tool result, and a manifest of 129 tools (a problem per
+/// tool), each answer fitting well within the 8 KiB of metadata gRPC
+/// clients accept.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn errors_that_echo_hostile_input_are_clipped() {
+    let h = Harness::start();
+    let session = h.client().await.create_session::<String>(SessionOptions::default()).await.unwrap();
+    let mut raw = h.raw().await;
+    let bad_code = pb::SubmitToolResultRequest {
+        session_id: session.session_id().into(),
+        caller_origin: ORIGIN.into(),
+        tool_request_id: "tool-x".into(),
+        outcome: Some(pb::submit_tool_result_request::Outcome::Error(pb::Error {
+            code: "X".repeat(100_000),
+            message: String::new(),
+            details_json: String::new(),
+        })),
+    };
+    let status = raw.submit_tool_result(bad_code).await.unwrap_err();
+    let size = |s: &tonic::Status| s.message().len() + s.details().len();
+    assert!(size(&status) < 8 * 1024, "{} bytes", size(&status));
+    let error = error_from_status(&status);
+    assert_eq!(error.code, "INVALID_ARGUMENT");
+    assert!(error.message.ends_with('…'), "says it was clipped: {}", error.message);
+
+    let tools: Vec<pb::ToolDefinition> = (0..=limits::MAX_TOOLS)
+        .map(|i| pb::ToolDefinition {
+            name: format!("tool_with_a_long_name_{i:0>40}"),
+            description: String::new(),
+            input_schema_json: "not json".into(),
+            ..Default::default()
+        })
+        .collect();
+    let create = pb::CreateSessionRequest {
+        caller_origin: ORIGIN.into(),
+        skills: Some(pb::Skills { tools, ..Default::default() }),
+        ..Default::default()
+    };
+    let status = raw.create_session(create).await.unwrap_err();
+    assert!(size(&status) < 8 * 1024, "{} bytes", size(&status));
+    assert_eq!(error_from_status(&status).code, "TOOLS_MANIFEST_INVALID");
+}
