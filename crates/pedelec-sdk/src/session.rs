@@ -96,6 +96,8 @@ pub(crate) struct Inner {
     transport: Arc<dyn Transport>,
     registry: Registry,
     machine: Mutex<SessionMachine>,
+    /// Effects waiting to run, in the order the machine produced them.
+    dispatch: Mutex<Dispatch>,
     handlers: Mutex<Handlers>,
     waiters: Mutex<HashMap<OperationId, oneshot::Sender<Result<(), PedelecError>>>>,
     prepare: Mutex<Option<SharedOutcome>>,
@@ -151,6 +153,7 @@ impl<T: ToolName> PedelecSession<T> {
             transport,
             registry,
             machine: Mutex::new(SessionMachine::new(meta)),
+            dispatch: Mutex::default(),
             handlers: Mutex::new(handlers),
             waiters: Mutex::default(),
             prepare: Mutex::default(),
@@ -271,8 +274,7 @@ impl<T: ToolName> PedelecSession<T> {
             pb::EndRequest { session_id: self.inner.session_id.clone(), caller_origin: self.inner.origin.clone() };
         match self.inner.transport.call(Call::End(request)).await {
             Ok(Reply::End(_)) => {
-                let effects = lock(&self.inner.machine).local_ended();
-                self.inner.apply(effects);
+                self.inner.step(SessionMachine::local_ended);
                 lock(&self.inner.registry).remove(&self.inner.session_id);
                 Ok(())
             }
@@ -416,12 +418,20 @@ impl<T: ToolName> PedelecSession<T> {
     }
 
     fn release_queued(&self) {
-        let effects = {
-            let handlers = lock(&self.inner.handlers);
-            lock(&self.inner.machine).handler_registered(&|tool| handlers.has_tool(tool))
-        };
-        self.inner.apply(effects);
+        let inner = &self.inner;
+        inner.step(|machine| {
+            let handlers = lock(&inner.handlers);
+            machine.handler_registered(&|tool| handlers.has_tool(tool))
+        });
     }
+}
+
+/// The effects queue of one session (see [`Inner::drain`]).
+#[derive(Default)]
+struct Dispatch {
+    queue: Vec<Effect>,
+    /// Whether a task is running queued effects now.
+    draining: bool,
 }
 
 /// Undoes a local start whose request future was dropped before its answer.
@@ -439,8 +449,7 @@ impl StartGuard {
 impl Drop for StartGuard {
     fn drop(&mut self) {
         if self.armed {
-            let effects = lock(&self.inner.machine).operation_failed_to_start();
-            self.inner.apply(effects);
+            self.inner.step(SessionMachine::operation_failed_to_start);
         }
     }
 }
@@ -497,8 +506,7 @@ impl Inner {
 
     fn detach(self: &Arc<Self>) {
         self.detached.store(true, Ordering::SeqCst);
-        let effects = {
-            let mut machine = lock(&self.machine);
+        self.step(|machine| {
             let mut e = machine.detached();
             // An ended session whose transport closes (Core stopping cleanly,
             // the app going away) lost nothing: that is not an error.
@@ -507,21 +515,27 @@ impl Inner {
                 e.push(machine.sdk_error(lost));
             }
             e
-        };
-        self.apply(effects);
+        });
     }
 
     fn feed(self: &Arc<Self>, event: &pb::SessionEvent) {
-        let effects = {
+        self.step(|machine| {
             let handlers = lock(&self.handlers);
-            lock(&self.machine).on_event(event, now_ms(), &|tool| handlers.has_tool(tool))
-        };
-        self.apply(effects);
+            machine.on_event(event, now_ms(), &|tool| handlers.has_tool(tool))
+        });
     }
 
     async fn run_operation(self: &Arc<Self>, kind: pb::OperationKind, call: Call) -> Result<(), PedelecError> {
-        let effects = lock(&self.machine).begin_local(kind)?;
-        self.apply(effects);
+        let mut refused = None;
+        self.step(|machine| {
+            machine.begin_local(kind).unwrap_or_else(|error| {
+                refused = Some(error);
+                Vec::new()
+            })
+        });
+        if let Some(error) = refused {
+            return Err(error);
+        }
         // Cancellation safety: a caller that drops this future before Core's
         // answer is processed (a timeout around send_text) must not leave
         // the handle believing an operation is starting, refusing every
@@ -545,8 +559,9 @@ impl Inner {
                 }
                 Accepted::Settled(outcome) => Err(outcome),
             };
+            self.enqueue(effects);
             drop(machine);
-            self.apply(effects);
+            self.drain();
             receiver
         };
         match receiver {
@@ -558,14 +573,12 @@ impl Inner {
     }
 
     fn failed_to_start(self: &Arc<Self>, error: PedelecError) -> PedelecError {
-        let effects = lock(&self.machine).operation_failed_to_start();
-        self.apply(effects);
+        self.step(SessionMachine::operation_failed_to_start);
         error
     }
 
     fn fail_end(self: &Arc<Self>, error: PedelecError) -> PedelecError {
-        let effect = lock(&self.machine).sdk_error(error.clone());
-        self.apply(vec![effect]);
+        self.step(|machine| vec![machine.sdk_error(error.clone())]);
         error
     }
 
@@ -581,7 +594,64 @@ impl Inner {
         Ok(())
     }
 
-    fn apply(self: &Arc<Self>, effects: Vec<Effect>) {
+    /// Feeds the machine and runs what it asks for. The effects are queued
+    /// while the machine is still locked, so they run in the order the
+    /// machine produced them whichever task feeds it.
+    fn step(self: &Arc<Self>, f: impl FnOnce(&mut SessionMachine) -> Vec<Effect>) {
+        {
+            let mut machine = lock(&self.machine);
+            let effects = f(&mut machine);
+            self.enqueue(effects);
+        }
+        self.drain();
+    }
+
+    /// Queues effects; call with the machine locked (lock order: machine,
+    /// then handlers, then the dispatch queue, which is never held while a
+    /// handler runs).
+    fn enqueue(&self, effects: Vec<Effect>) {
+        if !effects.is_empty() {
+            lock(&self.dispatch).queue.extend(effects);
+        }
+    }
+
+    /// Runs queued effects, one drainer at a time: on a multi-thread runtime
+    /// two tasks feeding the machine would otherwise run their handlers
+    /// interleaved (an `on_status` for `idle` before the one for `running`).
+    /// A handler that feeds the machine itself only queues; the drainer runs
+    /// those effects right after it returns.
+    fn drain(self: &Arc<Self>) {
+        let mut batch = {
+            let mut dispatch = lock(&self.dispatch);
+            if dispatch.draining || dispatch.queue.is_empty() {
+                return;
+            }
+            dispatch.draining = true;
+            std::mem::take(&mut dispatch.queue)
+        };
+        // A handler that panics must not leave the queue marked as drained
+        // by someone: later effects would never run.
+        struct Draining<'a>(&'a Mutex<Dispatch>);
+        impl Drop for Draining<'_> {
+            fn drop(&mut self) {
+                if std::thread::panicking() {
+                    lock(self.0).draining = false;
+                }
+            }
+        }
+        let _draining = Draining(&self.dispatch);
+        loop {
+            self.run_effects(batch);
+            let mut dispatch = lock(&self.dispatch);
+            if dispatch.queue.is_empty() {
+                dispatch.draining = false;
+                return;
+            }
+            batch = std::mem::take(&mut dispatch.queue);
+        }
+    }
+
+    fn run_effects(self: &Arc<Self>, effects: Vec<Effect>) {
         for effect in effects {
             match effect {
                 Effect::Status { status, ctx } => {
@@ -657,8 +727,7 @@ impl Inner {
                 );
                 wrapped.details =
                     Some(serde_json::json!({ "cause": error.code, "toolRequestId": request.tool_request_id }));
-                let effect = lock(&inner.machine).sdk_error(wrapped);
-                inner.apply(vec![effect]);
+                inner.step(|machine| vec![machine.sdk_error(wrapped)]);
             }
         }));
     }

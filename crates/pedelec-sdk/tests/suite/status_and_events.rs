@@ -328,3 +328,36 @@ super::over_both_transports!(
     usage_is_absent_until_reported_monotonic_and_silent,
     disposers_unregister_without_cancelling_work,
 );
+
+/// Handlers run in the order the machine produced their events, even when
+/// two tasks feed the machine at once: here the event loop is inside a slow
+/// `on_status` handler (for `waiting_tool_result`) when the caller's `end()`
+/// produces `ended`. That handler must run after the slow one returns, not
+/// beside it, so each change's `previous` is the status the app saw last.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn status_handlers_run_in_order_when_two_tasks_feed_the_machine() {
+    let h = Harness::start();
+    let (session, _) = counter_session(&h.client().await).await;
+    let seen = Arc::new(Mutex::new(vec![SessionStatus::Idle.to_string()]));
+    let broken = Arc::new(Mutex::new(Vec::new()));
+    let in_slow_handler = Arc::new(tokio::sync::Notify::new());
+    let (s, b, slow) = (seen.clone(), broken.clone(), in_slow_handler.clone());
+    let _off = session.on_status(move |status, ctx| {
+        if status == SessionStatus::WaitingToolResult {
+            slow.notify_one();
+            std::thread::sleep(Duration::from_millis(300));
+        }
+        let mut seen = s.lock().unwrap();
+        if seen.last().map(String::as_str) != Some(ctx.previous_status.as_str()) {
+            b.lock().unwrap().push(format!("saw {:?}, then {} → {status}", seen.last(), ctx.previous_status));
+        }
+        seen.push(status.to_string());
+    });
+    let turn = session.clone();
+    let turn = tokio::spawn(async move { turn.send_text("/tool update_counter {\"delta\": 1}").await });
+    in_slow_handler.notified().await;
+    session.end().await.unwrap();
+    let _ = turn.await.unwrap();
+    assert!(broken.lock().unwrap().is_empty(), "handlers ran out of order: {:?}", broken.lock().unwrap());
+    assert_eq!(seen.lock().unwrap().last().map(String::as_str), Some("ended"));
+}
