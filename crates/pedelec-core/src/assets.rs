@@ -549,6 +549,16 @@ async fn send(ticket: &Ticket, path: &AssetPath) -> Response<Body> {
         Ok(found) => found,
         Err(e) => return error_response(StatusCode::NOT_FOUND, e.code(), &e.to_string(), None),
     };
+    // Checked again here, not only when the ticket was issued: the file may
+    // have grown since (an agent writing it).
+    if meta.len() > limits::MAX_ASSET_BYTES {
+        return error_response(
+            StatusCode::PAYLOAD_TOO_LARGE,
+            ErrorCode::AssetTooLarge,
+            &format!("{path} is larger than the {}-byte read limit", limits::MAX_ASSET_BYTES),
+            None,
+        );
+    }
     // A reader thread fills a few recycled 1 MiB buffers as the client
     // consumes them; the buffer pool is also the bound on memory.
     let file = match std::fs::File::open(&physical) {

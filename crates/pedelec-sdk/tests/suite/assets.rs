@@ -3,7 +3,7 @@
 use std::time::{Duration, SystemTime};
 
 use pedelec_protocol::grpc::error_from_status;
-use pedelec_protocol::pb;
+use pedelec_protocol::{limits, pb};
 use pedelec_sdk::assets::UploadSource;
 use pedelec_sdk::{ErrorCode, PedelecSession, SessionOptions};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
@@ -394,4 +394,19 @@ async fn tickets_issued_before_end_are_refused_after_it() {
     s.end().await.unwrap();
     assert_eq!(raw_http(&upload.url, "PUT", &upload.token, Some(1), b"x", false).await, 401, "upload refused");
     assert_eq!(raw_http(&download.url, "GET", &download.token, None, b"", false).await, 401, "download refused");
+}
+
+/// The read limit is checked when the bytes are served too: a file that
+/// grew past it after its ticket was issued is refused, not streamed.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_file_that_grew_past_the_read_limit_after_its_ticket_is_refused() {
+    let h = Harness::start();
+    let s = session(&h).await;
+    s.upload_asset(bytes("big", b"small for now"), Some("/big.bin")).await.unwrap();
+    let mut raw = h.raw().await;
+    let ticket = download_ticket(&mut raw, &s, "/big.bin").await;
+    // The agent (or anything) grows it: sparse, so the test writes nothing.
+    let file = std::fs::OpenOptions::new().write(true).open(assets_dir(&h, &s).join("big.bin")).unwrap();
+    file.set_len(limits::MAX_ASSET_BYTES + 1).unwrap();
+    assert_eq!(raw_http(&ticket.url, "GET", &ticket.token, None, b"", false).await, 413);
 }
