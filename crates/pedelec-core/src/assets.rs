@@ -123,7 +123,7 @@ fn modified_ms(meta: &std::fs::Metadata) -> i64 {
 
 /// Every completed regular file below `root`, by the seed's rules: every
 /// level, no directories, symlinks neither returned nor followed, `.pedelec-`
-/// names hidden at every level, newest first then by path.
+/// names hidden at every level, newest first then by name.
 pub fn list(root: &Path) -> Vec<pb::Asset> {
     let mut out = Vec::new();
     let mut stack = vec![root.to_path_buf()];
@@ -154,7 +154,11 @@ pub fn list(root: &Path) -> Vec<pb::Asset> {
             }
         }
     }
-    out.sort_by(|a, b| b.modified_at_ms.cmp(&a.modified_at_ms).then_with(|| a.path.cmp(&b.path)));
+    // The seed: newest first, then by name; the path only settles equal
+    // names on different levels, so the order is total.
+    out.sort_by(|a, b| {
+        b.modified_at_ms.cmp(&a.modified_at_ms).then_with(|| a.name.cmp(&b.name)).then_with(|| a.path.cmp(&b.path))
+    });
     out
 }
 
@@ -668,6 +672,19 @@ fn error_response(status: StatusCode, code: ErrorCode, message: &str, cors: Opti
 
 #[cfg(test)]
 mod tests {
+
+    #[test]
+    fn listing_ties_are_broken_by_name_then_path() {
+        let dir = tempfile::tempdir().unwrap();
+        let at = std::time::SystemTime::UNIX_EPOCH + Duration::from_secs(1_700_000_000);
+        for (sub, name) in [("b", "a.txt"), ("a", "z.txt"), ("c", "a.txt")] {
+            std::fs::create_dir_all(dir.path().join(sub)).unwrap();
+            let file = std::fs::File::create(dir.path().join(sub).join(name)).unwrap();
+            file.set_modified(at).unwrap();
+        }
+        let paths: Vec<String> = list(dir.path()).into_iter().map(|a| a.path).collect();
+        assert_eq!(paths, ["/b/a.txt", "/c/a.txt", "/a/z.txt"]);
+    }
 
     #[test]
     fn only_web_origins_that_are_header_values_get_cors() {
