@@ -60,10 +60,11 @@ async fn tool_contexts_name_the_request_and_the_tool(via: Via) {
     assert!(ctx.turn_id.is_some());
 }
 
-async fn a_failing_handler_becomes_tool_handler_error_for_the_agent(via: Via) {
-    let h = Harness::start_via(via);
-    let client = h.client().await;
-    let session = client
+/// A session with one tool `t` (no handler yet), and a recorder of it.
+async fn session_with_tool_t(h: &Harness) -> (PedelecSession, Recorder) {
+    let session = h
+        .client()
+        .await
         .create_session(SessionOptions {
             tools: vec![ToolSpec::new("t".to_string(), "t", schema_object())],
             ..Default::default()
@@ -71,6 +72,12 @@ async fn a_failing_handler_becomes_tool_handler_error_for_the_agent(via: Via) {
         .await
         .unwrap();
     let log = Recorder::attach(&session);
+    (session, log)
+}
+
+async fn a_failing_handler_becomes_tool_handler_error_for_the_agent(via: Via) {
+    let h = Harness::start_via(via);
+    let (session, log) = session_with_tool_t(&h).await;
     let _off = session.on_tool("t".to_string(), |_: serde_json::Value, _| async { Err::<(), _>("disk full") });
     session.send_text("/tool t {}").await.unwrap();
     assert_eq!(replies(&log), vec!["chat \"Tool t failed with TOOL_HANDLER_ERROR: disk full.\" [user]"]);
@@ -78,15 +85,7 @@ async fn a_failing_handler_becomes_tool_handler_error_for_the_agent(via: Via) {
 
 async fn a_panicking_handler_becomes_tool_handler_error_for_the_agent(via: Via) {
     let h = Harness::start_via(via);
-    let client = h.client().await;
-    let session = client
-        .create_session(SessionOptions {
-            tools: vec![ToolSpec::new("t".to_string(), "t", schema_object())],
-            ..Default::default()
-        })
-        .await
-        .unwrap();
-    let log = Recorder::attach(&session);
+    let (session, log) = session_with_tool_t(&h).await;
     let _off = session.on_tool_sync("t".to_string(), |_: serde_json::Value, _| -> Result<(), String> {
         panic!("the handler's own bug")
     });
