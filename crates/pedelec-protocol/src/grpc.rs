@@ -1,7 +1,33 @@
-//! How a [`pb::Error`] crosses gRPC: as a `tonic::Status` whose details carry
-//! the encoded error, so the SDK recovers the exact code and details.
+//! How a [`pb::Error`] crosses gRPC: gRPC's rich error model. A failed
+//! call's `grpc-status-details-bin` is a `google.rpc.Status` whose `details`
+//! hold the `pedelec.v1.Error` packed in an `Any`, so stock tooling
+//! (`grpc_status.rpc_status.from_call` in Python, `status.FromError` in Go)
+//! decodes it, and the SDK recovers the exact code and JSON details.
 
 use prost::Message;
+
+/// `google.rpc.Status` (google/rpc/status.proto), the rich error model's envelope.
+#[derive(Clone, PartialEq, prost::Message)]
+pub struct RpcStatus {
+    #[prost(int32, tag = "1")]
+    pub code: i32,
+    #[prost(string, tag = "2")]
+    pub message: String,
+    #[prost(message, repeated, tag = "3")]
+    pub details: Vec<RpcAny>,
+}
+
+/// `google.protobuf.Any`.
+#[derive(Clone, PartialEq, prost::Message)]
+pub struct RpcAny {
+    #[prost(string, tag = "1")]
+    pub type_url: String,
+    #[prost(bytes = "vec", tag = "2")]
+    pub value: Vec<u8>,
+}
+
+/// The `Any` type URL of a packed `pedelec.v1.Error`.
+pub const ERROR_TYPE_URL: &str = "type.googleapis.com/pedelec.v1.Error";
 
 use crate::error_code::ErrorCode;
 use crate::pb;
@@ -29,15 +55,24 @@ pub fn status_from_error(error: &pb::Error) -> tonic::Status {
         Some(ErrorCode::CoreRuntimeUnavailable | ErrorCode::ProviderUnavailable) => Code::Unavailable,
         _ => Code::Internal,
     };
-    tonic::Status::with_details(code, error.message.clone(), error.encode_to_vec().into())
+    let details = RpcStatus {
+        code: code as i32,
+        message: error.message.clone(),
+        details: vec![RpcAny { type_url: ERROR_TYPE_URL.to_owned(), value: error.encode_to_vec() }],
+    };
+    tonic::Status::with_details(code, error.message.clone(), details.encode_to_vec().into())
 }
 
 /// The protocol error a `tonic::Status` carries; a status without our details
 /// (a transport failure) becomes `TRANSPORT_ERROR`.
 pub fn error_from_status(status: &tonic::Status) -> pb::Error {
-    if let Ok(error) = pb::Error::decode(status.details())
-        && !error.code.is_empty()
-    {
+    let packed = RpcStatus::decode(status.details()).ok().and_then(|rich| {
+        rich.details
+            .into_iter()
+            .find(|any| any.type_url == ERROR_TYPE_URL)
+            .and_then(|any| pb::Error::decode(&*any.value).ok())
+    });
+    if let Some(error) = packed.filter(|e| !e.code.is_empty()) {
         return error;
     }
     pb::Error::new(ErrorCode::TransportError, format!("{:?}: {}", status.code(), status.message()))
@@ -81,5 +116,21 @@ mod tests {
         assert_eq!(error_from_status(&status), error);
         let plain = tonic::Status::unavailable("socket closed");
         assert_eq!(error_from_status(&plain).code, "TRANSPORT_ERROR");
+    }
+
+    #[test]
+    fn errors_travel_as_google_rpc_status_with_the_error_packed_in_an_any() {
+        let error = pb::Error::with_details(ErrorCode::SessionBusy, "busy", &serde_json::json!({ "n": 1 }));
+        let status = status_from_error(&error);
+        assert_eq!(status.code(), tonic::Code::FailedPrecondition);
+        // As a stock rich-error client reads it.
+        let rich = RpcStatus::decode(status.details()).expect("a google.rpc.Status");
+        assert_eq!(rich.code, tonic::Code::FailedPrecondition as i32);
+        assert_eq!(rich.message, "busy");
+        assert_eq!(rich.details.len(), 1);
+        assert_eq!(rich.details[0].type_url, ERROR_TYPE_URL);
+        assert_eq!(pb::Error::decode(&*rich.details[0].value).unwrap(), error);
+        // And as the SDK does.
+        assert_eq!(error_from_status(&status), error);
     }
 }
