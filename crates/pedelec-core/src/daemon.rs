@@ -24,6 +24,24 @@ fn ensure_private_dir(dir: &Path) -> CoreResult<()> {
         .map_err(|e| CoreError::io(format!("restricting {}", dir.display()), e))
 }
 
+/// Raises the soft limit on open files to the hard one. Every connection,
+/// subscription, agent pipe and SQLite file is a descriptor; the default
+/// soft limit (1 024 on most systems) is what a thousand idle connections
+/// exhaust, locking out new clients. Failing to raise it is not fatal.
+fn raise_open_file_limit() {
+    let mut limit = libc::rlimit { rlim_cur: 0, rlim_max: 0 };
+    // SAFETY: getrlimit/setrlimit only read and write the struct passed.
+    unsafe {
+        if libc::getrlimit(libc::RLIMIT_NOFILE, &mut limit) != 0 || limit.rlim_cur >= limit.rlim_max {
+            return;
+        }
+        let raised = libc::rlimit { rlim_cur: limit.rlim_max, rlim_max: limit.rlim_max };
+        if libc::setrlimit(libc::RLIMIT_NOFILE, &raised) != 0 {
+            tracing::warn!(soft = limit.rlim_cur, hard = limit.rlim_max, "could not raise the open-file limit");
+        }
+    }
+}
+
 /// Exactly one Core per state dir: an advisory lock on `state_dir/core.lock`,
 /// held for the life of the process (the kernel lets go of it when the
 /// process dies, so a crash never leaves it held). Taken before the socket
@@ -76,6 +94,7 @@ pub async fn serve(config: CoreConfig) -> CoreResult<()> {
     // A bad settings file stops Core before it binds: better than running the wrong agent.
     let settings = crate::settings::Settings::load(&config.config_dir)?;
     let providers = Providers::from_settings(&settings)?;
+    raise_open_file_limit();
     ensure_private_dir(&config.state_dir)?;
     let _state_lock = lock_state_dir(&config.state_dir)?;
     let listener = bind(&config.socket).await?;

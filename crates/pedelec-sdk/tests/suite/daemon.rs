@@ -123,3 +123,27 @@ async fn a_second_core_refuses_a_live_socket_and_takes_over_a_stale_one() {
     h.restart();
     h.client().await.ping().await.expect("the stale socket was taken over");
 }
+
+/// Core raises its soft open-file limit to the hard one at start: the
+/// default soft limit is what a thousand idle connections exhaust.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn core_raises_its_open_file_limit_to_the_hard_limit() {
+    let dir = tempfile::tempdir().unwrap();
+    let socket = dir.path().join("run/core.sock");
+    let script = format!(
+        "ulimit -Sn 64 && exec {} serve --socket {} --state-dir {}",
+        find_core_binary().display(),
+        socket.display(),
+        dir.path().join("state").display()
+    );
+    let mut core =
+        std::process::Command::new("sh").args(["-c", &script]).stdout(std::process::Stdio::null()).spawn().unwrap();
+    let client = eventually_connect(&socket).await;
+    let pid = client.ping().await.unwrap().pid;
+    let limits = std::fs::read_to_string(format!("/proc/{pid}/limits")).unwrap();
+    let line = limits.lines().find(|l| l.starts_with("Max open files")).unwrap().to_owned();
+    let numbers: Vec<&str> = line.split_whitespace().skip(3).take(2).collect();
+    core.kill().unwrap();
+    core.wait().unwrap();
+    assert_eq!(numbers[0], numbers[1], "soft raised from 64 to the hard limit: {line}");
+}
