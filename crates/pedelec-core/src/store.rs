@@ -64,10 +64,17 @@ type Job = Box<dyn FnOnce(&Connection) -> rusqlite::Result<()> + Send>;
 /// Where the writer reports that a job's transaction committed (or why not).
 type Ack = oneshot::Sender<Result<(), String>>;
 
+/// Someone waiting on a job: for its commit to be durable (`synchronous=FULL`),
+/// or only visible to other connections (a history read).
+struct Waiter {
+    ack: Ack,
+    durable: bool,
+}
+
 /// Handle to the writer thread.
 #[derive(Clone)]
 pub struct Store {
-    jobs: mpsc::Sender<(Job, Option<Ack>)>,
+    jobs: mpsc::Sender<(Job, Option<Waiter>)>,
     faults: Arc<Faults>,
     /// A read-only connection for history pages (WAL: it reads beside the writer).
     reader: Arc<std::sync::Mutex<Connection>>,
@@ -150,7 +157,7 @@ impl Store {
         let records = load_sessions(&conn)?;
         let reader = Connection::open_with_flags(path, rusqlite::OpenFlags::SQLITE_OPEN_READ_ONLY)?;
         reader.busy_timeout(std::time::Duration::from_secs(5))?;
-        let (tx, rx) = mpsc::channel::<(Job, Option<Ack>)>();
+        let (tx, rx) = mpsc::channel::<(Job, Option<Waiter>)>();
         let faults = Arc::new(Faults::default());
         let writer_faults = faults.clone();
         std::thread::Builder::new()
@@ -184,18 +191,21 @@ impl Store {
         let id = session_id.to_owned();
         let faults = self.faults.clone();
         let completes = entries.iter().any(|e| e.kind == "operation_completed");
-        let waiter = self.submit_waited(Box::new(move |c| {
-            if completes && take(&faults.completions) {
-                return Err(injected());
-            }
-            for entry in &entries {
-                insert_entry(c, &id, entry)?;
-            }
-            for record in &records {
-                upsert(c, record)?;
-            }
-            Ok(())
-        }));
+        let waiter = self.submit_waited(
+            true,
+            Box::new(move |c| {
+                if completes && take(&faults.completions) {
+                    return Err(injected());
+                }
+                for entry in &entries {
+                    insert_entry(c, &id, entry)?;
+                }
+                for record in &records {
+                    upsert(c, record)?;
+                }
+                Ok(())
+            }),
+        );
         async move { waiter?.await }
     }
 
@@ -204,17 +214,18 @@ impl Store {
     }
 
     async fn submit_and_wait(&self, job: Job) -> CoreResult<()> {
-        self.submit_waited(job)?.await
+        self.submit_waited(true, job)?.await
     }
 
     /// Queues a job now; the future resolves once its batch committed.
     fn submit_waited(
         &self,
+        durable: bool,
         job: Job,
     ) -> CoreResult<impl std::future::Future<Output = CoreResult<()>> + Send + 'static> {
         let stopped = || CoreError::new(pedelec_protocol::ErrorCode::Internal, "session store stopped");
         let (tx, rx) = oneshot::channel();
-        self.jobs.send((job, Some(tx))).map_err(|_| stopped())?;
+        self.jobs.send((job, Some(Waiter { ack: tx, durable }))).map_err(|_| stopped())?;
         Ok(async move {
             match rx.await {
                 Ok(result) => result.map_err(|e| CoreError::new(pedelec_protocol::ErrorCode::Internal, e)),
@@ -249,7 +260,7 @@ impl Store {
         session_id: &str,
         query: HistoryQuery,
     ) -> CoreResult<(Vec<(u64, TranscriptEntry)>, bool)> {
-        self.flush().await?;
+        self.visible().await?;
         let reader = self.reader.clone();
         let id = session_id.to_owned();
         let read = move || -> rusqlite::Result<(Vec<(u64, TranscriptEntry)>, bool)> {
@@ -290,9 +301,15 @@ impl Store {
     pub async fn flush(&self) -> CoreResult<()> {
         self.submit_and_wait(Box::new(|_| Ok(()))).await
     }
+
+    /// Waits until every job queued before this call is committed and
+    /// visible to other connections, without asking for durability.
+    async fn visible(&self) -> CoreResult<()> {
+        self.submit_waited(false, Box::new(|_| Ok(())))?.await
+    }
 }
 
-fn writer(conn: Connection, jobs: mpsc::Receiver<(Job, Option<Ack>)>, faults: &Faults) {
+fn writer(conn: Connection, jobs: mpsc::Receiver<(Job, Option<Waiter>)>, faults: &Faults) {
     let mut synchronous_full = false;
     while let Ok(first) = jobs.recv() {
         let mut batch = vec![first];
@@ -303,7 +320,7 @@ fn writer(conn: Connection, jobs: mpsc::Receiver<(Job, Option<Ack>)>, faults: &F
             }
         }
         // FULL only when someone waits on this commit (see the module docs).
-        let wanted_full = batch.iter().any(|(_, ack)| ack.is_some());
+        let wanted_full = batch.iter().any(|(_, waiter)| waiter.as_ref().is_some_and(|w| w.durable));
         if wanted_full != synchronous_full {
             let mode = if wanted_full { "FULL" } else { "NORMAL" };
             match conn.pragma_update(None, "synchronous", mode) {
@@ -311,11 +328,11 @@ fn writer(conn: Connection, jobs: mpsc::Receiver<(Job, Option<Ack>)>, faults: &F
                 Err(error) => tracing::error!(%error, "could not set the store's synchronous mode"),
             }
         }
-        let mut results: Vec<(Option<Ack>, Result<(), String>)> = Vec::with_capacity(batch.len());
+        let mut results: Vec<(Option<Waiter>, Result<(), String>)> = Vec::with_capacity(batch.len());
         let committed = (|| {
             conn.execute_batch("BEGIN")?;
-            for (job, ack) in batch {
-                results.push((ack, run_isolated(&conn, job, faults)));
+            for (job, waiter) in batch {
+                results.push((waiter, run_isolated(&conn, job, faults)));
             }
             conn.execute_batch("COMMIT")
         })()
@@ -324,15 +341,15 @@ fn writer(conn: Connection, jobs: mpsc::Receiver<(Job, Option<Ack>)>, faults: &F
             tracing::error!(%error, "session store commit failed");
             let _ = conn.execute_batch("ROLLBACK");
         }
-        for (ack, result) in results {
+        for (waiter, result) in results {
             let result = committed.clone().and(result);
             if let Err(error) = &result
                 && committed.is_ok()
             {
                 tracing::error!(%error, "a session store job failed (only it was rolled back)");
             }
-            if let Some(ack) = ack {
-                let _ = ack.send(result);
+            if let Some(waiter) = waiter {
+                let _ = waiter.ack.send(result);
             }
         }
     }

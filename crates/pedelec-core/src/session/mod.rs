@@ -241,9 +241,17 @@ impl Session {
                 other => Some(other),
             })
             .collect();
-        let commit = self.shared.store.commit(&self.id, entries, records);
+        // An input that wrote nothing (a refused or idempotent start, a
+        // finish that came too late) has nothing to wait for: no commit.
+        let commit =
+            (!entries.is_empty() || !records.is_empty()).then(|| self.shared.store.commit(&self.id, entries, records));
         self.apply(&mut inner, rest);
-        (value, commit)
+        (value, async move {
+            match commit {
+                Some(commit) => commit.await,
+                None => Ok(()),
+            }
+        })
     }
 
     /// Registers a subscriber: its snapshot and the receiver of every later event.
@@ -300,10 +308,15 @@ impl Session {
     fn unsubscribe(self: &Arc<Self>, id: u64) {
         let mut inner = self.lock();
         inner.fanout.remove(id);
+        self.unwatched_if_nobody_subscribes(&mut inner);
+    }
+
+    /// Tells the machine when nobody watches (it may arm the disconnect timer).
+    fn unwatched_if_nobody_subscribes(self: &Arc<Self>, inner: &mut Inner) {
         if inner.fanout.is_empty() {
             let mut effects = Vec::new();
             inner.machine.unwatched(&mut effects);
-            self.apply(&mut inner, effects);
+            self.apply(inner, effects);
         }
     }
 
@@ -327,11 +340,7 @@ impl Session {
     /// Arms the disconnect timer for a session restored without subscribers.
     pub fn arm_after_restore(self: &Arc<Self>) {
         let mut inner = self.lock();
-        if inner.fanout.is_empty() {
-            let mut effects = Vec::new();
-            inner.machine.unwatched(&mut effects);
-            self.apply(&mut inner, effects);
-        }
+        self.unwatched_if_nobody_subscribes(&mut inner);
     }
 
     /// Drops every subscriber, ending their streams (Core is stopping).
