@@ -208,7 +208,16 @@ impl AcpSession {
                 let load = LoadSessionRequest::new(id.clone(), cwd.clone()).mcp_servers(mcp_servers(&self.setup));
                 // The replay of the conversation is history, not this turn.
                 match runtime.request("session/load", load, drop).await? {
-                    Ok(response) => loaded = Some((SessionId::new(id), response.config_options.unwrap_or_default())),
+                    Ok(response) => {
+                        let late = runtime
+                            .discard_until_quiet(
+                                std::time::Duration::from_millis(100),
+                                std::time::Duration::from_secs(2),
+                            )
+                            .await;
+                        tracing::debug!(late, "discarded the tail of a session/load replay");
+                        loaded = Some((SessionId::new(id), response.config_options.unwrap_or_default()));
+                    }
                     Err(error) => sink.activity(
                         "provider_session",
                         &format!(

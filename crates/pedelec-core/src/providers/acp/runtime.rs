@@ -139,6 +139,23 @@ impl Runtime {
         out
     }
 
+    /// Discards what arrives until nothing has for `quiet` (at most `limit`
+    /// in all). The agent sends a `session/load` replay before its answer,
+    /// but the connection hands notifications and answers over on separate
+    /// paths, so the replay's tail can still be on its way once the answer
+    /// is in; without this it became the next turn's output.
+    pub async fn discard_until_quiet(&mut self, quiet: std::time::Duration, limit: std::time::Duration) -> usize {
+        let deadline = tokio::time::Instant::now() + limit;
+        let mut discarded = self.drain().len();
+        loop {
+            let until = (tokio::time::Instant::now() + quiet).min(deadline);
+            match tokio::time::timeout_at(until, self.inbound.recv()).await {
+                Ok(Some(_)) if tokio::time::Instant::now() < deadline => discarded += 1,
+                _ => return discarded,
+            }
+        }
+    }
+
     /// Sends `request` and waits for its answer, handing every inbound item
     /// that arrives meanwhile (and those routed before the answer) to
     /// `on_inbound`. The agent exiting or closing its stdout is a fatal
