@@ -12,8 +12,11 @@ pub fn entry(id: u64, stored: &TranscriptEntry) -> Option<pb::HistoryEntry> {
     let body = &stored.body;
     let text = |key: &str| body.get(key).and_then(serde_json::Value::as_str).unwrap_or_default().to_owned();
     let kind = match stored.kind.as_str() {
-        "user_text" => Kind::UserText(pb::HistoryText { text: text("text") }),
-        "chat" => Kind::AssistantMessage(pb::HistoryText { text: text("text") }),
+        "user_text" => Kind::UserText(pb::HistoryText { text: text("text"), interrupted: false }),
+        "chat" => Kind::AssistantMessage(pb::HistoryText {
+            text: text("text"),
+            interrupted: body.get("interrupted").and_then(serde_json::Value::as_bool).unwrap_or(false),
+        }),
         "tool_call" => Kind::ToolCall(pb::HistoryToolCall {
             tool_request_id: text("tool_request_id"),
             tool: text("tool"),

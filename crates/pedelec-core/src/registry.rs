@@ -196,6 +196,17 @@ impl Registry {
         workspace::remove_stale_managed(&self.managed_root, &keep);
     }
 
+    /// `origin`'s sessions, newest created first (ties by id); never another origin's.
+    pub fn list(&self, origin: &str) -> CoreResult<Vec<pb::SessionSummary>> {
+        check_origin(origin)?;
+        let mine: Vec<Arc<Session>> =
+            self.sessions.read().expect("sessions lock").values().filter(|s| s.origin == origin).cloned().collect();
+        let mut summaries: Vec<pb::SessionSummary> = mine.iter().map(|s| s.summary()).collect();
+        let key = |s: &pb::SessionSummary| s.session.as_ref().map(|i| (i.created_at_ms, i.session_id.clone()));
+        summaries.sort_by_key(|s| std::cmp::Reverse(key(s)));
+        Ok(summaries)
+    }
+
     pub fn len(&self) -> usize {
         self.sessions.read().expect("sessions lock").len()
     }

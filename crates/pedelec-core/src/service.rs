@@ -144,6 +144,24 @@ impl Core for CoreService {
         let entries = rows.iter().filter_map(|(id, row)| crate::history::entry(*id, row)).collect();
         Ok(Response::new(pb::GetHistoryResponse { entries, has_more }))
     }
+
+    async fn cancel(&self, request: Request<pb::CancelRequest>) -> Reply<pb::CancelResponse> {
+        let request = request.into_inner();
+        let session = self.registry.get(&request.session_id, &request.caller_origin)?;
+        let operation = match request.operation_id.as_str() {
+            "" => None,
+            id => {
+                check_id("operation id", id)?;
+                Some(pedelec_protocol::OperationId::new(id.to_owned()))
+            }
+        };
+        Ok(Response::new(session.cancel(operation).await?))
+    }
+
+    async fn list_sessions(&self, request: Request<pb::ListSessionsRequest>) -> Reply<pb::ListSessionsResponse> {
+        let request = request.into_inner();
+        Ok(Response::new(pb::ListSessionsResponse { sessions: self.registry.list(&request.caller_origin)? }))
+    }
 }
 
 impl CoreService {
@@ -186,6 +204,8 @@ impl CoreService {
             }
             Call::ListAssets(q) => NativeReply::ListAssets(self.list_assets(r(q)).await?.into_inner()),
             Call::GetHistory(q) => NativeReply::GetHistory(self.get_history(r(q)).await?.into_inner()),
+            Call::Cancel(q) => NativeReply::Cancel(self.cancel(r(q)).await?.into_inner()),
+            Call::ListSessions(q) => NativeReply::ListSessions(self.list_sessions(r(q)).await?.into_inner()),
             Call::Subscribe(_) | Call::Unsubscribe(_) => {
                 return Err(CoreError::new(ErrorCode::InvalidArgument, "subscriptions use Core.Subscribe").into());
             }

@@ -60,6 +60,9 @@ error_codes! {
     ToolCallFailed = "TOOL_CALL_FAILED",
     /// No result arrived within the tool's timeout.
     ToolTimeout = "TOOL_TIMEOUT",
+    /// The application cancelled the operation (`Cancel`): it ended early,
+    /// its pending tool calls were withdrawn, the text so far is kept.
+    OperationCancelled = "OPERATION_CANCELLED",
     /// The tool request is unknown or already answered.
     ToolRequestNotFound = "TOOL_REQUEST_NOT_FOUND",
     /// The tool token is unknown, forged, or belongs to an ended session.

@@ -106,6 +106,17 @@ impl Pedelec {
     }
 
     /// Creates a Core session and subscribes to it.
+    /// This origin's sessions Core keeps (`Core.ListSessions`), newest
+    /// created first: id, provider, model, status, creation and last
+    /// activity. Never another origin's.
+    pub async fn list_sessions(&self) -> Result<Vec<pb::SessionSummary>, PedelecError> {
+        let request = pb::ListSessionsRequest { caller_origin: self.origin.clone() };
+        match self.transport.call(Call::ListSessions(request)).await? {
+            Reply::ListSessions(r) => Ok(r.sessions),
+            other => Err(unexpected(&other)),
+        }
+    }
+
     pub async fn create_session<T: ToolName>(
         &self,
         options: SessionOptions<T>,

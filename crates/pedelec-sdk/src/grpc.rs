@@ -72,6 +72,8 @@ impl Transport for GrpcTransport {
                 }
                 Call::ListAssets(r) => Reply::ListAssets(c.list_assets(r).await.map_err(status)?.into_inner()),
                 Call::GetHistory(r) => Reply::GetHistory(c.get_history(r).await.map_err(status)?.into_inner()),
+                Call::Cancel(r) => Reply::Cancel(c.cancel(r).await.map_err(status)?.into_inner()),
+                Call::ListSessions(r) => Reply::ListSessions(c.list_sessions(r).await.map_err(status)?.into_inner()),
                 Call::Subscribe(_) | Call::Unsubscribe(_) => {
                     return Err(PedelecError::new(ErrorCode::InvalidArgument, "use Transport::subscribe"));
                 }

@@ -6,7 +6,7 @@ use pedelec_protocol::pb::{self, history_entry::Kind};
 use serde_json::{Value, json};
 
 /// One entry: `{ id, seq, at, operationId, kind, … }` with the kind's fields
-/// (`text`; `toolRequestId`, `tool`, `args`; `result` or `errorCode`;
+/// (`text`, `interrupted` when cut short by a cancel; `toolRequestId`, `tool`, `args`; `result` or `errorCode`;
 /// `activity`, `summary`; `reason`; `error`).
 pub fn entry_json(entry: &pb::HistoryEntry) -> Value {
     let mut out = json!({
@@ -17,6 +17,9 @@ pub fn entry_json(entry: &pb::HistoryEntry) -> Value {
     });
     let (kind, fields) = match &entry.kind {
         Some(Kind::UserText(t)) => ("user_text", json!({ "text": t.text })),
+        Some(Kind::AssistantMessage(t)) if t.interrupted => {
+            ("assistant_message", json!({ "text": t.text, "interrupted": true }))
+        }
         Some(Kind::AssistantMessage(t)) => ("assistant_message", json!({ "text": t.text })),
         Some(Kind::ToolCall(c)) => (
             "tool_call",
@@ -45,6 +48,24 @@ pub fn entry_json(entry: &pb::HistoryEntry) -> Value {
     out["kind"] = json!(kind);
     merge(&mut out, fields);
     out
+}
+
+/// `listSessions()`: `[{ sessionId, provider, model, status, createdAt,
+/// lastActivityAt }]` in Core's order (newest created first).
+pub fn sessions_json(sessions: &[pb::SessionSummary]) -> Value {
+    let one = |s: &pb::SessionSummary| {
+        let info = s.session.clone().unwrap_or_default();
+        let status = pedelec_protocol::SessionStatus::from_pb(s.status).map(|st| st.as_str()).unwrap_or("unknown");
+        json!({
+            "sessionId": info.session_id,
+            "provider": info.provider,
+            "model": info.model,
+            "status": status,
+            "createdAt": info.created_at_ms,
+            "lastActivityAt": s.last_activity_at_ms,
+        })
+    };
+    Value::Array(sessions.iter().map(one).collect())
 }
 
 /// A page: `{ entries, hasMore }`.
@@ -78,8 +99,8 @@ mod tests {
         };
         let page = pb::GetHistoryResponse {
             entries: vec![
-                entry(1, "op-1", Kind::UserText(pb::HistoryText { text: "hi".into() })),
-                entry(2, "op-1", Kind::AssistantMessage(pb::HistoryText { text: "hello".into() })),
+                entry(1, "op-1", Kind::UserText(pb::HistoryText { text: "hi".into(), interrupted: false })),
+                entry(2, "op-1", Kind::AssistantMessage(pb::HistoryText { text: "hello".into(), interrupted: false })),
                 entry(
                     3,
                     "op-1",

@@ -105,6 +105,9 @@ pub(crate) struct Inner {
     detached: AtomicBool,
     generation: AtomicU64,
     event_loop: Mutex<Option<futures::future::AbortHandle>>,
+    /// `cancel()` calls waiting until the stream has handled a seq (their
+    /// operation's `OperationCompleted`); dropped, so woken, on detach.
+    seq_waiters: Mutex<Vec<(u64, oneshot::Sender<()>)>>,
 }
 
 impl Drop for Inner {
@@ -161,6 +164,7 @@ impl<T: ToolName> PedelecSession<T> {
             detached: AtomicBool::new(false),
             generation: AtomicU64::new(0),
             event_loop: Mutex::default(),
+            seq_waiters: Mutex::default(),
         });
         PedelecSession { inner, _names: PhantomData }
     }
@@ -281,6 +285,47 @@ impl<T: ToolName> PedelecSession<T> {
             Ok(other) => Err(self.inner.fail_end(unexpected(&other))),
             Err(error) => Err(self.inner.fail_end(error)),
         }
+    }
+
+    /// Stops the running operation (`Core.Cancel`): its awaited
+    /// `send_text`/`prepare` rejects with `OPERATION_CANCELLED`, its pending
+    /// tool calls are withdrawn, the status returns to idle, the text so far
+    /// stays in the transcript and the next turn continues the same agent
+    /// thread. Resolves once this handle has seen the operation settle (so
+    /// [`PedelecSession::get_status`] is `idle` then). Works for an operation
+    /// another handle or tab of the same origin started; nothing running
+    /// (idle, ended) is a no-op.
+    pub async fn cancel(&self) -> Result<(), PedelecError> {
+        if self.get_status() == SessionStatus::Ended {
+            return Ok(());
+        }
+        if self.is_detached() {
+            return Err(PedelecError::new(
+                ErrorCode::TransportDetached,
+                "this handle lost its transport; use Pedelec::resume_session",
+            ));
+        }
+        let request = pb::CancelRequest {
+            session_id: self.inner.session_id.clone(),
+            caller_origin: self.inner.origin.clone(),
+            operation_id: String::new(),
+        };
+        let settled_seq = match self.inner.transport.call(Call::Cancel(request)).await? {
+            Reply::Cancel(response) => response.settled_seq,
+            other => return Err(unexpected(&other)),
+        };
+        let seen = {
+            let mut waiters = lock(&self.inner.seq_waiters);
+            if settled_seq == 0 || self.last_seq() >= settled_seq || self.is_detached() {
+                return Ok(());
+            }
+            let (tx, rx) = oneshot::channel();
+            waiters.push((settled_seq, tx));
+            rx
+        };
+        // Woken by the event, a re-sync's snapshot past it, or detaching.
+        let _ = seen.await;
+        Ok(())
     }
 
     /// Reactivates this handle after `end()` (ended → idle on the same thread).
@@ -506,6 +551,7 @@ impl Inner {
 
     fn detach(self: &Arc<Self>) {
         self.detached.store(true, Ordering::SeqCst);
+        lock(&self.seq_waiters).clear();
         self.step(|machine| {
             let mut e = machine.detached();
             // An ended session whose transport closes (Core stopping cleanly,
@@ -519,10 +565,19 @@ impl Inner {
     }
 
     fn feed(self: &Arc<Self>, event: &pb::SessionEvent) {
+        let mut handled = 0;
         self.step(|machine| {
             let handlers = lock(&self.handlers);
-            machine.on_event(event, now_ms(), &|tool| handlers.has_tool(tool))
+            let effects = machine.on_event(event, now_ms(), &|tool| handlers.has_tool(tool));
+            handled = machine.last_seq();
+            effects
         });
+        let mut waiters = lock(&self.seq_waiters);
+        if !waiters.is_empty() {
+            for (_, waiter) in waiters.extract_if(.., |(seq, _)| *seq <= handled) {
+                let _ = waiter.send(());
+            }
+        }
     }
 
     async fn run_operation(self: &Arc<Self>, kind: pb::OperationKind, call: Call) -> Result<(), PedelecError> {

@@ -61,7 +61,8 @@ export type HistoryEntry = {
   operationId: string | null;
 } & (
   | { kind: "user_text"; text: string }
-  | { kind: "assistant_message"; text: string }
+  /** `interrupted`: cut short by `cancel()` — the text streamed until then. */
+  | { kind: "assistant_message"; text: string; interrupted?: true }
   | { kind: "tool_call"; toolRequestId: string; tool: string; args: JsonValue }
   | { kind: "tool_result"; toolRequestId: string; result?: JsonValue; errorCode?: string }
   | { kind: "activity"; activity: string; summary: string }
@@ -85,6 +86,18 @@ export interface HistoryOptions {
   beforeId?: number;
   /** Entries per page: default 100, at most 1000. */
   limit?: number;
+}
+
+/** One of this origin's sessions (`listSessions`). */
+export interface SessionSummary {
+  sessionId: string;
+  provider: string;
+  model: string;
+  status: PedelecSessionStatus;
+  /** Core clock (ms since epoch). */
+  createdAt: number;
+  /** Core clock (ms since epoch) of the session's newest event. */
+  lastActivityAt: number;
 }
 
 export type ToolSpecificHandler<TArgs = unknown, TResult = unknown> = (
@@ -174,6 +187,14 @@ export declare class PedelecSession<TToolName extends string = string> {
   onStatus(handler: (status: PedelecSessionStatus, ctx: StatusEventContext) => void): () => void;
   onEnded(handler: (ctx: EndedEventContext) => void): () => void;
   getStatus(): PedelecSessionStatus;
+  /**
+   * Stops the running operation: its awaited `sendText`/`prepare` rejects with
+   * `OPERATION_CANCELLED`, pending tool calls are withdrawn, the status returns
+   * to `idle` (resolved once it has), the text so far stays in the transcript,
+   * and the next turn continues the same agent thread. Works from a second tab
+   * of the same origin; a no-op when nothing runs.
+   */
+  cancel(): Promise<void>;
   resume(): Promise<void>;
   end(): Promise<void>;
   free(): void;
@@ -183,6 +204,8 @@ export declare class Pedelec {
   constructor(options: { extensionId: string });
   createSession<TName extends string = string>(options?: CreateSessionOptions<TName>): Promise<PedelecSession<TName>>;
   resumeSession<TName extends string = string>(sessionId: string): Promise<PedelecSession<TName>>;
+  /** This origin's sessions, newest created first (never another origin's). */
+  listSessions(): Promise<SessionSummary[]>;
   listProviders(): Promise<ProviderInfo[]>;
   getSettings(): Promise<Settings>;
   getApprovalStatus(): Promise<ApprovalStatus>;

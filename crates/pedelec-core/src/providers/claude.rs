@@ -137,7 +137,8 @@ impl ProviderSession for ClaudeSession {
                 Some(_) => turn.text.clone(),
             };
             let mut parser = ClaudeParser::new(self.total);
-            let outcome = cli_turn::run(&command, &self.setup.workspace, &prompt, &mut parser, sink).await;
+            let outcome =
+                cli_turn::run(&command, &self.setup.workspace, &prompt, &mut parser, sink, &turn.cancel).await;
             if let Some(id) = parser.session_id {
                 self.session_id = Some(id);
             }

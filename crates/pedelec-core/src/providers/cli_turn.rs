@@ -46,12 +46,21 @@ pub fn skipped(line: &str, why: impl std::fmt::Display) -> AgentEvent {
     AgentEvent::Skipped { reason: format!("{why}: {start:?}") }
 }
 
+/// How long a cancelled CLI gets to exit after SIGTERM (it saves its
+/// session on the way out, which the next turn resumes) before the turn
+/// returns anyway; the group gets SIGKILL after the process module's grace.
+const CANCEL_EXIT_WAIT: std::time::Duration = std::time::Duration::from_millis(1500);
+
+/// One turn. `cancel` tripped: the process group gets SIGTERM and the turn
+/// returns `OPERATION_CANCELLED` once it exited (bounded); the parser keeps
+/// what it saw, so the CLI's session id is known for the next turn's resume.
 pub async fn run(
     command: &CommandLine,
     cwd: &Path,
     prompt: &str,
     parser: &mut dyn LineParser,
     sink: &dyn TurnSink,
+    cancel: &tokio_util::sync::CancellationToken,
 ) -> Result<(), ProviderFailure> {
     let mut process = AgentProcess::spawn(command, cwd)?;
     // Written concurrently: a child may start printing before it has read a large prompt.
@@ -66,7 +75,15 @@ pub async fn run(
     let mut reader = LineReader::new(stdout, MAX_LINE_BYTES);
     let mut outcome = TurnOutcome::default();
     loop {
-        let line = match reader.next_line().await {
+        let next = tokio::select! {
+            next = reader.next_line() => next,
+            () = cancel.cancelled() => {
+                process.terminate_group();
+                let _ = tokio::time::timeout(CANCEL_EXIT_WAIT, process.wait()).await;
+                return Err(ProviderFailure::cancelled());
+            }
+        };
+        let line = match next {
             Ok(Some(line)) => line,
             Ok(None) => break,
             Err(e) => {

@@ -144,7 +144,8 @@ impl ProviderSession for CodexSession {
                 Some(_) => turn.text.clone(),
             };
             let mut parser = CodexParser::default();
-            let outcome = cli_turn::run(&command, &self.setup.workspace, &prompt, &mut parser, sink).await;
+            let outcome =
+                cli_turn::run(&command, &self.setup.workspace, &prompt, &mut parser, sink, &turn.cancel).await;
             if let Some(thread) = parser.thread_id {
                 self.thread_id = Some(thread);
             }

@@ -33,6 +33,12 @@ pub type BoxFuture<'a, T> = Pin<Box<dyn std::future::Future<Output = T> + Send +
 pub struct TurnRequest {
     pub kind: pb::TurnKind,
     pub text: String,
+    /// Tripped by `Cancel`: the provider winds the turn down its own way
+    /// (keeping its conversation consistent for the next turn) and returns;
+    /// its result no longer matters, the operation completes as cancelled.
+    /// One that does not return within the session's cancel grace is dropped
+    /// and its runtime restarted.
+    pub cancel: tokio_util::sync::CancellationToken,
 }
 
 /// Where a provider reports what happens during a turn.
@@ -87,6 +93,10 @@ impl ProviderFailure {
             fatal: true,
             details: serde_json::Value::Null,
         }
+    }
+    /// The turn stopped because `Cancel` asked it to (the runtime lives on).
+    pub fn cancelled() -> Self {
+        ProviderFailure::coded(ErrorCode::OperationCancelled, "the turn was cancelled", false)
     }
     pub fn coded(code: ErrorCode, message: impl Into<String>, fatal: bool) -> Self {
         ProviderFailure { code, message: message.into(), fatal, details: serde_json::Value::Null }

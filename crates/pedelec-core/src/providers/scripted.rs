@@ -10,7 +10,7 @@
 //! | `/tool NAME JSON` | call frontend tool NAME with JSON args; the reply reports the result |
 //! | `/tools N NAME JSON` | call it N times; the reply reports round-trip p50/p99 in µs |
 //! | `/deltas N` | stream N one-character deltas, then one message of them |
-//! | `/slow MS` | wait MS between deltas |
+//! | `/slow MS` | wait MS between deltas (a turn to cancel midway) |
 //! | `/sleep MS` | wait MS before going on |
 //! | `/usage N` | report N as the total |
 //! | `/fail MESSAGE` | fail the turn (session stays usable) |
@@ -229,7 +229,12 @@ impl ProviderSession for ScriptedSession {
                 self.stream(sink, &format!("  {answer}\n"), None).await;
                 return Ok(());
             }
-            self.user_turn(&turn.text, sink).await
+            // Nothing outlives the turn here: stopping is dropping it.
+            tokio::select! {
+                biased;
+                () = turn.cancel.cancelled() => Err(ProviderFailure::cancelled()),
+                result = self.user_turn(&turn.text, sink) => result,
+            }
         })
     }
 }

@@ -25,6 +25,7 @@ use std::time::Duration;
 use pedelec_protocol::pb;
 use pedelec_protocol::{ErrorCode, OperationId, SessionStatus, ToolRequestId, TurnId};
 use tokio::sync::oneshot;
+use tokio_util::sync::CancellationToken;
 
 use crate::error::CoreResult;
 use crate::providers::{
@@ -41,6 +42,12 @@ pub fn now_ms() -> i64 {
 
 pub fn new_id(prefix: &str) -> String {
     format!("{prefix}-{}", uuid::Uuid::new_v4().simple())
+}
+
+/// Whether a turn was dropped by Core after its cancel's grace ran out (its
+/// runtime's state is unknown: it is restarted).
+fn outcome_was_forced(result: &Result<(), ProviderFailure>) -> bool {
+    matches!(result, Err(f) if f.code == ErrorCode::OperationCancelled)
 }
 
 /// What every session shares with Core.
@@ -67,7 +74,18 @@ struct Inner {
     responders: HashMap<ToolRequestId, oneshot::Sender<Result<String, pb::Error>>>,
     /// The task running the active operation's turn.
     task: Option<(OperationId, tokio::task::AbortHandle)>,
+    /// How `Cancel` tells the active operation's turn to stop.
+    cancel: Option<(OperationId, CancellationToken)>,
+    /// `Cancel` requests waiting for their operation's `OperationCompleted`
+    /// (answered with its seq when it is emitted).
+    cancel_waiters: Vec<(OperationId, oneshot::Sender<u64>)>,
 }
+
+/// How long a cancelled turn's provider gets to wind down on its own (ACP
+/// `session/cancel` answered, a CLI's process gone) before Core drops the
+/// turn and restarts the runtime; the next turn then continues the provider
+/// session from its recorded identity.
+pub const CANCEL_GRACE: Duration = Duration::from_secs(3);
 
 pub struct Session {
     pub id: String,
@@ -148,6 +166,8 @@ impl Session {
                 effects: Vec::new(),
                 responders: HashMap::new(),
                 task: None,
+                cancel: None,
+                cancel_waiters: Vec::new(),
             }),
             runtime: tokio::sync::Mutex::new(None),
         })
@@ -180,7 +200,17 @@ impl Session {
     fn apply(self: &Arc<Self>, inner: &mut Inner, mut effects: Vec<Effect>) {
         for effect in effects.drain(..) {
             match effect {
-                Effect::Emit(event) => inner.fanout.deliver(event),
+                Effect::Emit(event) => {
+                    if !inner.cancel_waiters.is_empty()
+                        && matches!(event.kind, Some(pb::session_event::Kind::OperationCompleted(_)))
+                    {
+                        let settled = |(op, _): &mut (OperationId, _)| op.as_str() == event.operation_id;
+                        for (_, waiter) in inner.cancel_waiters.extract_if(.., settled) {
+                            let _ = waiter.send(event.seq);
+                        }
+                    }
+                    inner.fanout.deliver(event)
+                }
                 Effect::Append(entry) => self.shared.store.append(&self.id, entry),
                 Effect::Save(record) => self.shared.store.save(record),
                 Effect::AnswerTool { request, answer } => {
@@ -191,6 +221,11 @@ impl Session {
                 Effect::StopTurn(operation) => {
                     if let Some((_, task)) = inner.task.take_if(|(running, _)| *running == operation) {
                         task.abort();
+                    }
+                }
+                Effect::CancelTurn(operation) => {
+                    if let Some((_, token)) = inner.cancel.as_ref().filter(|(running, _)| *running == operation) {
+                        token.cancel();
                     }
                 }
                 Effect::ArmDisconnectTimer { epoch } => self.arm_disconnect_timer(epoch),
@@ -392,9 +427,16 @@ impl Session {
         let mut effects = Vec::new();
         inner.machine.announce(&operation, Now::current(), &mut effects)?;
         self.apply(&mut inner, effects);
+        let cancel = CancellationToken::new();
+        // A Cancel that came while the start was being committed found no
+        // token to trip; the machine remembers it.
+        if inner.machine.cancel_requested(&operation) {
+            cancel.cancel();
+        }
+        inner.cancel = Some((operation.clone(), cancel.clone()));
         let session = self.clone();
         let op = operation.clone();
-        let task = tokio::spawn(async move { session.run_operation(op, turn_kind, text).await });
+        let task = tokio::spawn(async move { session.run_operation(op, turn_kind, text, cancel).await });
         inner.task = Some((operation.clone(), task.abort_handle()));
         Ok(machine::accepted(&operation, kind, false))
     }
@@ -440,7 +482,13 @@ impl Session {
         }
     }
 
-    async fn run_operation(self: Arc<Self>, operation: OperationId, kind: pb::TurnKind, text: String) {
+    async fn run_operation(
+        self: Arc<Self>,
+        operation: OperationId,
+        kind: pb::TurnKind,
+        text: String,
+        cancel: CancellationToken,
+    ) {
         let sink = sink::OperationSink { session: self.clone(), operation: operation.clone() };
         let result = {
             let mut runtime = self.runtime.lock().await;
@@ -465,11 +513,30 @@ impl Session {
             let timeout = self.shared.turn_timeout;
             // A panic in a provider must end the operation, not leave it active
             // with no task behind it: it fails the turn like a hang does.
-            let turn = std::panic::AssertUnwindSafe(provider.run_turn(TurnRequest { kind, text }, &sink));
+            let request = TurnRequest { kind, text, cancel: cancel.clone() };
+            let turn = std::panic::AssertUnwindSafe(provider.run_turn(request, &sink));
             let turn = futures::FutureExt::catch_unwind(turn);
-            let result = match self.within_turn_timeout(timeout, turn).await {
-                Ok(Ok(result)) => result,
-                Ok(Err(panic)) => {
+            // A cancelled turn whose provider does not wind down within the
+            // grace is dropped, and its runtime restarted below.
+            let overdue = async {
+                cancel.cancelled().await;
+                tokio::time::sleep(CANCEL_GRACE).await;
+            };
+            let outcome = tokio::select! {
+                outcome = self.within_turn_timeout(timeout, turn) => Some(outcome),
+                () = overdue => None,
+            };
+            let result = match outcome {
+                None => {
+                    tracing::warn!(session = %self.id, "the provider did not stop a cancelled turn in time; restarting it");
+                    Err(ProviderFailure::coded(
+                        ErrorCode::OperationCancelled,
+                        format!("the provider did not stop within {} ms of the cancel", CANCEL_GRACE.as_millis()),
+                        false,
+                    ))
+                }
+                Some(Ok(Ok(result))) => result,
+                Some(Ok(Err(panic))) => {
                     let reason = panic
                         .downcast_ref::<&str>()
                         .map(|s| s.to_string())
@@ -484,7 +551,7 @@ impl Session {
                 }
                 // The runtime's state is unknown after a hang: stop it; the next
                 // turn starts a fresh one that continues the provider session.
-                Err(_) => Err(ProviderFailure {
+                Some(Err(_)) => Err(ProviderFailure {
                     code: ErrorCode::ProviderTimeout,
                     message: format!("the provider did not finish the turn within {} ms", timeout.as_millis()),
                     fatal: false,
@@ -494,7 +561,7 @@ impl Session {
             let restart = match &result {
                 Err(f) => f.fatal || matches!(f.code, ErrorCode::ProviderTimeout | ErrorCode::Internal),
                 Ok(()) => false,
-            };
+            } || outcome_was_forced(&result);
             if restart && let Some(mut gone) = runtime.take() {
                 gone.shutdown();
             }
@@ -528,6 +595,44 @@ impl Session {
         }
         let mut inner = self.lock();
         inner.task.take_if(|(running, _)| running == operation);
+        inner.cancel.take_if(|(running, _)| running == operation);
+    }
+
+    /// `Cancel`: stops the active operation (`operation`, or whichever is
+    /// active) and answers once its `OperationCompleted` is emitted, with
+    /// that event's seq. Nothing running is a no-op answered at once.
+    pub async fn cancel(self: &Arc<Self>, operation: Option<OperationId>) -> CoreResult<pb::CancelResponse> {
+        let waiting = {
+            let mut inner = self.lock();
+            let mut effects = Vec::new();
+            let target = inner.machine.cancel(operation.as_ref(), Now::current(), &mut effects);
+            self.apply(&mut inner, effects);
+            target.map(|target| {
+                let (tx, rx) = oneshot::channel();
+                inner.cancel_waiters.push((target.clone(), tx));
+                (target, rx)
+            })
+        };
+        let Some((target, settled)) = waiting else {
+            return Ok(pb::CancelResponse::default());
+        };
+        // Bounded twice over: the grace ends a provider that does not stop,
+        // and this ends the wait should the completion's commit hang.
+        let settled_seq = match tokio::time::timeout(CANCEL_GRACE * 3, settled).await {
+            Ok(Ok(seq)) => seq,
+            _ => {
+                return Err(crate::error::CoreError::new(
+                    ErrorCode::Internal,
+                    format!("operation {target} did not complete after its cancel"),
+                ));
+            }
+        };
+        Ok(pb::CancelResponse { operation_id: target.into_string(), settled_seq })
+    }
+
+    /// What `ListSessions` shows of this session.
+    pub fn summary(&self) -> pb::SessionSummary {
+        self.lock().machine.summary()
     }
 
     /// Ends the session. `Ok(false)` when it had already ended.

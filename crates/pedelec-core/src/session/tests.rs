@@ -80,6 +80,7 @@ fn render(effects: &[Effect]) -> Vec<String> {
                 Err(e) => format!("answer {request} error {}", e.code),
             },
             Effect::StopTurn(op) => format!("stop {op}"),
+            Effect::CancelTurn(op) => format!("cancel {op}"),
             Effect::ArmDisconnectTimer { epoch } => format!("arm_disconnect {epoch}"),
         })
         .collect()
@@ -579,4 +580,102 @@ fn a_completion_that_cannot_be_stored_ends_the_operation_with_internal() {
     assert_eq!(details["turnError"], "SEND_TEXT_FAILED", "the turn's own failure is kept");
     assert_eq!(m.status(), SessionStatus::Idle, "the session stays usable");
     assert!(m.begin(pb::OperationKind::SendText, "x".into(), ids(2), t0(), &mut out).is_ok());
+}
+
+#[test]
+fn cancelling_nothing_changes_nothing() {
+    let mut m = SessionState::new(identity(false));
+    let mut out = Vec::new();
+    assert_eq!(m.cancel(None, t0(), &mut out), None, "idle: nothing to cancel");
+    let running = running(&mut m, 1);
+    let mut out = Vec::new();
+    assert_eq!(m.cancel(Some(&op(9)), t0(), &mut out), None, "another operation's id");
+    assert!(out.is_empty());
+    finish(&mut m, &running, Ok(()));
+    m.end("requested", t0(), &mut out);
+    let mut out = Vec::new();
+    assert_eq!(m.cancel(None, t0(), &mut out), None, "ended");
+    assert!(out.is_empty());
+}
+
+#[test]
+fn a_cancelled_tool_turn_withdraws_its_calls_keeps_its_text_and_completes_cancelled() {
+    let mut m = SessionState::new(identity(false));
+    let operation = running(&mut m, 1);
+    let mut out = Vec::new();
+    m.message(&operation, "Looking.", t0(), &mut out);
+    out.extend(call(&mut m, &operation, "tool-1", t0()));
+    m.delta(&operation, "Half a ", t0(), &mut out);
+    m.delta(&operation, "sentence", t0(), &mut out);
+    out.clear();
+    assert_eq!(m.cancel(None, t0(), &mut out), Some(operation.clone()));
+    let cancel = render(&out);
+    assert_eq!(m.status(), SessionStatus::Running, "the turn winds down");
+    // A second cancel while it winds down asks nothing new.
+    let mut again = Vec::new();
+    assert_eq!(m.cancel(None, t0(), &mut again), Some(operation.clone()));
+    assert!(again.is_empty(), "{again:?}");
+    // The agent may not call a tool any more.
+    let mut refused = Vec::new();
+    let error = m
+        .call_tool(Some(&operation), "getState", "{}".into(), tool_ok, ToolRequestId::new("tool-2"), t0(), &mut refused)
+        .unwrap_err();
+    assert_eq!(error.code, "OPERATION_CANCELLED");
+    assert!(refused.is_empty());
+    // What the agent still says while winding down is not shown.
+    let mut late = Vec::new();
+    m.delta(&operation, "more", t0(), &mut late);
+    m.message(&operation, "Half a sentence more", t0(), &mut late);
+    assert!(late.is_empty(), "{late:?}");
+    // However the provider wound down (here: it finished normally), the outcome is cancelled.
+    let finished = finish(&mut m, &operation, Ok(()));
+    let interrupted = finished.iter().find_map(|e| match e {
+        Effect::Append(entry) if entry.kind == "chat" => Some(entry.body.clone()),
+        _ => None,
+    });
+    let interrupted = interrupted.expect("the streamed text is kept");
+    assert_eq!(
+        (interrupted["text"].as_str(), interrupted["interrupted"].as_bool()),
+        (Some("Half a sentence"), Some(true))
+    );
+    let done = render(&finished);
+    assert_eq!(m.status(), SessionStatus::Idle);
+    let outcome = snapshot(&m).recent_outcomes.pop().unwrap();
+    assert_eq!(outcome.error.unwrap().code, "OPERATION_CANCELLED");
+    insta::assert_snapshot!([cancel, done].concat().join("\n"));
+}
+
+#[test]
+fn a_cancel_before_the_announcement_is_remembered_for_the_shell() {
+    let mut m = SessionState::new(identity(false));
+    let mut out = Vec::new();
+    begin(&mut m, pb::OperationKind::SendText, 1, &mut out);
+    out.clear();
+    assert_eq!(m.cancel(None, t0(), &mut out), Some(op(1)));
+    assert!(m.cancel_requested(&op(1)));
+    m.announce(&op(1), t0(), &mut out).unwrap();
+    let done = render(&finish(&mut m, &op(1), Err(ProviderFailure::cancelled())));
+    assert!(done.iter().any(|l| l.contains("completed OPERATION_CANCELLED")), "{done:?}");
+    assert!(!done.iter().any(|l| l.contains("error ")), "a cancel raises no error event: {done:?}");
+}
+
+#[test]
+fn a_runtime_that_dies_while_cancelled_still_puts_the_session_in_error() {
+    let mut m = SessionState::new(identity(false));
+    let operation = running(&mut m, 1);
+    let mut out = Vec::new();
+    m.cancel(None, t0(), &mut out);
+    finish(&mut m, &operation, Err(ProviderFailure::crashed("gone")));
+    assert_eq!(m.status(), SessionStatus::Error);
+}
+
+#[test]
+fn the_summary_names_the_status_and_the_last_activity() {
+    let mut m = SessionState::new(identity(false));
+    assert_eq!(m.summary().last_activity_at_ms, 1_000, "the creation time before any event");
+    running(&mut m, 1);
+    let summary = m.summary();
+    assert_eq!(summary.status, pb::SessionStatus::Running as i32);
+    assert_eq!(summary.last_activity_at_ms, t0().epoch_ms);
+    assert_eq!(summary.session.unwrap().session_id, "sess-1");
 }

@@ -136,6 +136,16 @@ impl JsPedelec {
         })
     }
 
+    /// `listSessions()` → this origin's sessions (see `crate::history::sessions_json`).
+    #[wasm_bindgen(js_name = listSessions)]
+    pub fn list_sessions(&self) -> Promise {
+        let client = self.client.clone();
+        future_to_promise(async move {
+            let sessions = client.list_sessions().await.map_err(reject)?;
+            Ok(js::json_to_js(&crate::history::sessions_json(&sessions)))
+        })
+    }
+
     #[wasm_bindgen(js_name = listProviders)]
     pub fn list_providers(&self) -> Promise {
         let client = self.client.clone();
@@ -272,6 +282,12 @@ impl JsPedelecSession {
     pub fn send_text(&self, text: String) -> Promise {
         let session = self.session.clone();
         future_to_promise(async move { void(session.send_text(text).await) })
+    }
+
+    /// Stops the running operation; resolves once it settled here.
+    pub fn cancel(&self) -> Promise {
+        let session = self.session.clone();
+        future_to_promise(async move { void(session.cancel().await) })
     }
 
     pub fn end(&self) -> Promise {

@@ -4,6 +4,7 @@ mod agent_tools;
 mod assets;
 mod bad_input;
 mod bridge;
+mod cancel;
 mod daemon;
 mod durability;
 mod history;

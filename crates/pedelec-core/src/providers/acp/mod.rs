@@ -51,6 +51,11 @@
 //! file work are allowed once, commands, fetches and anything outside the
 //! workspace are rejected.
 //!
+//! **Cancel.** `Cancel` sends `session/cancel` and waits for the prompt's
+//! answer (`stopReason: cancelled`); the runtime and its ACP session live on,
+//! so the next turn continues the same conversation. Permission requests are
+//! answered as they arrive, so none is open to answer `cancelled`.
+//!
 //! **Failures.** The process exiting or closing stdout mid-request is fatal
 //! (`PROVIDER_CRASHED`, exit status and stderr tail in the details); a
 //! JSON-RPC error answer or a `refusal`/`cancelled` stop is a failed turn on
@@ -299,9 +304,15 @@ impl AcpSession {
         let mut outcome = TurnOutcome::default();
         let total = &mut self.total;
         live.prompting = true;
+        let session_id = live.session_id.clone();
         let answer = live
             .runtime
-            .request("session/prompt", prompt, |item: Inbound| apply(mapper.apply(item), sink, &mut outcome, total))
+            .request_cancellable(
+                "session/prompt",
+                prompt,
+                |item: Inbound| apply(mapper.apply(item), sink, &mut outcome, total),
+                Some((&turn.cancel, &session_id)),
+            )
             .await?;
         live.prompting = false;
         let response = answer.map_err(|e| answer_failure("session/prompt", &e, false))?;

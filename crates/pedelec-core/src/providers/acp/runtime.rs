@@ -20,7 +20,7 @@ use std::path::Path;
 use std::time::Duration;
 
 use agent_client_protocol::v1::ConnectionTo;
-use agent_client_protocol::v1::schema::RequestPermissionRequest;
+use agent_client_protocol::v1::schema::{CancelNotification, RequestPermissionRequest, SessionId};
 use agent_client_protocol::{Agent, Client, JsonRpcRequest, Lines, UntypedMessage};
 use tokio::io::AsyncWriteExt;
 use tokio::sync::{mpsc, oneshot};
@@ -164,13 +164,32 @@ impl Runtime {
         &mut self,
         what: &str,
         request: Req,
+        on_inbound: impl FnMut(Inbound),
+    ) -> Answer<Req::Response> {
+        self.request_cancellable(what, request, on_inbound, None).await
+    }
+
+    /// [`Runtime::request`] for `session/prompt`: once `cancel` trips,
+    /// `session/cancel` for its session goes to the agent (once) and the
+    /// wait goes on for the agent's answer (`stopReason: cancelled`).
+    pub async fn request_cancellable<Req: JsonRpcRequest>(
+        &mut self,
+        what: &str,
+        request: Req,
         mut on_inbound: impl FnMut(Inbound),
+        cancel: Option<(&tokio_util::sync::CancellationToken, &SessionId)>,
     ) -> Answer<Req::Response> {
         let response = self.cx.send_request(request).block_task();
         tokio::pin!(response);
+        let mut cancel_sent = cancel.is_none();
         let gone = loop {
             tokio::select! {
                 biased;
+                () = async { cancel.expect("only while unsent").0.cancelled().await }, if !cancel_sent => {
+                    cancel_sent = true;
+                    let session = cancel.expect("checked above").1.clone();
+                    self.notify(CancelNotification::new(session));
+                }
                 result = &mut response => {
                     self.drain().into_iter().for_each(&mut on_inbound);
                     match result {

@@ -177,8 +177,15 @@ impl OpenAiSession {
         body
     }
 
-    /// One streamed completion; deltas reach `sink` as they arrive.
-    async fn complete(&mut self, body: Value, sink: &dyn TurnSink) -> Result<Completion, ProviderFailure> {
+    /// One streamed completion; deltas reach `sink` as they arrive. A cancel
+    /// stops reading (the connection is dropped) and returns what streamed
+    /// so far, with `cancelled` set.
+    async fn complete(
+        &mut self,
+        body: Value,
+        sink: &dyn TurnSink,
+        cancel: &tokio_util::sync::CancellationToken,
+    ) -> Result<(Completion, bool), ProviderFailure> {
         let failed = |m: String| ProviderFailure::turn(m);
         let stream = tokio::net::TcpStream::connect((self.endpoint.host.as_str(), self.endpoint.port))
             .await
@@ -212,7 +219,11 @@ impl OpenAiSession {
         let mut completion = Completion::default();
         let mut outcome = TurnOutcome::default();
         while !completion.done {
-            let Some(frame) = body.frame().await else { break };
+            let frame = tokio::select! {
+                frame = body.frame() => frame,
+                () = cancel.cancelled() => return Ok((completion, true)),
+            };
+            let Some(frame) = frame else { break };
             let frame = frame.map_err(|e| failed(format!("the stream broke: {e}")))?;
             let Ok(data) = frame.into_data() else { continue };
             for payload in decoder.feed(&data).map_err(failed)? {
@@ -234,7 +245,7 @@ impl OpenAiSession {
             self.total += tokens;
             sink.usage(self.total);
         }
-        Ok(completion)
+        Ok((completion, false))
     }
 
     async fn turn(&mut self, turn: TurnRequest, sink: &dyn TurnSink) -> Result<(), ProviderFailure> {
@@ -246,7 +257,18 @@ impl OpenAiSession {
         }
         messages.push(json!({ "role": "user", "content": turn.text }));
         for _round in 0..self.max_rounds {
-            let completion = self.complete(self.request_body(&messages, !prepare), sink).await?;
+            let (completion, cancelled) =
+                self.complete(self.request_body(&messages, !prepare), sink, &turn.cancel).await?;
+            if cancelled {
+                // The conversation keeps the user's text and what streamed
+                // before the cancel, so the next turn follows on from it.
+                if !prepare {
+                    messages.push(json!({ "role": "assistant", "content": completion.content }));
+                    self.history = messages;
+                    self.save_history();
+                }
+                return Err(ProviderFailure::cancelled());
+            }
             let calls = completion.finished_calls();
             if !completion.content.is_empty() {
                 sink.message(&completion.content);
@@ -272,6 +294,16 @@ impl OpenAiSession {
                     Err(error) => json!({ "error": { "code": error.code, "message": error.message } }).to_string(),
                 };
                 messages.push(json!({ "role": "tool", "tool_call_id": call.id, "content": content }));
+            }
+            if turn.cancel.is_cancelled() {
+                // Every call of the round has its answer (the cancelled ones
+                // an OPERATION_CANCELLED error), so the stored conversation
+                // stays one the endpoint accepts.
+                if !prepare {
+                    self.history = messages;
+                    self.save_history();
+                }
+                return Err(ProviderFailure::cancelled());
             }
         }
         Err(ProviderFailure::turn(format!("the model was still calling tools after {} rounds", self.max_rounds)))

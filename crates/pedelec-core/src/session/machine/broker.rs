@@ -38,6 +38,9 @@ impl SessionState {
         else {
             return Err(pb::Error::new(ErrorCode::SessionBusy, "no turn is active to call a tool from"));
         };
+        if active.cancelled {
+            return Err(operation::cancelled_error());
+        }
         let timeout = check(tool, &args_json)?;
         let operation = active.id.clone();
         let deadline_at_ms = now.epoch_ms + timeout.as_millis() as i64;

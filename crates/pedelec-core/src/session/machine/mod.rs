@@ -44,6 +44,10 @@ pub const SEQ_RESERVATION: u64 = 4096;
 /// acknowledgement is at most [`pedelec_protocol::prepare::MAX_ANSWER_CHARS`].
 const MAX_HIDDEN_BYTES: usize = 16 * 1024;
 
+/// The most streamed text kept for an interrupted message (the same bound
+/// as one user text).
+const MAX_STREAMED_BYTES: usize = limits::MAX_TEXT_BYTES;
+
 /// The time an input happens at: a monotonic instant for durations and the
 /// wall clock for the `*_at_ms` fields.
 #[derive(Debug, Clone, Copy)]
@@ -76,6 +80,10 @@ pub enum Effect {
     AnswerTool { request: ToolRequestId, answer: Result<String, pb::Error> },
     /// Stop the task running this operation's turn.
     StopTurn(OperationId),
+    /// Ask this operation's turn to stop (its provider winds down: ACP
+    /// `session/cancel`, a CLI's process ended, a stream dropped); the turn
+    /// then finishes as usual and its outcome is `OPERATION_CANCELLED`.
+    CancelTurn(OperationId),
     /// End the session unless someone subscribes before the grace runs out
     /// ([`SessionState::disconnect_due`] with this epoch decides).
     ArmDisconnectTimer { epoch: u64 },
@@ -117,6 +125,12 @@ struct Active {
     waiting_since: Option<Instant>,
     /// A preparation's text, kept for the acknowledgement check and never emitted.
     hidden: String,
+    /// `Cancel` asked this operation to stop.
+    cancelled: bool,
+    /// A user turn's text streamed since its last complete message (at most
+    /// [`MAX_STREAMED_BYTES`]): kept as an interrupted message if the turn
+    /// is cancelled before the message completes.
+    streamed: String,
 }
 
 #[derive(Debug)]
@@ -173,12 +187,15 @@ pub struct SessionState {
     /// Bumped whenever a subscriber arrives or a disconnect timer is armed,
     /// so a timer that fires knows whether it is still the latest.
     disconnect_epoch: u64,
+    /// When the newest event was emitted (the creation time before any).
+    last_event_at_ms: i64,
 }
 
 impl SessionState {
     /// A new, idle session.
     pub fn new(identity: Identity) -> Self {
         SessionState {
+            last_event_at_ms: identity.info.created_at_ms,
             identity,
             status: SessionStatus::Idle,
             seq: 0,
@@ -215,6 +232,21 @@ impl SessionState {
 
     pub fn last_seq(&self) -> u64 {
         self.seq
+    }
+
+    /// What `ListSessions` shows of this session.
+    pub fn summary(&self) -> pb::SessionSummary {
+        pb::SessionSummary {
+            session: Some(self.identity.info.clone()),
+            status: self.status.to_pb() as i32,
+            last_activity_at_ms: self.last_event_at_ms,
+        }
+    }
+
+    /// Whether `Cancel` asked `operation` to stop (the shell checks when it
+    /// registers the turn's cancellation, which may come after the request).
+    pub fn cancel_requested(&self, operation: &OperationId) -> bool {
+        self.active.as_ref().is_some_and(|a| a.id == *operation && a.cancelled)
     }
 
     /// The durable record of the current state. An operation whose
@@ -302,6 +334,7 @@ impl SessionState {
     /// when numbering reaches it.
     fn emit(&mut self, operation: &str, kind: Kind, now: Now, out: &mut Vec<Effect>) {
         self.seq += 1;
+        self.last_event_at_ms = now.epoch_ms;
         if self.seq > self.seq_ceiling {
             self.seq_ceiling = self.seq + SEQ_RESERVATION;
             out.push(Effect::Save(self.record()));

@@ -7,6 +7,11 @@ use pedelec_protocol::{ErrorCode, OperationId, SessionStatus, ToolRequestId, Tur
 
 use super::*;
 
+/// The error a cancelled operation completes with.
+pub(crate) fn cancelled_error() -> pb::Error {
+    pb::Error::new(ErrorCode::OperationCancelled, "the operation was cancelled")
+}
+
 impl SessionState {
     /// A client asks to start an operation: `SendText` with `text`, or
     /// `Prepare` (whose text is the preparation prompt). Refused with the
@@ -58,6 +63,8 @@ impl SessionState {
             tool_wait: Duration::ZERO,
             waiting_since: None,
             hidden: String::new(),
+            cancelled: false,
+            streamed: String::new(),
         });
         let entry = if kind == pb::OperationKind::Prepare { "prepare" } else { "user_text" };
         self.append(entry, serde_json::json!({ "operation_id": operation, "text": text }), now, out);
@@ -101,15 +108,27 @@ impl SessionState {
 
     /// A fragment of assistant text. Never emitted for a preparation.
     pub fn delta(&mut self, operation: &OperationId, text: &str, now: Now, out: &mut Vec<Effect>) {
-        if self.running(operation).is_some_and(|a| a.kind != pb::OperationKind::Prepare) {
-            self.emit(operation.as_str(), Kind::ChatDelta(pb::ChatDelta { text: text.to_owned() }), now, out);
+        let Some(active) = self.active.as_mut().filter(|a| a.id == *operation && a.phase == Phase::Running) else {
+            return;
+        };
+        // After a cancel the user sees nothing more of the turn: text the
+        // agent produces while winding down is dropped.
+        if active.kind == pb::OperationKind::Prepare || active.cancelled {
+            return;
         }
+        if active.streamed.len() + text.len() <= MAX_STREAMED_BYTES {
+            active.streamed.push_str(text);
+        }
+        self.emit(operation.as_str(), Kind::ChatDelta(pb::ChatDelta { text: text.to_owned() }), now, out);
     }
 
     /// A complete assistant message: emitted and kept in the transcript; a
     /// preparation's is kept aside for the acknowledgement check instead.
+    /// Dropped once the operation is cancelled, like deltas.
     pub fn message(&mut self, operation: &OperationId, text: &str, now: Now, out: &mut Vec<Effect>) {
-        let Some(active) = self.active.as_mut().filter(|a| a.id == *operation && a.phase == Phase::Running) else {
+        let Some(active) =
+            self.active.as_mut().filter(|a| a.id == *operation && a.phase == Phase::Running && !a.cancelled)
+        else {
             return;
         };
         if active.kind == pb::OperationKind::Prepare {
@@ -118,6 +137,7 @@ impl SessionState {
             }
             return;
         }
+        active.streamed.clear();
         // Recorded after its event, so the entry carries the event's seq
         // (what GetHistory's after_seq compares against).
         self.emit(operation.as_str(), Kind::Chat(pb::Chat { text: text.to_owned() }), now, out);
@@ -181,8 +201,21 @@ impl SessionState {
     ) -> Option<SessionRecord> {
         let active = self.active.as_mut().filter(|a| a.id == *operation && a.phase == Phase::Running)?;
         let kind = active.kind;
-        let error = turn_error(kind, result, &active.hidden);
+        let cancelled = active.cancelled;
+        let error = match result {
+            // A cancelled turn ends as cancelled however its provider wound
+            // down, unless its runtime died (then the session is in error).
+            Err(failure) if cancelled && !failure.fatal => Some((cancelled_error(), false)),
+            Ok(()) if cancelled => Some((cancelled_error(), false)),
+            result => turn_error(kind, result, &active.hidden),
+        };
         active.hidden = String::new();
+        let interrupted = std::mem::take(&mut active.streamed);
+        if cancelled && !interrupted.is_empty() {
+            // What the user saw stream in stays in the conversation.
+            let body = serde_json::json!({ "operation_id": operation, "text": interrupted, "interrupted": true });
+            self.append("chat", body, now, out);
+        }
         if kind == pb::OperationKind::Prepare && error.is_none() {
             self.prepared = true;
         }
@@ -197,6 +230,9 @@ impl SessionState {
             self.set_status(SessionStatus::Running, operation.as_str(), now, out);
         }
         let next = match &error {
+            // A cancellation is the application's own doing: no error event,
+            // its OperationCompleted says it.
+            Some((_, false)) if cancelled => SessionStatus::Idle,
             Some((error, fatal)) => {
                 self.emit("", Kind::Error(pb::ErrorRaised { error: Some(error.clone()) }), now, out);
                 if *fatal { SessionStatus::Error } else { SessionStatus::Idle }
@@ -210,6 +246,41 @@ impl SessionState {
             active.phase = Phase::Finishing(outcome);
         }
         Some(self.record())
+    }
+
+    /// `Cancel`: asks the active operation (`operation`, or whichever is
+    /// active when `None`) to stop. Its pending tool calls are withdrawn at
+    /// once — the agent is answered `OPERATION_CANCELLED`, the application
+    /// sees them settle with that code — and its turn is told to wind down
+    /// ([`Effect::CancelTurn`]); [`SessionState::finish`] then completes it
+    /// as cancelled. Returns the operation whose completion the caller may
+    /// await: `None` when nothing runs (idle, ended, another operation), a
+    /// no-op. An operation already cancelled, or whose completion is being
+    /// committed, is returned unchanged.
+    pub fn cancel(&mut self, operation: Option<&OperationId>, now: Now, out: &mut Vec<Effect>) -> Option<OperationId> {
+        let active = self.active.as_mut().filter(|a| operation.is_none_or(|wanted| a.id == *wanted))?;
+        let id = active.id.clone();
+        if active.cancelled || matches!(active.phase, Phase::Finishing(_)) {
+            return Some(id);
+        }
+        active.cancelled = true;
+        out.push(Effect::CancelTurn(id.clone()));
+        let (mine, rest): (Vec<Pending>, Vec<Pending>) =
+            std::mem::take(&mut self.pending).into_iter().partition(|p| p.operation == id);
+        self.pending = rest;
+        for pending in mine {
+            let request = ToolRequestId::new(pending.call.tool_request_id);
+            out.push(Effect::AnswerTool { request: request.clone(), answer: Err(cancelled_error()) });
+            let settled = pb::ToolCallSettled {
+                tool_request_id: request.into_string(),
+                code: ErrorCode::OperationCancelled.as_str().to_owned(),
+            };
+            self.emit(id.as_str(), Kind::ToolCallSettled(settled), now, out);
+        }
+        if self.status == SessionStatus::WaitingToolResult && self.pending.is_empty() {
+            self.set_status(SessionStatus::Running, id.as_str(), now, out);
+        }
+        Some(id)
     }
 
     /// The completion [`SessionState::finish`] recorded is durable: it is
