@@ -50,6 +50,36 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
         elapsed.as_secs_f64() * 1e3,
         n as f64 / elapsed.as_secs_f64()
     );
+
+    // 2b. Cancel → idle: a turn streaming slowly is cancelled midway; the
+    //     time from calling cancel() until it resolves (the SDK has seen the
+    //     operation settle, status idle).
+    let mut cancels = Vec::new();
+    for round in 0..101 {
+        deltas.store(0, Ordering::SeqCst);
+        let running = session.clone();
+        let text = format!("/slow 5\n/deltas 1\n{}", "word ".repeat(40));
+        let turn = tokio::spawn(async move { running.send_text(text).await });
+        while deltas.load(Ordering::SeqCst) == 0 {
+            tokio::time::sleep(Duration::from_millis(1)).await;
+        }
+        let started = Instant::now();
+        session.cancel().await?;
+        let took = started.elapsed();
+        assert_eq!(session.get_status(), pedelec_sdk::SessionStatus::Idle);
+        let outcome = turn.await?;
+        assert!(outcome.is_err_and(|e| e.code == "OPERATION_CANCELLED"), "round {round}");
+        if round > 0 {
+            cancels.push(took);
+        }
+    }
+    cancels.sort();
+    println!(
+        "cancel → idle (scripted, {} cancels mid-stream): p50 {:.2} ms, p99 {:.2} ms",
+        cancels.len(),
+        cancels[cancels.len() / 2].as_secs_f64() * 1e3,
+        cancels[cancels.len() * 99 / 100].as_secs_f64() * 1e3
+    );
     session.end().await?;
     let after_burst = rss_kib(pid);
     drop(core);

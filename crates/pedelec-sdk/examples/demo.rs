@@ -1,5 +1,6 @@
 //! The README's demo: a fresh Core in a temporary state directory, one
-//! session, a streamed reply, a frontend tool call, usage, end and resume.
+//! session, a streamed reply, a frontend tool call, usage, a cancelled turn,
+//! the origin's sessions, end and resume, and the history.
 
 use std::io::Write;
 use std::sync::Arc;
@@ -80,6 +81,28 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
         session.usage().total_tokens
     );
 
+    if provider == "scripted" {
+        // A long, slow reply, cancelled midway: the turn rejects with
+        // OPERATION_CANCELLED, what streamed stays in the transcript.
+        println!("▶ send_text(a long reply), then cancel() after 300 ms");
+        let running = session.clone();
+        let turn = tokio::spawn(async move { running.send_text(format!("/slow 60\n{}", "word ".repeat(40))).await });
+        tokio::time::sleep(Duration::from_millis(300)).await;
+        session.cancel().await?;
+        let outcome = turn.await?;
+        println!(
+            "\n  cancelled: status {}, the turn ended with {}",
+            session.get_status(),
+            outcome.err().map_or("success".to_owned(), |e| e.code)
+        );
+    }
+    println!("▶ list_sessions() — this origin's sessions:");
+    for s in pedelec.list_sessions().await? {
+        let info = s.session.unwrap_or_default();
+        let status = pedelec_sdk::SessionStatus::from_pb(s.status).map_or("?", |st| st.as_str());
+        println!("  {} {} {status}", info.session_id, info.provider);
+    }
+
     println!("▶ end()");
     session.end().await?;
     println!("  status: {}", session.get_status());
@@ -104,6 +127,7 @@ fn describe(entry: &pedelec_protocol::pb::HistoryEntry) -> String {
     use pedelec_protocol::pb::history_entry::Kind;
     match &entry.kind {
         Some(Kind::UserText(t)) => format!("you: {}", t.text.replace('\n', " ⏎ ")),
+        Some(Kind::AssistantMessage(t)) if t.interrupted => format!("agent (cancelled): {}", t.text),
         Some(Kind::AssistantMessage(t)) => format!("agent: {}", t.text),
         Some(Kind::ToolCall(c)) => format!("tool call {} {}", c.tool, c.args_json),
         Some(Kind::ToolResult(r)) => format!("tool result {:?}", r.outcome),

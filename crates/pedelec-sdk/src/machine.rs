@@ -133,6 +133,11 @@ impl SessionMachine {
     pub fn has_operation_in_flight(&self) -> bool {
         self.local_operation.is_some() || !self.awaiting.is_empty()
     }
+    /// Whether a `send_text`/`prepare` of this handle was sent and Core's
+    /// answer is not in yet.
+    pub fn is_starting(&self) -> bool {
+        self.local_operation.is_some()
+    }
     /// Tool requests waiting for a handler.
     pub fn queued_tools(&self) -> impl Iterator<Item = &ToolRequest> {
         self.queued_tools.iter().map(|(r, _)| r)

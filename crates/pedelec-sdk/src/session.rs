@@ -108,6 +108,9 @@ pub(crate) struct Inner {
     /// `cancel()` calls waiting until the stream has handled a seq (their
     /// operation's `OperationCompleted`); dropped, so woken, on detach.
     seq_waiters: Mutex<Vec<(u64, oneshot::Sender<()>)>>,
+    /// `cancel()` calls waiting for this handle's start request to be
+    /// answered (so the operation they cancel is the one it started).
+    start_waiters: Mutex<Vec<oneshot::Sender<()>>>,
 }
 
 impl Drop for Inner {
@@ -165,6 +168,7 @@ impl<T: ToolName> PedelecSession<T> {
             generation: AtomicU64::new(0),
             event_loop: Mutex::default(),
             seq_waiters: Mutex::default(),
+            start_waiters: Mutex::default(),
         });
         PedelecSession { inner, _names: PhantomData }
     }
@@ -304,6 +308,19 @@ impl<T: ToolName> PedelecSession<T> {
                 ErrorCode::TransportDetached,
                 "this handle lost its transport; use Pedelec::resume_session",
             ));
+        }
+        // A start of this handle still on its way: its operation is the one
+        // to cancel, so wait for Core's answer (bounded by the call itself).
+        let answered = {
+            let mut waiters = lock(&self.inner.start_waiters);
+            lock(&self.inner.machine).is_starting().then(|| {
+                let (tx, rx) = oneshot::channel();
+                waiters.push(tx);
+                rx
+            })
+        };
+        if let Some(answered) = answered {
+            let _ = answered.await;
         }
         let request = pb::CancelRequest {
             session_id: self.inner.session_id.clone(),
@@ -479,6 +496,16 @@ struct Dispatch {
     draining: bool,
 }
 
+/// Wakes `cancel()` calls once the start's answer has reached the machine
+/// (dropped right after it did, or on any early return before).
+struct StartAnswered<'a>(&'a Inner);
+
+impl Drop for StartAnswered<'_> {
+    fn drop(&mut self) {
+        self.0.start_answered();
+    }
+}
+
 /// Undoes a local start whose request future was dropped before its answer.
 struct StartGuard {
     inner: Arc<Inner>,
@@ -495,6 +522,7 @@ impl Drop for StartGuard {
     fn drop(&mut self) {
         if self.armed {
             self.inner.step(SessionMachine::operation_failed_to_start);
+            self.inner.start_answered();
         }
     }
 }
@@ -603,6 +631,7 @@ impl Inner {
             Ok(other) => return Err(self.failed_to_start(unexpected(&other))),
             Err(error) => return Err(self.failed_to_start(error)),
         };
+        let answered = StartAnswered(self);
         let receiver = {
             let mut machine = lock(&self.machine);
             let (state, effects) = machine.operation_accepted(&accepted);
@@ -619,6 +648,7 @@ impl Inner {
             self.drain();
             receiver
         };
+        drop(answered);
         match receiver {
             Ok(rx) => {
                 rx.await.unwrap_or_else(|_| Err(PedelecError::new(ErrorCode::TransportDetached, "handle dropped")))
@@ -629,7 +659,13 @@ impl Inner {
 
     fn failed_to_start(self: &Arc<Self>, error: PedelecError) -> PedelecError {
         self.step(SessionMachine::operation_failed_to_start);
+        self.start_answered();
         error
+    }
+
+    /// Wakes the `cancel()` calls that waited for the start's answer.
+    fn start_answered(&self) {
+        lock(&self.start_waiters).clear();
     }
 
     fn fail_end(self: &Arc<Self>, error: PedelecError) -> PedelecError {

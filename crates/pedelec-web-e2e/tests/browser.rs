@@ -208,6 +208,33 @@ fn browser_end_to_end() {
     assert_eq!(history["listed"], json!(kinds.len()), "{history}");
     assert_eq!(history["bad"], json!("INVALID_ARGUMENT"), "{history}");
 
+    // Cancel a slowly streaming turn from the page: the awaited sendText
+    // rejects with OPERATION_CANCELLED, the status is idle when cancel()
+    // resolves, the streamed text is kept as an interrupted message; and the
+    // origin's sessions list holds this one.
+    let cancel = ok_value(attempt(
+        &page,
+        r##"const s = demo.session();
+           const turn = demo.sendInBackground("/slow 20\n" + "word ".repeat(100));
+           while (!demo.state.deltas.includes("word")) await new Promise((r) => setTimeout(r, 5));
+           await s.cancel();
+           const status = s.getStatus();
+           const outcome = await turn;
+           const page = await s.getHistory({ limit: 5 });
+           const interrupted = page.entries.filter((e) => e.kind === "assistant_message" && e.interrupted).length;
+           await s.cancel();
+           const sessions = await demo.listSessions();
+           return { status, code: outcome.code, interrupted, afterIdle: s.getStatus(),
+                    listed: sessions.some((x) => x.sessionId === s.sessionId && x.status === "idle"),
+                    items: document.querySelectorAll("#session-list li").length };"##,
+    ));
+    assert_eq!(cancel["status"], json!("idle"), "{cancel}");
+    assert_eq!(cancel["code"], json!("OPERATION_CANCELLED"), "{cancel}");
+    assert_eq!(cancel["interrupted"], json!(1), "{cancel}");
+    assert_eq!(cancel["afterIdle"], json!("idle"), "cancelling an idle session is a no-op: {cancel}");
+    assert_eq!(cancel["listed"], json!(true), "{cancel}");
+    assert!(cancel["items"].as_u64().unwrap_or(0) >= 1, "{cancel}");
+
     // The extension's service worker is stopped: the page's port and its host go
     // with it; the SDK reopens the port, the worker starts again (approval from
     // chrome.storage), re-subscribes, and the same handle keeps working.

@@ -430,3 +430,30 @@ async fn acp_an_agent_that_needs_a_login_is_unavailable_with_the_reason() {
     assert!(error.message.contains("needs authentication"), "{error:?}");
     all_gone(&[fake.events("start")[0]["pid"].as_u64().unwrap()]).await;
 }
+
+/// `cancel()` sends `session/cancel`; an agent that ignores it (`hang`) is
+/// dropped after Core's cancel grace and restarted, the cancel still
+/// settles, and the next turn continues the conversation by `session/load`.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn acp_cancel_reaches_the_agent_and_one_that_ignores_it_is_restarted() {
+    let fake = Fake::start("");
+    let session = fake.session(Vec::new(), "").await;
+    session.send_text("remember the heron").await.unwrap();
+    let hanging = session.clone();
+    let turn = tokio::spawn(async move { hanging.send_text("hang").await });
+    eventually("the hanging prompt reached the agent", || fake.events("prompt").len() == 2).await;
+    session.cancel().await.expect("the cancel settles even so");
+    assert_eq!(session.get_status(), SessionStatus::Idle);
+    assert_eq!(turn.await.unwrap().unwrap_err().code, "OPERATION_CANCELLED");
+    // The cancel's own, and the shutdown's after the grace (the prompt was still open).
+    let cancels = fake.events("cancel");
+    let acp_session = &fake.events("session_new")[0]["sessionId"];
+    assert!(!cancels.is_empty() && cancels.iter().all(|c| c["sessionId"] == *acp_session), "{cancels:?}");
+
+    let recorder = Recorder::attach(&session);
+    session.send_text("history").await.expect("the turn after the restart");
+    assert_eq!(fake.events("initialize").len(), 2, "the runtime was restarted");
+    let loads = fake.events("session_load");
+    assert_eq!(loads.len(), 1, "the conversation was loaded: {loads:?}");
+    assert!(chats(&recorder).iter().any(|c| c.contains("remember the heron")), "{:?}", recorder.lines());
+}

@@ -215,3 +215,43 @@ async fn the_agent_loop_is_bounded() {
     assert_eq!(model.requests().len(), 3);
     assert_eq!(session.get_status(), pedelec_sdk::SessionStatus::Idle);
 }
+
+/// Cancel while the model's tool call waits for the app: the turn ends
+/// `OPERATION_CANCELLED`, and the conversation the next turn sends is one an
+/// endpoint accepts — the tool call has its answer (the cancel), then the new
+/// user text.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn openai_cancel_keeps_the_conversation_consistent() {
+    let model = FakeModel::start().await;
+    let settings = format!("[providers.ollama]\nbase_url = \"{}\"\nmodel = \"qwen3\"\n", model.base_url);
+    let h = Harness::with_config(Via::Grpc, &settings);
+    let client = h.client().await;
+    let stall = ToolSpec::new(
+        "update_counter".to_string(),
+        "Never answers",
+        json!({"type": "object", "properties": {"delta": {"type": "integer"}}}),
+    )
+    .with_handler(pedelec_sdk::handler(|_: Value, _| async {
+        std::future::pending::<()>().await;
+        Ok::<Value, String>(Value::Null)
+    }));
+    let session = client
+        .create_session(SessionOptions { provider: Some("ollama".into()), tools: vec![stall], ..Default::default() })
+        .await
+        .unwrap();
+    let waiting = session.clone();
+    let turn = tokio::spawn(async move { waiting.send_text("raise the counter").await });
+    eventually("the tool wait", || session.get_status() == pedelec_sdk::SessionStatus::WaitingToolResult).await;
+    session.cancel().await.unwrap();
+    assert_eq!(turn.await.unwrap().unwrap_err().code, "OPERATION_CANCELLED");
+
+    session.send_text("hello").await.expect("the next turn");
+    let last = model.requests().last().unwrap().clone();
+    let messages = last["messages"].as_array().unwrap();
+    let roles: Vec<&str> = messages.iter().filter_map(|m| m["role"].as_str()).collect();
+    assert_eq!(roles, ["user", "assistant", "tool", "user"], "{messages:?}");
+    assert_eq!(messages[0]["content"], "raise the counter");
+    assert_eq!(messages[2]["tool_call_id"], messages[1]["tool_calls"][0]["id"]);
+    assert!(messages[2]["content"].as_str().unwrap().contains("OPERATION_CANCELLED"), "{messages:?}");
+    assert_eq!(messages[3]["content"], "hello");
+}

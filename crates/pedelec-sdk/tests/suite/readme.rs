@@ -76,6 +76,20 @@ async fn history_pages() -> Result<(), Box<dyn std::error::Error>> {
 
 #[rustfmt::skip] // the snippet stays as the README shows it
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn cancel_and_list() -> Result<(), Box<dyn std::error::Error>> {
+    let _core = core_for_snippets();
+    let pedelec = Pedelec::discover("app:my-tool").await?;
+    let session = pedelec.create_session::<String>(SessionOptions::default()).await?;
+    let (turn, cancelled) = tokio::join!(session.send_text("/slow 50\nA long answer, please."), session.cancel());
+    cancelled?;
+    assert_eq!(turn.unwrap_err().code, "OPERATION_CANCELLED");
+    for s in pedelec.list_sessions().await? { println!("{:?} status {}", s.session.map(|i| i.session_id), s.status); }
+    assert_eq!(session.get_status(), pedelec_sdk::SessionStatus::Idle);
+    Ok(())
+}
+
+#[rustfmt::skip] // the snippet stays as the README shows it
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn assets() -> Result<(), Box<dyn std::error::Error>> {
     let _core = core_for_snippets();
     let session = Pedelec::discover("app:my-tool").await?.create_session::<String>(SessionOptions::default()).await?;

@@ -807,3 +807,57 @@ macro_rules! per_agent {
 
 per_agent!(edges => super::edges);
 per_agent!(model_refusal => super::model_refusal_fails_the_turn);
+
+/// `cancel()` with a real agent waiting on a frontend tool: the awaited turn
+/// rejects with `OPERATION_CANCELLED`, the session is idle when `cancel()`
+/// resolves, and the next turn runs on the same agent thread (the model sees
+/// the turn before the cancelled one). The cancel → idle time goes to stderr
+/// (`cargo xtask agents` prints it).
+async fn cancel_while_the_agent_waits(rig: Rig, server: &ModelServer) {
+    let h = AgentHarness::start(&rig.settings);
+    let client = h.client().await;
+    let session = client
+        .create_session(SessionOptions {
+            provider: Some(rig.provider.into()),
+            model: Some(rig.model.into()),
+            tools: vec![stalling_tool()],
+            auto_end_on_disconnect: false,
+            ..Default::default()
+        })
+        .await
+        .unwrap();
+    let recorder = Recorder::attach(&session);
+    session
+        .send_text("remember the word heron")
+        .await
+        .unwrap_or_else(|e| panic!("{}: first turn: {e:?}", rig.provider));
+    let stalled = session.clone();
+    let turn = tokio::spawn(async move { stalled.send_text("call stall {}").await });
+    waits_for_tool(&session).await;
+    let started = Instant::now();
+    session.cancel().await.unwrap_or_else(|e| panic!("{}: cancel: {e:?}", rig.provider));
+    let to_idle = started.elapsed();
+    assert_eq!(session.get_status(), pedelec_sdk::SessionStatus::Idle, "{}: idle after cancel()", rig.provider);
+    let settled = tokio::time::timeout(Duration::from_secs(10), turn).await.expect("the cancelled turn settles");
+    let error = settled.unwrap().expect_err("the cancelled turn rejects");
+    assert_eq!(error.code, "OPERATION_CANCELLED", "{}: {error:?}", rig.provider);
+    eprintln!("PEDELEC_AGENT_CANCEL {}: cancel → idle {} ms", rig.provider, to_idle.as_millis());
+
+    let before = server.generations().len();
+    session
+        .send_text("after the cancel")
+        .await
+        .unwrap_or_else(|e| panic!("{}: the turn after a cancel: {e:?}; {}", rig.provider, server_log(server)));
+    let texts: Vec<String> =
+        generations_since(server, before).iter().flat_map(|r| r.request.history()).map(|(_, _, t)| t).collect();
+    assert!(
+        texts.iter().any(|t| t.contains("heron")),
+        "{}: the turn after a cancel continues the agent thread: {texts:?}; events {:?}; {}",
+        rig.provider,
+        recorder.lines(),
+        server_log(server)
+    );
+    session.end().await.unwrap();
+}
+
+per_agent!(cancel => super::cancel_while_the_agent_waits);

@@ -25,6 +25,7 @@ function renderStatus(status) {
   $("status").textContent = status;
   $("status").dataset.status = status;
   $("send").disabled = status !== "idle";
+  $("cancel").disabled = status !== "running" && status !== "waiting_tool_result";
   $("end").disabled = status === "ended" || !session;
   $("resume").disabled = status !== "ended";
   $("upload").disabled = !session || status === "ended";
@@ -88,6 +89,12 @@ async function send(text) {
   await session.sendText(text);
 }
 
+/** Sends `text` without waiting; resolves to how the turn ended (for the test). */
+function sendInBackground(text) {
+  log(text, "you");
+  return attempt(() => session.sendText(text));
+}
+
 async function refreshAssets() {
   const list = await session.listAssets();
   $("assets").replaceChildren(
@@ -104,7 +111,7 @@ async function refreshAssets() {
 function describe(entry) {
   switch (entry.kind) {
     case "user_text": return `you: ${entry.text}`;
-    case "assistant_message": return `agent: ${entry.text}`;
+    case "assistant_message": return `agent: ${entry.text}${entry.interrupted ? " (cancelled)" : ""}`;
     case "tool_call": return `tool call ${entry.tool} ${JSON.stringify(entry.args)}`;
     case "tool_result": return `tool result ${entry.errorCode ?? JSON.stringify(entry.result)}`;
     case "activity": return `${entry.activity}: ${entry.summary}`;
@@ -135,6 +142,19 @@ async function loadHistory() {
   return entries;
 }
 
+/** Lists this origin's sessions. */
+async function listSessions() {
+  const sessions = await pedelec.listSessions();
+  $("session-list").replaceChildren(
+    ...sessions.map((s) => {
+      const li = document.createElement("li");
+      li.textContent = `${s.sessionId} ${s.provider} ${s.status}`;
+      return li;
+    }),
+  );
+  return sessions;
+}
+
 async function upload(file, targetPath) {
   const path = await session.uploadAsset(file, targetPath);
   await refreshAssets();
@@ -157,6 +177,8 @@ $("composer").addEventListener("submit", (e) => {
   $("text").value = "";
   attempt(() => send(text));
 });
+$("cancel").addEventListener("click", () => attempt(() => session.cancel()));
+$("sessions").addEventListener("click", () => attempt(listSessions));
 $("end").addEventListener("click", () => attempt(() => session.end()));
 $("resume").addEventListener("click", () => attempt(() => session.resume()));
 $("history").addEventListener("click", () => attempt(loadHistory));
@@ -181,8 +203,10 @@ window.demo = {
   attempt,
   start,
   send,
+  sendInBackground,
   upload,
   refreshAssets,
   loadHistory,
+  listSessions,
   session: () => session,
 };

@@ -55,6 +55,9 @@
 //! answer (`stopReason: cancelled`); the runtime and its ACP session live on,
 //! so the next turn continues the same conversation. Permission requests are
 //! answered as they arrive, so none is open to answer `cancelled`.
+//! claude-agent-acp answers the prompt after a cancelled one with the stale
+//! stop of the cancelled turn (its upstream issue #551), so its runtime is
+//! restarted after a cancel and the next turn continues by `session/load`.
 //!
 //! **Failures.** The process exiting or closing stdout mid-request is fatal
 //! (`PROVIDER_CRASHED`, exit status and stderr tail in the details); a
@@ -132,6 +135,11 @@ struct Live {
     /// A `session/prompt` is unanswered (the turn may have been dropped by
     /// Core's timeout or `end()`), so shutting down sends `session/cancel`.
     prompting: bool,
+    /// The agent answers the prompt after a cancelled one with that turn's
+    /// stale stop, running nothing (claude-agent-acp: its query stream still
+    /// holds the interrupted turn's `idle`, upstream issue #551). Such a
+    /// runtime is restarted after a cancel; the next turn loads the session.
+    stale_stop_after_cancel: bool,
 }
 
 struct AcpSession {
@@ -254,7 +262,9 @@ impl AcpSession {
         sink.provider_session(&session_id.0);
         self.identity = Some(session_id.0.to_string());
         self.configure(&mut runtime, &session_id, &config, sink).await?;
-        Ok(Live { runtime, session_id, fresh, prompting: false })
+        let agent = init.agent_info.as_ref().map(|info| info.name.as_str()).unwrap_or_default();
+        let stale_stop_after_cancel = agent.ends_with("claude-agent-acp") && init.agent_capabilities.load_session;
+        Ok(Live { runtime, session_id, fresh, prompting: false, stale_stop_after_cancel })
     }
 
     async fn configure(
@@ -315,6 +325,13 @@ impl AcpSession {
             )
             .await?;
         live.prompting = false;
+        if turn.cancel.is_cancelled() && live.stale_stop_after_cancel {
+            tracing::debug!("restarting the ACP agent after a cancel (its next prompt would answer a stale stop)");
+            if let Some(live) = self.runtime.take() {
+                live.runtime.close();
+            }
+            return Err(super::ProviderFailure::cancelled());
+        }
         let response = answer.map_err(|e| answer_failure("session/prompt", &e, false))?;
         let prior = *total;
         apply(mapper.finish(&response, prior), sink, &mut outcome, total);
