@@ -30,7 +30,11 @@ pub fn entry(id: u64, stored: &TranscriptEntry) -> Option<pb::HistoryEntry> {
             };
             Kind::ToolResult(pb::HistoryToolResult { tool_request_id: text("tool_request_id"), outcome: Some(outcome) })
         }
-        "agent_activity" => Kind::Activity(pb::HistoryActivity { kind: text("kind"), summary: text("summary") }),
+        "agent_activity" => Kind::Activity(pb::HistoryActivity {
+            kind: text("kind"),
+            summary: text("summary"),
+            activity: body.get("activity").and_then(|a| serde_json::from_value(a.clone()).ok()),
+        }),
         "tool_failed" => Kind::ToolFailed(pb::HistoryToolFailed { tool: text("tool"), reason: text("reason") }),
         "operation_completed" => Kind::OperationCompleted(outcome_from_entry(body)?),
         "ended" => Kind::Ended(pb::Ended { reason: text("reason") }),

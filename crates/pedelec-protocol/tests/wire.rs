@@ -173,6 +173,16 @@ fn events() {
         turn_id: "turn-1".into(),
         deadline_at_ms: 1_764_000_060_000,
     };
+    let activity = pb::Activity {
+        activity_id: "call-7".into(),
+        kind: pb::ActivityKind::Command as i32,
+        title: "Run the tests".into(),
+        status: pb::ActivityStatus::InProgress as i32,
+        command: "cargo test".into(),
+        paths: vec!["crates/a/src/lib.rs".into()],
+        output: "running 3 tests".into(),
+        plan: vec![pb::PlanEntry { content: "Fix the bug".into(), status: pb::ActivityStatus::Completed as i32 }],
+    };
     check(
         "event_snapshot",
         &event(
@@ -193,6 +203,7 @@ fn events() {
                 effort_level: pb::EffortLevel::Default as i32,
                 prepared: true,
                 created_at_ms: 1_764_000_000_000,
+                activities: vec![activity.clone()],
                 recent_outcomes: vec![
                     pb::OperationOutcome {
                         operation_id: "op-0".into(),
@@ -264,6 +275,10 @@ fn events() {
         ),
     );
     check("event_ended", &event(50, "", Kind::Ended(pb::Ended { reason: "requested".into() })));
+    check(
+        "event_activity_updated",
+        &event(51, "op-1", Kind::ActivityUpdated(pb::ActivityUpdated { activity: Some(activity) })),
+    );
 }
 
 #[test]

@@ -35,7 +35,13 @@ pub fn entry_json(entry: &pb::HistoryEntry) -> Value {
             merge(&mut fields, outcome);
             ("tool_result", fields)
         }
-        Some(Kind::Activity(a)) => ("activity", json!({ "activity": a.kind, "summary": a.summary })),
+        Some(Kind::Activity(a)) => {
+            let mut fields = json!({ "activity": a.kind, "summary": a.summary });
+            if let Some(detail) = &a.activity {
+                fields["detail"] = activity_json(detail);
+            }
+            ("activity", fields)
+        }
         Some(Kind::ToolFailed(f)) => ("tool_failed", json!({ "tool": f.tool, "reason": f.reason })),
         Some(Kind::OperationCompleted(o)) => (
             "operation_completed",
@@ -48,6 +54,23 @@ pub fn entry_json(entry: &pb::HistoryEntry) -> Value {
     out["kind"] = json!(kind);
     merge(&mut out, fields);
     out
+}
+
+/// An activity as `onActivity` hands it to JS: `{ activityId, kind, title,
+/// status, command, paths, output, plan: [{ content, status }] }` with
+/// snake_case kinds and statuses (`status` null when it has none).
+pub fn activity_json(activity: &pb::Activity) -> Value {
+    use pedelec_protocol::activity::{kind_name, status_name};
+    json!({
+        "activityId": activity.activity_id,
+        "kind": kind_name(activity.kind),
+        "title": activity.title,
+        "status": status_name(activity.status),
+        "command": activity.command,
+        "paths": activity.paths,
+        "output": activity.output,
+        "plan": activity.plan.iter().map(|e| json!({ "content": e.content, "status": status_name(e.status) })).collect::<Vec<_>>(),
+    })
 }
 
 /// `listSessions()`: `[{ sessionId, provider, model, status, createdAt,
@@ -126,7 +149,15 @@ mod tests {
                         outcome: Some(pb::history_tool_result::Outcome::ErrorCode("TOOL_TIMEOUT".into())),
                     }),
                 ),
-                entry(6, "op-1", Kind::Activity(pb::HistoryActivity { kind: "command".into(), summary: "ls".into() })),
+                entry(
+                    6,
+                    "op-1",
+                    Kind::Activity(pb::HistoryActivity {
+                        kind: "command".into(),
+                        summary: "ls".into(),
+                        activity: None,
+                    }),
+                ),
                 entry(7, "op-1", Kind::ToolFailed(pb::HistoryToolFailed { tool: "t".into(), reason: "no".into() })),
                 entry(
                     8,

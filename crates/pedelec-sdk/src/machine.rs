@@ -53,6 +53,11 @@ pub enum Effect {
     Usage {
         total_tokens: u64,
     },
+    /// An agent activity started or changed (its whole current state).
+    Activity {
+        activity: pb::Activity,
+        ctx: EventContext,
+    },
     /// Call the tool's handler and submit its result.
     InvokeTool {
         request: ToolRequest,
@@ -88,6 +93,8 @@ pub struct SessionMachine {
     known_outcomes: VecDeque<(OperationId, Result<(), PedelecError>)>,
     queued_tools: Vec<(ToolRequest, ToolCallContext)>,
     handling: HashSet<ToolRequestId>,
+    /// The running turn's activities, latest state each, with their context.
+    activities: Vec<(pb::Activity, EventContext)>,
 }
 
 /// Whether a handler exists for a tool name.
@@ -108,6 +115,7 @@ impl SessionMachine {
             known_outcomes: VecDeque::new(),
             queued_tools: Vec::new(),
             handling: HashSet::new(),
+            activities: Vec::new(),
         }
     }
 
@@ -133,6 +141,24 @@ impl SessionMachine {
     pub fn has_operation_in_flight(&self) -> bool {
         self.local_operation.is_some() || !self.awaiting.is_empty()
     }
+    /// The running turn's activities as last reported (what a handler
+    /// registered mid-turn is told first).
+    pub fn running_activities(&self) -> &[(pb::Activity, EventContext)] {
+        &self.activities
+    }
+
+    /// Keeps the latest state of an activity of the running turn (bounded like Core's).
+    fn remember_activity(&mut self, activity: &pb::Activity, ctx: &EventContext) {
+        let count = self.activities.len();
+        match self.activities.iter_mut().find(|(a, _)| a.activity_id == activity.activity_id) {
+            Some(known) => *known = (activity.clone(), ctx.clone()),
+            None if count < pedelec_protocol::activity::MAX_TURN_ACTIVITIES => {
+                self.activities.push((activity.clone(), ctx.clone()))
+            }
+            None => {}
+        }
+    }
+
     /// Whether a `send_text`/`prepare` of this handle was sent and Core's
     /// answer is not in yet.
     pub fn is_starting(&self) -> bool {
@@ -343,6 +369,14 @@ impl SessionMachine {
                 ctx: self.meta.core("chat_delta", turn, emitted, received),
             }),
             Kind::Chat(_) | Kind::ChatDelta(_) => {}
+            Kind::ActivityUpdated(updated) if !is_prepare(turn) => {
+                if let Some(activity) = &updated.activity {
+                    let ctx = self.meta.core("activity", turn, emitted, received);
+                    self.remember_activity(activity, &ctx);
+                    out.push(Effect::Activity { activity: activity.clone(), ctx });
+                }
+            }
+            Kind::ActivityUpdated(_) => {}
             Kind::ToolCall(call) => {
                 let request = ToolRequest {
                     tool_request_id: ToolRequestId::new(call.tool_request_id.clone()),
@@ -370,6 +404,7 @@ impl SessionMachine {
                 }
             }
             Kind::OperationCompleted(done) => {
+                self.activities.clear();
                 let outcome = operation_outcome(done.error.as_ref());
                 if done.kind == pb::OperationKind::Prepare as i32 && outcome.is_ok() {
                     self.prepared = true;
@@ -435,6 +470,17 @@ impl SessionMachine {
         self.prepared = snapshot.prepared;
         if let Some(total) = snapshot.usage.and_then(|u| u.total_tokens) {
             self.grow_usage(total, out);
+        }
+        // What the running turn is doing, for a handle that arrives (or
+        // re-synchronises) mid-turn; each carries its whole state, so seeing
+        // one again is harmless.
+        self.activities.clear();
+        if !is_prepare(snapshot.turn.as_ref()) {
+            for activity in &snapshot.activities {
+                let ctx = self.meta.core("activity", snapshot.turn.as_ref(), emitted, received);
+                self.remember_activity(activity, &ctx);
+                out.push(Effect::Activity { activity: activity.clone(), ctx });
+            }
         }
         // Operations we wait for that Core no longer runs finished while we
         // were not listening: settled from their recorded outcome (a Core

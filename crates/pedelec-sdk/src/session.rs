@@ -26,6 +26,7 @@ type StatusFn = Arc<dyn Fn(SessionStatus, &StatusContext) + Send + Sync>;
 type ErrorFn = Arc<dyn Fn(&PedelecError, &EventContext) + Send + Sync>;
 type EndedFn = Arc<dyn Fn(&EventContext) + Send + Sync>;
 type UsageFn = Arc<dyn Fn(u64) + Send + Sync>;
+type ActivityFn = Arc<dyn Fn(&pb::Activity, &EventContext) + Send + Sync>;
 type SharedOutcome = Shared<BoxFuture<'static, Result<(), PedelecError>>>;
 
 /// Cumulative token usage; `total_tokens` is `None` until a provider reports a valid total.
@@ -56,6 +57,7 @@ struct Handlers {
     error: Vec<(u64, ErrorFn)>,
     ended: Vec<(u64, EndedFn)>,
     usage: Vec<(u64, UsageFn)>,
+    activity: Vec<(u64, ActivityFn)>,
     named: Vec<(u64, String, ToolHandlerFn)>,
     inline: HashMap<String, ToolHandlerFn>,
     generic: Vec<(u64, GenericToolHandlerFn<String>)>,
@@ -389,6 +391,31 @@ impl<T: ToolName> PedelecSession<T> {
                 remove(&mut lock(&inner.handlers), id);
             }
         })))
+    }
+
+    /// The agent's own work — tool calls, commands, file edits, plans,
+    /// thinking — each call the whole current state of one activity
+    /// (`activity_id` says which; statuses pending → in progress →
+    /// completed/failed). A frontend tool call the agent could not make
+    /// shows here as failed, with its reason in `output`. A handler
+    /// registered mid-turn is first told the turn's activities so far.
+    pub fn on_activity(&self, f: impl Fn(&pb::Activity, &EventContext) + Send + Sync + 'static) -> Disposer {
+        let f: ActivityFn = Arc::new(f);
+        // Registered, and the running turn's activities queued, under the
+        // machine's lock: they run before any later update. Handlers that
+        // were there already hear them again — the same whole states.
+        let machine = lock(&self.inner.machine);
+        let disposer =
+            self.register(move |h, id| h.activity.push((id, f)), |h, id| h.activity.retain(|(i, _)| *i != id));
+        let so_far: Vec<Effect> = machine
+            .running_activities()
+            .iter()
+            .map(|(activity, ctx)| Effect::Activity { activity: activity.clone(), ctx: ctx.clone() })
+            .collect();
+        self.inner.enqueue(so_far);
+        drop(machine);
+        self.inner.drain();
+        disposer
     }
 
     /// Completed assistant messages.
@@ -769,6 +796,10 @@ impl Inner {
                 Effect::Usage { total_tokens } => {
                     let list: Vec<UsageFn> = lock(&self.handlers).usage.iter().map(|(_, f)| f.clone()).collect();
                     list.iter().for_each(|f| f(total_tokens));
+                }
+                Effect::Activity { activity, ctx } => {
+                    let list: Vec<ActivityFn> = lock(&self.handlers).activity.iter().map(|(_, f)| f.clone()).collect();
+                    list.iter().for_each(|f| f(&activity, &ctx));
                 }
                 Effect::Settle { operation_id, outcome } => {
                     if let Some(tx) = lock(&self.waiters).remove(&operation_id) {

@@ -33,6 +33,7 @@ export type StatusEventContext = PedelecEventContext & {
 };
 export type ChatEventContext = PedelecEventContext & { type: "chat" };
 export type ChatDeltaEventContext = PedelecEventContext & { type: "chat_delta" };
+export type ActivityEventContext = PedelecEventContext & { type: "activity" };
 export type ErrorEventContext = PedelecEventContext & { type: "error" | "sdk_error" };
 export type EndedEventContext = PedelecEventContext & { type: "ended" | "sdk_ended" };
 export type ToolCallContext = PedelecEventContext & { type: "tool_call"; toolRequestId: string; tool: string };
@@ -47,6 +48,29 @@ export interface Asset {
   size: number;
   mimeType: string;
   modifiedAt: number;
+}
+
+export type ActivityKind =
+  | "command" | "file_edit" | "file_read" | "search" | "fetch" | "tool_call"
+  | "plan" | "thinking" | "permission" | "note" | "other";
+export type ActivityStatus = "pending" | "in_progress" | "completed" | "failed";
+
+/**
+ * The agent's own work, as it reports it (`onActivity`). Each call carries the
+ * whole current state of one activity; `activityId` says which one it replaces.
+ */
+export interface Activity {
+  activityId: string;
+  kind: ActivityKind;
+  title: string;
+  /** null for activities without one (thinking, notes). */
+  status: ActivityStatus | null;
+  /** The shell command, for "command". */
+  command: string;
+  paths: string[];
+  /** A command's output, a tool's result or error, the reasoning; at most 2 000 characters. */
+  output: string;
+  plan: { content: string; status: ActivityStatus | null }[];
 }
 
 /** One entry of a session's transcript (`getHistory`). */
@@ -65,7 +89,7 @@ export type HistoryEntry = {
   | { kind: "assistant_message"; text: string; interrupted?: true }
   | { kind: "tool_call"; toolRequestId: string; tool: string; args: JsonValue }
   | { kind: "tool_result"; toolRequestId: string; result?: JsonValue; errorCode?: string }
-  | { kind: "activity"; activity: string; summary: string }
+  | { kind: "activity"; activity: string; summary: string; detail?: Activity }
   | { kind: "tool_failed"; tool: string; reason: string }
   | { kind: "operation_completed"; error: { code: string; message: string } | null }
   | { kind: "ended"; reason: string }
@@ -178,6 +202,8 @@ export declare class PedelecSession<TToolName extends string = string> {
 
   onChat(handler: (text: string, ctx: ChatEventContext) => void): () => void;
   onChatDelta(handler: (text: string, ctx: ChatDeltaEventContext) => void): () => void;
+  /** Agent-side work: tool calls, commands, file edits, plans; a handle attaching mid-turn hears the turn's so far. */
+  onActivity(handler: (activity: Activity, ctx: ActivityEventContext) => void): () => void;
   onTool(handler: (tool: TToolName, args: unknown, ctx: ToolCallContext) => unknown | Promise<unknown>): () => void;
   onTool<TArgs = unknown, TResult = unknown>(
     toolName: TToolName,

@@ -18,10 +18,10 @@ use std::io::Write;
 use std::os::unix::fs::OpenOptionsExt;
 use std::path::PathBuf;
 
-use pedelec_protocol::ErrorCode;
+use pedelec_protocol::{ErrorCode, pb};
 use serde_json::Value;
 
-use super::cli_turn::{self, LineParser, clip, skipped, str_field as text};
+use super::cli_turn::{self, LineParser, skipped, str_field as text};
 use super::events::content_text;
 use super::{
     AgentEvent, BoxFuture, MCP_SERVER_NAME, Provider, ProviderConfig, ProviderFailure, ProviderSession, ProviderSetup,
@@ -160,11 +160,66 @@ pub struct ClaudeParser {
     /// `tool_use` ids of calls of our own tools → the manifest name, so a
     /// failed `tool_result` can say which frontend tool the agent failed.
     ours: std::collections::HashMap<String, String>,
+    /// Activities without an id of their own (thinking, subagent text) so far.
+    unnamed: usize,
+}
+
+/// A Claude Code tool's input as an activity: its kind, and the command or
+/// paths it works on.
+fn tool_activity(id: String, name: &str, input: &Value) -> pb::Activity {
+    use pb::ActivityKind as K;
+    let kind = match name {
+        "Bash" | "BashOutput" | "KillShell" => K::Command,
+        "Edit" | "MultiEdit" | "Write" | "NotebookEdit" => K::FileEdit,
+        "Read" => K::FileRead,
+        "Grep" | "Glob" | "WebSearch" => K::Search,
+        "WebFetch" => K::Fetch,
+        "TodoWrite" => K::Plan,
+        _ => K::ToolCall,
+    };
+    let mut started = super::activity(id, kind, name);
+    started.status = pb::ActivityStatus::InProgress as i32;
+    if kind == K::Command {
+        started.command = text(input, "command");
+    }
+    for key in ["file_path", "notebook_path", "path"] {
+        let path = text(input, key);
+        if !path.is_empty() {
+            started.paths.push(path);
+        }
+    }
+    if kind == K::Search || kind == K::Fetch {
+        for key in ["pattern", "query", "url"] {
+            let what = text(input, key);
+            if !what.is_empty() {
+                started.title = format!("{name} {what}");
+            }
+        }
+    }
+    if let Some(todos) = input.get("todos").and_then(Value::as_array) {
+        started.plan = todos
+            .iter()
+            .map(|todo| pb::PlanEntry {
+                content: text(todo, "content"),
+                status: match text(todo, "status").as_str() {
+                    "completed" => pb::ActivityStatus::Completed,
+                    "in_progress" => pb::ActivityStatus::InProgress,
+                    _ => pb::ActivityStatus::Pending,
+                } as i32,
+            })
+            .collect();
+    }
+    started
 }
 
 impl ClaudeParser {
     pub fn new(total: u64) -> Self {
-        ClaudeParser { session_id: None, total, ours: std::collections::HashMap::new() }
+        ClaudeParser { session_id: None, total, ours: std::collections::HashMap::new(), unnamed: 0 }
+    }
+
+    fn unnamed_id(&mut self, what: &str) -> String {
+        self.unnamed += 1;
+        format!("{what}-{}", self.unnamed)
     }
 
     fn identity(&mut self, value: &Value) -> Option<AgentEvent> {
@@ -189,13 +244,14 @@ impl ClaudeParser {
                     if let Some(tool) = text(block, "name").strip_prefix(&prefix) {
                         self.ours.insert(text(block, "id"), tool.to_owned());
                     }
-                    let input = block.get("input").map(Value::to_string).unwrap_or_default();
-                    let summary = format!("{} {}", text(block, "name"), clip(&input, 200));
-                    events.push(AgentEvent::Activity { kind: "tool_use".into(), summary });
+                    let input = block.get("input").cloned().unwrap_or_default();
+                    events.push(AgentEvent::Activity(tool_activity(text(block, "id"), &text(block, "name"), &input)));
                 }
                 "thinking" => {
-                    let thought = clip(&text(block, "thinking"), 300);
-                    events.push(AgentEvent::Activity { kind: "thinking".into(), summary: thought });
+                    let mut thinking =
+                        super::activity(self.unnamed_id("thought"), pb::ActivityKind::Thinking, "Thinking");
+                    thinking.output = text(block, "thinking");
+                    events.push(AgentEvent::Activity(thinking));
                 }
                 _ => {}
             }
@@ -205,7 +261,9 @@ impl ClaudeParser {
         if let Some(error) = value.get("error").and_then(Value::as_str) {
             events.push(AgentEvent::Notice { message: format!("assistant error {error}: {said}") });
         } else if nested && !said.is_empty() {
-            events.push(AgentEvent::Activity { kind: "subagent".into(), summary: clip(&said, 300) });
+            let mut subagent = super::activity(self.unnamed_id("subagent"), pb::ActivityKind::Note, "Subagent");
+            subagent.output = said;
+            events.push(AgentEvent::Activity(subagent));
         } else if !said.is_empty() {
             events.push(AgentEvent::Message { text: said });
         }
@@ -276,8 +334,11 @@ impl LineParser for ClaudeParser {
                     value.pointer("/message/content").and_then(Value::as_array).map(Vec::as_slice).unwrap_or_default();
                 for block in blocks.iter().filter(|b| b.get("type").and_then(Value::as_str) == Some("tool_result")) {
                     let failed = block.get("is_error").and_then(Value::as_bool).unwrap_or(false);
-                    let summary = format!("{} {}", text(block, "tool_use_id"), if failed { "failed" } else { "ok" });
-                    events.push(AgentEvent::Activity { kind: "tool_result".into(), summary });
+                    let mut done = super::activity(text(block, "tool_use_id"), pb::ActivityKind::Unspecified, "");
+                    done.status =
+                        if failed { pb::ActivityStatus::Failed } else { pb::ActivityStatus::Completed } as i32;
+                    done.output = block.get("content").and_then(content_text).unwrap_or_default();
+                    events.push(AgentEvent::Activity(done));
                     if let (true, Some(tool)) = (failed, self.ours.get(&text(block, "tool_use_id"))) {
                         let reason = block.get("content").and_then(content_text);
                         let reason = reason.unwrap_or_else(|| "the call failed".into());

@@ -39,6 +39,7 @@
 //! application-answered approvals (issue 14's permissions); the matrix
 //! (`real_agents.rs`) is what such a move must keep green.
 
+use pedelec_protocol::pb;
 use serde_json::Value;
 
 use super::cli_turn::{self, LineParser, skipped, str_field as text};
@@ -167,23 +168,50 @@ fn clip(text: &str) -> String {
 
 impl CodexParser {
     fn item(&self, stage: &str, item: &Value) -> Vec<AgentEvent> {
+        use pb::ActivityKind as K;
         let kind = item.get("type").and_then(Value::as_str).unwrap_or_default();
         let completed = stage == "item.completed";
-        let status = text(item, "status");
-        let activity = |summary: String| vec![AgentEvent::Activity { kind: kind.to_owned(), summary }];
+        // codex's item status; an item without one is in progress until completed.
+        let status = match text(item, "status").as_str() {
+            "completed" => pb::ActivityStatus::Completed,
+            "failed" | "declined" => pb::ActivityStatus::Failed,
+            "in_progress" => pb::ActivityStatus::InProgress,
+            _ if completed => pb::ActivityStatus::Completed,
+            _ => pb::ActivityStatus::InProgress,
+        };
+        let id = text(item, "id");
+        let activity = |kind: K, title: String| {
+            let mut a = super::activity(id.clone(), kind, title);
+            a.status = status as i32;
+            a
+        };
         match kind {
             "agent_message" if completed => vec![AgentEvent::Message { text: text(item, "text") }],
-            "reasoning" if completed => activity(clip(&text(item, "text"))),
+            "reasoning" if completed => {
+                let mut thinking = activity(K::Thinking, "Thinking".into());
+                thinking.status = 0;
+                thinking.output = text(item, "text");
+                vec![AgentEvent::Activity(thinking)]
+            }
             "command_execution" => {
-                let exit = item.get("exit_code").and_then(Value::as_i64);
-                let exit = exit.map(|c| format!(", exit {c}")).unwrap_or_default();
-                activity(format!("{} ({status}{exit})", clip(&text(item, "command"))))
+                let mut command = activity(K::Command, clip(&text(item, "command")));
+                command.command = text(item, "command");
+                command.output = text(item, "aggregated_output");
+                if item.get("exit_code").and_then(Value::as_i64).is_some_and(|code| code != 0) {
+                    command.status = pb::ActivityStatus::Failed as i32;
+                }
+                vec![AgentEvent::Activity(command)]
             }
             "mcp_tool_call" => {
                 let error = item.pointer("/error/message").and_then(Value::as_str);
-                let failed = error.map(|m| format!(": {}", clip(m))).unwrap_or_default();
-                let mut events =
-                    activity(format!("{}.{} ({status}){failed}", text(item, "server"), text(item, "tool")));
+                let mut call = activity(K::ToolCall, format!("{}.{}", text(item, "server"), text(item, "tool")));
+                if let Some(error) = error {
+                    call.status = pb::ActivityStatus::Failed as i32;
+                    call.output = error.to_owned();
+                } else if let Some(result) = item.get("result").filter(|r| !r.is_null()) {
+                    call.output = super::events::content_text(result).unwrap_or_else(|| result.to_string());
+                }
+                let mut events = vec![AgentEvent::Activity(call)];
                 // A call of ours that codex itself failed (e.g. "requires approval"):
                 // codex's own error is in `error`; an error result our MCP server
                 // answered (the handler's TOOL_HANDLER_ERROR) is in `result`.
@@ -194,15 +222,31 @@ impl CodexParser {
             }
             "file_change" => {
                 let changes = item.get("changes").and_then(Value::as_array).map(Vec::as_slice).unwrap_or_default();
-                let list: Vec<String> =
-                    changes.iter().map(|c| format!("{} {}", text(c, "kind"), text(c, "path"))).collect();
-                activity(format!("{} ({status})", list.join(", ")))
+                let mut edit = activity(K::FileEdit, "File changes".into());
+                edit.paths = changes.iter().map(|c| text(c, "path")).collect();
+                edit.output = changes
+                    .iter()
+                    .map(|c| format!("{} {}", text(c, "kind"), text(c, "path")))
+                    .collect::<Vec<_>>()
+                    .join("\n");
+                vec![AgentEvent::Activity(edit)]
             }
-            "web_search" if completed => activity(clip(&text(item, "query"))),
-            "todo_list" if completed => {
+            "web_search" => vec![AgentEvent::Activity(activity(K::Search, clip(&text(item, "query"))))],
+            "todo_list" => {
                 let items = item.get("items").and_then(Value::as_array).map(Vec::as_slice).unwrap_or_default();
-                let done = items.iter().filter(|i| i.get("completed") == Some(&Value::Bool(true))).count();
-                activity(format!("{done}/{} done", items.len()))
+                let mut plan = activity(K::Plan, "Plan".into());
+                plan.plan = items
+                    .iter()
+                    .map(|i| pb::PlanEntry {
+                        content: text(i, "text"),
+                        status: if i.get("completed") == Some(&Value::Bool(true)) {
+                            pb::ActivityStatus::Completed
+                        } else {
+                            pb::ActivityStatus::Pending
+                        } as i32,
+                    })
+                    .collect();
+                vec![AgentEvent::Activity(plan)]
             }
             "error" => vec![AgentEvent::Notice { message: text(item, "message") }],
             _ => Vec::new(),

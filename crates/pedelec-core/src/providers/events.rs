@@ -2,12 +2,29 @@
 //! reaches a turn's [`TurnSink`]. Parsers are sans-IO (`line → events`), so
 //! recorded transcripts are tested without any process.
 
+use pedelec_protocol::pb;
 use serde::Serialize;
 
 use super::TurnSink;
 
+/// An activity of `kind` with a title (what parsers start from).
+pub fn activity(id: impl Into<String>, kind: pb::ActivityKind, title: impl Into<String>) -> pb::Activity {
+    pb::Activity { activity_id: id.into(), kind: kind as i32, title: title.into(), ..Default::default() }
+}
+
+/// A note about the provider (no id: each note is its own activity).
+pub fn note(title: impl Into<String>) -> pb::Activity {
+    activity("", pb::ActivityKind::Note, title)
+}
+
+/// The activity with `status`.
+pub fn with_status(mut activity: pb::Activity, status: pb::ActivityStatus) -> pb::Activity {
+    activity.status = status as i32;
+    activity
+}
+
 /// What an agent's output means, independent of its wire format.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[derive(Debug, Clone, PartialEq, Serialize)]
 #[serde(tag = "event", rename_all = "snake_case")]
 pub enum AgentEvent {
     /// The provider's own session/thread identity (for later turns and resume).
@@ -16,8 +33,9 @@ pub enum AgentEvent {
     Delta { text: String },
     /// One complete assistant message.
     Message { text: String },
-    /// Agent-side work worth a diagnostic: a command, an MCP/tool call, a file change, reasoning.
-    Activity { kind: String, summary: String },
+    /// Agent-side work, or an update of it (same `activity_id`): a command,
+    /// an MCP/tool call, a file change, a plan, reasoning, a note.
+    Activity(pb::Activity),
     /// The provider's cumulative token total.
     Usage { total_tokens: u64 },
     /// Something the agent reported that does not end the turn.
@@ -80,7 +98,7 @@ impl TurnOutcome {
             AgentEvent::SessionId { id } => sink.provider_session(&id),
             AgentEvent::Delta { text } => sink.delta(&text),
             AgentEvent::Message { text } => sink.message(&text),
-            AgentEvent::Activity { kind, summary } => sink.activity(&kind, &summary),
+            AgentEvent::Activity(activity) => sink.activity(activity),
             AgentEvent::Usage { total_tokens } => sink.usage(total_tokens),
             AgentEvent::Notice { message } => tracing::info!(%message, "agent notice"),
             AgentEvent::ToolFailed { tool, reason } => {

@@ -21,7 +21,7 @@ use crate::error::CoreResult;
 use crate::settings::{ProviderKind, Settings};
 pub use catalog::ProviderConfig;
 
-pub use events::{AgentEvent, TurnOutcome, failed_on_agent_side};
+pub use events::{AgentEvent, TurnOutcome, activity, failed_on_agent_side, note, with_status};
 pub use scripted::Scripted;
 
 pub use pedelec_protocol::prepare::{PREPARE_PROMPT, PREPARED_ACK};
@@ -57,8 +57,10 @@ pub trait TurnSink: Send + Sync {
     fn usage(&self, total_tokens: u64);
     /// The provider's own session identity (for resume).
     fn provider_session(&self, id: &str);
-    /// A diagnostic about agent-side work (commands, MCP calls, file edits); kept in the transcript.
-    fn activity(&self, kind: &str, summary: &str);
+    /// Agent-side work (a command, an MCP call, a file edit, a plan), or an
+    /// update of one reported before (same `activity_id`; an empty id is a
+    /// new activity each time): shown live, kept in the transcript once settled.
+    fn activity(&self, activity: pb::Activity);
     /// The agent could not make a call of the frontend tool `tool` (see
     /// [`AgentEvent::ToolFailed`]); the application hears of it as an error.
     fn tool_failed(&self, _tool: &str, _reason: &str) {}

@@ -13,6 +13,8 @@
 //! | `/slow MS` | wait MS between deltas (a turn to cancel midway) |
 //! | `/sleep MS` | wait MS before going on |
 //! | `/usage N` | report N as the total |
+//! | `/command TEXT` | report a shell command TEXT as an activity, in progress then completed (nothing runs) |
+//! | `/plan A; B; C` | report a plan of those entries, the first in progress |
 //! | `/fail MESSAGE` | fail the turn (session stays usable) |
 //! | `/crash` | the runtime dies (session moves to `error`) |
 //! | `/panic` | the provider's code panics mid-turn (Core's fault path: the turn fails, the session stays usable) |
@@ -80,6 +82,8 @@ enum Directive<'a> {
     Slow(u64),
     Sleep(u64),
     Usage(u64),
+    Command(&'a str),
+    Plan(&'a str),
     Fail(&'a str),
     Crash,
     Panic,
@@ -106,6 +110,8 @@ fn parse(line: &str) -> Option<Result<Directive<'_>, String>> {
             "slow" => Directive::Slow(number(args)?),
             "sleep" => Directive::Sleep(number(args)?),
             "usage" => Directive::Usage(number(args)?),
+            "command" => Directive::Command(args),
+            "plan" => Directive::Plan(args),
             "fail" => Directive::Fail(args),
             "crash" => Directive::Crash,
             "panic" => Directive::Panic,
@@ -143,6 +149,7 @@ impl ScriptedSession {
         let mut pause = None;
         let mut plain = Vec::new();
         let mut streamed = false;
+        let mut activities = 0;
         for line in text.lines() {
             let directive = match parse(line) {
                 None => {
@@ -185,6 +192,38 @@ impl ScriptedSession {
                 Directive::Slow(ms) => pause = Some(Duration::from_millis(ms)),
                 Directive::Sleep(ms) => tokio::time::sleep(Duration::from_millis(ms)).await,
                 Directive::Usage(n) => sink.usage(n),
+                Directive::Command(command) => {
+                    activities += 1;
+                    let id = format!("scripted-{activities}");
+                    let mut running = super::activity(id.clone(), pb::ActivityKind::Command, command);
+                    running.command = command.to_owned();
+                    running.status = pb::ActivityStatus::InProgress as i32;
+                    sink.activity(running);
+                    if let Some(pause) = pause {
+                        tokio::time::sleep(pause).await;
+                    }
+                    let mut done = super::activity(id, pb::ActivityKind::Unspecified, "");
+                    done.status = pb::ActivityStatus::Completed as i32;
+                    done.output = "(scripted: nothing ran)".into();
+                    sink.activity(done);
+                }
+                Directive::Plan(entries) => {
+                    activities += 1;
+                    let mut plan = super::activity(format!("scripted-{activities}"), pb::ActivityKind::Plan, "Plan");
+                    plan.status = pb::ActivityStatus::InProgress as i32;
+                    plan.plan = entries
+                        .split(';')
+                        .map(str::trim)
+                        .filter(|e| !e.is_empty())
+                        .enumerate()
+                        .map(|(i, content)| pb::PlanEntry {
+                            content: content.to_owned(),
+                            status: if i == 0 { pb::ActivityStatus::InProgress } else { pb::ActivityStatus::Pending }
+                                as i32,
+                        })
+                        .collect();
+                    sink.activity(plan);
+                }
                 Directive::Fail(message) => {
                     let message = if message.is_empty() { "scripted failure" } else { message };
                     return Err(ProviderFailure::turn(message));

@@ -34,8 +34,8 @@ impl TurnSink for OperationSink {
         self.session.step(|m, _, _| m.provider_session(&self.operation, id));
     }
 
-    fn activity(&self, kind: &str, summary: &str) {
-        self.session.step(|m, now, out| m.activity(&self.operation, kind, summary, now, out));
+    fn activity(&self, activity: pb::Activity) {
+        self.session.step(|m, now, out| m.activity(&self.operation, activity, now, out));
     }
 
     fn tool_failed(&self, tool: &str, reason: &str) {

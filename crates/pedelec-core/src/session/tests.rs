@@ -67,6 +67,10 @@ fn render(effects: &[Effect]) -> Vec<String> {
                         format!("completed {}", c.error.as_ref().map_or("ok", |e| e.code.as_str()))
                     }
                     Kind::Ended(e) => format!("ended {}", e.reason),
+                    Kind::ActivityUpdated(a) => {
+                        let a = a.activity.clone().unwrap_or_default();
+                        format!("activity {} {}", a.activity_id, pedelec_protocol::activity::summary(&a))
+                    }
                     Kind::Snapshot(_) => "snapshot".into(),
                 };
                 format!("emit #{} [{}] {kind}", e.seq, e.operation_id)

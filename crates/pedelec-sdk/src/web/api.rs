@@ -310,6 +310,18 @@ impl JsPedelecSession {
         }))
     }
 
+    /// `onActivity((activity, ctx) => …)`; see `crate::history::activity_json` for the shape.
+    #[wasm_bindgen(js_name = onActivity)]
+    pub fn on_activity(&self, handler: Function) -> JsValue {
+        let f = Local(handler);
+        js::disposer(self.session.on_activity(move |activity, ctx| {
+            let value = js::json_to_js(&crate::history::activity_json(activity));
+            if let Err(e) = f.0.call2(&JsValue::NULL, &value, &js::event_context(ctx)) {
+                js::report_handler_failure("onActivity", &e);
+            }
+        }))
+    }
+
     #[wasm_bindgen(js_name = onChatDelta)]
     pub fn on_chat_delta(&self, handler: Function) -> JsValue {
         let f = Local(handler);

@@ -1,5 +1,6 @@
 //! The harness: start/kill/restart Core, clients, recorders.
 
+mod activity;
 mod agent_tools;
 mod assets;
 mod bad_input;

@@ -343,6 +343,28 @@ fn normalised(recorder: &Recorder) -> String {
         .join("\n")
 }
 
+/// The latest state of every activity a session reports.
+fn activities(session: &pedelec_sdk::PedelecSession) -> Arc<Mutex<Vec<pedelec_protocol::pb::Activity>>> {
+    let seen: Arc<Mutex<Vec<pedelec_protocol::pb::Activity>>> = Arc::default();
+    let into = seen.clone();
+    std::mem::forget(session.on_activity(move |a, _| {
+        let mut all = into.lock().unwrap();
+        match all.iter_mut().find(|known| known.activity_id == a.activity_id) {
+            Some(known) => *known = a.clone(),
+            None => all.push(a.clone()),
+        }
+    }));
+    seen
+}
+
+fn describe_activities(seen: &[pedelec_protocol::pb::Activity]) -> Vec<String> {
+    seen.iter()
+        .map(|a| {
+            format!("{} {}", pedelec_protocol::activity::kind_name(a.kind), pedelec_protocol::activity::summary(a))
+        })
+        .collect()
+}
+
 async fn scenario(rig: Rig, server: &ModelServer) -> (String, Figures) {
     let h = AgentHarness::start(&rig.settings);
     let client = h.client().await;
@@ -358,6 +380,7 @@ async fn scenario(rig: Rig, server: &ModelServer) -> (String, Figures) {
         .await
         .expect("create");
     let recorder = Recorder::attach(&session);
+    let seen = activities(&session);
 
     // Preparation: the agent answers exactly PEDELEC_PREPARED (hidden from chat).
     let started = Instant::now();
@@ -392,6 +415,17 @@ async fn scenario(rig: Rig, server: &ModelServer) -> (String, Figures) {
         .unwrap_or_else(|| panic!("{}: the tool result never reached the model: {}", rig.provider, server_log(server)));
     let tool_round_trip = result.received - turn[call].answered;
     let mut requests_per_turn = vec![turn.len()];
+    // The agent's own view of that call is an activity that completed.
+    let tool_activity = seen.lock().unwrap().iter().any(|a| {
+        a.status == pedelec_protocol::pb::ActivityStatus::Completed as i32
+            && (a.title.contains("update_counter") || a.output.contains("value"))
+    });
+    assert!(
+        tool_activity,
+        "{}: the tool call is a completed activity: {:?}",
+        rig.provider,
+        describe_activities(&seen.lock().unwrap())
+    );
     recorder.push("-- tool turn".into());
 
     // A handler error reaches the model as TOOL_HANDLER_ERROR.
@@ -552,7 +586,20 @@ async fn refused_tool_reaches_on_error(rig: Rig, server: &ModelServer, reason_sa
     let errors: Arc<Mutex<Vec<pedelec_sdk::PedelecError>>> = Arc::default();
     let seen = errors.clone();
     let _off = session.on_error(move |e, _| seen.lock().unwrap().push(e.clone()));
+    let reported = activities(&session);
     session.send_text("call explode {}").await.expect("the turn itself completes");
+    // The failed call is an activity too, failed, with the agent's reason.
+    let failed = reported
+        .lock()
+        .unwrap()
+        .iter()
+        .any(|a| a.status == pedelec_protocol::pb::ActivityStatus::Failed as i32 && a.output.contains(reason_says));
+    assert!(
+        failed,
+        "{}: a failed activity says why: {:?}",
+        rig.provider,
+        describe_activities(&reported.lock().unwrap())
+    );
     let errors = errors.lock().unwrap().clone();
     let failed = errors.iter().find(|e| e.code == "TOOL_CALL_FAILED").unwrap_or_else(|| {
         panic!("{}: no TOOL_CALL_FAILED among {errors:?}; model server {}", rig.provider, server_log(server))

@@ -231,19 +231,15 @@ impl AcpSession {
                         tracing::debug!(late, "discarded the tail of a session/load replay");
                         loaded = Some((SessionId::new(id), response.config_options.unwrap_or_default()));
                     }
-                    Err(error) => sink.activity(
-                        "provider_session",
-                        &format!(
-                            "the agent could not load session {id} ({}); starting a new conversation",
-                            error.message
-                        ),
-                    ),
+                    Err(error) => sink.activity(super::note(format!(
+                        "the agent could not load session {id} ({}); starting a new conversation",
+                        error.message
+                    ))),
                 }
             } else {
-                sink.activity(
-                    "provider_session",
-                    &format!("the agent cannot load sessions (no loadSession); session {id} is not continued"),
-                );
+                sink.activity(super::note(format!(
+                    "the agent cannot load sessions (no loadSession); session {id} is not continued"
+                )));
             }
         }
         let fresh = loaded.is_none();
@@ -277,7 +273,7 @@ impl AcpSession {
         let (choices, notes) = options::choices(config, &self.setup.model, self.setup.effort_level);
         for note in notes {
             tracing::info!(%note, "ACP session option not applied");
-            sink.activity("provider_option", &note);
+            sink.activity(super::note(note));
         }
         for choice in choices {
             let request = SetSessionConfigOptionRequest::new(
@@ -286,10 +282,10 @@ impl AcpSession {
                 agent_client_protocol::v1::schema::SessionConfigOptionValue::value_id(choice.value.clone()),
             );
             if let Err(error) = runtime.request("session/set_config_option", request, drop).await? {
-                sink.activity(
-                    "provider_option",
-                    &format!("the agent refused {} {:?}: {}", choice.what, choice.value, error.message),
-                );
+                sink.activity(super::note(format!(
+                    "the agent refused {} {:?}: {}",
+                    choice.what, choice.value, error.message
+                )));
             }
         }
         Ok(())

@@ -8,10 +8,11 @@ use agent_client_protocol::v1::schema::{
     ContentBlock, ContentChunk, PlanEntryStatus, PromptResponse, SessionNotification, SessionUpdate, StopReason,
     ToolCallStatus, ToolKind,
 };
+use pedelec_protocol::pb;
 use serde_json::Value;
 
-use crate::providers::AgentEvent;
 use crate::providers::events::content_text;
+use crate::providers::{AgentEvent, activity};
 
 /// Longest summary an activity keeps (thoughts can be long).
 const SUMMARY_CHARS: usize = 300;
@@ -53,9 +54,45 @@ pub struct TurnMapper {
     message: String,
     message_id: Option<String>,
     thought: String,
+    /// Thoughts so far (each run of thought chunks is one activity).
+    thoughts: usize,
+    /// Permission rounds so far (each is one activity).
+    permissions: usize,
     tool_titles: HashMap<String, String>,
     /// The session's frontend tool names, to recognise a failed call of ours.
     tools: Vec<String>,
+}
+
+/// ACP's tool kinds as activity kinds.
+fn activity_kind(kind: ToolKind) -> pb::ActivityKind {
+    match kind {
+        ToolKind::Execute => pb::ActivityKind::Command,
+        ToolKind::Edit | ToolKind::Delete | ToolKind::Move => pb::ActivityKind::FileEdit,
+        ToolKind::Read => pb::ActivityKind::FileRead,
+        ToolKind::Search => pb::ActivityKind::Search,
+        ToolKind::Fetch => pb::ActivityKind::Fetch,
+        ToolKind::Think => pb::ActivityKind::Thinking,
+        _ => pb::ActivityKind::ToolCall,
+    }
+}
+
+fn activity_status(status: ToolCallStatus) -> pb::ActivityStatus {
+    match status {
+        ToolCallStatus::Pending => pb::ActivityStatus::Pending,
+        ToolCallStatus::InProgress => pb::ActivityStatus::InProgress,
+        ToolCallStatus::Completed => pb::ActivityStatus::Completed,
+        ToolCallStatus::Failed => pb::ActivityStatus::Failed,
+        _ => pb::ActivityStatus::Unspecified,
+    }
+}
+
+/// The command of an execute call: `raw_input.command` as a string or argv.
+fn command_of(raw_input: Option<&Value>) -> String {
+    match raw_input.and_then(|input| input.get("command")) {
+        Some(Value::String(command)) => command.clone(),
+        Some(Value::Array(argv)) => argv.iter().filter_map(Value::as_str).collect::<Vec<_>>().join(" "),
+        _ => String::new(),
+    }
 }
 
 fn truncate(text: &str) -> String {
@@ -90,6 +127,8 @@ impl TurnMapper {
             message: String::new(),
             message_id: None,
             thought: String::new(),
+            thoughts: 0,
+            permissions: 0,
             tool_titles: HashMap::new(),
             tools: Vec::new(),
         }
@@ -116,7 +155,13 @@ impl TurnMapper {
                     let reason = format!("the agent's permission request was answered {outcome}");
                     events.push(AgentEvent::ToolFailed { tool, reason });
                 }
-                events.push(AgentEvent::Activity { kind: "permission".into(), summary: format!("{title}: {outcome}") });
+                self.permissions += 1;
+                let mut answered =
+                    activity(format!("permission-{}", self.permissions), pb::ActivityKind::Permission, title);
+                answered.status =
+                    if refused { pb::ActivityStatus::Failed } else { pb::ActivityStatus::Completed } as i32;
+                answered.output = outcome;
+                events.push(AgentEvent::Activity(answered));
                 events
             }
         }
@@ -158,49 +203,67 @@ impl TurnMapper {
                 }
                 let id = call.tool_call_id.0.to_string();
                 let title = if call.title.is_empty() { id.clone() } else { call.title.clone() };
-                self.tool_titles.insert(id, title.clone());
-                events.push(AgentEvent::Activity {
-                    kind: "tool_call".into(),
-                    summary: format!("{title} ({}, {})", snake(&call.kind), snake(&call.status)),
-                });
+                self.tool_titles.insert(id.clone(), title.clone());
+                let mut started = activity(id, activity_kind(call.kind), title);
+                started.status = activity_status(call.status) as i32;
+                if call.kind == ToolKind::Execute {
+                    started.command = command_of(call.raw_input.as_ref());
+                }
+                started.paths = call.locations.iter().map(|l| l.path.display().to_string()).collect();
+                let content = serde_json::to_value(&call.content).unwrap_or_default();
+                started.output = content_text(&content).unwrap_or_default();
+                events.push(AgentEvent::Activity(started));
             }
             SessionUpdate::ToolCallUpdate(update) => {
                 let id = update.tool_call_id.0.to_string();
                 if let Some(title) = &update.fields.title {
                     self.tool_titles.insert(id.clone(), title.clone());
                 }
-                // Progress (content, in_progress) is noise in a transcript;
-                // only the outcome is worth a diagnostic.
-                if let Some(status @ (ToolCallStatus::Completed | ToolCallStatus::Failed)) = update.fields.status {
-                    let title = self.tool_titles.get(&id).cloned().unwrap_or(id);
-                    let ours = super::permission::our_tool(&title, update.fields.raw_input.as_ref(), &self.tools);
-                    if let (ToolCallStatus::Failed, Some(tool)) = (status, ours) {
+                if let Some(ToolCallStatus::Failed) = update.fields.status {
+                    let title = self.tool_titles.get(&id).cloned().unwrap_or_else(|| id.clone());
+                    if let Some(tool) =
+                        super::permission::our_tool(&title, update.fields.raw_input.as_ref(), &self.tools)
+                    {
                         let content = serde_json::to_value(&update.fields.content).unwrap_or_default();
                         let reason = content_text(&content).unwrap_or_else(|| "the call failed".to_owned());
                         events.push(AgentEvent::ToolFailed { tool, reason });
                     }
-                    let kind =
-                        update.fields.kind.filter(|k| *k != ToolKind::Other).map(|k| format!(" ({})", snake(&k)));
-                    events.push(AgentEvent::Activity {
-                        kind: "tool_call".into(),
-                        summary: format!("{title}{}: {}", kind.unwrap_or_default(), snake(&status)),
-                    });
                 }
+                // Only what the update sets: Core merges it into the call.
+                let fields = &update.fields;
+                let mut changed = activity(id, fields.kind.map_or(pb::ActivityKind::Unspecified, activity_kind), "");
+                changed.title = fields.title.clone().unwrap_or_default();
+                changed.status = fields.status.map_or(pb::ActivityStatus::Unspecified, activity_status) as i32;
+                if fields.kind == Some(ToolKind::Execute) {
+                    changed.command = command_of(fields.raw_input.as_ref());
+                }
+                changed.paths = fields.locations.iter().flatten().map(|l| l.path.display().to_string()).collect();
+                if let Some(content) = &fields.content {
+                    let content = serde_json::to_value(content).unwrap_or_default();
+                    changed.output = content_text(&content).unwrap_or_default();
+                }
+                events.push(AgentEvent::Activity(changed));
             }
             SessionUpdate::Plan(plan) => {
-                let entries: Vec<String> = plan
+                let entries: Vec<pb::PlanEntry> = plan
                     .entries
                     .iter()
-                    .map(|e| {
-                        let mark = match e.status {
-                            PlanEntryStatus::Completed => "x",
-                            PlanEntryStatus::InProgress => "~",
-                            _ => " ",
-                        };
-                        format!("[{mark}] {}", e.content)
+                    .map(|e| pb::PlanEntry {
+                        content: e.content.clone(),
+                        status: match e.status {
+                            PlanEntryStatus::Completed => pb::ActivityStatus::Completed,
+                            PlanEntryStatus::InProgress => pb::ActivityStatus::InProgress,
+                            _ => pb::ActivityStatus::Pending,
+                        } as i32,
                     })
                     .collect();
-                events.push(AgentEvent::Activity { kind: "plan".into(), summary: truncate(&entries.join("; ")) });
+                // ACP sends the whole plan each time: one activity per turn.
+                let mut current = activity("plan", pb::ActivityKind::Plan, "Plan");
+                let done = entries.iter().all(|e| e.status == pb::ActivityStatus::Completed as i32);
+                current.status =
+                    if done { pb::ActivityStatus::Completed } else { pb::ActivityStatus::InProgress } as i32;
+                current.plan = entries;
+                events.push(AgentEvent::Activity(current));
             }
             // Context occupancy, not a cumulative total: never a usage figure.
             SessionUpdate::UsageUpdate(_) => {}
@@ -239,7 +302,10 @@ impl TurnMapper {
         if thought.trim().is_empty() {
             return Vec::new();
         }
-        vec![AgentEvent::Activity { kind: "thinking".into(), summary: truncate(&thought) }]
+        self.thoughts += 1;
+        let mut thinking = activity(format!("thought-{}", self.thoughts), pb::ActivityKind::Thinking, "Thinking");
+        thinking.output = truncate(&thought);
+        vec![AgentEvent::Activity(thinking)]
     }
 
     fn flush_message(&mut self) -> Vec<AgentEvent> {
@@ -463,8 +529,8 @@ mod tests {
             json!({"stopReason": "end_turn"}),
             None,
         );
-        let AgentEvent::Activity { kind, summary } = &events[0] else { panic!("{events:?}") };
-        assert_eq!(kind, "thinking");
-        assert_eq!(summary.chars().count(), SUMMARY_CHARS + 1);
+        let AgentEvent::Activity(thinking) = &events[0] else { panic!("{events:?}") };
+        assert_eq!(thinking.kind, pb::ActivityKind::Thinking as i32);
+        assert_eq!(thinking.output.chars().count(), SUMMARY_CHARS + 1);
     }
 }

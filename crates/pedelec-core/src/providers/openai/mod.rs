@@ -288,11 +288,22 @@ impl OpenAiSession {
                 .collect();
             messages.push(json!({ "role": "assistant", "content": completion.content, "tool_calls": requested }));
             for call in calls {
-                sink.activity("tool_call", &format!("{} {}", call.name, call.arguments));
-                let content = match sink.call_tool(&call.name, call.arguments.clone()).await {
-                    Ok(result) => result,
-                    Err(error) => json!({ "error": { "code": error.code, "message": error.message } }).to_string(),
+                // The model's tool call as an activity of the turn (the
+                // frontend call itself is the ToolCall event).
+                let mut started = super::activity(call.id.clone(), pb::ActivityKind::ToolCall, call.name.clone());
+                started.status = pb::ActivityStatus::InProgress as i32;
+                sink.activity(started);
+                let (content, status) = match sink.call_tool(&call.name, call.arguments.clone()).await {
+                    Ok(result) => (result, pb::ActivityStatus::Completed),
+                    Err(error) => (
+                        json!({ "error": { "code": error.code, "message": error.message } }).to_string(),
+                        pb::ActivityStatus::Failed,
+                    ),
                 };
+                let mut done = super::activity(call.id.clone(), pb::ActivityKind::Unspecified, "");
+                done.status = status as i32;
+                done.output = content.clone();
+                sink.activity(done);
                 messages.push(json!({ "role": "tool", "tool_call_id": call.id, "content": content }));
             }
             if turn.cancel.is_cancelled() {

@@ -131,6 +131,9 @@ struct Active {
     /// [`MAX_STREAMED_BYTES`]): kept as an interrupted message if the turn
     /// is cancelled before the message completes.
     streamed: String,
+    /// The turn's agent activities, oldest first, each with whether it is
+    /// in the transcript yet.
+    activities: Vec<(pb::Activity, bool)>,
 }
 
 #[derive(Debug)]
@@ -297,6 +300,11 @@ impl SessionState {
             effort_level: info.effort_level,
             prepared: self.prepared,
             created_at_ms: info.created_at_ms,
+            activities: self
+                .active
+                .as_ref()
+                .map(|a| a.activities.iter().map(|(activity, _)| activity.clone()).collect())
+                .unwrap_or_default(),
             recent_outcomes: self.outcomes.iter().cloned().collect(),
         };
         pb::SessionEvent {

@@ -3,9 +3,20 @@
 //! `completion_committed`).
 
 use pedelec_protocol::pb::{self, session_event::Kind};
-use pedelec_protocol::{ErrorCode, OperationId, SessionStatus, ToolRequestId, TurnId, limits};
+use pedelec_protocol::{ErrorCode, OperationId, SessionStatus, ToolRequestId, TurnId, activity, limits};
 
 use super::*;
+
+/// The transcript body of an activity: its kind and summary (what older
+/// readers show), and the whole activity.
+fn activity_entry(operation: &OperationId, current: &pb::Activity) -> serde_json::Value {
+    serde_json::json!({
+        "operation_id": operation,
+        "kind": activity::kind_name(current.kind),
+        "summary": activity::summary(current),
+        "activity": current,
+    })
+}
 
 /// The error a cancelled operation completes with.
 pub(crate) fn cancelled_error() -> pb::Error {
@@ -65,6 +76,7 @@ impl SessionState {
             hidden: String::new(),
             cancelled: false,
             streamed: String::new(),
+            activities: Vec::new(),
         });
         let entry = if kind == pb::OperationKind::Prepare { "prepare" } else { "user_text" };
         self.append(entry, serde_json::json!({ "operation_id": operation, "text": text }), now, out);
@@ -160,11 +172,41 @@ impl SessionState {
         }
     }
 
-    /// Agent-side work (a command, an edit): kept in the transcript.
-    pub fn activity(&mut self, operation: &OperationId, kind: &str, summary: &str, now: Now, out: &mut Vec<Effect>) {
-        if self.running(operation).is_some() {
-            let body = serde_json::json!({ "operation_id": operation, "kind": kind, "summary": summary });
-            self.append("agent_activity", body, now, out);
+    /// Agent-side work, or an update of one (same `activity_id`): merged into
+    /// what the turn knows of it ([`pedelec_protocol::activity::merge`]) and
+    /// emitted whole; recorded in the transcript once, when it settles
+    /// (completed, failed, or an activity without a status) or else when the
+    /// turn finishes. Dropped after a cancel, and beyond
+    /// [`activity::MAX_TURN_ACTIVITIES`] new ones per turn.
+    pub fn activity(&mut self, operation: &OperationId, update: pb::Activity, now: Now, out: &mut Vec<Effect>) {
+        let Some(active) =
+            self.active.as_mut().filter(|a| a.id == *operation && a.phase == Phase::Running && !a.cancelled)
+        else {
+            return;
+        };
+        let mut update = activity::bounded(update);
+        if update.activity_id.is_empty() {
+            update.activity_id = format!("activity-{}", active.activities.len() + 1);
+        }
+        let index = match active.activities.iter().position(|(a, _)| a.activity_id == update.activity_id) {
+            Some(index) => {
+                activity::merge(&mut active.activities[index].0, update);
+                index
+            }
+            None if active.activities.len() < activity::MAX_TURN_ACTIVITIES => {
+                active.activities.push((update, false));
+                active.activities.len() - 1
+            }
+            None => return,
+        };
+        let (current, recorded) = &mut active.activities[index];
+        let current = current.clone();
+        let record = !*recorded && (activity::is_settled(&current) || current.status == 0);
+        *recorded |= record;
+        let kind = Kind::ActivityUpdated(pb::ActivityUpdated { activity: Some(current.clone()) });
+        self.emit(operation.as_str(), kind, now, out);
+        if record {
+            self.append("agent_activity", activity_entry(operation, &current), now, out);
         }
     }
 
@@ -210,7 +252,16 @@ impl SessionState {
             result => turn_error(kind, result, &active.hidden),
         };
         active.hidden = String::new();
+        // Activities still open when the turn ends are kept as they stood.
+        let open: Vec<pb::Activity> = std::mem::take(&mut active.activities)
+            .into_iter()
+            .filter(|(_, recorded)| !recorded)
+            .map(|(a, _)| a)
+            .collect();
         let interrupted = std::mem::take(&mut active.streamed);
+        for open in &open {
+            self.append("agent_activity", activity_entry(operation, open), now, out);
+        }
         if cancelled && !interrupted.is_empty() {
             // What the user saw stream in stays in the conversation.
             let body = serde_json::json!({ "operation_id": operation, "text": interrupted, "interrupted": true });
