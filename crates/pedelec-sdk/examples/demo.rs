@@ -63,12 +63,19 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
     });
     let _err = session.on_error(|e, ctx| println!("\n  ⚠ {} error {}: {}", ctx.source.as_str(), e.code, e.message));
     let _ended = session.on_ended(|ctx| println!("\n  ■ ended ({})", ctx.source.as_str()));
+    let _activity = session.on_activity(|a, _| {
+        println!(
+            "\n  ⚙ activity {} {}",
+            pedelec_protocol::activity::kind_name(a.kind),
+            pedelec_protocol::activity::summary(a)
+        )
+    });
 
     println!("▶ prepare()");
     session.prepare().await?;
     println!("  prepared");
     let prompt = if provider == "scripted" {
-        "Please bump the counter.\n/slow 40\n/tool update_counter {\"delta\": 2}\n/tool update_counter {\"delta\": 3}"
+        "Please bump the counter.\n/slow 40\n/plan bump the counter; report\n/command ./bump --by 2\n/tool update_counter {\"delta\": 2}\n/tool update_counter {\"delta\": 3}"
             .to_string()
     } else {
         "Call update_counter with delta 2, then tell me the new value.".to_string()

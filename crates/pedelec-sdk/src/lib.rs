@@ -28,6 +28,6 @@ pub mod web;
 pub use client::{Pedelec, SessionOptions};
 pub use context::{EventContext, Source, StatusContext, ToolCallContext};
 pub use error::PedelecError;
-pub use pedelec_protocol::{ErrorCode, SessionStatus, pb::EffortLevel};
+pub use pedelec_protocol::{ErrorCode, SessionStatus, activity, pb, pb::EffortLevel};
 pub use session::{Disposer, HistoryQuery, PedelecSession, PedelecSessionUsage};
 pub use tool::{ToolName, ToolSpec, handler, sync_handler};

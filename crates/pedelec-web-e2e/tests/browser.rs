@@ -208,6 +208,19 @@ fn browser_end_to_end() {
     assert_eq!(history["listed"], json!(kinds.len()), "{history}");
     assert_eq!(history["bad"], json!("INVALID_ARGUMENT"), "{history}");
 
+    // The agent's activities reach onActivity (the demo lists them by id).
+    let activity = ok_value(attempt(
+        &page,
+        r##"await demo.send("/plan look; report\n/command ls -la\nDone.");
+           const all = Object.values(demo.state.activities);
+           return { kinds: all.map((a) => a.kind), command: all.find((a) => a.kind === "command"),
+                    items: document.querySelectorAll("#activities li").length };"##,
+    ));
+    assert_eq!(activity["kinds"], json!(["plan", "command"]), "{activity}");
+    assert_eq!(activity["command"]["status"], json!("completed"), "{activity}");
+    assert_eq!(activity["command"]["command"], json!("ls -la"), "{activity}");
+    assert_eq!(activity["items"], json!(2), "{activity}");
+
     // Cancel a slowly streaming turn from the page: the awaited sendText
     // rejects with OPERATION_CANCELLED, the status is idle when cancel()
     // resolves, the streamed text is kept as an interrupted message; and the

@@ -90,6 +90,20 @@ async fn cancel_and_list() -> Result<(), Box<dyn std::error::Error>> {
 
 #[rustfmt::skip] // the snippet stays as the README shows it
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn activities() -> Result<(), Box<dyn std::error::Error>> {
+    let _core = core_for_snippets();
+    let session = Pedelec::discover("app:my-tool").await?.create_session::<String>(SessionOptions::default()).await?;
+    use pedelec_sdk::activity::{kind_name, summary};
+
+    let _activity = session.on_activity(|a, _ctx| println!("{} {}", kind_name(a.kind), summary(a)));
+    session.send_text("/command cargo test").await?;
+    let page = session.history(pedelec_sdk::HistoryQuery::default()).await?;
+    assert!(page.entries.iter().any(|e| matches!(&e.kind, Some(pedelec_protocol::pb::history_entry::Kind::Activity(a)) if a.kind == "command")));
+    Ok(())
+}
+
+#[rustfmt::skip] // the snippet stays as the README shows it
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn assets() -> Result<(), Box<dyn std::error::Error>> {
     let _core = core_for_snippets();
     let session = Pedelec::discover("app:my-tool").await?.create_session::<String>(SessionOptions::default()).await?;

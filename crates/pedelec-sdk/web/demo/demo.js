@@ -8,7 +8,7 @@ const params = new URLSearchParams(location.search);
 const EXTENSION_ID = params.get("ext") || "ighbaanpnpjegfpbhfnaekbncchadgfe";
 
 const $ = (id) => document.getElementById(id);
-const state = { chats: [], deltas: "", statuses: [], errors: [], ended: 0, counter: 0, toolCalls: 0 };
+const state = { chats: [], deltas: "", statuses: [], errors: [], ended: 0, counter: 0, toolCalls: 0, activities: {} };
 let session = null;
 
 await init();
@@ -70,6 +70,11 @@ async function start(options = {}) {
     state.errors.push(`${ctx.source}:${error.code}`);
     log(`${error.code}: ${error.message}`, "error");
   });
+  session.onActivity((activity) => {
+    // Each update is the whole activity: replace it by id.
+    state.activities[activity.activityId] = activity;
+    renderActivities();
+  });
   session.onEnded(() => {
     state.ended += 1;
   });
@@ -82,6 +87,18 @@ async function start(options = {}) {
   renderStatus(session.getStatus());
   renderApproval();
   return session.sessionId;
+}
+
+function renderActivities() {
+  $("activities").replaceChildren(
+    ...Object.values(state.activities).map((a) => {
+      const li = document.createElement("li");
+      const plan = a.plan.length ? ` [${a.plan.map((e) => `${e.status === "completed" ? "x" : " "} ${e.content}`).join("; ")}]` : "";
+      li.textContent = `${a.kind} ${a.title}${plan} — ${a.status ?? ""}`;
+      li.dataset.status = a.status ?? "";
+      return li;
+    }),
+  );
 }
 
 async function send(text) {
