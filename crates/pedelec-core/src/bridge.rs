@@ -17,7 +17,7 @@ use rmcp::service::{RequestContext, RoleServer};
 use rmcp::{ErrorData as McpError, ServerHandler, ServiceExt};
 use tonic::transport::Channel;
 
-use crate::providers::{SOCKET_ENV, TOOL_TOKEN_ENV};
+use crate::providers::{PERMISSION_PROMPT_ENV, SOCKET_ENV, TOOL_TOKEN_ENV};
 
 /// Why the bridge cannot serve.
 #[derive(Debug, thiserror::Error)]
@@ -57,6 +57,16 @@ impl AgentToolsLink {
         self.client.clone().list_tools(request).await.map(|r| r.into_inner()).map_err(|s| error_from_status(&s))
     }
 
+    /// Asks whether claude may run `tool` with `input_json` (the permission prompt).
+    pub async fn request_permission(
+        &self,
+        tool: &str,
+        input_json: String,
+    ) -> Result<pb::AgentPermissionResponse, pb::Error> {
+        let request = pb::AgentPermissionRequest { tool_token: self.token.clone(), tool: tool.to_owned(), input_json };
+        self.client.clone().request_permission(request).await.map(|r| r.into_inner()).map_err(|s| error_from_status(&s))
+    }
+
     /// Calls a tool; `Ok` is the result JSON text, `Err` the broker's or the handler's error.
     pub async fn call(&self, tool: &str, args_json: String) -> Result<String, pb::Error> {
         let request = pb::CallToolRequest { tool_token: self.token.clone(), tool: tool.to_owned(), args_json };
@@ -74,6 +84,44 @@ impl AgentToolsLink {
 struct McpBridge {
     link: AgentToolsLink,
     guidance: Arc<str>,
+    /// Serve the permission-prompt tool too ([`PERMISSION_PROMPT_ENV`]).
+    permission_prompt: bool,
+}
+
+/// The permission-prompt tool as claude calls it: `{tool_name, input, tool_use_id}`.
+fn permission_prompt_tool() -> Tool {
+    let schema = serde_json::json!({
+        "type": "object",
+        "properties": {
+            "tool_name": { "type": "string" },
+            "input": { "type": "object" },
+            "tool_use_id": { "type": "string" },
+        },
+        "required": ["tool_name", "input"],
+    });
+    let serde_json::Value::Object(schema) = schema else { unreachable!("an object literal") };
+    Tool::new(
+        pedelec_protocol::tools::PERMISSION_PROMPT_TOOL,
+        "Asks the application whether a tool may run (used by Claude Code's permission prompt).",
+        Arc::new(schema),
+    )
+}
+
+impl McpBridge {
+    /// The permission prompt's answer in the shape claude parses: one text
+    /// block `{"behavior":"allow","updatedInput":…}` or `{"behavior":"deny","message":…}`.
+    async fn permission_prompt(&self, arguments: serde_json::Map<String, serde_json::Value>) -> CallToolResult {
+        let tool = arguments.get("tool_name").and_then(|t| t.as_str()).unwrap_or_default().to_owned();
+        let input = arguments.get("input").cloned().unwrap_or_else(|| serde_json::json!({}));
+        let answer = match self.link.request_permission(&tool, input.to_string()).await {
+            Ok(answer) if answer.allowed => serde_json::json!({ "behavior": "allow", "updatedInput": input }),
+            Ok(answer) => serde_json::json!({ "behavior": "deny", "message": answer.message }),
+            Err(error) => {
+                serde_json::json!({ "behavior": "deny", "message": format!("{}: {}", error.code, error.message) })
+            }
+        };
+        CallToolResult::success(vec![ContentBlock::text(answer.to_string())])
+    }
 }
 
 fn to_mcp_tool(definition: pb::ToolDefinition) -> Tool {
@@ -117,7 +165,11 @@ impl ServerHandler for McpBridge {
             .list()
             .await
             .map_err(|e| McpError::invalid_request(format!("{}: {}", e.code, e.message), None))?;
-        Ok(ListToolsResult::with_all_items(listed.tools.into_iter().map(to_mcp_tool).collect()))
+        let mut tools: Vec<Tool> = listed.tools.into_iter().map(to_mcp_tool).collect();
+        if self.permission_prompt {
+            tools.push(permission_prompt_tool());
+        }
+        Ok(ListToolsResult::with_all_items(tools))
     }
 
     async fn call_tool(
@@ -125,6 +177,9 @@ impl ServerHandler for McpBridge {
         request: CallToolRequestParams,
         _context: RequestContext<RoleServer>,
     ) -> Result<CallToolResponse, McpError> {
+        if self.permission_prompt && request.name == pedelec_protocol::tools::PERMISSION_PROMPT_TOOL {
+            return Ok(self.permission_prompt(request.arguments.unwrap_or_default()).await.into());
+        }
         let args = serde_json::Value::Object(request.arguments.unwrap_or_default()).to_string();
         let outcome = self.link.call(&request.name, args).await;
         if let Err(error) = &outcome
@@ -143,7 +198,8 @@ pub async fn serve_mcp() -> Result<(), BridgeError> {
     // Checked up front so a forged or stale token fails the server's start,
     // which agents report, instead of every call.
     let listed = link.list().await.map_err(BridgeError::Refused)?;
-    let bridge = McpBridge { link, guidance: listed.guidance.into() };
+    let permission_prompt = std::env::var(PERMISSION_PROMPT_ENV).is_ok_and(|v| v == "1");
+    let bridge = McpBridge { link, guidance: listed.guidance.into(), permission_prompt };
     let running = bridge.serve(rmcp::transport::stdio()).await.map_err(|e| BridgeError::Mcp(e.to_string()))?;
     running.waiting().await.map_err(|e| BridgeError::Mcp(e.to_string()))?;
     Ok(())

@@ -100,6 +100,9 @@ impl Registry {
         if !info.available {
             return Err(CoreError::new(ErrorCode::ProviderUnavailable, info.reason));
         }
+        if pb::PermissionMode::try_from(request.permission_mode).is_err() {
+            return Err(CoreError::new(ErrorCode::InvalidArgument, "unknown permission mode"));
+        }
         if pb::EffortLevel::try_from(request.effort_level).is_err() {
             return Err(CoreError::new(ErrorCode::InvalidArgument, "unknown effort level"));
         }
@@ -134,6 +137,7 @@ impl Registry {
             workspace_path: workspace.root.display().to_string(),
             managed_workspace: workspace.managed,
             auto_end_on_disconnect: request.auto_end_on_disconnect.unwrap_or(true),
+            permission_mode: request.permission_mode,
         };
         let session = Session::new(
             self.shared.clone(),
@@ -177,6 +181,7 @@ impl Registry {
                 workspace_path: record.workspace.clone(),
                 managed_workspace: record.managed_workspace,
                 auto_end_on_disconnect: record.auto_end_on_disconnect,
+                permission_mode: record.permission_mode,
             };
             let new = NewSession {
                 id: record.id.clone(),

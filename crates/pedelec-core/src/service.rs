@@ -158,6 +158,20 @@ impl Core for CoreService {
         Ok(Response::new(session.cancel(operation).await?))
     }
 
+    async fn answer_permission(
+        &self,
+        request: Request<pb::AnswerPermissionRequest>,
+    ) -> Reply<pb::AnswerPermissionResponse> {
+        let request = request.into_inner();
+        let session = self.registry.get(&request.session_id, &request.caller_origin)?;
+        check_id("permission id", &request.permission_id)?;
+        if request.option_id.len() > pedelec_protocol::limits::MAX_ID_LEN {
+            return Err(CoreError::new(ErrorCode::InvalidArgument, "option_id is too long").into());
+        }
+        session.answer_permission(&request.permission_id, &request.option_id)?;
+        Ok(Response::new(pb::AnswerPermissionResponse {}))
+    }
+
     async fn list_sessions(&self, request: Request<pb::ListSessionsRequest>) -> Reply<pb::ListSessionsResponse> {
         let request = request.into_inner();
         Ok(Response::new(pb::ListSessionsResponse { sessions: self.registry.list(&request.caller_origin)? }))
@@ -206,6 +220,9 @@ impl CoreService {
             Call::GetHistory(q) => NativeReply::GetHistory(self.get_history(r(q)).await?.into_inner()),
             Call::Cancel(q) => NativeReply::Cancel(self.cancel(r(q)).await?.into_inner()),
             Call::ListSessions(q) => NativeReply::ListSessions(self.list_sessions(r(q)).await?.into_inner()),
+            Call::AnswerPermission(q) => {
+                NativeReply::AnswerPermission(self.answer_permission(r(q)).await?.into_inner())
+            }
             Call::Subscribe(_) | Call::Unsubscribe(_) => {
                 return Err(CoreError::new(ErrorCode::InvalidArgument, "subscriptions use Core.Subscribe").into());
             }
@@ -279,6 +296,16 @@ impl AgentTools for AgentToolsService {
             Err(error) => Outcome::Error(error),
         };
         Ok(Response::new(pb::CallToolResponse { outcome: Some(outcome) }))
+    }
+
+    async fn request_permission(
+        &self,
+        request: Request<pb::AgentPermissionRequest>,
+    ) -> Reply<pb::AgentPermissionResponse> {
+        let request = request.into_inner();
+        let session = self.registry.by_token(&request.tool_token)?;
+        let answer = crate::providers::claude::ask_permission(&session, &request.tool, &request.input_json).await;
+        Ok(Response::new(answer))
     }
 }
 

@@ -3,6 +3,7 @@
 //! ```toml
 //! default_provider = "codex"          # used when a request names none
 //! turn_timeout_secs = 600             # a turn running longer (tool waits not counted) fails with PROVIDER_TIMEOUT
+//! permission_timeout_secs = 60        # an unanswered permission request (permission mode "app") is rejected
 //!
 //! [providers.codex]                   # override a built-in provider…
 //! command = ["/opt/codex/bin/codex"]
@@ -67,9 +68,14 @@ pub struct ProviderOverride {
 pub struct Settings {
     pub default_provider: Option<String>,
     pub turn_timeout_secs: Option<u64>,
+    /// How long a permission request waits for the application (`PERMISSION_MODE_APP`).
+    pub permission_timeout_secs: Option<u64>,
     #[serde(default)]
     pub providers: BTreeMap<String, ProviderOverride>,
 }
+
+/// A permission request nobody answers is rejected after this.
+pub const DEFAULT_PERMISSION_TIMEOUT: Duration = Duration::from_secs(60);
 
 /// Ten minutes: long enough for real agent turns with tool use.
 pub const DEFAULT_TURN_TIMEOUT: Duration = Duration::from_secs(600);
@@ -115,11 +121,18 @@ impl Settings {
         if settings.turn_timeout_secs == Some(0) {
             return Err("turn_timeout_secs must be at least 1".into());
         }
+        if settings.permission_timeout_secs == Some(0) {
+            return Err("permission_timeout_secs must be at least 1".into());
+        }
         Ok(settings)
     }
 
     pub fn turn_timeout(&self) -> Duration {
         self.turn_timeout_secs.map(Duration::from_secs).unwrap_or(DEFAULT_TURN_TIMEOUT)
+    }
+
+    pub fn permission_timeout(&self) -> Duration {
+        self.permission_timeout_secs.map(Duration::from_secs).unwrap_or(DEFAULT_PERMISSION_TIMEOUT)
     }
 }
 

@@ -34,6 +34,8 @@ pub struct SessionRecord {
     pub workspace: String,
     pub managed_workspace: bool,
     pub auto_end_on_disconnect: bool,
+    /// `pb::PermissionMode` as its number.
+    pub permission_mode: i32,
     /// The seed's status string.
     pub status: String,
     pub provider_session_id: Option<String>,
@@ -127,7 +129,8 @@ CREATE TABLE IF NOT EXISTS sessions (
     usage_total INTEGER,
     seq_ceiling INTEGER NOT NULL,
     tool_token TEXT NOT NULL,
-    active_operation TEXT
+    active_operation TEXT,
+    permission_mode INTEGER NOT NULL DEFAULT 0
 );
 CREATE TABLE IF NOT EXISTS transcript (
     session_id TEXT NOT NULL,
@@ -147,7 +150,21 @@ fn open_connection(path: &Path) -> rusqlite::Result<Connection> {
     conn.pragma_update(None, "synchronous", "NORMAL")?;
     conn.busy_timeout(std::time::Duration::from_secs(5))?;
     conn.execute_batch(SCHEMA)?;
+    migrate(&conn)?;
     Ok(conn)
+}
+
+/// Columns added after a database may have been created: added with their
+/// default, so an older state directory opens unchanged.
+fn migrate(conn: &Connection) -> rusqlite::Result<()> {
+    let has = |column: &str| -> rusqlite::Result<bool> {
+        let mut stmt = conn.prepare("SELECT 1 FROM pragma_table_info('sessions') WHERE name = ?1")?;
+        stmt.exists([column])
+    };
+    if !has("permission_mode")? {
+        conn.execute_batch("ALTER TABLE sessions ADD COLUMN permission_mode INTEGER NOT NULL DEFAULT 0")?;
+    }
+    Ok(())
 }
 
 impl Store {
@@ -380,8 +397,9 @@ fn insert_entry(c: &Connection, session_id: &str, entry: &TranscriptEntry) -> ru
 fn upsert(c: &Connection, r: &SessionRecord) -> rusqlite::Result<()> {
     c.prepare_cached(
         "INSERT INTO sessions(id, origin, provider, model, effort_level, created_at_ms, workspace, managed_workspace,
-            auto_end_on_disconnect, status, provider_session_id, prepared, usage_total, seq_ceiling, tool_token, active_operation)
-         VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14, ?15, ?16)
+            auto_end_on_disconnect, status, provider_session_id, prepared, usage_total, seq_ceiling, tool_token, active_operation,
+            permission_mode)
+         VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14, ?15, ?16, ?17)
          ON CONFLICT(id) DO UPDATE SET status = excluded.status, provider_session_id = excluded.provider_session_id,
             prepared = excluded.prepared, usage_total = excluded.usage_total,
             seq_ceiling = MAX(seq_ceiling, excluded.seq_ceiling), active_operation = excluded.active_operation",
@@ -403,6 +421,7 @@ fn upsert(c: &Connection, r: &SessionRecord) -> rusqlite::Result<()> {
         r.seq_ceiling as i64,
         r.tool_token,
         r.active_operation,
+        r.permission_mode,
     ])?;
     Ok(())
 }
@@ -410,7 +429,8 @@ fn upsert(c: &Connection, r: &SessionRecord) -> rusqlite::Result<()> {
 fn load_sessions(c: &Connection) -> rusqlite::Result<Vec<SessionRecord>> {
     let mut stmt = c.prepare(
         "SELECT id, origin, provider, model, effort_level, created_at_ms, workspace, managed_workspace,
-            auto_end_on_disconnect, status, provider_session_id, prepared, usage_total, seq_ceiling, tool_token, active_operation
+            auto_end_on_disconnect, status, provider_session_id, prepared, usage_total, seq_ceiling, tool_token, active_operation,
+            permission_mode
          FROM sessions ORDER BY created_at_ms",
     )?;
     let rows = stmt.query_map([], |row| {
@@ -431,6 +451,7 @@ fn load_sessions(c: &Connection) -> rusqlite::Result<Vec<SessionRecord>> {
             seq_ceiling: row.get::<_, i64>(13)? as u64,
             tool_token: row.get(14)?,
             active_operation: row.get(15)?,
+            permission_mode: row.get(16)?,
             recent_outcomes: Vec::new(),
         })
     })?;
@@ -498,6 +519,7 @@ mod tests {
             workspace: "/w".into(),
             managed_workspace: true,
             auto_end_on_disconnect: false,
+            permission_mode: 0,
             status: "idle".into(),
             provider_session_id: None,
             prepared: false,

@@ -63,6 +63,8 @@ error_codes! {
     /// The application cancelled the operation (`Cancel`): it ended early,
     /// its pending tool calls were withdrawn, the text so far is kept.
     OperationCancelled = "OPERATION_CANCELLED",
+    /// The permission request is unknown or already answered.
+    PermissionRequestNotFound = "PERMISSION_REQUEST_NOT_FOUND",
     /// The tool request is unknown or already answered.
     ToolRequestNotFound = "TOOL_REQUEST_NOT_FOUND",
     /// The tool token is unknown, forged, or belongs to an ended session.

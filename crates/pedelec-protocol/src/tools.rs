@@ -21,7 +21,13 @@ pub enum ManifestRule {
     BadSchema { name: String, reason: String },
     #[error("more than {MAX_TOOLS} tools")]
     TooMany,
+    #[error("tool name {0:?} is reserved for Pedelec")]
+    Reserved(String),
 }
+
+/// The MCP tool the bridge serves as claude's permission prompt
+/// (`PERMISSION_MODE_APP`); no manifest may use the name.
+pub const PERMISSION_PROMPT_TOOL: &str = "pedelec_permission";
 
 impl ManifestRule {
     /// The tool the rule is about, if one.
@@ -31,7 +37,8 @@ impl ManifestRule {
             | ManifestRule::DuplicateName(n)
             | ManifestRule::EmptyDescription(n)
             | ManifestRule::TooLarge(n)
-            | ManifestRule::TimeoutTooLong(n) => Some(n),
+            | ManifestRule::TimeoutTooLong(n)
+            | ManifestRule::Reserved(n) => Some(n),
             ManifestRule::BadSchema { name, .. } => Some(name),
             ManifestRule::TooMany => None,
         }
@@ -59,6 +66,9 @@ pub fn check_manifest(tools: &[pb::ToolDefinition]) -> Vec<ManifestRule> {
         let name = tool.name.clone();
         if !is_valid_tool_name(&tool.name) {
             broken.push(ManifestRule::BadName(name.clone()));
+        }
+        if tool.name == PERMISSION_PROMPT_TOOL {
+            broken.push(ManifestRule::Reserved(name.clone()));
         }
         if !seen.insert(tool.name.as_str()) {
             broken.push(ManifestRule::DuplicateName(name.clone()));

@@ -27,6 +27,10 @@ pub struct SessionOptions<T: ToolName = String> {
     pub workspace_path: Option<PathBuf>,
     /// Core ends the session when its last subscriber leaves (default true).
     pub auto_end_on_disconnect: bool,
+    /// Who answers the agent's permission requests: Core's policy (the
+    /// default) or the application (`PermissionMode::App`, through
+    /// [`crate::PedelecSession::on_permission`]).
+    pub permission_mode: pb::PermissionMode,
 }
 
 impl<T: ToolName> Default for SessionOptions<T> {
@@ -39,6 +43,7 @@ impl<T: ToolName> Default for SessionOptions<T> {
             tools: Vec::new(),
             workspace_path: None,
             auto_end_on_disconnect: true,
+            permission_mode: pb::PermissionMode::Policy,
         }
     }
 }
@@ -141,6 +146,7 @@ impl Pedelec {
             workspace,
             auto_end_on_disconnect: Some(options.auto_end_on_disconnect),
             caller_origin: self.origin.clone(),
+            permission_mode: options.permission_mode as i32,
         };
         let info = match self.transport.call(Call::CreateSession(request)).await? {
             Reply::CreateSession(pb::CreateSessionResponse { session: Some(info) }) => info,

@@ -74,6 +74,9 @@ impl Transport for GrpcTransport {
                 Call::GetHistory(r) => Reply::GetHistory(c.get_history(r).await.map_err(status)?.into_inner()),
                 Call::Cancel(r) => Reply::Cancel(c.cancel(r).await.map_err(status)?.into_inner()),
                 Call::ListSessions(r) => Reply::ListSessions(c.list_sessions(r).await.map_err(status)?.into_inner()),
+                Call::AnswerPermission(r) => {
+                    Reply::AnswerPermission(c.answer_permission(r).await.map_err(status)?.into_inner())
+                }
                 Call::Subscribe(_) | Call::Unsubscribe(_) => {
                     return Err(PedelecError::new(ErrorCode::InvalidArgument, "use Transport::subscribe"));
                 }

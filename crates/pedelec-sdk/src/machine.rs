@@ -53,6 +53,11 @@ pub enum Effect {
     Usage {
         total_tokens: u64,
     },
+    /// Ask the permission handler (or answer the policy's option without one).
+    AskPermission {
+        request: pb::PermissionRequest,
+        ctx: EventContext,
+    },
     /// An agent activity started or changed (its whole current state).
     Activity {
         activity: pb::Activity,
@@ -95,6 +100,8 @@ pub struct SessionMachine {
     handling: HashSet<ToolRequestId>,
     /// The running turn's activities, latest state each, with their context.
     activities: Vec<(pb::Activity, EventContext)>,
+    /// Permission requests handed to the shell and not settled yet.
+    asking: HashSet<String>,
 }
 
 /// Whether a handler exists for a tool name.
@@ -116,6 +123,7 @@ impl SessionMachine {
             queued_tools: Vec::new(),
             handling: HashSet::new(),
             activities: Vec::new(),
+            asking: HashSet::new(),
         }
     }
 
@@ -145,6 +153,14 @@ impl SessionMachine {
     /// registered mid-turn is told first).
     pub fn running_activities(&self) -> &[(pb::Activity, EventContext)] {
         &self.activities
+    }
+
+    /// Hands a permission request to the shell once (a re-sync's snapshot
+    /// repeats the pending ones).
+    fn ask_permission(&mut self, request: &pb::PermissionRequest, ctx: EventContext, out: &mut Vec<Effect>) {
+        if self.asking.insert(request.permission_id.clone()) {
+            out.push(Effect::AskPermission { request: request.clone(), ctx });
+        }
     }
 
     /// Keeps the latest state of an activity of the running turn (bounded like Core's).
@@ -377,6 +393,13 @@ impl SessionMachine {
                 }
             }
             Kind::ActivityUpdated(_) => {}
+            Kind::PermissionRequested(request) => {
+                let ctx = self.meta.core("permission_requested", turn, emitted, received);
+                self.ask_permission(request, ctx, &mut out);
+            }
+            Kind::PermissionSettled(settled) => {
+                self.asking.remove(&settled.permission_id);
+            }
             Kind::ToolCall(call) => {
                 let request = ToolRequest {
                     tool_request_id: ToolRequestId::new(call.tool_request_id.clone()),
@@ -474,6 +497,12 @@ impl SessionMachine {
         // What the running turn is doing, for a handle that arrives (or
         // re-synchronises) mid-turn; each carries its whole state, so seeing
         // one again is harmless.
+        let pending: HashSet<&str> = snapshot.pending_permissions.iter().map(|p| p.permission_id.as_str()).collect();
+        self.asking.retain(|id| pending.contains(id.as_str()));
+        for request in &snapshot.pending_permissions {
+            let ctx = self.meta.core("permission_requested", snapshot.turn.as_ref(), emitted, received);
+            self.ask_permission(request, ctx, out);
+        }
         self.activities.clear();
         if !is_prepare(snapshot.turn.as_ref()) {
             for activity in &snapshot.activities {

@@ -27,6 +27,9 @@ type ErrorFn = Arc<dyn Fn(&PedelecError, &EventContext) + Send + Sync>;
 type EndedFn = Arc<dyn Fn(&EventContext) + Send + Sync>;
 type UsageFn = Arc<dyn Fn(u64) + Send + Sync>;
 type ActivityFn = Arc<dyn Fn(&pb::Activity, &EventContext) + Send + Sync>;
+/// A permission handler: the chosen option id, or `None` to reject.
+pub type PermissionFn =
+    Arc<dyn Fn(pb::PermissionRequest, EventContext) -> BoxFuture<'static, Option<String>> + Send + Sync>;
 type SharedOutcome = Shared<BoxFuture<'static, Result<(), PedelecError>>>;
 
 /// Cumulative token usage; `total_tokens` is `None` until a provider reports a valid total.
@@ -58,6 +61,7 @@ struct Handlers {
     ended: Vec<(u64, EndedFn)>,
     usage: Vec<(u64, UsageFn)>,
     activity: Vec<(u64, ActivityFn)>,
+    permission: Vec<(u64, PermissionFn)>,
     named: Vec<(u64, String, ToolHandlerFn)>,
     inline: HashMap<String, ToolHandlerFn>,
     generic: Vec<(u64, GenericToolHandlerFn<String>)>,
@@ -416,6 +420,23 @@ impl<T: ToolName> PedelecSession<T> {
         drop(machine);
         self.inner.drain();
         disposer
+    }
+
+    /// Answers the agent's permission requests (sessions created with
+    /// `permission_mode: PermissionMode::App`): `f` gets the request — what
+    /// it is about as an activity (kind, title, command, paths), the agent's
+    /// options — and returns the chosen option id, or `None` to reject. The
+    /// newest handler answers. Without a handler the request gets the option
+    /// Core's policy would choose (`policy_option_id`); without an answer by
+    /// its deadline Core rejects it. The first answer from any handle of the
+    /// origin wins.
+    pub fn on_permission<F, Fut>(&self, f: F) -> Disposer
+    where
+        F: Fn(pb::PermissionRequest, EventContext) -> Fut + Send + Sync + 'static,
+        Fut: std::future::Future<Output = Option<String>> + Send + 'static,
+    {
+        let f: PermissionFn = Arc::new(move |request, ctx| Box::pin(f(request, ctx)));
+        self.register(move |h, id| h.permission.push((id, f)), |h, id| h.permission.retain(|(i, _)| *i != id))
     }
 
     /// Completed assistant messages.
@@ -797,6 +818,7 @@ impl Inner {
                     let list: Vec<UsageFn> = lock(&self.handlers).usage.iter().map(|(_, f)| f.clone()).collect();
                     list.iter().for_each(|f| f(total_tokens));
                 }
+                Effect::AskPermission { request, ctx } => self.ask_permission(request, ctx),
                 Effect::Activity { activity, ctx } => {
                     let list: Vec<ActivityFn> = lock(&self.handlers).activity.iter().map(|(_, f)| f.clone()).collect();
                     list.iter().for_each(|f| f(&activity, &ctx));
@@ -809,6 +831,34 @@ impl Inner {
                 Effect::InvokeTool { request, ctx } => self.invoke_tool(request, ctx),
             }
         }
+    }
+
+    /// Runs the newest permission handler (the policy's option without one)
+    /// and sends its answer. An answer Core no longer wants (another handle
+    /// answered first, the request was settled) is dropped.
+    fn ask_permission(self: &Arc<Self>, request: pb::PermissionRequest, ctx: EventContext) {
+        let handler = lock(&self.handlers).permission.last().map(|(_, f)| f.clone());
+        let inner = self.clone();
+        self.transport.spawn(Box::pin(async move {
+            let permission_id = request.permission_id.clone();
+            let option_id = match handler {
+                Some(handler) => {
+                    let answer = futures::FutureExt::catch_unwind(std::panic::AssertUnwindSafe(handler(request, ctx)));
+                    // A panicking handler rejects.
+                    answer.await.unwrap_or_default().unwrap_or_default()
+                }
+                None => request.policy_option_id,
+            };
+            let answer = pb::AnswerPermissionRequest {
+                session_id: inner.session_id.clone(),
+                caller_origin: inner.origin.clone(),
+                permission_id,
+                option_id,
+            };
+            if let Err(error) = inner.transport.call(Call::AnswerPermission(answer)).await {
+                tracing::debug!(%error, "a permission answer was not taken");
+            }
+        }));
     }
 
     fn invoke_tool(self: &Arc<Self>, request: ToolRequest, ctx: ToolCallContext) {

@@ -56,9 +56,14 @@ impl Provider for Claude {
 }
 
 /// The `--mcp-config` file: the bridge as a stdio server, readable only by us.
+/// When the application answers permissions, the bridge also serves the
+/// permission-prompt tool (`--permission-prompt-tool`).
 fn write_mcp_config(setup: &ProviderSetup) -> Result<PathBuf, ProviderFailure> {
-    let env: serde_json::Map<String, Value> =
+    let mut env: serde_json::Map<String, Value> =
         setup.bridge.env().into_iter().map(|(k, v)| (k, Value::from(v))).collect();
+    if setup.permissions.is_some() {
+        env.insert(super::PERMISSION_PROMPT_ENV.to_owned(), Value::from("1"));
+    }
     let timeout_ms = setup.longest_tool_timeout().as_millis() as u64;
     let body = serde_json::json!({ "mcpServers": { MCP_SERVER_NAME: {
         "type": "stdio",
@@ -119,7 +124,60 @@ pub fn turn_args(
     if let Some(id) = resume {
         args.extend(["--resume".to_owned(), id.to_owned()]);
     }
+    if setup.permissions.is_some() {
+        let tool = format!("mcp__{MCP_SERVER_NAME}__{}", pedelec_protocol::tools::PERMISSION_PROMPT_TOOL);
+        args.extend(["--permission-prompt-tool".to_owned(), tool]);
+    }
     args
+}
+
+/// The claude permission prompt (`AgentTools.RequestPermission`, from the
+/// bridge's permission-prompt tool): the tool claude wants to run and its
+/// input, asked of the application as a permission request with the
+/// options allow and deny. Core's policy for claude allows only the
+/// session's own tools (`--allowedTools`), which claude never asks about:
+/// it would deny, so an SDK without a handler denies.
+pub async fn ask_permission(
+    session: &std::sync::Arc<crate::session::Session>,
+    tool: &str,
+    input_json: &str,
+) -> pb::AgentPermissionResponse {
+    use crate::session::machine::PermissionAnswer;
+    let deny = |message: String| pb::AgentPermissionResponse { allowed: false, message };
+    if session.info.permission_mode != pb::PermissionMode::App as i32 {
+        return deny("this session's permissions follow Core's policy".into());
+    }
+    if tool.len() > pedelec_protocol::limits::MAX_ID_LEN
+        || input_json.len() > pedelec_protocol::limits::MAX_TOOL_JSON_BYTES
+    {
+        return deny("the permission request is too large".into());
+    }
+    let input: Value = serde_json::from_str(input_json).unwrap_or(Value::Null);
+    let mut activity = tool_activity(String::new(), tool, &input);
+    activity.status = pb::ActivityStatus::Pending as i32;
+    let option = |id: &str, name: &str, kind: pb::PermissionOptionKind| pb::PermissionOption {
+        option_id: id.into(),
+        name: name.into(),
+        kind: kind as i32,
+    };
+    let request = pb::PermissionRequest {
+        activity: Some(pedelec_protocol::activity::bounded(activity)),
+        options: vec![
+            option("allow", "Allow", pb::PermissionOptionKind::AllowOnce),
+            option("deny", "Deny", pb::PermissionOptionKind::RejectOnce),
+        ],
+        ..Default::default()
+    };
+    match session.ask_permission(request).await {
+        Ok(PermissionAnswer::Selected(option)) if option == "allow" => {
+            pb::AgentPermissionResponse { allowed: true, message: String::new() }
+        }
+        Ok(PermissionAnswer::Selected(_) | PermissionAnswer::Rejected) => {
+            deny("the application did not allow this".into())
+        }
+        Ok(PermissionAnswer::Cancelled) => deny("the operation ended".into()),
+        Err(error) => deny(format!("{}: {}", error.code, error.message)),
+    }
 }
 
 impl ProviderSession for ClaudeSession {

@@ -120,6 +120,9 @@ pub struct ToolBridge {
 pub const TOOL_TOKEN_ENV: &str = "PEDELEC_TOOL_TOKEN";
 /// Environment variable carrying Core's socket to the bridge.
 pub const SOCKET_ENV: &str = "PEDELEC_CORE_SOCKET";
+/// Set (to `1`) in the bridge's environment when it serves the
+/// permission-prompt tool as well (claude with `PERMISSION_MODE_APP`).
+pub const PERMISSION_PROMPT_ENV: &str = "PEDELEC_PERMISSION_PROMPT";
 /// The MCP server name agents see the frontend tools under.
 pub const MCP_SERVER_NAME: &str = "pedelec";
 
@@ -146,6 +149,17 @@ impl ToolBridge {
     }
 }
 
+/// Asks the application about an agent's permission request (sessions in
+/// `PERMISSION_MODE_APP`): resolves with the application's answer, a
+/// rejection at the deadline, or a cancel when the operation ends; an error
+/// when no turn runs to ask for (the provider then applies its policy).
+pub trait PermissionAsker: Send + Sync + std::fmt::Debug {
+    fn ask(
+        &self,
+        request: pb::PermissionRequest,
+    ) -> BoxFuture<'static, Result<crate::session::machine::PermissionAnswer, pb::Error>>;
+}
+
 /// What a provider needs to start (or restart) a session's runtime.
 #[derive(Debug, Clone)]
 pub struct ProviderSetup {
@@ -162,6 +176,8 @@ pub struct ProviderSetup {
     /// Usage total already known for the session.
     pub usage_total: Option<u64>,
     pub bridge: ToolBridge,
+    /// Present when the application answers permission requests.
+    pub permissions: Option<Arc<dyn PermissionAsker>>,
 }
 
 impl ProviderSetup {

@@ -15,6 +15,7 @@
 //! | `/usage N` | report N as the total |
 //! | `/command TEXT` | report a shell command TEXT as an activity, in progress then completed (nothing runs) |
 //! | `/plan A; B; C` | report a plan of those entries, the first in progress |
+//! | `/permission TEXT` | ask permission to run the command TEXT (options allow, deny); the reply says the answer. With permission mode `app` the application answers; else the policy rejects |
 //! | `/fail MESSAGE` | fail the turn (session stays usable) |
 //! | `/crash` | the runtime dies (session moves to `error`) |
 //! | `/panic` | the provider's code panics mid-turn (Core's fault path: the turn fails, the session stays usable) |
@@ -25,6 +26,8 @@
 use std::time::{Duration, Instant};
 
 use pedelec_protocol::pb;
+
+use crate::session::machine::PermissionAnswer;
 
 use super::{
     BoxFuture, PREPARED_ACK, Provider, ProviderConfig, ProviderFailure, ProviderSession, ProviderSetup, TurnRequest,
@@ -65,6 +68,7 @@ impl Provider for Scripted {
             identity,
             total: setup.usage_total.unwrap_or(0),
             crashed: false,
+            permissions: setup.permissions,
         }))
     }
 }
@@ -74,6 +78,7 @@ struct ScriptedSession {
     identity: String,
     total: u64,
     crashed: bool,
+    permissions: Option<std::sync::Arc<dyn super::PermissionAsker>>,
 }
 
 enum Directive<'a> {
@@ -84,6 +89,7 @@ enum Directive<'a> {
     Usage(u64),
     Command(&'a str),
     Plan(&'a str),
+    Permission(&'a str),
     Fail(&'a str),
     Crash,
     Panic,
@@ -112,6 +118,7 @@ fn parse(line: &str) -> Option<Result<Directive<'_>, String>> {
             "usage" => Directive::Usage(number(args)?),
             "command" => Directive::Command(args),
             "plan" => Directive::Plan(args),
+            "permission" => Directive::Permission(args),
             "fail" => Directive::Fail(args),
             "crash" => Directive::Crash,
             "panic" => Directive::Panic,
@@ -206,6 +213,38 @@ impl ScriptedSession {
                     done.status = pb::ActivityStatus::Completed as i32;
                     done.output = "(scripted: nothing ran)".into();
                     sink.activity(done);
+                }
+                Directive::Permission(command) => {
+                    let answer = match &self.permissions {
+                        Some(asker) => {
+                            let mut about = super::activity("", pb::ActivityKind::Command, command);
+                            about.command = command.to_owned();
+                            about.status = pb::ActivityStatus::Pending as i32;
+                            let option = |id: &str, kind: pb::PermissionOptionKind| pb::PermissionOption {
+                                option_id: id.into(),
+                                name: id.into(),
+                                kind: kind as i32,
+                            };
+                            let request = pb::PermissionRequest {
+                                activity: Some(about),
+                                options: vec![
+                                    option("allow", pb::PermissionOptionKind::AllowOnce),
+                                    option("deny", pb::PermissionOptionKind::RejectOnce),
+                                ],
+                                // Like Core's policy for commands: reject.
+                                policy_option_id: "deny".into(),
+                                ..Default::default()
+                            };
+                            match asker.ask(request).await {
+                                Ok(PermissionAnswer::Selected(option)) => format!("answered {option}"),
+                                Ok(PermissionAnswer::Rejected) => "rejected".to_owned(),
+                                Ok(PermissionAnswer::Cancelled) => "cancelled".to_owned(),
+                                Err(error) => format!("not asked ({})", error.code),
+                            }
+                        }
+                        None => "rejected by the policy".to_owned(),
+                    };
+                    reply.push(format!("Permission to run {command}: {answer}."));
                 }
                 Directive::Plan(entries) => {
                     activities += 1;

@@ -34,6 +34,7 @@ async fn rig() -> Rig {
         providers: Providers::from_settings(&settings).unwrap(),
         disconnect_grace: Duration::from_secs(60),
         turn_timeout: Duration::from_secs(30),
+        permission_timeout: Duration::from_secs(30),
         core_exe: "/nonexistent/pedelec-core".into(),
         socket: dir.path().join("core.sock"),
     });

@@ -44,6 +44,26 @@ pub fn new_id(prefix: &str) -> String {
     format!("{prefix}-{}", uuid::Uuid::new_v4().simple())
 }
 
+/// A session's [`crate::providers::PermissionAsker`]: weak, so a runtime
+/// holding it never keeps its session alive.
+#[derive(Debug)]
+struct SessionAsker(std::sync::Weak<Session>);
+
+impl crate::providers::PermissionAsker for SessionAsker {
+    fn ask(
+        &self,
+        request: pb::PermissionRequest,
+    ) -> crate::providers::BoxFuture<'static, Result<machine::PermissionAnswer, pb::Error>> {
+        let session = self.0.upgrade();
+        Box::pin(async move {
+            match session {
+                Some(session) => session.ask_permission(request).await,
+                None => Err(pb::Error::new(ErrorCode::SessionEnded, "the session is gone")),
+            }
+        })
+    }
+}
+
 /// Whether a turn was dropped by Core after its cancel's grace ran out (its
 /// runtime's state is unknown: it is restarted).
 fn outcome_was_forced(result: &Result<(), ProviderFailure>) -> bool {
@@ -58,6 +78,8 @@ pub struct Shared {
     pub disconnect_grace: Duration,
     /// A turn running longer fails with `PROVIDER_TIMEOUT` and its runtime is stopped.
     pub turn_timeout: Duration,
+    /// A permission request the application does not answer in this time is rejected.
+    pub permission_timeout: Duration,
     /// What agent processes need to reach the MCP bridge: Core's executable and socket.
     pub core_exe: std::path::PathBuf,
     pub socket: std::path::PathBuf,
@@ -79,6 +101,8 @@ struct Inner {
     /// `Cancel` requests waiting for their operation's `OperationCompleted`
     /// (answered with its seq when it is emitted).
     cancel_waiters: Vec<(OperationId, oneshot::Sender<u64>)>,
+    /// Where each pending permission request's answer goes.
+    permission_responders: HashMap<String, oneshot::Sender<machine::PermissionAnswer>>,
 }
 
 /// How long a cancelled turn's provider gets to wind down on its own (ACP
@@ -168,6 +192,7 @@ impl Session {
                 task: None,
                 cancel: None,
                 cancel_waiters: Vec::new(),
+                permission_responders: HashMap::new(),
             }),
             runtime: tokio::sync::Mutex::new(None),
         })
@@ -221,6 +246,11 @@ impl Session {
                 Effect::StopTurn(operation) => {
                     if let Some((_, task)) = inner.task.take_if(|(running, _)| *running == operation) {
                         task.abort();
+                    }
+                }
+                Effect::AnswerPermission { permission_id, answer } => {
+                    if let Some(responder) = inner.permission_responders.remove(&permission_id) {
+                        let _ = responder.send(answer);
                     }
                 }
                 Effect::CancelTurn(operation) => {
@@ -441,7 +471,7 @@ impl Session {
         Ok(machine::accepted(&operation, kind, false))
     }
 
-    fn provider_setup(&self) -> ProviderSetup {
+    fn provider_setup(self: &Arc<Self>) -> ProviderSetup {
         let inner = self.lock();
         ProviderSetup {
             session_id: self.id.clone(),
@@ -453,6 +483,8 @@ impl Session {
             tools: self.tools.definitions.clone(),
             provider_session_id: inner.machine.provider_session_id().map(str::to_owned),
             usage_total: inner.machine.usage(),
+            permissions: (self.info.permission_mode == pb::PermissionMode::App as i32)
+                .then(|| Arc::new(SessionAsker(Arc::downgrade(self))) as Arc<dyn crate::providers::PermissionAsker>),
             bridge: ToolBridge {
                 command: self.shared.core_exe.clone(),
                 socket: self.shared.socket.clone(),
@@ -628,6 +660,44 @@ impl Session {
             }
         };
         Ok(pb::CancelResponse { operation_id: target.into_string(), settled_seq })
+    }
+
+    /// Asks the application about an agent's permission request (see
+    /// [`crate::providers::PermissionAsker`]): numbered, given its deadline,
+    /// announced, and answered by [`Session::answer_permission`], the
+    /// deadline (rejected) or the operation's end (cancelled).
+    pub async fn ask_permission(
+        self: &Arc<Self>,
+        mut request: pb::PermissionRequest,
+    ) -> Result<machine::PermissionAnswer, pb::Error> {
+        request.permission_id = new_id("perm");
+        let timeout = self.shared.permission_timeout;
+        let (receiver, id) = {
+            let mut inner = self.lock();
+            let now = Now::current();
+            request.deadline_at_ms = now.epoch_ms + timeout.as_millis() as i64;
+            let id = request.permission_id.clone();
+            let mut effects = Vec::new();
+            inner.machine.ask_permission(request, now, &mut effects)?;
+            let (tx, rx) = oneshot::channel();
+            inner.permission_responders.insert(id.clone(), tx);
+            self.apply(&mut inner, effects);
+            (rx, id)
+        };
+        match tokio::time::timeout(timeout, receiver).await {
+            Ok(Ok(answer)) => Ok(answer),
+            Ok(Err(_)) => Ok(machine::PermissionAnswer::Cancelled),
+            Err(_) => {
+                self.step(|m, now, out| m.permission_timed_out(&id, now, out));
+                self.lock().permission_responders.remove(&id);
+                Ok(machine::PermissionAnswer::Rejected)
+            }
+        }
+    }
+
+    /// The application's answer to a permission request.
+    pub fn answer_permission(self: &Arc<Self>, permission_id: &str, option_id: &str) -> CoreResult<()> {
+        self.step(|m, now, out| m.answer_permission(permission_id, option_id, now, out))
     }
 
     /// What `ListSessions` shows of this session.

@@ -67,6 +67,10 @@ fn render(effects: &[Effect]) -> Vec<String> {
                         format!("completed {}", c.error.as_ref().map_or("ok", |e| e.code.as_str()))
                     }
                     Kind::Ended(e) => format!("ended {}", e.reason),
+                    Kind::PermissionRequested(p) => format!("permission_requested {}", p.permission_id),
+                    Kind::PermissionSettled(p) => {
+                        format!("permission_settled {} {:?} {}", p.permission_id, p.option_id, p.reason)
+                    }
                     Kind::ActivityUpdated(a) => {
                         let a = a.activity.clone().unwrap_or_default();
                         format!("activity {} {}", a.activity_id, pedelec_protocol::activity::summary(&a))
@@ -85,6 +89,9 @@ fn render(effects: &[Effect]) -> Vec<String> {
             },
             Effect::StopTurn(op) => format!("stop {op}"),
             Effect::CancelTurn(op) => format!("cancel {op}"),
+            Effect::AnswerPermission { permission_id, answer } => {
+                format!("answer_permission {permission_id} {answer:?}")
+            }
             Effect::ArmDisconnectTimer { epoch } => format!("arm_disconnect {epoch}"),
         })
         .collect()

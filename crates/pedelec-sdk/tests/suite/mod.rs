@@ -10,6 +10,7 @@ mod daemon;
 mod durability;
 mod history;
 mod lifecycle;
+mod permissions;
 mod prepare;
 mod providers_acp;
 mod providers_cli;

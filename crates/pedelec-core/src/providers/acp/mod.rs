@@ -199,7 +199,8 @@ impl AcpSession {
 
     /// Starts the agent and opens (or continues) the ACP session.
     async fn open(&mut self, sink: &dyn TurnSink) -> Result<Live, ProviderFailure> {
-        let mut runtime = Runtime::spawn(&self.command, &self.setup.workspace, self.policy()).await?;
+        let mut runtime =
+            Runtime::spawn(&self.command, &self.setup.workspace, self.policy(), self.setup.permissions.clone()).await?;
         let initialize = InitializeRequest::new(ProtocolVersion::V1)
             .client_capabilities(ClientCapabilities::new())
             .client_info(Implementation::new("pedelec-core", env!("CARGO_PKG_VERSION")));

@@ -25,7 +25,10 @@ use agent_client_protocol::v1::schema::{
     SelectedPermissionOutcome, ToolKind,
 };
 
+use pedelec_protocol::pb;
+
 use crate::providers::MCP_SERVER_NAME;
+use crate::session::machine::PermissionAnswer;
 
 /// What the policy needs to know about the session.
 #[derive(Debug, Clone)]
@@ -146,6 +149,98 @@ impl PermissionPolicy {
             None => ("cancelled".to_owned(), RequestPermissionResponse::new(RequestPermissionOutcome::Cancelled)),
         };
         Decision { allowed, outcome, response, title }
+    }
+}
+
+/// The request as the application sees it (`PERMISSION_MODE_APP`): what it
+/// is about as an activity, the agent's options, and the option this policy
+/// would choose (what an SDK without a handler answers).
+pub fn to_app(request: &RequestPermissionRequest, decision: &Decision) -> pb::PermissionRequest {
+    let fields = &request.tool_call.fields;
+    let kind = fields.kind.unwrap_or(ToolKind::Other);
+    let mut activity = crate::providers::activity(
+        request.tool_call.tool_call_id.0.to_string(),
+        super::updates::activity_kind(kind),
+        decision.title.clone(),
+    );
+    activity.status = pb::ActivityStatus::Pending as i32;
+    if kind == ToolKind::Execute {
+        activity.command = super::updates::command_of(fields.raw_input.as_ref());
+    }
+    activity.paths = fields.locations.iter().flatten().map(|l| l.path.display().to_string()).collect();
+    let options = request
+        .options
+        .iter()
+        .map(|o| pb::PermissionOption {
+            option_id: o.option_id.0.to_string(),
+            name: o.name.clone(),
+            kind: match o.kind {
+                PermissionOptionKind::AllowOnce => pb::PermissionOptionKind::AllowOnce,
+                PermissionOptionKind::AllowAlways => pb::PermissionOptionKind::AllowAlways,
+                PermissionOptionKind::RejectOnce => pb::PermissionOptionKind::RejectOnce,
+                PermissionOptionKind::RejectAlways => pb::PermissionOptionKind::RejectAlways,
+                _ => pb::PermissionOptionKind::Unspecified,
+            } as i32,
+        })
+        .collect();
+    let policy_option_id = match &decision.response.outcome {
+        RequestPermissionOutcome::Selected(selected) => selected.option_id.0.to_string(),
+        _ => String::new(),
+    };
+    pb::PermissionRequest {
+        permission_id: String::new(),
+        activity: Some(pedelec_protocol::activity::bounded(activity)),
+        options,
+        policy_option_id,
+        deadline_at_ms: 0,
+    }
+}
+
+/// The agent's answer from the application's: the chosen option; a
+/// rejection picks the agent's reject option (`cancelled` without one); an
+/// operation that ended answers `cancelled` (as ACP asks after
+/// `session/cancel`); no turn to ask for falls back to the policy.
+pub fn from_app(
+    request: &RequestPermissionRequest,
+    answer: Result<PermissionAnswer, pb::Error>,
+    policy: Decision,
+) -> Decision {
+    let select = |id: agent_client_protocol::v1::schema::PermissionOptionId| {
+        RequestPermissionResponse::new(RequestPermissionOutcome::Selected(SelectedPermissionOutcome::new(id)))
+    };
+    let label = |kind: PermissionOptionKind| {
+        serde_json::to_value(kind).ok().and_then(|v| v.as_str().map(str::to_owned)).unwrap_or_default()
+    };
+    let cancelled = || RequestPermissionResponse::new(RequestPermissionOutcome::Cancelled);
+    let title = policy.title.clone();
+    match answer {
+        Err(_) => policy,
+        Ok(PermissionAnswer::Selected(id)) => match request.options.iter().find(|o| o.option_id.0.as_ref() == id) {
+            Some(option) => Decision {
+                allowed: matches!(option.kind, PermissionOptionKind::AllowOnce | PermissionOptionKind::AllowAlways),
+                outcome: label(option.kind),
+                response: select(option.option_id.clone()),
+                title,
+            },
+            None => Decision { allowed: false, outcome: "cancelled".into(), response: cancelled(), title },
+        },
+        Ok(PermissionAnswer::Rejected) => {
+            let reject = [PermissionOptionKind::RejectOnce, PermissionOptionKind::RejectAlways]
+                .iter()
+                .find_map(|kind| request.options.iter().find(|o| o.kind == *kind));
+            match reject {
+                Some(option) => Decision {
+                    allowed: false,
+                    outcome: label(option.kind),
+                    response: select(option.option_id.clone()),
+                    title,
+                },
+                None => Decision { allowed: false, outcome: "cancelled".into(), response: cancelled(), title },
+            }
+        }
+        Ok(PermissionAnswer::Cancelled) => {
+            Decision { allowed: false, outcome: "cancelled".into(), response: cancelled(), title }
+        }
     }
 }
 

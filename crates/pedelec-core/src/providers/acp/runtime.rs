@@ -25,7 +25,7 @@ use agent_client_protocol::{Agent, Client, JsonRpcRequest, Lines, UntypedMessage
 use tokio::io::AsyncWriteExt;
 use tokio::sync::{mpsc, oneshot};
 
-use super::permission::PermissionPolicy;
+use super::permission::{self, PermissionPolicy};
 use super::updates::Inbound;
 use crate::providers::ProviderFailure;
 use crate::providers::process::{AgentProcess, CommandLine, Line, LineReader, MAX_LINE_BYTES};
@@ -66,7 +66,12 @@ fn incoming(stdout: tokio::process::ChildStdout) -> impl futures::Stream<Item = 
 
 impl Runtime {
     /// Starts the agent in `cwd` and connects to it (no ACP traffic yet).
-    pub async fn spawn(command: &CommandLine, cwd: &Path, policy: PermissionPolicy) -> Result<Self, ProviderFailure> {
+    pub async fn spawn(
+        command: &CommandLine,
+        cwd: &Path,
+        policy: PermissionPolicy,
+        asker: Option<std::sync::Arc<dyn crate::providers::PermissionAsker>>,
+    ) -> Result<Self, ProviderFailure> {
         let mut process = AgentProcess::spawn(command, cwd)?;
         let (Some(stdin), Some(stdout)) = (process.take_stdin(), process.take_stdout()) else {
             return Err(ProviderFailure::crashed("the ACP agent's stdio could not be piped"));
@@ -102,11 +107,24 @@ impl Runtime {
                     agent_client_protocol::on_receive_notification!(),
                 )
                 .on_receive_request(
-                    async move |request: RequestPermissionRequest, responder, _cx| {
+                    async move |request: RequestPermissionRequest, responder, cx| {
                         let decision = policy.decide(&request);
-                        tracing::info!(title = %decision.title, outcome = %decision.outcome, "answered an ACP permission request");
-                        let _ = decisions.send(Inbound::Permission { title: decision.title, outcome: decision.outcome });
-                        responder.respond(decision.response)
+                        let Some(asker) = asker.clone() else {
+                            tracing::info!(title = %decision.title, outcome = %decision.outcome, "answered an ACP permission request");
+                            let _ = decisions.send(Inbound::Permission { title: decision.title, outcome: decision.outcome });
+                            return responder.respond(decision.response);
+                        };
+                        // The application answers: off the dispatch loop, so
+                        // other traffic (the cancel among it) flows meanwhile.
+                        let ask = permission::to_app(&request, &decision);
+                        let decisions = decisions.clone();
+                        cx.spawn(async move {
+                            let answer = asker.ask(ask).await;
+                            let decision = permission::from_app(&request, answer, decision);
+                            tracing::info!(title = %decision.title, outcome = %decision.outcome, "the application answered an ACP permission request");
+                            let _ = decisions.send(Inbound::Permission { title: decision.title, outcome: decision.outcome });
+                            responder.respond(decision.response)
+                        })
                     },
                     agent_client_protocol::on_receive_request!(),
                 )

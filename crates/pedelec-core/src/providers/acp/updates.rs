@@ -64,7 +64,7 @@ pub struct TurnMapper {
 }
 
 /// ACP's tool kinds as activity kinds.
-fn activity_kind(kind: ToolKind) -> pb::ActivityKind {
+pub(super) fn activity_kind(kind: ToolKind) -> pb::ActivityKind {
     match kind {
         ToolKind::Execute => pb::ActivityKind::Command,
         ToolKind::Edit | ToolKind::Delete | ToolKind::Move => pb::ActivityKind::FileEdit,
@@ -87,7 +87,7 @@ fn activity_status(status: ToolCallStatus) -> pb::ActivityStatus {
 }
 
 /// The command of an execute call: `raw_input.command` as a string or argv.
-fn command_of(raw_input: Option<&Value>) -> String {
+pub(super) fn command_of(raw_input: Option<&Value>) -> String {
     match raw_input.and_then(|input| input.get("command")) {
         Some(Value::String(command)) => command.clone(),
         Some(Value::Array(argv)) => argv.iter().filter_map(Value::as_str).collect::<Vec<_>>().join(" "),

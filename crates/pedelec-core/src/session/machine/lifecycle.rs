@@ -54,6 +54,7 @@ impl SessionState {
             let answer = Err(pb::Error::new(ErrorCode::SessionEnded, "the session ended"));
             out.push(Effect::AnswerTool { request: ToolRequestId::new(pending.call.tool_request_id), answer });
         }
+        self.withdraw_permissions(None, now, out);
         if let Some(active) = &self.active {
             let operation = active.id.clone();
             let outcome = match &active.phase {

@@ -23,6 +23,9 @@
 mod broker;
 mod lifecycle;
 mod operation;
+mod permission;
+
+pub use permission::PermissionAnswer;
 
 use std::collections::VecDeque;
 use std::time::{Duration, Instant};
@@ -84,6 +87,8 @@ pub enum Effect {
     /// `session/cancel`, a CLI's process ended, a stream dropped); the turn
     /// then finishes as usual and its outcome is `OPERATION_CANCELLED`.
     CancelTurn(OperationId),
+    /// Deliver the answer to a permission request's waiting agent.
+    AnswerPermission { permission_id: String, answer: PermissionAnswer },
     /// End the session unless someone subscribes before the grace runs out
     /// ([`SessionState::disconnect_due`] with this epoch decides).
     ArmDisconnectTimer { epoch: u64 },
@@ -182,6 +187,8 @@ pub struct SessionState {
     seq_ceiling: u64,
     active: Option<Active>,
     pending: Vec<Pending>,
+    /// Permission requests awaiting the application.
+    permissions: Vec<permission::PendingPermission>,
     usage: Option<u64>,
     prepared: bool,
     provider_session_id: Option<String>,
@@ -205,6 +212,7 @@ impl SessionState {
             seq_ceiling: 0,
             active: None,
             pending: Vec::new(),
+            permissions: Vec::new(),
             usage: None,
             prepared: false,
             provider_session_id: None,
@@ -267,6 +275,7 @@ impl SessionState {
             workspace: id.workspace.clone(),
             managed_workspace: id.managed_workspace,
             auto_end_on_disconnect: id.info.auto_end_on_disconnect,
+            permission_mode: id.info.permission_mode,
             status: self.status.as_str().to_owned(),
             provider_session_id: self.provider_session_id.clone(),
             prepared: self.prepared,
@@ -293,6 +302,7 @@ impl SessionState {
                 .map(|a| pb::ActiveOperation { operation_id: a.id.as_str().to_owned(), kind: a.kind as i32 }),
             turn: self.active.as_ref().map(|a| a.turn.clone()),
             pending_tools: self.pending.iter().map(|p| p.call.clone()).collect(),
+            pending_permissions: self.permissions.iter().map(|p| p.request.clone()).collect(),
             usage: Some(pb::Usage { total_tokens: self.usage }),
             last_seq: self.seq,
             provider: info.provider.clone(),

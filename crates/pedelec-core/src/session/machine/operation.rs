@@ -277,6 +277,7 @@ impl SessionState {
             let answer = Err(pb::Error::new(ErrorCode::SessionBusy, "the turn finished"));
             out.push(Effect::AnswerTool { request: ToolRequestId::new(pending.call.tool_request_id), answer });
         }
+        self.withdraw_permissions(Some(operation), now, out);
         if self.status == SessionStatus::WaitingToolResult {
             self.set_status(SessionStatus::Running, operation.as_str(), now, out);
         }
@@ -328,6 +329,7 @@ impl SessionState {
             };
             self.emit(id.as_str(), Kind::ToolCallSettled(settled), now, out);
         }
+        self.withdraw_permissions(Some(&id), now, out);
         if self.status == SessionStatus::WaitingToolResult && self.pending.is_empty() {
             self.set_status(SessionStatus::Running, id.as_str(), now, out);
         }

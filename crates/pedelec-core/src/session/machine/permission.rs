@@ -1,0 +1,121 @@
+//! Permission requests the application answers (`PERMISSION_MODE_APP`): an
+//! agent asks, the application chooses one of the offered options, or the
+//! deadline, a cancel or the turn's end settles the request for it.
+
+use pedelec_protocol::pb::{self, session_event::Kind};
+use pedelec_protocol::{ErrorCode, OperationId, SessionStatus};
+
+use super::*;
+
+/// How a permission request was settled, as the asking provider hears it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum PermissionAnswer {
+    /// The application chose this option.
+    Selected(String),
+    /// Rejected without an option: the application said no, or the deadline passed.
+    Rejected,
+    /// The operation ended (cancelled, finished, the session ended) first.
+    Cancelled,
+}
+
+#[derive(Debug)]
+pub(super) struct PendingPermission {
+    pub request: pb::PermissionRequest,
+    pub operation: OperationId,
+}
+
+impl SessionState {
+    /// An agent asks for permission during the running turn. The request
+    /// (its id and deadline set by the shell) is announced and waits for
+    /// [`SessionState::answer_permission`]; `SESSION_BUSY` when no turn runs
+    /// (the provider then falls back to its policy).
+    pub fn ask_permission(
+        &mut self,
+        request: pb::PermissionRequest,
+        now: Now,
+        out: &mut Vec<Effect>,
+    ) -> Result<(), pb::Error> {
+        if self.status == SessionStatus::Ended {
+            return Err(pb::Error::new(ErrorCode::SessionEnded, "the session has ended"));
+        }
+        let Some(active) =
+            self.active.as_ref().filter(|a| a.phase == Phase::Running && !a.cancelled && self.status.is_active_turn())
+        else {
+            return Err(pb::Error::new(ErrorCode::SessionBusy, "no turn is active to ask for"));
+        };
+        let operation = active.id.clone();
+        self.permissions.push(PendingPermission { request: request.clone(), operation: operation.clone() });
+        self.emit(operation.as_str(), Kind::PermissionRequested(request), now, out);
+        Ok(())
+    }
+
+    /// The application's answer: one of the offered option ids, or empty to
+    /// reject. `PERMISSION_REQUEST_NOT_FOUND` for an unknown or settled
+    /// request, `INVALID_ARGUMENT` for an option it did not offer; neither
+    /// changes anything.
+    pub fn answer_permission(
+        &mut self,
+        permission_id: &str,
+        option_id: &str,
+        now: Now,
+        out: &mut Vec<Effect>,
+    ) -> Result<(), CoreError> {
+        let Some(index) = self.permissions.iter().position(|p| p.request.permission_id == permission_id) else {
+            return Err(CoreError::with_details(
+                ErrorCode::PermissionRequestNotFound,
+                format!("permission request {permission_id:?} is unknown or already answered"),
+                serde_json::json!({ "permissionId": permission_id }),
+            ));
+        };
+        let offered = &self.permissions[index].request.options;
+        if !option_id.is_empty() && !offered.iter().any(|o| o.option_id == option_id) {
+            let ids: Vec<&str> = offered.iter().map(|o| o.option_id.as_str()).collect();
+            return Err(CoreError::with_details(
+                ErrorCode::InvalidArgument,
+                format!("option {option_id:?} is not one the request offers"),
+                serde_json::json!({ "options": ids }),
+            ));
+        }
+        let answer = if option_id.is_empty() {
+            PermissionAnswer::Rejected
+        } else {
+            PermissionAnswer::Selected(option_id.to_owned())
+        };
+        self.settle_permission(index, answer, "answered", now, out);
+        Ok(())
+    }
+
+    /// The request's deadline passed unanswered: rejected.
+    pub fn permission_timed_out(&mut self, permission_id: &str, now: Now, out: &mut Vec<Effect>) {
+        if let Some(index) = self.permissions.iter().position(|p| p.request.permission_id == permission_id) {
+            self.settle_permission(index, PermissionAnswer::Rejected, "timeout", now, out);
+        }
+    }
+
+    /// Settles every request of `operation` as cancelled (a cancel, the
+    /// turn's end); `None`: every request (the session ends).
+    pub(super) fn withdraw_permissions(&mut self, operation: Option<&OperationId>, now: Now, out: &mut Vec<Effect>) {
+        while let Some(index) = self.permissions.iter().position(|p| operation.is_none_or(|op| p.operation == *op)) {
+            self.settle_permission(index, PermissionAnswer::Cancelled, "cancelled", now, out);
+        }
+    }
+
+    fn settle_permission(
+        &mut self,
+        index: usize,
+        answer: PermissionAnswer,
+        reason: &str,
+        now: Now,
+        out: &mut Vec<Effect>,
+    ) {
+        let pending = self.permissions.remove(index);
+        let id = pending.request.permission_id;
+        let option_id = match &answer {
+            PermissionAnswer::Selected(option) => option.clone(),
+            _ => String::new(),
+        };
+        out.push(Effect::AnswerPermission { permission_id: id.clone(), answer });
+        let settled = pb::PermissionSettled { permission_id: id, option_id, reason: reason.to_owned() };
+        self.emit(pending.operation.as_str(), Kind::PermissionSettled(settled), now, out);
+    }
+}

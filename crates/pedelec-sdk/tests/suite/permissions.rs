@@ -1,0 +1,125 @@
+//! Permissions to the app: with `PermissionMode::App` an agent's permission
+//! request reaches `on_permission` (what, which options, the policy's
+//! choice) and the handler's answer reaches the agent; no handler answers
+//! the policy's option, no answer by the deadline rejects, a cancel settles
+//! it, and only the session's origin may answer. The scripted provider's
+//! `/permission CMD` asks and says the answer.
+
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use pedelec_protocol::pb;
+use pedelec_sdk::{PedelecSession, SessionOptions, SessionStatus};
+
+use super::{Harness, ORIGIN, Recorder, Via, eventually};
+
+async fn app_session(h: &Harness) -> PedelecSession {
+    h.client()
+        .await
+        .create_session::<String>(SessionOptions {
+            permission_mode: pb::PermissionMode::App,
+            auto_end_on_disconnect: false,
+            ..Default::default()
+        })
+        .await
+        .unwrap()
+}
+
+fn last_chat(recorder: &Recorder) -> String {
+    recorder.lines().into_iter().rev().find(|l| l.starts_with("chat ")).unwrap_or_default()
+}
+
+async fn the_handler_decides(via: Via) {
+    let h = Harness::start_via(via);
+    let session = app_session(&h).await;
+    let recorder = Recorder::attach(&session);
+    let asked: Arc<Mutex<Vec<pb::PermissionRequest>>> = Arc::default();
+    let seen = asked.clone();
+    let _off = session.on_permission(move |request, ctx| {
+        assert_eq!(ctx.kind, "permission_requested");
+        seen.lock().unwrap().push(request.clone());
+        async move { request.options.iter().find(|o| o.option_id == "allow").map(|o| o.option_id.clone()) }
+    });
+    session.send_text("/permission rm -rf build").await.unwrap();
+    assert!(last_chat(&recorder).contains("Permission to run rm -rf build: answered allow."), "{:?}", recorder.lines());
+    let request = asked.lock().unwrap()[0].clone();
+    let about = request.activity.unwrap();
+    assert_eq!((about.kind, about.command.as_str()), (pb::ActivityKind::Command as i32, "rm -rf build"));
+    let options: Vec<&str> = request.options.iter().map(|o| o.option_id.as_str()).collect();
+    assert_eq!(options, ["allow", "deny"]);
+    assert_eq!(request.policy_option_id, "deny");
+    assert!(request.deadline_at_ms > session.session_created_at());
+    session.end().await.unwrap();
+}
+
+async fn without_a_handler_the_policy_answers(via: Via) {
+    let h = Harness::start_via(via);
+    let session = app_session(&h).await;
+    let recorder = Recorder::attach(&session);
+    session.send_text("/permission curl evil.example").await.unwrap();
+    assert!(last_chat(&recorder).contains("answered deny."), "{:?}", recorder.lines());
+
+    // A session on Core's policy never asks the application.
+    let policy = h.client().await.create_session::<String>(SessionOptions::default()).await.unwrap();
+    let called = Arc::new(Mutex::new(false));
+    let flag = called.clone();
+    let _off = policy.on_permission(move |_, _| {
+        *flag.lock().unwrap() = true;
+        async { Some("allow".to_string()) }
+    });
+    let recorder = Recorder::attach(&policy);
+    policy.send_text("/permission curl evil.example").await.unwrap();
+    assert!(last_chat(&recorder).contains("rejected by the policy"), "{:?}", recorder.lines());
+    assert!(!*called.lock().unwrap(), "the policy session asked nobody");
+}
+
+/// No answer by the deadline rejects; a cancel settles a pending request; a
+/// foreign origin, an unknown request or an option not offered change nothing.
+async fn unanswered_foreign_and_cancelled_requests(via: Via) {
+    let h = Harness::with_config(via, "permission_timeout_secs = 1\n");
+    let session = app_session(&h).await;
+    let recorder = Recorder::attach(&session);
+    let pending: Arc<Mutex<Vec<String>>> = Arc::default();
+    let seen = pending.clone();
+    let _off = session.on_permission(move |request, _| {
+        seen.lock().unwrap().push(request.permission_id.clone());
+        std::future::pending::<Option<String>>()
+    });
+    session.send_text("/permission make deploy").await.unwrap();
+    assert!(last_chat(&recorder).contains("make deploy: rejected."), "{:?}", recorder.lines());
+
+    let waiting = session.clone();
+    let turn = tokio::spawn(async move { waiting.send_text("/permission make release").await });
+    eventually("the second request", || pending.lock().unwrap().len() == 2).await;
+    let id = pending.lock().unwrap()[1].clone();
+    let mut raw = h.raw().await;
+    let answer = |origin: &str, permission_id: &str, option_id: &str| pb::AnswerPermissionRequest {
+        session_id: session.session_id().into(),
+        caller_origin: origin.into(),
+        permission_id: permission_id.into(),
+        option_id: option_id.into(),
+    };
+    let code = |status: tonic::Status| pedelec_protocol::grpc::error_from_status(&status).code;
+    let foreign = raw.answer_permission(answer("https://evil.example", &id, "allow")).await.unwrap_err();
+    assert_eq!(code(foreign), "THREAD_ACCESS_DENIED");
+    let unknown = raw.answer_permission(answer(ORIGIN, "perm-nope", "allow")).await.unwrap_err();
+    assert_eq!(code(unknown), "PERMISSION_REQUEST_NOT_FOUND");
+    let bad = raw.answer_permission(answer(ORIGIN, &id, "sudo")).await.unwrap_err();
+    assert_eq!(code(bad), "INVALID_ARGUMENT");
+    let huge = raw.answer_permission(answer(ORIGIN, &"p".repeat(100_000), "")).await.unwrap_err();
+    assert_eq!(code(huge), "INVALID_ARGUMENT");
+
+    session.cancel().await.unwrap();
+    assert_eq!(turn.await.unwrap().unwrap_err().code, "OPERATION_CANCELLED");
+    assert_eq!(session.get_status(), SessionStatus::Idle);
+    let late = raw.answer_permission(answer(ORIGIN, &id, "allow")).await.unwrap_err();
+    assert_eq!(code(late), "PERMISSION_REQUEST_NOT_FOUND", "a cancel settled it");
+    tokio::time::sleep(Duration::from_millis(50)).await;
+    session.end().await.unwrap();
+}
+
+super::over_both_transports!(
+    the_handler_decides,
+    without_a_handler_the_policy_answers,
+    unanswered_foreign_and_cancelled_requests,
+);
