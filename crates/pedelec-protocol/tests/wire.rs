@@ -66,6 +66,7 @@ fn requests() {
                 workspace: Some(pb::WorkspaceSpec { path: "/home/u/project".into() }),
                 auto_end_on_disconnect: Some(false),
                 caller_origin: "https://app.example".into(),
+                permission_mode: pb::PermissionMode::App as i32,
             }),
         ),
     );
@@ -173,6 +174,31 @@ fn events() {
         turn_id: "turn-1".into(),
         deadline_at_ms: 1_764_000_060_000,
     };
+    let permission = pb::PermissionRequest {
+        permission_id: "perm-1".into(),
+        activity: Some(pb::Activity {
+            activity_id: "call-8".into(),
+            kind: pb::ActivityKind::FileEdit as i32,
+            title: "Write /etc/hosts".into(),
+            status: pb::ActivityStatus::Pending as i32,
+            paths: vec!["/etc/hosts".into()],
+            ..Default::default()
+        }),
+        options: vec![
+            pb::PermissionOption {
+                option_id: "allow".into(),
+                name: "Allow".into(),
+                kind: pb::PermissionOptionKind::AllowOnce as i32,
+            },
+            pb::PermissionOption {
+                option_id: "reject".into(),
+                name: "Reject".into(),
+                kind: pb::PermissionOptionKind::RejectOnce as i32,
+            },
+        ],
+        policy_option_id: "reject".into(),
+        deadline_at_ms: 1_764_000_060_000,
+    };
     let activity = pb::Activity {
         activity_id: "call-7".into(),
         kind: pb::ActivityKind::Command as i32,
@@ -204,6 +230,7 @@ fn events() {
                 prepared: true,
                 created_at_ms: 1_764_000_000_000,
                 activities: vec![activity.clone()],
+                pending_permissions: vec![permission.clone()],
                 recent_outcomes: vec![
                     pb::OperationOutcome {
                         operation_id: "op-0".into(),
@@ -275,6 +302,19 @@ fn events() {
         ),
     );
     check("event_ended", &event(50, "", Kind::Ended(pb::Ended { reason: "requested".into() })));
+    check("event_permission_requested", &event(52, "op-1", Kind::PermissionRequested(permission)));
+    check(
+        "event_permission_settled",
+        &event(
+            53,
+            "op-1",
+            Kind::PermissionSettled(pb::PermissionSettled {
+                permission_id: "perm-1".into(),
+                option_id: "allow".into(),
+                reason: "answered".into(),
+            }),
+        ),
+    );
     check(
         "event_activity_updated",
         &event(51, "op-1", Kind::ActivityUpdated(pb::ActivityUpdated { activity: Some(activity) })),
