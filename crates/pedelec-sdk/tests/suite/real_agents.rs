@@ -908,3 +908,81 @@ async fn cancel_while_the_agent_waits(rig: Rig, server: &ModelServer) {
 }
 
 per_agent!(cancel => super::cancel_while_the_agent_waits);
+
+/// Permissions to the app with a real agent (`PermissionMode::App`): the
+/// model asks the agent to write outside its workspace; where the agent asks
+/// permission for that, the request reaches `on_permission` as a file edit
+/// naming the path, and the app's answer decides — allowed, the file is
+/// written; rejected, it is not. An agent that never asks (codex exec has no
+/// approval channel; it keeps its sandbox) writes nothing either way.
+async fn the_app_answers_permissions(rig: Rig, server: &ModelServer) {
+    let h = AgentHarness::start(&rig.settings);
+    let client = h.client().await;
+    let session = client
+        .create_session::<String>(SessionOptions {
+            provider: Some(rig.provider.into()),
+            model: Some(rig.model.into()),
+            permission_mode: pedelec_protocol::pb::PermissionMode::App,
+            auto_end_on_disconnect: false,
+            ..Default::default()
+        })
+        .await
+        .unwrap();
+    let allow = Arc::new(Mutex::new(true));
+    let asked: Arc<Mutex<Vec<pedelec_protocol::pb::PermissionRequest>>> = Arc::default();
+    let (decide, seen) = (allow.clone(), asked.clone());
+    let _off = session.on_permission(move |request, _| {
+        seen.lock().unwrap().push(request.clone());
+        let wanted = if *decide.lock().unwrap() {
+            [
+                pedelec_protocol::pb::PermissionOptionKind::AllowOnce,
+                pedelec_protocol::pb::PermissionOptionKind::AllowAlways,
+            ]
+        } else {
+            [
+                pedelec_protocol::pb::PermissionOptionKind::RejectOnce,
+                pedelec_protocol::pb::PermissionOptionKind::RejectAlways,
+            ]
+        };
+        // "Once" first: an "always" would spare the agent asking again.
+        let chosen = wanted
+            .iter()
+            .find_map(|k| request.options.iter().find(|o| o.kind == *k as i32))
+            .map(|o| o.option_id.clone());
+        async move { chosen }
+    });
+    let outside = tempfile::tempdir().unwrap();
+    let allowed = outside.path().join("allowed.txt");
+    let _ = session.send_text(format!("write {}", allowed.display())).await;
+    let requests = asked.lock().unwrap().clone();
+    let names_it = requests.iter().any(|r| {
+        let about = r.activity.clone().unwrap_or_default();
+        about.paths.iter().chain([&about.title, &about.command]).any(|t| t.contains("allowed.txt"))
+    });
+    eprintln!(
+        "PEDELEC_AGENT_PERMISSIONS {}: {} request(s) {:?}, written when allowed: {}",
+        rig.provider,
+        requests.len(),
+        requests.iter().map(|r| r.activity.clone().unwrap_or_default().title).collect::<Vec<_>>(),
+        allowed.exists()
+    );
+    if requests.is_empty() {
+        assert!(
+            !allowed.exists(),
+            "{}: written outside the workspace without asking: {}",
+            rig.provider,
+            server_log(server)
+        );
+    } else {
+        assert!(names_it, "{}: the request names the file: {requests:?}", rig.provider);
+        assert!(allowed.exists(), "{}: the app allowed the write: {}", rig.provider, server_log(server));
+    }
+
+    *allow.lock().unwrap() = false;
+    let rejected = outside.path().join("rejected.txt");
+    let _ = session.send_text(format!("write {}", rejected.display())).await;
+    assert!(!rejected.exists(), "{}: the app rejected the write: {}", rig.provider, server_log(server));
+    session.end().await.unwrap();
+}
+
+per_agent!(permissions => super::the_app_answers_permissions);
