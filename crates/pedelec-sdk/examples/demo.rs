@@ -47,6 +47,8 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
             provider: Some(provider.clone()),
             guidance: "You drive a counter on the page.".into(),
             tools: vec![tool],
+            // The agent's permission requests come to this program.
+            permission_mode: pedelec_sdk::pb::PermissionMode::App,
             ..Default::default()
         })
         .await?;
@@ -63,6 +65,11 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
     });
     let _err = session.on_error(|e, ctx| println!("\n  ⚠ {} error {}: {}", ctx.source.as_str(), e.code, e.message));
     let _ended = session.on_ended(|ctx| println!("\n  ■ ended ({})", ctx.source.as_str()));
+    let _permission = session.on_permission(|request, _| {
+        let about = request.activity.clone().unwrap_or_default();
+        println!("\n  🔐 the agent asks to run {:?}: allowing once", about.command);
+        async move { request.options.first().map(|o| o.option_id.clone()) }
+    });
     let _activity = session.on_activity(|a, _| {
         println!(
             "\n  ⚙ activity {} {}",
@@ -75,7 +82,7 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
     session.prepare().await?;
     println!("  prepared");
     let prompt = if provider == "scripted" {
-        "Please bump the counter.\n/slow 40\n/plan bump the counter; report\n/command ./bump --by 2\n/tool update_counter {\"delta\": 2}\n/tool update_counter {\"delta\": 3}"
+        "Please bump the counter.\n/slow 40\n/plan bump the counter; report\n/permission ./bump --by 2\n/command ./bump --by 2\n/tool update_counter {\"delta\": 2}\n/tool update_counter {\"delta\": 3}"
             .to_string()
     } else {
         "Call update_counter with delta 2, then tell me the new value.".to_string()

@@ -73,6 +73,27 @@ pub fn activity_json(activity: &pb::Activity) -> Value {
     })
 }
 
+/// A permission request as `onPermission` hands it to JS: `{ permissionId,
+/// activity, options: [{ optionId, name, kind }], policyOptionId,
+/// deadlineAt }`, kinds as `allow_once`, `allow_always`, `reject_once`,
+/// `reject_always`.
+pub fn permission_json(request: &pb::PermissionRequest) -> Value {
+    let kind = |k: i32| match pb::PermissionOptionKind::try_from(k).unwrap_or(pb::PermissionOptionKind::Unspecified) {
+        pb::PermissionOptionKind::AllowOnce => "allow_once",
+        pb::PermissionOptionKind::AllowAlways => "allow_always",
+        pb::PermissionOptionKind::RejectOnce => "reject_once",
+        pb::PermissionOptionKind::RejectAlways => "reject_always",
+        pb::PermissionOptionKind::Unspecified => "other",
+    };
+    json!({
+        "permissionId": request.permission_id,
+        "activity": request.activity.as_ref().map(activity_json),
+        "options": request.options.iter().map(|o| json!({ "optionId": o.option_id, "name": o.name, "kind": kind(o.kind) })).collect::<Vec<_>>(),
+        "policyOptionId": if request.policy_option_id.is_empty() { Value::Null } else { json!(request.policy_option_id) },
+        "deadlineAt": request.deadline_at_ms,
+    })
+}
+
 /// `listSessions()`: `[{ sessionId, provider, model, status, createdAt,
 /// lastActivityAt }]` in Core's order (newest created first).
 pub fn sessions_json(sessions: &[pb::SessionSummary]) -> Value {

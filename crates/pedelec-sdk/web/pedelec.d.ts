@@ -34,6 +34,7 @@ export type StatusEventContext = PedelecEventContext & {
 export type ChatEventContext = PedelecEventContext & { type: "chat" };
 export type ChatDeltaEventContext = PedelecEventContext & { type: "chat_delta" };
 export type ActivityEventContext = PedelecEventContext & { type: "activity" };
+export type PermissionEventContext = PedelecEventContext & { type: "permission_requested" };
 export type ErrorEventContext = PedelecEventContext & { type: "error" | "sdk_error" };
 export type EndedEventContext = PedelecEventContext & { type: "ended" | "sdk_ended" };
 export type ToolCallContext = PedelecEventContext & { type: "tool_call"; toolRequestId: string; tool: string };
@@ -71,6 +72,18 @@ export interface Activity {
   /** A command's output, a tool's result or error, the reasoning; at most 2 000 characters. */
   output: string;
   plan: { content: string; status: ActivityStatus | null }[];
+}
+
+/** An agent asks permission (sessions created with `permissions: "app"`). */
+export interface PermissionRequest {
+  permissionId: string;
+  /** What it is about: kind, title, command, paths. */
+  activity: Activity | null;
+  options: { optionId: string; name: string; kind: "allow_once" | "allow_always" | "reject_once" | "reject_always" | "other" }[];
+  /** The option Core's policy would choose (what is answered without a handler); null: it would reject. */
+  policyOptionId: string | null;
+  /** Core clock (ms since epoch) after which Core rejects it. */
+  deadlineAt: number;
 }
 
 /** One entry of a session's transcript (`getHistory`). */
@@ -150,6 +163,8 @@ export interface CreateSessionOptions<TName extends string = string> {
   workspace?: { path?: string };
   /** Core ends the session when its last subscriber leaves (default true). */
   autoEndOnDisconnect?: boolean;
+  /** Who answers the agent's permission requests: Core's policy (default) or the page (`onPermission`). */
+  permissions?: "policy" | "app";
 }
 
 export interface ProviderInfo {
@@ -204,6 +219,14 @@ export declare class PedelecSession<TToolName extends string = string> {
   onChatDelta(handler: (text: string, ctx: ChatDeltaEventContext) => void): () => void;
   /** Agent-side work: tool calls, commands, file edits, plans; a handle attaching mid-turn hears the turn's so far. */
   onActivity(handler: (activity: Activity, ctx: ActivityEventContext) => void): () => void;
+  /**
+   * Answers the agent's permission requests: return the chosen `optionId`, or
+   * null to reject (a Promise is awaited). Without a handler the policy's option
+   * is answered; without an answer by the deadline Core rejects.
+   */
+  onPermission(
+    handler: (request: PermissionRequest, ctx: PermissionEventContext) => string | null | undefined | Promise<string | null | undefined>,
+  ): () => void;
   onTool(handler: (tool: TToolName, args: unknown, ctx: ToolCallContext) => unknown | Promise<unknown>): () => void;
   onTool<TArgs = unknown, TResult = unknown>(
     toolName: TToolName,

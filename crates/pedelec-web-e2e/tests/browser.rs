@@ -221,6 +221,22 @@ fn browser_end_to_end() {
     assert_eq!(activity["command"]["command"], json!("ls -la"), "{activity}");
     assert_eq!(activity["items"], json!(2), "{activity}");
 
+    // The agent's permission request reaches the page's onPermission, and
+    // the option the page chose reaches the agent.
+    let permission = ok_value(attempt(
+        &page,
+        r##"demo.state.autoAnswer = "allow";
+           await demo.send("/permission rm -rf build");
+           const request = demo.state.permissions[demo.state.permissions.length - 1];
+           delete demo.state.autoAnswer;
+           return { reply: demo.state.chats[demo.state.chats.length - 1], command: request.activity.command,
+                    options: request.options.map((o) => o.kind), policy: request.policyOptionId };"##,
+    ));
+    assert_eq!(permission["reply"], json!("Permission to run rm -rf build: answered allow."), "{permission}");
+    assert_eq!(permission["command"], json!("rm -rf build"), "{permission}");
+    assert_eq!(permission["options"], json!(["allow_once", "reject_once"]), "{permission}");
+    assert_eq!(permission["policy"], json!("deny"), "{permission}");
+
     // Cancel a slowly streaming turn from the page: the awaited sendText
     // rejects with OPERATION_CANCELLED, the status is idle when cancel()
     // resolves, the streamed text is kept as an interrupted message; and the

@@ -690,3 +690,44 @@ fn the_summary_names_the_status_and_the_last_activity() {
     assert_eq!(summary.last_activity_at_ms, t0().epoch_ms);
     assert_eq!(summary.session.unwrap().session_id, "sess-1");
 }
+
+fn permission(id: &str) -> pb::PermissionRequest {
+    let option = |id: &str, kind: pb::PermissionOptionKind| pb::PermissionOption {
+        option_id: id.into(),
+        name: id.into(),
+        kind: kind as i32,
+    };
+    pb::PermissionRequest {
+        permission_id: id.into(),
+        options: vec![
+            option("yes", pb::PermissionOptionKind::AllowOnce),
+            option("no", pb::PermissionOptionKind::RejectOnce),
+        ],
+        policy_option_id: "no".into(),
+        ..Default::default()
+    }
+}
+
+#[test]
+fn permission_requests_wait_for_the_app_and_every_ending_settles_them() {
+    let mut m = SessionState::new(identity(false));
+    let mut out = Vec::new();
+    let refused = m.ask_permission(permission("perm-0"), t0(), &mut out).unwrap_err();
+    assert_eq!(refused.code, "SESSION_BUSY", "no turn: the provider falls back to its policy");
+    let operation = running(&mut m, 1);
+    let mut out = Vec::new();
+    m.ask_permission(permission("perm-1"), t0(), &mut out).unwrap();
+    m.ask_permission(permission("perm-2"), t0(), &mut out).unwrap();
+    m.ask_permission(permission("perm-3"), t0(), &mut out).unwrap();
+    assert_eq!(snapshot(&m).pending_permissions.len(), 3);
+    let bad = m.answer_permission("perm-1", "maybe", t0(), &mut out).unwrap_err();
+    assert_eq!(bad.code(), ErrorCode::InvalidArgument);
+    m.answer_permission("perm-1", "yes", t0(), &mut out).unwrap();
+    let again = m.answer_permission("perm-1", "yes", t0(), &mut out).unwrap_err();
+    assert_eq!(again.code(), ErrorCode::PermissionRequestNotFound, "the first answer wins");
+    m.permission_timed_out("perm-2", t0(), &mut out);
+    m.cancel(None, t0(), &mut out);
+    assert!(snapshot(&m).pending_permissions.is_empty());
+    out.extend(finish(&mut m, &operation, Err(ProviderFailure::cancelled())));
+    insta::assert_snapshot!(render(&out).join("\n"));
+}

@@ -90,6 +90,11 @@ fn session_options(options: &JsValue) -> Result<SessionOptions<String>, JsValue>
     if let Some(auto) = get(options, "autoEndOnDisconnect").as_bool() {
         out.auto_end_on_disconnect = auto;
     }
+    out.permission_mode = match get_string(options, "permissions").as_deref() {
+        None | Some("policy") => pb::PermissionMode::Policy,
+        Some("app") => pb::PermissionMode::App,
+        Some(other) => return Err(invalid(format!("permissions must be \"policy\" or \"app\", not {other:?}"))),
+    };
     Ok(out)
 }
 
@@ -319,6 +324,26 @@ impl JsPedelecSession {
             if let Err(e) = f.0.call2(&JsValue::NULL, &value, &js::event_context(ctx)) {
                 js::report_handler_failure("onActivity", &e);
             }
+        }))
+    }
+
+    /// `onPermission((request, ctx) => optionId | null)` (maybe a Promise);
+    /// see `crate::history::permission_json`. null, undefined or a throw rejects.
+    #[wasm_bindgen(js_name = onPermission)]
+    pub fn on_permission(&self, handler: Function) -> JsValue {
+        let f = Local(handler);
+        js::disposer(self.session.on_permission(move |request, ctx| {
+            let f = f.0.clone();
+            Local(async move {
+                let value = js::json_to_js(&crate::history::permission_json(&request));
+                match js::call_handler(&f, &[value, js::event_context(&ctx)]).await {
+                    Ok(answer) => answer.as_string(),
+                    Err(message) => {
+                        js::report_handler_failure("onPermission", &JsValue::from_str(&message));
+                        None
+                    }
+                }
+            })
         }))
     }
 

@@ -104,6 +104,25 @@ async fn activities() -> Result<(), Box<dyn std::error::Error>> {
 
 #[rustfmt::skip] // the snippet stays as the README shows it
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn permissions() -> Result<(), Box<dyn std::error::Error>> {
+    let _core = core_for_snippets();
+    let pedelec = Pedelec::discover("app:my-tool").await?;
+    use pedelec_sdk::pb::{PermissionMode, PermissionOptionKind};
+
+    let options = SessionOptions { permission_mode: PermissionMode::App, ..Default::default() };
+    let session = pedelec.create_session::<String>(options).await?;
+    let _off = session.on_permission(|request, _ctx| async move {
+        let once = request.options.iter().find(|o| o.kind == PermissionOptionKind::AllowOnce as i32);
+        once.map(|o| o.option_id.clone())
+    });
+    session.send_text("/permission make deploy").await?;
+    let page = session.history(pedelec_sdk::HistoryQuery::default()).await?;
+    assert!(page.entries.iter().any(|e| matches!(&e.kind, Some(pedelec_sdk::pb::history_entry::Kind::AssistantMessage(m)) if m.text.contains("answered allow"))));
+    Ok(())
+}
+
+#[rustfmt::skip] // the snippet stays as the README shows it
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn assets() -> Result<(), Box<dyn std::error::Error>> {
     let _core = core_for_snippets();
     let session = Pedelec::discover("app:my-tool").await?.create_session::<String>(SessionOptions::default()).await?;

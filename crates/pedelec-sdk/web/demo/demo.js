@@ -8,7 +8,7 @@ const params = new URLSearchParams(location.search);
 const EXTENSION_ID = params.get("ext") || "ighbaanpnpjegfpbhfnaekbncchadgfe";
 
 const $ = (id) => document.getElementById(id);
-const state = { chats: [], deltas: "", statuses: [], errors: [], ended: 0, counter: 0, toolCalls: 0, activities: {} };
+const state = { chats: [], deltas: "", statuses: [], errors: [], ended: 0, counter: 0, toolCalls: 0, activities: {}, permissions: [] };
 let session = null;
 
 await init();
@@ -47,9 +47,34 @@ const tools = [
   },
 ];
 
+/**
+ * A permission request as a list item with a button per option; resolves
+ * with the option clicked (`state.autoAnswer`, when set, answers at once).
+ */
+function askUser(request) {
+  state.permissions.push(request);
+  if (state.autoAnswer !== undefined) return state.autoAnswer;
+  return new Promise((resolve) => {
+    const li = document.createElement("li");
+    li.textContent = `${request.activity?.title ?? "?"} `;
+    for (const option of request.options) {
+      const button = document.createElement("button");
+      button.type = "button";
+      button.textContent = option.name;
+      button.addEventListener("click", () => {
+        li.remove();
+        resolve(option.optionId);
+      });
+      li.append(button);
+    }
+    $("permissions").append(li);
+  });
+}
+
 async function start(options = {}) {
   session = await pedelec.createSession({
     provider: "scripted",
+    permissions: "app",
     skills: { guidance: "You are the Pedelec demo agent.", tools },
     ...options,
   });
@@ -70,6 +95,7 @@ async function start(options = {}) {
     state.errors.push(`${ctx.source}:${error.code}`);
     log(`${error.code}: ${error.message}`, "error");
   });
+  session.onPermission((request) => askUser(request));
   session.onActivity((activity) => {
     // Each update is the whole activity: replace it by id.
     state.activities[activity.activityId] = activity;
