@@ -81,6 +81,19 @@ fn parse_path(text: &str) -> CoreResult<AssetPath> {
     Ok(path)
 }
 
+/// A file of the session's assets sent with a text: the path rules of the
+/// seed (no symlinks, regular files only), and images within
+/// [`limits::MAX_IMAGE_ATTACHMENT_BYTES`] (they travel inline).
+pub fn attachment(runtime: &Path, text: &str) -> CoreResult<crate::providers::Attachment> {
+    let path = parse_path(text)?;
+    let (file, meta) = regular_file(&runtime.join("assets"), &path)?;
+    let mime = mime_for(path.file_name()).to_owned();
+    if pedelec_protocol::asset_path::is_attachable_image(&mime) && meta.len() > limits::MAX_IMAGE_ATTACHMENT_BYTES {
+        return Err(coded(ErrorCode::AssetTooLarge, format!("the image {path} is over the 20 MiB attachment limit")));
+    }
+    Ok(crate::providers::Attachment { path: path.to_string(), file, mime, size: meta.len() })
+}
+
 /// A safe basename from an uploaded file's name.
 fn sanitize_name(name: &str) -> String {
     let base = name.rsplit(['/', '\\']).next().unwrap_or_default();

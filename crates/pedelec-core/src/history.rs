@@ -12,10 +12,19 @@ pub fn entry(id: u64, stored: &TranscriptEntry) -> Option<pb::HistoryEntry> {
     let body = &stored.body;
     let text = |key: &str| body.get(key).and_then(serde_json::Value::as_str).unwrap_or_default().to_owned();
     let kind = match stored.kind.as_str() {
-        "user_text" => Kind::UserText(pb::HistoryText { text: text("text"), interrupted: false }),
+        "user_text" => Kind::UserText(pb::HistoryText {
+            text: text("text"),
+            interrupted: false,
+            attachments: body
+                .get("attachments")
+                .and_then(serde_json::Value::as_array)
+                .map(|paths| paths.iter().filter_map(serde_json::Value::as_str).map(str::to_owned).collect())
+                .unwrap_or_default(),
+        }),
         "chat" => Kind::AssistantMessage(pb::HistoryText {
             text: text("text"),
             interrupted: body.get("interrupted").and_then(serde_json::Value::as_bool).unwrap_or(false),
+            attachments: Vec::new(),
         }),
         "tool_call" => Kind::ToolCall(pb::HistoryToolCall {
             tool_request_id: text("tool_request_id"),

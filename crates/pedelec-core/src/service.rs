@@ -67,7 +67,7 @@ impl Core for CoreService {
     async fn send_text(&self, request: Request<pb::SendTextRequest>) -> Reply<pb::OperationAccepted> {
         let request = request.into_inner();
         let session = self.registry.get(&request.session_id, &request.caller_origin)?;
-        Ok(Response::new(session.send_text(request.text).await?))
+        Ok(Response::new(session.send_text(request.text, request.attachments).await?))
     }
 
     async fn submit_tool_result(

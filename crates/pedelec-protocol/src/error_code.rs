@@ -93,6 +93,8 @@ error_codes! {
     InvalidArgument = "INVALID_ARGUMENT",
     /// `SendText` text exceeds the limit.
     TextTooLarge = "TEXT_TOO_LARGE",
+    /// The provider (or its agent) cannot take this kind of attachment (an image).
+    AttachmentUnsupported = "ATTACHMENT_UNSUPPORTED",
     /// A public asset path breaks a path rule.
     AssetPathInvalid = "ASSET_PATH_INVALID",
     /// No asset at this path.

@@ -57,3 +57,8 @@ pub const MAX_ID_LEN: usize = 128;
 pub const MAX_WORKSPACE_PATH_BYTES: usize = 4096;
 /// How long an asset ticket stays valid.
 pub const ASSET_TICKET_TTL: Duration = Duration::from_secs(60);
+
+/// The most attachments one `SendText` may carry.
+pub const MAX_ATTACHMENTS: usize = 16;
+/// The largest image sent inline as image content.
+pub const MAX_IMAGE_ATTACHMENT_BYTES: u64 = 20 * 1024 * 1024;

@@ -79,6 +79,7 @@ fn requests() {
                 session_id: "sess-1".into(),
                 caller_origin: origin.clone(),
                 text: " hi ".into(),
+                attachments: vec!["/screens/page.png".into()],
             }),
         ),
     );

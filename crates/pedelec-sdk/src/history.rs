@@ -16,6 +16,9 @@ pub fn entry_json(entry: &pb::HistoryEntry) -> Value {
         "operationId": if entry.operation_id.is_empty() { Value::Null } else { json!(entry.operation_id) },
     });
     let (kind, fields) = match &entry.kind {
+        Some(Kind::UserText(t)) if !t.attachments.is_empty() => {
+            ("user_text", json!({ "text": t.text, "attachments": t.attachments }))
+        }
         Some(Kind::UserText(t)) => ("user_text", json!({ "text": t.text })),
         Some(Kind::AssistantMessage(t)) if t.interrupted => {
             ("assistant_message", json!({ "text": t.text, "interrupted": true }))
@@ -143,8 +146,20 @@ mod tests {
         };
         let page = pb::GetHistoryResponse {
             entries: vec![
-                entry(1, "op-1", Kind::UserText(pb::HistoryText { text: "hi".into(), interrupted: false })),
-                entry(2, "op-1", Kind::AssistantMessage(pb::HistoryText { text: "hello".into(), interrupted: false })),
+                entry(
+                    1,
+                    "op-1",
+                    Kind::UserText(pb::HistoryText { text: "hi".into(), interrupted: false, attachments: vec![] }),
+                ),
+                entry(
+                    2,
+                    "op-1",
+                    Kind::AssistantMessage(pb::HistoryText {
+                        text: "hello".into(),
+                        interrupted: false,
+                        attachments: vec![],
+                    }),
+                ),
                 entry(
                     3,
                     "op-1",

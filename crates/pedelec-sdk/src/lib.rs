@@ -29,5 +29,5 @@ pub use client::{Pedelec, SessionOptions};
 pub use context::{EventContext, Source, StatusContext, ToolCallContext};
 pub use error::PedelecError;
 pub use pedelec_protocol::{ErrorCode, SessionStatus, activity, pb, pb::EffortLevel};
-pub use session::{Disposer, HistoryQuery, PedelecSession, PedelecSessionUsage};
+pub use session::{Disposer, HistoryQuery, PedelecSession, PedelecSessionUsage, SendOptions};
 pub use tool::{ToolName, ToolSpec, handler, sync_handler};

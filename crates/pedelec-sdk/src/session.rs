@@ -237,10 +237,26 @@ impl<T: ToolName> PedelecSession<T> {
 
     /// Starts one user turn; resolves on its `OperationCompleted`.
     pub async fn send_text(&self, text: impl Into<String>) -> Result<(), PedelecError> {
+        self.send_text_with(text, SendOptions::default()).await
+    }
+
+    /// [`PedelecSession::send_text`] with options: `attachments` are public
+    /// asset paths of this session's files (uploaded with `upload_asset`)
+    /// sent to the agent with the text — images as image content where the
+    /// provider takes them (else the turn is refused with
+    /// `ATTACHMENT_UNSUPPORTED` before the agent sees it), other files as
+    /// links or paths in the workspace. A malformed list is refused here
+    /// (`ASSET_PATH_INVALID`, `INVALID_ARGUMENT`), a missing file by Core
+    /// (`ASSET_NOT_FOUND`), before anything starts.
+    pub async fn send_text_with(&self, text: impl Into<String>, options: SendOptions) -> Result<(), PedelecError> {
+        if let Err((code, message)) = pedelec_protocol::asset_path::check_attachments(&options.attachments) {
+            return Err(PedelecError::new(code, message));
+        }
         let request = pb::SendTextRequest {
             session_id: self.inner.session_id.clone(),
             caller_origin: self.inner.origin.clone(),
             text: text.into(),
+            attachments: options.attachments,
         };
         Inner::run_operation(&self.inner, pb::OperationKind::SendText, Call::SendText(request)).await
     }
@@ -995,6 +1011,13 @@ impl<T: ToolName> PedelecSession<T> {
             other => Err(unexpected(&other)),
         }
     }
+}
+
+/// Options of one [`PedelecSession::send_text_with`].
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct SendOptions {
+    /// Public asset paths, e.g. `"/screens/page.png"` (at most 16).
+    pub attachments: Vec<String>,
 }
 
 /// Which page of a session's history to read ([`PedelecSession::history`]).

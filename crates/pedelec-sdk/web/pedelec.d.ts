@@ -97,7 +97,7 @@ export type HistoryEntry = {
   /** The operation it belongs to; null for session-level entries. */
   operationId: string | null;
 } & (
-  | { kind: "user_text"; text: string }
+  | { kind: "user_text"; text: string; attachments?: AssetPath[] }
   /** `interrupted`: cut short by `cancel()` — the text streamed until then. */
   | { kind: "assistant_message"; text: string; interrupted?: true }
   | { kind: "tool_call"; toolRequestId: string; tool: string; args: JsonValue }
@@ -206,7 +206,12 @@ export declare class PedelecSession<TToolName extends string = string> {
   readonly usage: PedelecSessionUsage;
 
   prepare(): Promise<void>;
-  sendText(text: string): Promise<void>;
+  /**
+   * `attachments`: this session's asset paths sent with the text — images as
+   * image content where the provider takes them (else ATTACHMENT_UNSUPPORTED),
+   * other files as links or paths.
+   */
+  sendText(text: string, options?: { attachments?: AssetPath[] }): Promise<void>;
   uploadAsset(file: File, targetPath?: AssetPath): Promise<AssetPath>;
   listAssets(): Promise<Asset[]>;
   /** The transcript, page by page: the newest `limit` matching entries, oldest first. */

@@ -190,9 +190,13 @@ impl ProviderSession for ClaudeSession {
             let mcp_config = self.mcp_config.display().to_string();
             let args = turn_args(&self.config, &self.setup, &mcp_config, self.session_id.as_deref());
             let command = cli_turn::agent_command(&self.config, args, &self.setup.bridge);
+            // Attachments as paths in the workspace: Claude Code reads them
+            // with its Read tool, images included (as image content).
+            let attached: Vec<&super::Attachment> = turn.attachments.iter().collect();
+            let text = super::with_attachment_paths(&turn.text, &attached);
             let prompt = match self.session_id {
-                None => with_guidance(&self.setup.guidance, &turn.text),
-                Some(_) => turn.text.clone(),
+                None => with_guidance(&self.setup.guidance, &text),
+                Some(_) => text,
             };
             let mut parser = ClaudeParser::new(self.total);
             let outcome =

@@ -79,7 +79,12 @@ fn toml_string(text: &str) -> String {
 }
 
 /// The argv (after the program) for one turn.
-pub fn turn_args(config: &ProviderConfig, setup: &ProviderSetup, thread_id: Option<&str>) -> Vec<String> {
+pub fn turn_args(
+    config: &ProviderConfig,
+    setup: &ProviderSetup,
+    thread_id: Option<&str>,
+    images: &[&std::path::Path],
+) -> Vec<String> {
     let mut args: Vec<String> = config.command[1..].to_vec();
     let server = format!("mcp_servers.{MCP_SERVER_NAME}");
     let tool_timeout = setup.longest_tool_timeout().as_secs();
@@ -127,6 +132,10 @@ pub fn turn_args(config: &ProviderConfig, setup: &ProviderSetup, thread_id: Opti
     if let Some(thread) = thread_id {
         args.extend(["resume".to_owned(), thread.to_owned()]);
     }
+    // Images as codex's own image input (`--image`, after the subcommand).
+    for image in images {
+        args.extend(["--image".to_owned(), image.display().to_string()]);
+    }
     args.push("-".to_owned());
     args
 }
@@ -138,11 +147,15 @@ impl ProviderSession for CodexSession {
         sink: &'a dyn TurnSink,
     ) -> BoxFuture<'a, Result<(), ProviderFailure>> {
         Box::pin(async move {
-            let args = turn_args(&self.config, &self.setup, self.thread_id.as_deref());
+            let (images, files): (Vec<&super::Attachment>, Vec<&super::Attachment>) =
+                turn.attachments.iter().partition(|a| a.is_image());
+            let image_paths: Vec<&std::path::Path> = images.iter().map(|a| a.file.as_path()).collect();
+            let args = turn_args(&self.config, &self.setup, self.thread_id.as_deref(), &image_paths);
             let command = cli_turn::agent_command(&self.config, args, &self.setup.bridge);
+            let text = super::with_attachment_paths(&turn.text, &files);
             let prompt = match self.thread_id {
-                None => with_guidance(&self.setup.guidance, &turn.text),
-                Some(_) => turn.text.clone(),
+                None => with_guidance(&self.setup.guidance, &text),
+                Some(_) => text,
             };
             let mut parser = CodexParser::default();
             let outcome =

@@ -39,6 +39,51 @@ pub struct TurnRequest {
     /// One that does not return within the session's cancel grace is dropped
     /// and its runtime restarted.
     pub cancel: tokio_util::sync::CancellationToken,
+    /// Files sent with the text, checked by Core (they exist, within limits).
+    pub attachments: Vec<Attachment>,
+}
+
+/// One file sent with a user text.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Attachment {
+    /// Its public asset path, e.g. `/screens/page.png`.
+    pub path: String,
+    /// Where it is on disk (inside the workspace's runtime directory).
+    pub file: PathBuf,
+    pub mime: String,
+    pub size: u64,
+}
+
+impl Attachment {
+    /// Whether it goes as image content (see `asset_path::is_attachable_image`).
+    pub fn is_image(&self) -> bool {
+        pedelec_protocol::asset_path::is_attachable_image(&self.mime)
+    }
+
+    /// The refusal of a provider that cannot take images.
+    pub fn unsupported(&self, provider: &str) -> ProviderFailure {
+        ProviderFailure {
+            code: ErrorCode::AttachmentUnsupported,
+            message: format!("{provider} cannot take the image {} ({})", self.path, self.mime),
+            fatal: false,
+            details: serde_json::json!({ "attachment": self.path, "mimeType": self.mime }),
+        }
+    }
+
+    /// A line naming the file for agents that get files as paths.
+    pub fn as_path_line(&self) -> String {
+        format!("- {} ({}, {} bytes)", self.file.display(), self.mime, self.size)
+    }
+}
+
+/// The text with a list of the attached files' paths appended (for
+/// providers and file kinds that take files as paths in the workspace).
+pub fn with_attachment_paths(text: &str, attachments: &[&Attachment]) -> String {
+    if attachments.is_empty() {
+        return text.to_owned();
+    }
+    let lines: Vec<String> = attachments.iter().map(|a| a.as_path_line()).collect();
+    format!("{text}\n\nAttached files:\n{}", lines.join("\n"))
 }
 
 /// Where a provider reports what happens during a turn.

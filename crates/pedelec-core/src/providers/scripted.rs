@@ -20,6 +20,9 @@
 //! | `/crash` | the runtime dies (session moves to `error`) |
 //! | `/panic` | the provider's code panics mid-turn (Core's fault path: the turn fails, the session stays usable) |
 //!
+//! Attachments are acknowledged in the reply (`Attachments: PATH (TYPE, N bytes).`);
+//! model `scripted-text-only` takes no images (`ATTACHMENT_UNSUPPORTED`).
+//!
 //! Model `scripted-unprepared` answers the preparation prompt wrongly;
 //! model `scripted-slow` takes two seconds to prepare.
 
@@ -151,7 +154,12 @@ impl ScriptedSession {
         sink.message(text);
     }
 
-    async fn user_turn(&mut self, text: &str, sink: &dyn TurnSink) -> Result<(), ProviderFailure> {
+    async fn user_turn(
+        &mut self,
+        text: &str,
+        attachments: &[super::Attachment],
+        sink: &dyn TurnSink,
+    ) -> Result<(), ProviderFailure> {
         let mut reply = Vec::new();
         let mut pause = None;
         let mut plain = Vec::new();
@@ -274,6 +282,11 @@ impl ScriptedSession {
                 Directive::Panic => panic!("the scripted provider panicked on purpose (/panic)"),
             }
         }
+        if !attachments.is_empty() {
+            let listed: Vec<String> =
+                attachments.iter().map(|a| format!("{} ({}, {} bytes)", a.path, a.mime, a.size)).collect();
+            reply.push(format!("Attachments: {}.", listed.join(", ")));
+        }
         let plain = plain.join("\n");
         if !plain.trim().is_empty() || (reply.is_empty() && !streamed) {
             reply.insert(0, format!("You said: {plain}"));
@@ -298,6 +311,11 @@ impl ProviderSession for ScriptedSession {
             if self.crashed {
                 return Err(ProviderFailure::crashed("the scripted runtime is gone"));
             }
+            if self.model == "scripted-text-only"
+                && let Some(image) = turn.attachments.iter().find(|a| a.is_image())
+            {
+                return Err(image.unsupported("model scripted-text-only"));
+            }
             sink.provider_session(&self.identity);
             if turn.kind == pb::TurnKind::Prepare {
                 if self.model == "scripted-slow" {
@@ -311,7 +329,7 @@ impl ProviderSession for ScriptedSession {
             tokio::select! {
                 biased;
                 () = turn.cancel.cancelled() => Err(ProviderFailure::cancelled()),
-                result = self.user_turn(&turn.text, sink) => result,
+                result = self.user_turn(&turn.text, &turn.attachments, sink) => result,
             }
         })
     }

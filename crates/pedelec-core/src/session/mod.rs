@@ -413,13 +413,33 @@ impl Session {
         self.lock().fanout.clear();
     }
 
-    pub async fn send_text(self: &Arc<Self>, text: String) -> CoreResult<pb::OperationAccepted> {
-        self.detached(|session| async move { session.start(pb::OperationKind::SendText, text).await }).await
+    /// A user turn with `text` and the session's asset files at the public
+    /// paths `attachments`, checked before anything is recorded: a bad
+    /// list (too long, a malformed, missing or oversized file) is refused
+    /// and changes nothing.
+    pub async fn send_text(
+        self: &Arc<Self>,
+        text: String,
+        attachments: Vec<String>,
+    ) -> CoreResult<pb::OperationAccepted> {
+        if let Err((code, message)) = pedelec_protocol::asset_path::check_attachments(&attachments) {
+            return Err(crate::error::CoreError::new(code, message));
+        }
+        let runtime = self.workspace.runtime.clone();
+        let files = tokio::task::spawn_blocking(move || {
+            attachments.iter().map(|path| crate::assets::attachment(&runtime, path)).collect::<CoreResult<Vec<_>>>()
+        })
+        .await
+        .map_err(|e| {
+            crate::error::CoreError::new(ErrorCode::Internal, format!("checking attachments failed: {e}"))
+        })??;
+        self.detached(|session| async move { session.start(pb::OperationKind::SendText, text, files).await }).await
     }
 
     pub async fn prepare(self: &Arc<Self>) -> CoreResult<pb::OperationAccepted> {
         let prompt = PREPARE_PROMPT.to_owned();
-        self.detached(|session| async move { session.start(pb::OperationKind::Prepare, prompt).await }).await
+        self.detached(|session| async move { session.start(pb::OperationKind::Prepare, prompt, Vec::new()).await })
+            .await
     }
 
     /// Runs a request's work as a task of its own, so that it completes even
@@ -440,9 +460,15 @@ impl Session {
     /// Records a new operation, and once it is committed announces it and
     /// starts its turn, so that a client which saw it start can count on it
     /// across a crash.
-    async fn start(self: &Arc<Self>, kind: pb::OperationKind, text: String) -> CoreResult<pb::OperationAccepted> {
+    async fn start(
+        self: &Arc<Self>,
+        kind: pb::OperationKind,
+        text: String,
+        attachments: Vec<crate::providers::Attachment>,
+    ) -> CoreResult<pb::OperationAccepted> {
         let ids = (OperationId::new(new_id("op")), TurnId::new(new_id("turn")));
-        let (start, committed) = self.step_committed(|m, now, out| m.begin(kind, text, ids, now, out));
+        let paths: Vec<String> = attachments.iter().map(|a| a.path.clone()).collect();
+        let (start, committed) = self.step_committed(|m, now, out| m.begin_with(kind, text, &paths, ids, now, out));
         let begun = match start? {
             Start::Existing(accepted) => return Ok(accepted),
             Start::New(begun) => begun,
@@ -466,7 +492,7 @@ impl Session {
         inner.cancel = Some((operation.clone(), cancel.clone()));
         let session = self.clone();
         let op = operation.clone();
-        let task = tokio::spawn(async move { session.run_operation(op, turn_kind, text, cancel).await });
+        let task = tokio::spawn(async move { session.run_operation(op, turn_kind, text, attachments, cancel).await });
         inner.task = Some((operation.clone(), task.abort_handle()));
         Ok(machine::accepted(&operation, kind, false))
     }
@@ -519,6 +545,7 @@ impl Session {
         operation: OperationId,
         kind: pb::TurnKind,
         text: String,
+        attachments: Vec<crate::providers::Attachment>,
         cancel: CancellationToken,
     ) {
         let sink = sink::OperationSink { session: self.clone(), operation: operation.clone() };
@@ -545,7 +572,7 @@ impl Session {
             let timeout = self.shared.turn_timeout;
             // A panic in a provider must end the operation, not leave it active
             // with no task behind it: it fails the turn like a hang does.
-            let request = TurnRequest { kind, text, cancel: cancel.clone() };
+            let request = TurnRequest { kind, text, cancel: cancel.clone(), attachments };
             let turn = std::panic::AssertUnwindSafe(provider.run_turn(request, &sink));
             let turn = futures::FutureExt::catch_unwind(turn);
             // A cancelled turn whose provider does not wind down within the

@@ -65,6 +65,7 @@ fn a_frame_for_a_session_of_another_origin_is_denied() {
         session_id: session.clone(),
         caller_origin: "https://evil.example".into(),
         text: "x".into(),
+        ..Default::default()
     };
     assert_eq!(error_code(&host.call(2, Call::SendText(send))), "THREAD_ACCESS_DENIED");
     let sub = pb::SubscribeRequest { session_id: session, caller_origin: "https://evil.example".into() };

@@ -37,6 +37,7 @@ fn a_session_runs_through_the_host_with_its_events_in_order() {
             session_id: session.clone(),
             caller_origin: ORIGIN.into(),
             text: "/deltas 50".into(),
+            ..Default::default()
         }),
     ));
     let mut seqs = Vec::new();
@@ -65,7 +66,12 @@ fn a_large_event_travels_as_chunks_no_frame_over_one_mebibyte() {
     let text = "\u{1}".repeat(500 * 1024);
     host.send(&request(
         3,
-        Call::SendText(pb::SendTextRequest { session_id: session, caller_origin: ORIGIN.into(), text: text.clone() }),
+        Call::SendText(pb::SendTextRequest {
+            session_id: session,
+            caller_origin: ORIGIN.into(),
+            text: text.clone(),
+            ..Default::default()
+        }),
     ));
     let chat = loop {
         if let Some(Body::Event(pb::SessionEvent { kind: Some(pb::session_event::Kind::Chat(c)), .. })) =

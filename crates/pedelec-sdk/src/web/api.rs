@@ -283,10 +283,24 @@ impl JsPedelecSession {
         future_to_promise(async move { void(session.prepare().await) })
     }
 
+    /// `sendText(text, { attachments?: string[] })`.
     #[wasm_bindgen(js_name = sendText)]
-    pub fn send_text(&self, text: String) -> Promise {
+    pub fn send_text(&self, text: String, options: JsValue) -> Promise {
         let session = self.session.clone();
-        future_to_promise(async move { void(session.send_text(text).await) })
+        let attachments = get(&options, "attachments");
+        let attachments: Result<Vec<String>, JsValue> = if attachments.is_undefined() || attachments.is_null() {
+            Ok(Vec::new())
+        } else if let Some(list) = attachments.dyn_ref::<Array>() {
+            list.iter()
+                .map(|p| p.as_string().ok_or_else(|| invalid("attachments must be strings (asset paths)")))
+                .collect()
+        } else {
+            Err(invalid("attachments must be an array of asset paths"))
+        };
+        future_to_promise(async move {
+            let options = crate::SendOptions { attachments: attachments? };
+            void(session.send_text_with(text, options).await)
+        })
     }
 
     /// Stops the running operation; resolves once it settled here.

@@ -39,8 +39,12 @@ fn workspaces(h: &Harness) -> usize {
 async fn unknown_ids_wrong_origins_and_bad_fields() {
     let h = Harness::start();
     let mut raw = h.raw().await;
-    let missing =
-        || pb::SendTextRequest { session_id: "sess-nope".into(), caller_origin: ORIGIN.into(), text: "x".into() };
+    let missing = || pb::SendTextRequest {
+        session_id: "sess-nope".into(),
+        caller_origin: ORIGIN.into(),
+        text: "x".into(),
+        ..Default::default()
+    };
     assert_eq!(code(raw.send_text(missing()).await.unwrap_err()), "THREAD_NOT_FOUND");
     let sub = pb::SubscribeRequest { session_id: "sess-nope".into(), caller_origin: ORIGIN.into() };
     assert_eq!(code(raw.subscribe(sub).await.unwrap_err()), "THREAD_NOT_FOUND");
@@ -155,8 +159,12 @@ async fn oversized_text_duplicate_results_and_sends_after_end_change_nothing() {
     assert!(log.lines().iter().any(|l| l.contains("Tool t returned \\\"ok\\\"")), "{:?}", log.lines());
 
     session.end().await.unwrap();
-    let after_end =
-        pb::SendTextRequest { session_id: session.session_id().into(), caller_origin: ORIGIN.into(), text: "x".into() };
+    let after_end = pb::SendTextRequest {
+        session_id: session.session_id().into(),
+        caller_origin: ORIGIN.into(),
+        text: "x".into(),
+        ..Default::default()
+    };
     assert_eq!(code(raw.send_text(after_end).await.unwrap_err()), "SESSION_ENDED");
 }
 
@@ -217,6 +225,7 @@ async fn the_relay_stream_answers_each_call_by_id_and_refuses_what_it_cannot_car
                 session_id: "nope".into(),
                 caller_origin: ORIGIN.into(),
                 text: "hi".into(),
+                ..Default::default()
             }),
         ),
         request(

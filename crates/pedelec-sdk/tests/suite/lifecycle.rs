@@ -218,6 +218,7 @@ async fn sessions_are_bound_to_their_origin(via: Via) {
             session_id: session.session_id().into(),
             caller_origin: "https://evil.example".into(),
             text: "x".into(),
+            ..Default::default()
         })
         .await
         .unwrap_err();

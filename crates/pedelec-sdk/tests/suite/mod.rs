@@ -3,6 +3,7 @@
 mod activity;
 mod agent_tools;
 mod assets;
+mod attachments;
 mod bad_input;
 mod bridge;
 mod cancel;

@@ -457,3 +457,24 @@ async fn acp_cancel_reaches_the_agent_and_one_that_ignores_it_is_restarted() {
     assert_eq!(loads.len(), 1, "the conversation was loaded: {loads:?}");
     assert!(chats(&recorder).iter().any(|c| c.contains("remember the heron")), "{:?}", recorder.lines());
 }
+
+/// Attachments to an ACP agent: a file goes as a `resource_link` block; an
+/// image to an agent without `promptCapabilities.image` (the fake) is refused
+/// with ATTACHMENT_UNSUPPORTED before the agent sees a prompt.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn acp_attachments_are_links_and_images_need_the_capability() {
+    let fake = Fake::start("");
+    let session = fake.session(Vec::new(), "").await;
+    let notes = pedelec_sdk::assets::UploadSource::from_bytes("notes.txt", "text/plain", b"remember".to_vec());
+    session.upload_asset(notes, Some("/notes.txt")).await.unwrap();
+    let png = pedelec_sdk::assets::UploadSource::from_bytes("p.png", "image/png", b"\x89PNG".to_vec());
+    session.upload_asset(png, Some("/p.png")).await.unwrap();
+    let options = |path: &str| pedelec_sdk::SendOptions { attachments: vec![path.into()] };
+    session.send_text_with("read the notes", options("/notes.txt")).await.unwrap();
+    let prompts = fake.events("prompt");
+    assert_eq!(prompts[0]["blocks"], 2, "the text and the link: {prompts:?}");
+    let error = session.send_text_with("look", options("/p.png")).await.unwrap_err();
+    assert_eq!(error.code, "ATTACHMENT_UNSUPPORTED", "{error:?}");
+    assert_eq!(fake.events("prompt").len(), 1, "the agent never saw that turn");
+    session.send_text("still here").await.unwrap();
+}

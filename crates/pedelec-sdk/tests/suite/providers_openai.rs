@@ -255,3 +255,34 @@ async fn openai_cancel_keeps_the_conversation_consistent() {
     assert!(messages[2]["content"].as_str().unwrap().contains("OPERATION_CANCELLED"), "{messages:?}");
     assert_eq!(messages[3]["content"], "hello");
 }
+
+/// Attachments to an OpenAI-compatible endpoint: an image as an `image_url`
+/// data URL, another file as its path in the text.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn openai_sends_images_as_data_urls_and_files_as_paths() {
+    let model = FakeModel::start().await;
+    let settings = format!("[providers.ollama]\nbase_url = \"{}\"\nmodel = \"qwen3\"\n", model.base_url);
+    let h = Harness::with_config(Via::Grpc, &settings);
+    let client = h.client().await;
+    let session = client
+        .create_session::<String>(SessionOptions { provider: Some("ollama".into()), ..Default::default() })
+        .await
+        .unwrap();
+    let png = pedelec_sdk::assets::UploadSource::from_bytes("p.png", "image/png", b"\x89PNG-bytes".to_vec());
+    session.upload_asset(png, Some("/p.png")).await.unwrap();
+    let notes = pedelec_sdk::assets::UploadSource::from_bytes("notes.txt", "text/plain", b"remember".to_vec());
+    session.upload_asset(notes, Some("/notes.txt")).await.unwrap();
+    let options = pedelec_sdk::SendOptions { attachments: vec!["/p.png".into(), "/notes.txt".into()] };
+    session.send_text_with("describe", options).await.unwrap();
+    let last = model.requests().last().unwrap().clone();
+    let content = last["messages"].as_array().unwrap().last().unwrap()["content"].clone();
+    let text = content[0]["text"].as_str().unwrap();
+    assert!(
+        text.starts_with("describe\n\nAttached files:\n- /") && text.contains("notes.txt (text/plain, 8 bytes)"),
+        "{text}"
+    );
+    let url = content[1]["image_url"]["url"].as_str().unwrap();
+    use base64::Engine;
+    let expected = base64::engine::general_purpose::STANDARD.encode(b"\x89PNG-bytes");
+    assert_eq!(url, format!("data:image/png;base64,{expected}"));
+}

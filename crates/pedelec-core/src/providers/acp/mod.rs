@@ -27,7 +27,10 @@
 //! `["mcp"]`, and the tool token and Core socket in `env` (never in argv).
 //! The ACP `sessionId` is the provider identity reported to Core.
 //!
-//! **Turns.** One `session/prompt` with one text block per turn. The
+//! **Turns.** One `session/prompt` with one text block per turn, then one
+//! block per attachment: images inline (`image`, when the agent advertises
+//! `promptCapabilities.image`; else `ATTACHMENT_UNSUPPORTED` before the
+//! prompt), other files as `resource_link`s to their paths. The
 //! session's guidance is prepended (`with_guidance`) to the first prompt of a
 //! new conversation only; a loaded one already has it. Updates are mapped by
 //! `updates::TurnMapper` (deltas, one message per `messageId`, tool-call /
@@ -140,6 +143,8 @@ struct Live {
     /// holds the interrupted turn's `idle`, upstream issue #551). Such a
     /// runtime is restarted after a cancel; the next turn loads the session.
     stale_stop_after_cancel: bool,
+    /// The agent takes `image` content blocks (`promptCapabilities.image`).
+    takes_images: bool,
 }
 
 struct AcpSession {
@@ -261,7 +266,8 @@ impl AcpSession {
         self.configure(&mut runtime, &session_id, &config, sink).await?;
         let agent = init.agent_info.as_ref().map(|info| info.name.as_str()).unwrap_or_default();
         let stale_stop_after_cancel = agent.ends_with("claude-agent-acp") && init.agent_capabilities.load_session;
-        Ok(Live { runtime, session_id, fresh, prompting: false, stale_stop_after_cancel })
+        let takes_images = init.agent_capabilities.prompt_capabilities.image;
+        Ok(Live { runtime, session_id, fresh, prompting: false, stale_stop_after_cancel, takes_images })
     }
 
     async fn configure(
@@ -303,9 +309,18 @@ impl AcpSession {
         if !stale.is_empty() {
             tracing::debug!(count = stale.len(), "dropped ACP updates from before this turn");
         }
+        // An image the agent cannot take is refused before it sees the turn.
+        if let Some(image) = turn.attachments.iter().find(|a| a.is_image() && !live.takes_images) {
+            return Err(image.unsupported("this ACP agent (no promptCapabilities.image)"));
+        }
+        let mut blocks = Vec::with_capacity(1 + turn.attachments.len());
+        for attachment in &turn.attachments {
+            blocks.push(attachment_block(attachment).await?);
+        }
         let text = if live.fresh { with_guidance(&self.setup.guidance, &turn.text) } else { turn.text };
         live.fresh = false;
-        let prompt = PromptRequest::new(live.session_id.clone(), vec![ContentBlock::Text(TextContent::new(text))]);
+        blocks.insert(0, ContentBlock::Text(TextContent::new(text)));
+        let prompt = PromptRequest::new(live.session_id.clone(), blocks);
         let tools = self.setup.tools.iter().map(|t| t.name.clone()).collect();
         let mut mapper = TurnMapper::new(live.session_id.0.to_string()).with_tools(tools);
         let mut outcome = TurnOutcome::default();
@@ -337,6 +352,24 @@ impl AcpSession {
             None => Ok(()),
         }
     }
+}
+
+/// An attachment as prompt content: an image inline (base64), any other
+/// file as a `resource_link` to its path (every ACP agent takes links).
+async fn attachment_block(attachment: &super::Attachment) -> Result<ContentBlock, ProviderFailure> {
+    use agent_client_protocol::v1::schema::{ImageContent, ResourceLink};
+    if attachment.is_image() {
+        let bytes = tokio::fs::read(&attachment.file)
+            .await
+            .map_err(|e| ProviderFailure::turn(format!("cannot read the attachment {}: {e}", attachment.path)))?;
+        let data = base64::Engine::encode(&base64::engine::general_purpose::STANDARD, bytes);
+        return Ok(ContentBlock::Image(ImageContent::new(data, attachment.mime.clone())));
+    }
+    let name = attachment.path.rsplit('/').next().unwrap_or_default().to_owned();
+    let uri = format!("file://{}", attachment.file.display());
+    Ok(ContentBlock::ResourceLink(
+        ResourceLink::new(name, uri).mime_type(attachment.mime.clone()).size(attachment.size as i64),
+    ))
 }
 
 impl ProviderSession for AcpSession {

@@ -150,6 +150,26 @@ struct OpenAiSession {
     setup: ProviderSetup,
 }
 
+/// The user message: plain text, or with attachments a content array —
+/// images as `image_url` data URLs, other files as their paths in the text.
+async fn user_message(text: &str, attachments: &[super::Attachment]) -> Result<Value, ProviderFailure> {
+    if attachments.is_empty() {
+        return Ok(json!({ "role": "user", "content": text }));
+    }
+    let (images, files): (Vec<&super::Attachment>, Vec<&super::Attachment>) =
+        attachments.iter().partition(|a| a.is_image());
+    let mut content = vec![json!({ "type": "text", "text": super::with_attachment_paths(text, &files) })];
+    for image in images {
+        let bytes = tokio::fs::read(&image.file)
+            .await
+            .map_err(|e| ProviderFailure::turn(format!("cannot read the attachment {}: {e}", image.path)))?;
+        let data = base64::Engine::encode(&base64::engine::general_purpose::STANDARD, bytes);
+        content
+            .push(json!({ "type": "image_url", "image_url": { "url": format!("data:{};base64,{data}", image.mime) } }));
+    }
+    Ok(json!({ "role": "user", "content": content }))
+}
+
 fn tool_functions(tools: &[pb::ToolDefinition]) -> Vec<Value> {
     tools
         .iter()
@@ -255,7 +275,7 @@ impl OpenAiSession {
         if messages.is_empty() && !self.setup.guidance.trim().is_empty() {
             messages.push(json!({ "role": "system", "content": self.setup.guidance }));
         }
-        messages.push(json!({ "role": "user", "content": turn.text }));
+        messages.push(user_message(&turn.text, &turn.attachments).await?);
         for _round in 0..self.max_rounds {
             let (completion, cancelled) =
                 self.complete(self.request_body(&messages, !prepare), sink, &turn.cancel).await?;

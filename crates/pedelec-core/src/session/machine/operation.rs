@@ -38,6 +38,20 @@ impl SessionState {
         now: Now,
         out: &mut Vec<Effect>,
     ) -> Result<Start, CoreError> {
+        self.begin_with(kind, text, &[], ids, now, out)
+    }
+
+    /// [`SessionState::begin`] for a text with attachments (public asset
+    /// paths the shell has checked), recorded with the user text.
+    pub fn begin_with(
+        &mut self,
+        kind: pb::OperationKind,
+        text: String,
+        attachments: &[String],
+        ids: (OperationId, TurnId),
+        now: Now,
+        out: &mut Vec<Effect>,
+    ) -> Result<Start, CoreError> {
         if kind == pb::OperationKind::Prepare {
             if self.status == SessionStatus::Ended {
                 return Err(CoreError::new(ErrorCode::SessionEnded, "the session has ended"));
@@ -79,7 +93,11 @@ impl SessionState {
             activities: Vec::new(),
         });
         let entry = if kind == pb::OperationKind::Prepare { "prepare" } else { "user_text" };
-        self.append(entry, serde_json::json!({ "operation_id": operation, "text": text }), now, out);
+        let mut body = serde_json::json!({ "operation_id": operation, "text": text });
+        if !attachments.is_empty() {
+            body["attachments"] = serde_json::json!(attachments);
+        }
+        self.append(entry, body, now, out);
         out.push(Effect::Save(self.record()));
         Ok(Start::New(Begun { operation, kind, turn_kind, text }))
     }
@@ -249,6 +267,10 @@ impl SessionState {
             // down, unless its runtime died (then the session is in error).
             Err(failure) if cancelled && !failure.fatal => Some((cancelled_error(), false)),
             Ok(()) if cancelled => Some((cancelled_error(), false)),
+            // Refused before the agent saw the turn: that code, as is.
+            Err(failure) if failure.code == ErrorCode::AttachmentUnsupported && !failure.fatal => {
+                Some((pb::Error::new(ErrorCode::AttachmentUnsupported, failure.message), false))
+            }
             result => turn_error(kind, result, &active.hidden),
         };
         active.hidden = String::new();
