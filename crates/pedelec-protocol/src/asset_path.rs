@@ -118,6 +118,35 @@ impl std::str::FromStr for AssetPath {
     }
 }
 
+/// Whether a file of this MIME type goes as image content when attached
+/// (the formats every image-taking provider accepts).
+pub fn is_attachable_image(mime: &str) -> bool {
+    matches!(mime, "image/png" | "image/jpeg" | "image/gif" | "image/webp")
+}
+
+/// Checks a `SendText`'s attachment list before anything is sent (the SDK
+/// locally, Core again): at most [`crate::limits::MAX_ATTACHMENTS`], each a
+/// valid public path, no path twice.
+pub fn check_attachments(paths: &[String]) -> Result<(), (crate::ErrorCode, String)> {
+    if paths.len() > crate::limits::MAX_ATTACHMENTS {
+        return Err((
+            crate::ErrorCode::InvalidArgument,
+            format!("at most {} attachments per text, not {}", crate::limits::MAX_ATTACHMENTS, paths.len()),
+        ));
+    }
+    let mut seen = std::collections::HashSet::new();
+    for path in paths {
+        let parsed = AssetPath::parse(path).map_err(|e| {
+            let shown: String = path.chars().take(200).collect();
+            (crate::ErrorCode::AssetPathInvalid, format!("attachment {shown:?}: {e}"))
+        })?;
+        if !seen.insert(parsed.as_str().to_owned()) {
+            return Err((crate::ErrorCode::InvalidArgument, format!("attachment {path:?} is listed twice")));
+        }
+    }
+    Ok(())
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -191,31 +220,3 @@ mod tests {
     }
 }
 
-/// Whether a file of this MIME type goes as image content when attached
-/// (the formats every image-taking provider accepts).
-pub fn is_attachable_image(mime: &str) -> bool {
-    matches!(mime, "image/png" | "image/jpeg" | "image/gif" | "image/webp")
-}
-
-/// Checks a `SendText`'s attachment list before anything is sent (the SDK
-/// locally, Core again): at most [`crate::limits::MAX_ATTACHMENTS`], each a
-/// valid public path, no path twice.
-pub fn check_attachments(paths: &[String]) -> Result<(), (crate::ErrorCode, String)> {
-    if paths.len() > crate::limits::MAX_ATTACHMENTS {
-        return Err((
-            crate::ErrorCode::InvalidArgument,
-            format!("at most {} attachments per text, not {}", crate::limits::MAX_ATTACHMENTS, paths.len()),
-        ));
-    }
-    let mut seen = std::collections::HashSet::new();
-    for path in paths {
-        let parsed = AssetPath::parse(path).map_err(|e| {
-            let shown: String = path.chars().take(200).collect();
-            (crate::ErrorCode::AssetPathInvalid, format!("attachment {shown:?}: {e}"))
-        })?;
-        if !seen.insert(parsed.as_str().to_owned()) {
-            return Err((crate::ErrorCode::InvalidArgument, format!("attachment {path:?} is listed twice")));
-        }
-    }
-    Ok(())
-}
