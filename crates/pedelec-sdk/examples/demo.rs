@@ -95,6 +95,12 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
         session.usage().total_tokens
     );
 
+    // A file uploaded to the session's assets goes to the agent with a text.
+    let report =
+        pedelec_sdk::assets::UploadSource::from_bytes("report.json", "application/json", br#"{"counter": 5}"#.to_vec());
+    let path = session.upload_asset(report, Some("/results/report.json")).await?;
+    println!("▶ send_text_with(…, attachments [{path}])");
+    session.send_text_with("Summarise the report.", pedelec_sdk::SendOptions { attachments: vec![path] }).await?;
     if provider == "scripted" {
         // A long, slow reply, cancelled midway: the turn rejects with
         // OPERATION_CANCELLED, what streamed stays in the transcript.
@@ -140,6 +146,9 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
 fn describe(entry: &pedelec_protocol::pb::HistoryEntry) -> String {
     use pedelec_protocol::pb::history_entry::Kind;
     match &entry.kind {
+        Some(Kind::UserText(t)) if !t.attachments.is_empty() => {
+            format!("you: {} [attached {}]", t.text.replace('\n', " ⏎ "), t.attachments.join(", "))
+        }
         Some(Kind::UserText(t)) => format!("you: {}", t.text.replace('\n', " ⏎ ")),
         Some(Kind::AssistantMessage(t)) if t.interrupted => format!("agent (cancelled): {}", t.text),
         Some(Kind::AssistantMessage(t)) => format!("agent: {}", t.text),

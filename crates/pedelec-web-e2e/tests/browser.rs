@@ -189,6 +189,24 @@ fn browser_end_to_end() {
     assert_eq!(assets["list"], json!([["/results/report.json", "report.json", body.len()]]), "{assets}");
     assert_eq!(assets["bad"], json!("ASSET_PATH_INVALID"), "{assets}");
 
+    // The uploaded file goes to the agent with a text; a bad attachment list is refused.
+    let attached = ok_value(attempt(
+        &page,
+        r##"const s = demo.session();
+           await s.sendText("summarise", { attachments: ["/results/report.json"] });
+           let bad = null;
+           try { await s.sendText("x", { attachments: ["/missing.json"] }); } catch (e) { bad = e.code; }
+           let invalid = null;
+           try { await s.sendText("x", { attachments: "/results/report.json" }); } catch (e) { invalid = e.code; }
+           return { reply: demo.state.chats[demo.state.chats.length - 1], bad, invalid };"##,
+    ));
+    assert!(
+        attached["reply"].as_str().unwrap_or_default().contains("Attachments: /results/report.json (application/json"),
+        "{attached}"
+    );
+    assert_eq!(attached["bad"], json!("ASSET_NOT_FOUND"), "{attached}");
+    assert_eq!(attached["invalid"], json!("INVALID_ARGUMENT"), "{attached}");
+
     // The transcript reads back in the page (the demo lists it page by page).
     let history = ok_value(attempt(
         &page,

@@ -135,5 +135,11 @@ async fn assets() -> Result<(), Box<dyn std::error::Error>> {
     let report: serde_json::Value = session.read_asset_json(&path).await?;
     for asset in session.list_assets().await? { println!("{} {} bytes", asset.path, asset.size); }
     assert_eq!(report["pages"], 3);
+    use pedelec_sdk::SendOptions;
+
+    let attachments = vec!["/results/report.json".to_string()];
+    session.send_text_with("Summarise the report.", SendOptions { attachments }).await?;
+    let page = session.history(pedelec_sdk::HistoryQuery::default()).await?;
+    assert!(page.entries.iter().any(|e| matches!(&e.kind, Some(pedelec_sdk::pb::history_entry::Kind::UserText(t)) if t.attachments == ["/results/report.json"])));
     Ok(())
 }

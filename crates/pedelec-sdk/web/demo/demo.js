@@ -8,7 +8,7 @@ const params = new URLSearchParams(location.search);
 const EXTENSION_ID = params.get("ext") || "ighbaanpnpjegfpbhfnaekbncchadgfe";
 
 const $ = (id) => document.getElementById(id);
-const state = { chats: [], deltas: "", statuses: [], errors: [], ended: 0, counter: 0, toolCalls: 0, activities: {}, permissions: [] };
+const state = { chats: [], deltas: "", statuses: [], errors: [], ended: 0, counter: 0, toolCalls: 0, activities: {}, permissions: [], uploaded: [] };
 let session = null;
 
 await init();
@@ -127,9 +127,9 @@ function renderActivities() {
   );
 }
 
-async function send(text) {
-  log(text, "you");
-  await session.sendText(text);
+async function send(text, attachments = []) {
+  log(attachments.length ? `${text} [${attachments.join(", ")}]` : text, "you");
+  await session.sendText(text, { attachments });
 }
 
 /** Sends `text` without waiting; resolves to how the turn ended (for the test). */
@@ -200,6 +200,7 @@ async function listSessions() {
 
 async function upload(file, targetPath) {
   const path = await session.uploadAsset(file, targetPath);
+  if (!state.uploaded.includes(path)) state.uploaded.push(path);
   await refreshAssets();
   return path;
 }
@@ -218,7 +219,9 @@ $("composer").addEventListener("submit", (e) => {
   e.preventDefault();
   const text = $("text").value;
   $("text").value = "";
-  attempt(() => send(text));
+  // With the box ticked, the uploaded files go with the text as attachments.
+  const attachments = $("attach").checked ? state.uploaded : [];
+  attempt(() => send(text, attachments));
 });
 $("cancel").addEventListener("click", () => attempt(() => session.cancel()));
 $("sessions").addEventListener("click", () => attempt(listSessions));
