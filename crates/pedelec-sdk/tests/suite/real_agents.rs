@@ -256,7 +256,10 @@ impl Rig {
             "provider": {"pedelec": {
                 "npm": "@ai-sdk/openai-compatible", "name": "Pedelec test model server",
                 "options": {"baseURL": format!("{}/v1", server.origin()), "apiKey": "pedelec-test-key"},
-                "models": {MODEL: {"name": "Pedelec test model"}}}},
+                // A vision model, as a user's would be configured: opencode
+                // drops images for a model without image input.
+                "models": {MODEL: {"name": "Pedelec test model", "attachment": true,
+                                   "modalities": {"input": ["text", "image"], "output": ["text"]}}}}},
             "model": format!("pedelec/{MODEL}"), "autoupdate": false, "share": "disabled"
         });
         std::fs::write(&config, provider.to_string()).unwrap();
@@ -986,3 +989,62 @@ async fn the_app_answers_permissions(rig: Rig, server: &ModelServer) {
 }
 
 per_agent!(permissions => super::the_app_answers_permissions);
+
+/// A real 1×1 PNG (agents may decode what they are given).
+const TINY_PNG: &[u8] = &[
+    0x89, 0x50, 0x4E, 0x47, 0x0D, 0x0A, 0x1A, 0x0A, 0x00, 0x00, 0x00, 0x0D, 0x49, 0x48, 0x44, 0x52, 0x00, 0x00, 0x00,
+    0x01, 0x00, 0x00, 0x00, 0x01, 0x08, 0x06, 0x00, 0x00, 0x00, 0x1F, 0x15, 0xC4, 0x89, 0x00, 0x00, 0x00, 0x0A, 0x49,
+    0x44, 0x41, 0x54, 0x78, 0x9C, 0x63, 0x00, 0x01, 0x00, 0x00, 0x05, 0x00, 0x01, 0x0D, 0x0A, 0x2D, 0xB4, 0x00, 0x00,
+    0x00, 0x00, 0x49, 0x45, 0x4E, 0x44, 0xAE, 0x42, 0x60, 0x82,
+];
+
+/// Attachments with a real agent: a JSON file and a PNG go with a text. The
+/// file reaches the model (as a link or path the agent passes on, or its
+/// content); the image reaches it as image content (its base64 in the model
+/// request) or as a path, or the turn is refused with ATTACHMENT_UNSUPPORTED
+/// before the agent sees it — never silently dropped.
+async fn attachments_reach_the_model(rig: Rig, server: &ModelServer) {
+    let h = AgentHarness::start(&rig.settings);
+    let client = h.client().await;
+    let session = client
+        .create_session::<String>(SessionOptions {
+            provider: Some(rig.provider.into()),
+            model: Some(rig.model.into()),
+            auto_end_on_disconnect: false,
+            ..Default::default()
+        })
+        .await
+        .unwrap();
+    let json = pedelec_sdk::assets::UploadSource::from_bytes("facts.json", "application/json", br#"{"n":7}"#.to_vec());
+    session.upload_asset(json, Some("/data/facts.json")).await.unwrap();
+    let png = pedelec_sdk::assets::UploadSource::from_bytes("dot.png", "image/png", TINY_PNG.to_vec());
+    session.upload_asset(png, Some("/screens/dot.png")).await.unwrap();
+    let attach = |path: &str| pedelec_sdk::SendOptions { attachments: vec![path.into()] };
+
+    let before = server.generations().len();
+    session.send_text_with("look at the facts", attach("/data/facts.json")).await.unwrap();
+    let bodies: Vec<String> = generations_since(server, before).iter().map(|r| r.request.body.to_string()).collect();
+    assert!(
+        bodies.iter().any(|b| b.contains("facts.json") || b.contains(r#"{\"n\":7}"#)),
+        "{}: the file reached the model: {bodies:?}",
+        rig.provider
+    );
+
+    let before = server.generations().len();
+    let sent = session.send_text_with("look at the picture", attach("/screens/dot.png")).await;
+    use base64::Engine;
+    let inline = base64::engine::general_purpose::STANDARD.encode(TINY_PNG);
+    let bodies: Vec<String> = generations_since(server, before).iter().map(|r| r.request.body.to_string()).collect();
+    let how = match &sent {
+        Err(error) if error.code == "ATTACHMENT_UNSUPPORTED" => "refused before the turn",
+        Err(error) => panic!("{}: the image turn failed: {error:?}", rig.provider),
+        Ok(()) if bodies.iter().any(|b| b.contains(&inline)) => "image content",
+        Ok(()) if bodies.iter().any(|b| b.contains("dot.png")) => "a path",
+        Ok(()) => panic!("{}: the image was dropped: {bodies:?}", rig.provider),
+    };
+    eprintln!("PEDELEC_AGENT_ATTACHMENTS {}: the image went as {how}", rig.provider);
+    session.send_text("after the attachments").await.unwrap();
+    session.end().await.unwrap();
+}
+
+per_agent!(attachments => super::attachments_reach_the_model);

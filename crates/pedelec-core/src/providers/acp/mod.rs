@@ -367,9 +367,10 @@ async fn attachment_block(attachment: &super::Attachment) -> Result<ContentBlock
     }
     let name = attachment.path.rsplit('/').next().unwrap_or_default().to_owned();
     let uri = format!("file://{}", attachment.file.display());
-    Ok(ContentBlock::ResourceLink(
-        ResourceLink::new(name, uri).mime_type(attachment.mime.clone()).size(attachment.size as i64),
-    ))
+    // No mimeType: opencode 1.18 turns a link with one into a model "file
+    // part" and refuses any type but images and PDFs; without it the agent
+    // reads the file itself.
+    Ok(ContentBlock::ResourceLink(ResourceLink::new(name, uri).size(attachment.size as i64)))
 }
 
 impl ProviderSession for AcpSession {
