@@ -105,6 +105,13 @@ struct Rig {
     _home: tempfile::TempDir,
 }
 
+impl Rig {
+    /// Options for a session on this rig's agent and model.
+    fn options<T: pedelec_sdk::ToolName>(&self) -> SessionOptions<T> {
+        SessionOptions { provider: Some(self.provider.into()), model: Some(self.model.into()), ..Default::default() }
+    }
+}
+
 /// A TOML basic string (JSON's escapes are a subset of TOML's).
 fn toml_str(s: &str) -> String {
     serde_json::to_string(s).expect("a string")
@@ -374,11 +381,9 @@ async fn scenario(rig: Rig, server: &ModelServer) -> (String, Figures) {
     let counter = Arc::new(Mutex::new(0));
     let session = client
         .create_session(SessionOptions {
-            provider: Some(rig.provider.into()),
-            model: Some(rig.model.into()),
             tools: vec![counter_tool(counter.clone()), failing_tool()],
             auto_end_on_disconnect: false,
-            ..Default::default()
+            ..rig.options()
         })
         .await
         .expect("create");
@@ -577,15 +582,7 @@ async fn codex_acp_prepares_with_a_model_codex_does_not_know() {
 async fn refused_tool_reaches_on_error(rig: Rig, server: &ModelServer, reason_says: &str) {
     let h = AgentHarness::start(&rig.settings);
     let client = h.client().await;
-    let session = client
-        .create_session(SessionOptions {
-            provider: Some(rig.provider.into()),
-            model: Some(rig.model.into()),
-            tools: vec![failing_tool()],
-            ..Default::default()
-        })
-        .await
-        .unwrap();
+    let session = client.create_session(SessionOptions { tools: vec![failing_tool()], ..rig.options() }).await.unwrap();
     let errors: Arc<Mutex<Vec<pedelec_sdk::PedelecError>>> = Arc::default();
     let seen = errors.clone();
     let _off = session.on_error(move |e, _| seen.lock().unwrap().push(e.clone()));
@@ -705,13 +702,7 @@ fn stalling_tool() -> pedelec_sdk::ToolSpec {
 async fn edges(rig: Rig, server: &ModelServer) {
     let mut h = AgentHarness::start(&rig.settings);
     let client = h.client().await;
-    let options = || SessionOptions {
-        provider: Some(rig.provider.into()),
-        model: Some(rig.model.into()),
-        tools: vec![stalling_tool()],
-        auto_end_on_disconnect: false,
-        ..Default::default()
-    };
+    let options = || SessionOptions { tools: vec![stalling_tool()], auto_end_on_disconnect: false, ..rig.options() };
     let core_pid = h.core.pid().expect("Core runs");
 
     // end() while the agent waits for a frontend tool.
@@ -794,14 +785,7 @@ async fn model_refusal_fails_the_turn(rig: Rig, _server: &ModelServer) {
     let settings = format!("turn_timeout_secs = 10\n{}", rig.settings);
     let h = AgentHarness::start(&settings);
     let client = h.client().await;
-    let session = client
-        .create_session(SessionOptions {
-            provider: Some(rig.provider.into()),
-            model: Some(rig.model.into()),
-            ..Default::default()
-        })
-        .await
-        .unwrap();
+    let session = client.create_session(SessionOptions { ..rig.options() }).await.unwrap();
     let chats = Recorder::attach(&session);
     let outcome = tokio::time::timeout(Duration::from_secs(60), session.send_text("fail 400")).await;
     let outcome = outcome.unwrap_or_else(|_| panic!("{}: a refused model request must settle the turn", rig.provider));
@@ -867,13 +851,7 @@ async fn cancel_while_the_agent_waits(rig: Rig, server: &ModelServer) {
     let h = AgentHarness::start(&rig.settings);
     let client = h.client().await;
     let session = client
-        .create_session(SessionOptions {
-            provider: Some(rig.provider.into()),
-            model: Some(rig.model.into()),
-            tools: vec![stalling_tool()],
-            auto_end_on_disconnect: false,
-            ..Default::default()
-        })
+        .create_session(SessionOptions { tools: vec![stalling_tool()], auto_end_on_disconnect: false, ..rig.options() })
         .await
         .unwrap();
     let recorder = Recorder::attach(&session);
@@ -923,11 +901,9 @@ async fn the_app_answers_permissions(rig: Rig, server: &ModelServer) {
     let client = h.client().await;
     let session = client
         .create_session::<String>(SessionOptions {
-            provider: Some(rig.provider.into()),
-            model: Some(rig.model.into()),
             permission_mode: pedelec_protocol::pb::PermissionMode::App,
             auto_end_on_disconnect: false,
-            ..Default::default()
+            ..rig.options()
         })
         .await
         .unwrap();
@@ -1007,12 +983,7 @@ async fn attachments_reach_the_model(rig: Rig, server: &ModelServer) {
     let h = AgentHarness::start(&rig.settings);
     let client = h.client().await;
     let session = client
-        .create_session::<String>(SessionOptions {
-            provider: Some(rig.provider.into()),
-            model: Some(rig.model.into()),
-            auto_end_on_disconnect: false,
-            ..Default::default()
-        })
+        .create_session::<String>(SessionOptions { auto_end_on_disconnect: false, ..rig.options() })
         .await
         .unwrap();
     let json = pedelec_sdk::assets::UploadSource::from_bytes("facts.json", "application/json", br#"{"n":7}"#.to_vec());
