@@ -131,6 +131,24 @@ pub fn turn_args(
     args
 }
 
+/// One `--input-format stream-json` user message: the text, then each image
+/// as a base64 image block; a line of JSON ending the input.
+async fn stream_json_prompt(text: &str, images: &[&super::Attachment]) -> Result<String, ProviderFailure> {
+    let mut content = vec![serde_json::json!({ "type": "text", "text": text })];
+    for image in images {
+        let bytes = tokio::fs::read(&image.file)
+            .await
+            .map_err(|e| ProviderFailure::turn(format!("cannot read the attachment {}: {e}", image.path)))?;
+        let data = base64::Engine::encode(&base64::engine::general_purpose::STANDARD, bytes);
+        content.push(serde_json::json!({
+            "type": "image",
+            "source": { "type": "base64", "media_type": image.mime, "data": data },
+        }));
+    }
+    let message = serde_json::json!({ "type": "user", "message": { "role": "user", "content": content } });
+    Ok(format!("{message}\n"))
+}
+
 /// The claude permission prompt (`AgentTools.RequestPermission`, from the
 /// bridge's permission-prompt tool): the tool claude wants to run and its
 /// input, asked of the application as a permission request with the
@@ -188,16 +206,25 @@ impl ProviderSession for ClaudeSession {
     ) -> BoxFuture<'a, Result<(), ProviderFailure>> {
         Box::pin(async move {
             let mcp_config = self.mcp_config.display().to_string();
-            let args = turn_args(&self.config, &self.setup, &mcp_config, self.session_id.as_deref());
-            let command = cli_turn::agent_command(&self.config, args, &self.setup.bridge);
-            // Attachments as paths in the workspace: Claude Code reads them
-            // with its Read tool, images included (as image content).
-            let attached: Vec<&super::Attachment> = turn.attachments.iter().collect();
-            let text = super::with_attachment_paths(&turn.text, &attached);
-            let prompt = match self.session_id {
+            let mut args = turn_args(&self.config, &self.setup, &mcp_config, self.session_id.as_deref());
+            // Other files as paths in the workspace (Claude Code reads them).
+            let (images, files): (Vec<&super::Attachment>, Vec<&super::Attachment>) =
+                turn.attachments.iter().partition(|a| a.is_image());
+            let text = super::with_attachment_paths(&turn.text, &files);
+            let text = match self.session_id {
                 None => with_guidance(&self.setup.guidance, &text),
                 Some(_) => text,
             };
+            // Images as image content: the prompt then goes as one
+            // stream-json user message (the text and the images) instead of
+            // plain text on stdin.
+            let prompt = if images.is_empty() {
+                text
+            } else {
+                args.extend(["--input-format".to_owned(), "stream-json".to_owned()]);
+                stream_json_prompt(&text, &images).await?
+            };
+            let command = cli_turn::agent_command(&self.config, args, &self.setup.bridge);
             let mut parser = ClaudeParser::new(self.total);
             let outcome =
                 cli_turn::run(&command, &self.setup.workspace, &prompt, &mut parser, sink, &turn.cancel).await;
