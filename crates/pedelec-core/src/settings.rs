@@ -19,6 +19,8 @@
 //! base_url = "http://127.0.0.1:1234/v1"
 //! api_key_env = "LMSTUDIO_KEY"        # the key itself never lives in this file
 //! model = "qwen3-coder"
+//! max_rounds = 8                      # tool-calling rounds per turn
+//! stream_idle_timeout_secs = 60       # a stream silent this long fails the turn (PROVIDER_TIMEOUT)
 //! ```
 //!
 //! A missing file means defaults; an unreadable or invalid one stops Core
@@ -61,6 +63,8 @@ pub struct ProviderOverride {
     pub api_key_env: Option<String>,
     /// Tool-calling rounds the openai agent loop may take in one turn.
     pub max_rounds: Option<u32>,
+    /// Seconds an openai stream may go without a chunk (default 60).
+    pub stream_idle_timeout_secs: Option<u64>,
 }
 
 #[derive(Debug, Clone, Default, Deserialize)]

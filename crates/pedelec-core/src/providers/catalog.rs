@@ -22,10 +22,14 @@ pub struct ProviderConfig {
     /// The variable the API key is read from at request time.
     pub api_key_env: Option<String>,
     pub max_rounds: u32,
+    /// How long an openai stream may go without a chunk before the turn fails.
+    pub stream_idle_timeout: std::time::Duration,
 }
 
 /// Tool-calling rounds per turn for the openai loop, unless configured.
 pub const DEFAULT_MAX_ROUNDS: u32 = 8;
+/// A model server silent this long mid-stream has stalled.
+pub const DEFAULT_STREAM_IDLE_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(60);
 
 fn preset(code: &str, name: &str, kind: ProviderKind, command: &[&str]) -> ProviderConfig {
     ProviderConfig {
@@ -38,6 +42,7 @@ fn preset(code: &str, name: &str, kind: ProviderKind, command: &[&str]) -> Provi
         base_url: None,
         api_key_env: None,
         max_rounds: DEFAULT_MAX_ROUNDS,
+        stream_idle_timeout: DEFAULT_STREAM_IDLE_TIMEOUT,
     }
 }
 
@@ -152,6 +157,9 @@ fn apply(config: &mut ProviderConfig, over: &ProviderOverride) -> CoreResult<()>
     }
     if let Some(rounds) = over.max_rounds {
         config.max_rounds = rounds.max(1);
+    }
+    if let Some(secs) = over.stream_idle_timeout_secs {
+        config.stream_idle_timeout = std::time::Duration::from_secs(secs.max(1));
     }
     let needs_command = matches!(config.kind, ProviderKind::Acp | ProviderKind::Codex | ProviderKind::Claude);
     if needs_command && config.command.is_empty() {

@@ -3,6 +3,7 @@
 
 use std::convert::Infallible;
 
+use futures::StreamExt;
 use http_body_util::{BodyExt, Full};
 use hyper::body::Bytes;
 use pedelec_sdk::SessionOptions;
@@ -63,6 +64,41 @@ fn answer(request: &Value) -> String {
     sse(&[chunk(json!({"role": "assistant", "content": format!("echo: {text}")}), Some("stop")), usage(12)])
 }
 
+/// How the fake deviates from a well-behaved server, by the user's text.
+enum Misbehaviour {
+    Sse(String),
+    Busy {
+        status: u16,
+        retry_after: &'static str,
+    },
+    /// One chunk, then silence with the connection open.
+    Stall(String),
+}
+
+fn last_user_text(request: &Value) -> String {
+    let messages = request["messages"].as_array().cloned().unwrap_or_default();
+    let last = messages.iter().rev().find(|m| m["role"] == "user").cloned().unwrap_or_default();
+    last["content"].as_str().unwrap_or_default().to_owned()
+}
+
+/// `cut` streams text and stops with neither a finish reason nor `[DONE]`;
+/// `garbage` sends a chunk that is not JSON; `empty` answers no choice at
+/// all; `busy N` answers 429 (Retry-After 0) N times, then well; `stall`
+/// sends one chunk and goes quiet.
+fn misbehave(text: &str, earlier: usize) -> Option<Misbehaviour> {
+    let partial = chunk(json!({"role": "assistant", "content": "half an ans"}), None);
+    match text {
+        "cut" => Some(Misbehaviour::Sse(format!("data: {partial}\n\n"))),
+        "garbage" => Some(Misbehaviour::Sse(format!("data: {partial}\n\ndata: {{not json\n\ndata: [DONE]\n\n"))),
+        "empty" => Some(Misbehaviour::Sse(sse(&[usage(30)]))),
+        "stall" => Some(Misbehaviour::Stall(format!("data: {partial}\n\n"))),
+        _ => {
+            let times: usize = text.strip_prefix("busy ")?.parse().ok()?;
+            (earlier < times).then_some(Misbehaviour::Busy { status: 429, retry_after: "0" })
+        }
+    }
+}
+
 impl FakeModel {
     async fn start() -> Self {
         let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
@@ -83,14 +119,26 @@ impl FakeModel {
                             let mut body: Value = serde_json::from_slice(&bytes).unwrap();
                             body["_path"] = json!(path);
                             body["_auth"] = json!(auth);
-                            let reply = answer(&body);
+                            let text = last_user_text(&body);
+                            let earlier = seen.lock().unwrap().iter().filter(|b| last_user_text(b) == text).count();
+                            let reply = misbehave(&text, earlier).unwrap_or_else(|| Misbehaviour::Sse(answer(&body)));
                             seen.lock().unwrap().push(body);
-                            Ok::<_, Infallible>(
-                                hyper::Response::builder()
-                                    .header("content-type", "text/event-stream")
-                                    .body(Full::new(Bytes::from(reply)))
-                                    .unwrap(),
-                            )
+                            let response = hyper::Response::builder().header("content-type", "text/event-stream");
+                            let response = match reply {
+                                Misbehaviour::Sse(sse) => response.body(Full::new(Bytes::from(sse)).boxed()),
+                                Misbehaviour::Busy { status, retry_after } => response
+                                    .status(status)
+                                    .header("retry-after", retry_after)
+                                    .body(Full::new(Bytes::from("busy")).boxed()),
+                                Misbehaviour::Stall(first) => {
+                                    let first = futures::stream::once(async move {
+                                        Ok::<_, Infallible>(hyper::body::Frame::data(Bytes::from(first)))
+                                    });
+                                    let body = http_body_util::StreamBody::new(first.chain(futures::stream::pending()));
+                                    response.body(BodyExt::boxed(body))
+                                }
+                            };
+                            Ok::<_, Infallible>(response.unwrap())
                         }
                     });
                     let _ = hyper::server::conn::http1::Builder::new()
@@ -285,4 +333,56 @@ async fn openai_sends_images_as_data_urls_and_files_as_paths() {
     use base64::Engine;
     let expected = base64::engine::general_purpose::STANDARD.encode(b"\x89PNG-bytes");
     assert_eq!(url, format!("data:image/png;base64,{expected}"));
+}
+
+/// Streams that are not whole answers fail the turn with a clear message —
+/// never a success with a damaged or empty answer — and what streamed stays
+/// visible as an interrupted message; busy answers are retried as told;
+/// a stalled stream fails after the idle timeout.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn openai_streams_that_are_not_whole_answers_fail_the_turn() {
+    let model = FakeModel::start().await;
+    let settings = format!(
+        "[providers.ollama]\nbase_url = \"{}\"\nmodel = \"qwen3\"\nstream_idle_timeout_secs = 1\n",
+        model.base_url
+    );
+    let h = Harness::with_config(Via::Grpc, &settings);
+    let client = h.client().await;
+    let session = client
+        .create_session::<String>(SessionOptions { provider: Some("ollama".into()), ..Default::default() })
+        .await
+        .unwrap();
+    let failure = |text: &'static str| {
+        let session = session.clone();
+        async move { session.send_text(text).await.expect_err(text) }
+    };
+    let cut = failure("cut").await;
+    assert_eq!(cut.code, "SEND_TEXT_FAILED");
+    assert!(cut.message.contains("ended before the model finished"), "{cut:?}");
+    let garbage = failure("garbage").await;
+    assert!(garbage.message.contains("not JSON"), "{garbage:?}");
+    let empty = failure("empty").await;
+    assert!(empty.message.contains("answered nothing"), "{empty:?}");
+    let stall = failure("stall").await;
+    assert_eq!(stall.details.as_ref().unwrap()["providerCode"], "PROVIDER_TIMEOUT", "{stall:?}");
+    assert!(stall.message.contains("idle for 1 s"), "{stall:?}");
+
+    session.send_text("busy 2").await.expect("two 429s, then an answer");
+    let busy = failure("busy 9").await;
+    assert!(busy.message.contains("HTTP 429") && busy.message.contains("after 3 retries"), "{busy:?}");
+    assert_eq!(busy.details.as_ref().unwrap()["retries"], 3);
+
+    // What streamed before each cut is in the transcript as interrupted; the
+    // stored conversation holds only the whole exchanges.
+    let page = session.history(pedelec_sdk::HistoryQuery::default()).await.unwrap();
+    let interrupted = page
+        .entries
+        .iter()
+        .filter(|e| matches!(&e.kind, Some(pedelec_sdk::pb::history_entry::Kind::AssistantMessage(m)) if m.interrupted && m.text == "half an ans"))
+        .count();
+    assert_eq!(interrupted, 3, "cut, garbage and stall: {:?}", page.entries);
+    session.send_text("hello").await.unwrap();
+    let last = model.requests().last().unwrap().clone();
+    let texts: Vec<&str> = last["messages"].as_array().unwrap().iter().filter_map(|m| m["content"].as_str()).collect();
+    assert_eq!(texts, ["busy 2", "echo: busy 2", "hello"], "failed turns left nothing in the conversation");
 }

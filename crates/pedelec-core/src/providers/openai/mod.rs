@@ -11,6 +11,14 @@
 //! `total_tokens`. The API key is read from `api_key_env` at request time;
 //! only plain `http://` endpoints are supported (local model servers): an
 //! `https://` one is reported unavailable, as this build carries no TLS.
+//!
+//! Only a whole answer counts: a stream that ends without a finish reason
+//! or `[DONE]`, a chunk that is not JSON, an answer with neither text nor a
+//! tool call, or a stream silent for `stream_idle_timeout_secs` (default
+//! 60; `PROVIDER_TIMEOUT`) fails the turn — what streamed stays in the
+//! transcript as interrupted, and the stored conversation does not take the
+//! failed exchange. HTTP 429/503 before anything streamed are retried up to
+//! three times, waiting as `Retry-After` says (at most 10 s each).
 
 mod stream;
 
@@ -130,6 +138,7 @@ impl Provider for OpenAi {
             endpoint,
             api_key,
             max_rounds: self.config.max_rounds,
+            idle_timeout: self.config.stream_idle_timeout,
             total: setup.usage_total.unwrap_or(0),
             identity,
             history,
@@ -143,11 +152,23 @@ struct OpenAiSession {
     endpoint: Endpoint,
     api_key: Option<String>,
     max_rounds: u32,
+    idle_timeout: std::time::Duration,
     total: u64,
     identity: String,
     history: Vec<Value>,
     history_file: PathBuf,
     setup: ProviderSetup,
+}
+
+/// Retries of a request the endpoint answers 429 or 503, before it fails.
+const MAX_BUSY_RETRIES: u32 = 3;
+/// The longest wait between them, whatever `Retry-After` says.
+const MAX_RETRY_WAIT: Duration = Duration::from_secs(10);
+
+/// `Retry-After` in seconds (the HTTP-date form is not worth a date parser here).
+fn retry_after(headers: &hyper::HeaderMap) -> Option<Duration> {
+    let value = headers.get(hyper::header::RETRY_AFTER)?.to_str().ok()?;
+    value.trim().parse::<f64>().ok().filter(|s| s.is_finite() && *s >= 0.0).map(Duration::from_secs_f64)
 }
 
 /// The user message: plain text, or with attachments a content array —
@@ -197,15 +218,9 @@ impl OpenAiSession {
         body
     }
 
-    /// One streamed completion; deltas reach `sink` as they arrive. A cancel
-    /// stops reading (the connection is dropped) and returns what streamed
-    /// so far, with `cancelled` set.
-    async fn complete(
-        &mut self,
-        body: Value,
-        sink: &dyn TurnSink,
-        cancel: &tokio_util::sync::CancellationToken,
-    ) -> Result<(Completion, bool), ProviderFailure> {
+    /// Sends one completion request on a fresh connection; the response's
+    /// head, its body still to stream.
+    async fn send(&self, body: &Value) -> Result<hyper::Response<hyper::body::Incoming>, ProviderFailure> {
         let failed = |m: String| ProviderFailure::turn(m);
         let stream = tokio::net::TcpStream::connect((self.endpoint.host.as_str(), self.endpoint.port))
             .await
@@ -225,23 +240,60 @@ impl OpenAiSession {
         let request = request
             .body(Full::new(Bytes::from(body.to_string())))
             .map_err(|e| failed(format!("cannot build the request: {e}")))?;
-        let response = sender.send_request(request).await.map_err(|e| failed(format!("request failed: {e}")))?;
-        let status = response.status();
-        let mut body = response.into_body();
-        if !status.is_success() {
-            let bytes = body.collect().await.map(|b| b.to_bytes()).unwrap_or_default();
+        sender.send_request(request).await.map_err(|e| failed(format!("request failed: {e}")))
+    }
+
+    /// One streamed completion; deltas reach `sink` as they arrive. A cancel
+    /// stops reading (the connection is dropped) and returns what streamed
+    /// so far, with `cancelled` set.
+    async fn complete(
+        &mut self,
+        body: Value,
+        sink: &dyn TurnSink,
+        cancel: &tokio_util::sync::CancellationToken,
+    ) -> Result<(Completion, bool), ProviderFailure> {
+        let failed = |m: String| ProviderFailure::turn(m);
+        let mut retries = 0;
+        let mut body = loop {
+            let response = self.send(&body).await?;
+            let status = response.status();
+            if status.is_success() {
+                break response.into_body();
+            }
+            // Busy or rate-limited before anything streamed: wait as told
+            // (Retry-After, bounded) and try again, a few times.
+            let busy = matches!(status.as_u16(), 429 | 503);
+            if busy && retries < MAX_BUSY_RETRIES {
+                let wait = retry_after(response.headers()).unwrap_or(Duration::from_millis(500 << retries));
+                retries += 1;
+                tokio::select! {
+                    () = tokio::time::sleep(wait.min(MAX_RETRY_WAIT)) => continue,
+                    () = cancel.cancelled() => return Ok((Completion::default(), true)),
+                }
+            }
+            let bytes = response.into_body().collect().await.map(|b| b.to_bytes()).unwrap_or_default();
             let text: String = String::from_utf8_lossy(&bytes).chars().take(500).collect();
-            let mut failure = failed(format!("the endpoint answered HTTP {status}"));
-            failure.details = json!({ "httpStatus": status.as_u16(), "body": text });
+            let after = if retries > 0 { format!(" (after {retries} retries)") } else { String::new() };
+            let mut failure = failed(format!("the endpoint answered HTTP {status}{after}"));
+            failure.details = json!({ "httpStatus": status.as_u16(), "body": text, "retries": retries });
             return Err(failure);
-        }
+        };
         let mut decoder = SseDecoder::default();
         let mut completion = Completion::default();
         let mut outcome = TurnOutcome::default();
         while !completion.done {
             let frame = tokio::select! {
-                frame = body.frame() => frame,
+                frame = tokio::time::timeout(self.idle_timeout, body.frame()) => frame,
                 () = cancel.cancelled() => return Ok((completion, true)),
+            };
+            let Ok(frame) = frame else {
+                let mut failure = ProviderFailure::coded(
+                    ErrorCode::ProviderTimeout,
+                    format!("the stream was idle for {} s", self.idle_timeout.as_secs()),
+                    false,
+                );
+                failure.details = json!({ "idleTimeoutSecs": self.idle_timeout.as_secs() });
+                return Err(failure);
             };
             let Some(frame) = frame else { break };
             let frame = frame.map_err(|e| failed(format!("the stream broke: {e}")))?;
@@ -260,6 +312,14 @@ impl OpenAiSession {
         }
         if let Some(message) = outcome.failure {
             return Err(failed(message));
+        }
+        // A stream cut short is not an answer (what streamed stays visible
+        // as interrupted; the stored conversation does not take it).
+        if !completion.done && completion.finish_reason.is_none() {
+            return Err(failed("the stream ended before the model finished (no finish_reason, no [DONE])".into()));
+        }
+        if completion.content.is_empty() && completion.finished_calls().is_empty() {
+            return Err(failed("the model answered nothing (no text and no tool call)".into()));
         }
         if let Some(tokens) = completion.total_tokens {
             self.total += tokens;

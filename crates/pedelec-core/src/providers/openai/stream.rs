@@ -85,7 +85,9 @@ impl Completion {
         }
         let chunk: Value = match serde_json::from_str(payload) {
             Ok(chunk) => chunk,
-            Err(e) => return vec![AgentEvent::Skipped { reason: format!("a stream chunk is not JSON ({e})") }],
+            // A lost chunk is a lost word or tool-call fragment: never a
+            // silently damaged answer.
+            Err(e) => return vec![AgentEvent::Failed { message: format!("a stream chunk is not JSON ({e})") }],
         };
         if let Some(message) = chunk.pointer("/error/message").and_then(Value::as_str) {
             return vec![AgentEvent::Failed { message: message.to_owned() }];
@@ -217,6 +219,6 @@ mod tests {
         assert_eq!(c.content, "Hello");
         let events = c.apply(r#"{"error":{"message":"model not loaded"}}"#);
         assert_eq!(events, vec![AgentEvent::Failed { message: "model not loaded".into() }]);
-        assert!(matches!(c.apply("not json")[0], AgentEvent::Skipped { .. }));
+        assert!(matches!(c.apply("not json")[0], AgentEvent::Failed { .. }), "a malformed chunk fails the answer");
     }
 }

@@ -284,8 +284,9 @@ impl SessionState {
         for open in &open {
             self.append("agent_activity", activity_entry(operation, open), now, out);
         }
-        if cancelled && !interrupted.is_empty() {
-            // What the user saw stream in stays in the conversation.
+        if (cancelled || error.is_some()) && !interrupted.is_empty() {
+            // What the user saw stream in stays in the transcript, marked cut
+            // short: a cancel, or a turn that failed midway.
             let body = serde_json::json!({ "operation_id": operation, "text": interrupted, "interrupted": true });
             self.append("chat", body, now, out);
         }
