@@ -6,6 +6,7 @@ use anyhow::{Context, Result, bail};
 use clap::{Parser, Subcommand};
 
 mod agents;
+mod interop;
 mod web;
 
 #[derive(Parser)]
@@ -112,6 +113,8 @@ fn ci() -> Result<()> {
     web::build()?;
     // The conformance matrix in the suite runs the real agents (it fails under CI=true without them).
     agents::install()?;
+    // The Python client of the interop test (fails under CI=true without it).
+    interop::install()?;
     // The SDK's tests start the real Core and native-host binaries, and the fake ACP agent.
     cargo(&["build", "-p", "pedelec-core", "-p", "pedelec-native-host", "-p", "pedelec-test-agents", "--bins"])?;
     if has_nextest() {

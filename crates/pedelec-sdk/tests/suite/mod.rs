@@ -10,6 +10,7 @@ mod cancel;
 mod daemon;
 mod durability;
 mod history;
+mod interop;
 mod lifecycle;
 mod permissions;
 mod prepare;

@@ -1,0 +1,132 @@
+"""A third-party client of Pedelec Core, written from proto/ and its comments alone.
+
+Generates the Python modules from proto/pedelec/v1 with grpcio-tools, then
+drives one whole session over Core's Unix socket: ping, create a session with
+a frontend tool, subscribe, send a text whose turn calls the tool, answer it,
+wait for the completion, read the history, decode errors with grpc_status
+(the pedelec.v1.Error in the google.rpc.Status details), cancel, list
+sessions, end. Prints one line per step; exits non-zero on the first failure.
+
+    python client.py SOCKET
+"""
+
+import json
+import os
+import queue
+import sys
+import tempfile
+import threading
+
+from grpc_tools import protoc
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+PROTO = os.path.join(HERE, "..", "..", "proto")
+ORIGIN = "app:python-interop"
+
+
+def generate():
+    out = tempfile.mkdtemp(prefix="pedelec-py-")
+    include = os.path.join(os.path.dirname(protoc.__file__), "_proto")
+    files = [os.path.join(PROTO, "pedelec", "v1", name) for name in ("session.proto", "core.proto")]
+    code = protoc.main(["protoc", f"-I{PROTO}", f"-I{include}", f"--python_out={out}", f"--grpc_python_out={out}", *files])
+    if code != 0:
+        sys.exit(f"protoc failed ({code})")
+    sys.path.insert(0, out)
+
+
+def check(condition, what):
+    if not condition:
+        sys.exit(f"FAILED: {what}")
+    print(f"ok: {what}")
+
+
+def main(socket):
+    generate()
+    import grpc
+    from grpc_status import rpc_status
+    from pedelec.v1 import core_pb2, core_pb2_grpc, session_pb2
+
+    # The proto's header: a plain host name as :authority.
+    channel = grpc.insecure_channel(f"unix://{socket}", options=[("grpc.default_authority", "localhost")])
+    core = core_pb2_grpc.CoreStub(channel)
+
+    pong = core.Ping(core_pb2.PingRequest(), timeout=10)
+    check(pong.version != "" and pong.pid > 0, f"Ping answers version {pong.version}")
+
+    tool = session_pb2.ToolDefinition(
+        name="lookup",
+        description="Looks a key up",
+        input_schema_json=json.dumps({"type": "object", "properties": {"key": {"type": "string"}}}),
+    )
+    created = core.CreateSession(
+        core_pb2.CreateSessionRequest(
+            provider="scripted", skills=session_pb2.Skills(tools=[tool]), caller_origin=ORIGIN, auto_end_on_disconnect=False
+        ),
+        timeout=10,
+    )
+    session_id = created.session.session_id
+    check(session_id.startswith("sess-"), "CreateSession answers a session id")
+
+    events = queue.Queue()
+    stream = core.Subscribe(core_pb2.SubscribeRequest(session_id=session_id, caller_origin=ORIGIN))
+    threading.Thread(target=lambda: [events.put(e) for e in stream], daemon=True).start()
+    first = events.get(timeout=10)
+    check(first.WhichOneof("kind") == "snapshot", "the first event is a snapshot")
+
+    accepted = core.SendText(
+        core_pb2.SendTextRequest(session_id=session_id, caller_origin=ORIGIN, text='/tool lookup {"key": "k"}'),
+        timeout=10,
+    )
+    check(accepted.operation_id != "", "SendText returns an operation id")
+    chat, completed, last_seq = None, None, first.seq
+    while completed is None:
+        event = events.get(timeout=20)
+        if event.seq <= last_seq:
+            sys.exit(f"FAILED: seq {event.seq} after {last_seq}: every event's seq grows")
+        last_seq = event.seq
+        kind = event.WhichOneof("kind")
+        if kind == "tool_call":
+            args = json.loads(event.tool_call.args_json)
+            core.SubmitToolResult(
+                core_pb2.SubmitToolResultRequest(
+                    session_id=session_id,
+                    caller_origin=ORIGIN,
+                    tool_request_id=event.tool_call.tool_request_id,
+                    result_json=json.dumps({"value": args["key"].upper()}, separators=(",", ":")),
+                ),
+                timeout=10,
+            )
+        elif kind == "chat":
+            chat = event.chat.text
+        elif kind == "operation_completed" and event.operation_id == accepted.operation_id:
+            completed = event.operation_completed
+    check(not completed.HasField("error"), "the operation completes without an error")
+    check(chat is not None and '{"value":"K"}' in chat, f"the tool's result reached the agent: {chat!r}")
+
+    history = core.GetHistory(core_pb2.GetHistoryRequest(session_id=session_id, caller_origin=ORIGIN), timeout=10)
+    kinds = [entry.WhichOneof("kind") for entry in history.entries]
+    check("tool_call" in kinds and "tool_result" in kinds and "assistant_message" in kinds, f"GetHistory: {kinds}")
+
+    # Errors: the gRPC rich error model, decoded with stock grpc_status.
+    try:
+        core.SendText(core_pb2.SendTextRequest(session_id="sess-nope", caller_origin=ORIGIN, text="x"), timeout=10)
+        check(False, "an unknown session is refused")
+    except grpc.RpcError as error:
+        status = rpc_status.from_call(error)
+        check(status is not None and len(status.details) == 1, "the status details hold one Any")
+        detail = session_pb2.Error()
+        check(status.details[0].Unpack(detail), f"the Any is a {status.details[0].type_url}")
+        check(detail.code == "THREAD_NOT_FOUND" and error.code() == grpc.StatusCode.NOT_FOUND, f"code {detail.code}")
+
+    nothing = core.Cancel(core_pb2.CancelRequest(session_id=session_id, caller_origin=ORIGIN), timeout=10)
+    check(nothing.operation_id == "", "Cancel with nothing running is a no-op")
+    listed = core.ListSessions(core_pb2.ListSessionsRequest(caller_origin=ORIGIN), timeout=10)
+    check([s.session.session_id for s in listed.sessions] == [session_id], "ListSessions: this origin's one session")
+    ended = core.End(core_pb2.EndRequest(session_id=session_id, caller_origin=ORIGIN), timeout=10)
+    check(ended.ended_now, "End ends the session")
+    stream.cancel()
+    print("PYTHON_INTEROP_OK")
+
+
+if __name__ == "__main__":
+    main(sys.argv[1])
