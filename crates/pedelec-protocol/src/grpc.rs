@@ -32,29 +32,38 @@ pub const ERROR_TYPE_URL: &str = "type.googleapis.com/pedelec.v1.Error";
 use crate::error_code::ErrorCode;
 use crate::pb;
 
+/// The coarse gRPC class of an error code (the proto's header lists it; a
+/// test keeps the two the same).
+pub fn grpc_code(code: ErrorCode) -> tonic::Code {
+    use tonic::Code;
+    match code {
+        ErrorCode::ThreadNotFound
+        | ErrorCode::AssetNotFound
+        | ErrorCode::ToolRequestNotFound
+        | ErrorCode::PermissionRequestNotFound => Code::NotFound,
+        ErrorCode::ThreadAccessDenied | ErrorCode::ToolTokenInvalid | ErrorCode::OriginNotAllowed => {
+            Code::PermissionDenied
+        }
+        ErrorCode::SessionBusy | ErrorCode::SessionEnded | ErrorCode::SessionError => Code::FailedPrecondition,
+        ErrorCode::InvalidArgument
+        | ErrorCode::TextTooLarge
+        | ErrorCode::ToolsManifestInvalid
+        | ErrorCode::WorkspaceInvalid
+        | ErrorCode::AssetPathInvalid
+        | ErrorCode::AssetTooLarge
+        | ErrorCode::ProviderNotFound => Code::InvalidArgument,
+        ErrorCode::CoreRuntimeUnavailable | ErrorCode::ProviderUnavailable => Code::Unavailable,
+        _ => Code::Internal,
+    }
+}
+
 /// The `tonic::Status` for a protocol error, clipped ([`pb::Error::bounded`])
 /// so that message and details together stay far below the 8 KiB of
 /// metadata gRPC clients accept.
 pub fn status_from_error(error: &pb::Error) -> tonic::Status {
     use tonic::Code;
     let error = &error.clone().bounded();
-    let code = match error.error_code() {
-        Some(ErrorCode::ThreadNotFound | ErrorCode::AssetNotFound | ErrorCode::ToolRequestNotFound) => Code::NotFound,
-        Some(ErrorCode::ThreadAccessDenied | ErrorCode::ToolTokenInvalid | ErrorCode::OriginNotAllowed) => {
-            Code::PermissionDenied
-        }
-        Some(ErrorCode::SessionBusy | ErrorCode::SessionEnded | ErrorCode::SessionError) => Code::FailedPrecondition,
-        Some(
-            ErrorCode::InvalidArgument
-            | ErrorCode::TextTooLarge
-            | ErrorCode::ToolsManifestInvalid
-            | ErrorCode::WorkspaceInvalid
-            | ErrorCode::AssetPathInvalid
-            | ErrorCode::ProviderNotFound,
-        ) => Code::InvalidArgument,
-        Some(ErrorCode::CoreRuntimeUnavailable | ErrorCode::ProviderUnavailable) => Code::Unavailable,
-        _ => Code::Internal,
-    };
+    let code = error.error_code().map_or(Code::Internal, grpc_code);
     let details = RpcStatus {
         code: code as i32,
         message: error.message.clone(),
@@ -107,6 +116,37 @@ pub async fn uds_channel(socket: &std::path::Path) -> Result<tonic::transport::C
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// The proto's header documents each code's gRPC class: every code is
+    /// listed there, under the class `grpc_code` gives it.
+    #[test]
+    fn the_proto_documents_every_codes_grpc_class() {
+        let proto = include_str!("../../../proto/pedelec/v1/core.proto");
+        let header: String = proto.lines().take_while(|l| l.starts_with("//")).collect::<Vec<_>>().join("\n");
+        for &code in ErrorCode::ALL {
+            let class = format!("{:?}", grpc_code(code));
+            let class: String = class.chars().enumerate().fold(String::new(), |mut out, (i, c)| {
+                if c.is_uppercase() && i > 0 {
+                    out.push('_');
+                }
+                out.push(c.to_ascii_uppercase());
+                out
+            });
+            let line = header
+                .lines()
+                .find(|l| l.contains(&format!("//   {class}:")))
+                .unwrap_or_else(|| panic!("the proto header has no line for {class}"));
+            let listed = line.contains(code.as_str())
+                || header
+                    .lines()
+                    .skip_while(|l| *l != line)
+                    .skip(1)
+                    .take_while(|l| l.starts_with("//     "))
+                    .any(|l| l.contains(code.as_str()));
+            let internal_by_default = class == "INTERNAL";
+            assert!(listed || internal_by_default, "{code} ({class}) is not listed under {class} in core.proto");
+        }
+    }
 
     #[test]
     fn errors_survive_the_status_round_trip() {
