@@ -95,4 +95,8 @@ impl Transport for GrpcTransport {
     fn spawn(&self, task: BoxFuture<'static, ()>) {
         tokio::spawn(task);
     }
+
+    fn sleep(&self, duration: std::time::Duration) -> BoxFuture<'static, ()> {
+        Box::pin(tokio::time::sleep(duration))
+    }
 }

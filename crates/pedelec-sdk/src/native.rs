@@ -249,4 +249,8 @@ impl Transport for NativeMessagingTransport {
     fn spawn(&self, task: BoxFuture<'static, ()>) {
         tokio::spawn(task);
     }
+
+    fn sleep(&self, duration: std::time::Duration) -> BoxFuture<'static, ()> {
+        Box::pin(tokio::time::sleep(duration))
+    }
 }

@@ -560,6 +560,18 @@ struct Dispatch {
     draining: bool,
 }
 
+/// How often a tool result is tried before its failure is reported.
+const SUBMIT_ATTEMPTS: u32 = 5;
+
+/// Whether an error means the request may not have reached Core (worth
+/// another try), not that Core refused it.
+fn is_delivery_failure(error: &PedelecError) -> bool {
+    matches!(
+        ErrorCode::parse(&error.code),
+        Some(ErrorCode::TransportError | ErrorCode::TransportDetached | ErrorCode::CoreRuntimeUnavailable)
+    )
+}
+
 /// Wakes `cancel()` calls once the start's answer has reached the machine
 /// (dropped right after it did, or on any early return before).
 struct StartAnswered<'a>(&'a Inner);
@@ -877,6 +889,28 @@ impl Inner {
         }));
     }
 
+    /// Submits a tool result, again after a failure to deliver it (the
+    /// transport failed, Core restarted): a handler's answer is not lost to
+    /// one bad moment and the turn does not wait for `TOOL_TIMEOUT`. Core's
+    /// own refusals (the request is settled, the answer is malformed) are
+    /// final. At most [`SUBMIT_ATTEMPTS`] attempts, backing off.
+    async fn submit_with_retries(&self, submit: pb::SubmitToolResultRequest) -> Result<(), PedelecError> {
+        let mut wait = std::time::Duration::from_millis(100);
+        let mut attempt = 1;
+        loop {
+            match self.transport.call(Call::SubmitToolResult(submit.clone())).await {
+                Ok(_) => return Ok(()),
+                Err(error) if attempt < SUBMIT_ATTEMPTS && is_delivery_failure(&error) => {
+                    tracing::debug!(%error, attempt, "retrying a tool result");
+                    crate::transport::sleep(&*self.transport, wait).await;
+                    wait *= 2;
+                    attempt += 1;
+                }
+                Err(error) => return Err(error),
+            }
+        }
+    }
+
     fn invoke_tool(self: &Arc<Self>, request: ToolRequest, ctx: ToolCallContext) {
         let handler = lock(&self.handlers).tool(&request.tool);
         let inner = self.clone();
@@ -908,7 +942,7 @@ impl Inner {
                 tool_request_id: request.tool_request_id.to_string(),
                 outcome: Some(outcome),
             };
-            if let Err(error) = inner.transport.call(Call::SubmitToolResult(submit)).await {
+            if let Err(error) = inner.submit_with_retries(submit).await {
                 let mut wrapped = PedelecError::new(
                     ErrorCode::SubmitToolResultFailed,
                     format!("could not submit the result of {}: {}", request.tool, error.message),

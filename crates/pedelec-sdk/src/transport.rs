@@ -23,6 +23,14 @@ pub trait Transport: Send + Sync + 'static {
     fn subscribe(&self, request: pb::SubscribeRequest) -> BoxFuture<'static, Result<EventStream, PedelecError>>;
     /// Runs background work (event loops, tool handlers).
     fn spawn(&self, task: BoxFuture<'static, ()>);
+    /// Resolves after `duration` on the transport's own clock (tokio
+    /// natively, `setTimeout` in the browser): retries back off with it.
+    fn sleep(&self, duration: std::time::Duration) -> BoxFuture<'static, ()>;
+}
+
+/// [`Transport::sleep`] through a trait object.
+pub fn sleep(transport: &dyn Transport, duration: std::time::Duration) -> BoxFuture<'static, ()> {
+    transport.sleep(duration)
 }
 
 /// A reply of the wrong kind for its call.

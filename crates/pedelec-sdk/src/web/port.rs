@@ -425,4 +425,8 @@ impl Transport for PortTransport {
     fn spawn(&self, task: BoxFuture<'static, ()>) {
         wasm_bindgen_futures::spawn_local(task);
     }
+
+    fn sleep(&self, duration: std::time::Duration) -> BoxFuture<'static, ()> {
+        Box::pin(Local(sleep(duration.as_millis().min(i32::MAX as u128) as i32)))
+    }
 }

@@ -223,3 +223,61 @@ async fn the_turn_timeout_stops_counting_while_the_turn_waits_for_a_tool() {
     let err = session.send_text("/sleep 3000").await.unwrap_err();
     assert_eq!(err.details.as_ref().and_then(|d| d["providerCode"].as_str()), Some("PROVIDER_TIMEOUT"), "{err:?}");
 }
+
+/// A transport whose first `failures` tool-result submits fail to deliver.
+struct FlakySubmits {
+    inner: pedelec_sdk::grpc::GrpcTransport,
+    failures: std::sync::atomic::AtomicU32,
+}
+
+impl pedelec_sdk::transport::Transport for FlakySubmits {
+    fn call(
+        &self,
+        call: pedelec_sdk::transport::Call,
+    ) -> pedelec_sdk::transport::BoxFuture<'static, Result<pedelec_sdk::transport::Reply, pedelec_sdk::PedelecError>>
+    {
+        use std::sync::atomic::Ordering;
+        if matches!(call, pedelec_sdk::transport::Call::SubmitToolResult(_))
+            && self.failures.fetch_update(Ordering::SeqCst, Ordering::SeqCst, |n| n.checked_sub(1)).is_ok()
+        {
+            let lost = pedelec_sdk::PedelecError::new(
+                pedelec_sdk::ErrorCode::TransportError,
+                "the request was lost on the way",
+            );
+            return Box::pin(async move { Err(lost) });
+        }
+        self.inner.call(call)
+    }
+    fn subscribe(
+        &self,
+        request: pb::SubscribeRequest,
+    ) -> pedelec_sdk::transport::BoxFuture<
+        'static,
+        Result<pedelec_sdk::transport::EventStream, pedelec_sdk::PedelecError>,
+    > {
+        self.inner.subscribe(request)
+    }
+    fn spawn(&self, task: pedelec_sdk::transport::BoxFuture<'static, ()>) {
+        self.inner.spawn(task)
+    }
+    fn sleep(&self, duration: Duration) -> pedelec_sdk::transport::BoxFuture<'static, ()> {
+        self.inner.sleep(duration)
+    }
+}
+
+/// A tool result that failed to reach Core is submitted again: the turn gets
+/// the handler's answer, not TOOL_TIMEOUT, and nothing is reported failed.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_tool_result_lost_on_the_way_is_submitted_again() {
+    let h = Harness::start();
+    let inner = pedelec_sdk::grpc::GrpcTransport::connect(h.socket()).await.unwrap();
+    let transport = FlakySubmits { inner, failures: std::sync::atomic::AtomicU32::new(2) };
+    let client = Pedelec::with_transport(Arc::new(transport), ORIGIN);
+    let (session, counter) = counter_session(&client).await;
+    let recorder = Recorder::attach(&session);
+    session.send_text("/tool update_counter {\"delta\": 4}").await.unwrap();
+    assert_eq!(*counter.lock().unwrap(), 4);
+    let lines = recorder.lines();
+    assert!(lines.iter().any(|l| l.contains(r#"Tool update_counter returned {\"value\":4}"#)), "{lines:?}");
+    assert_eq!(recorder.count("error "), 0, "{lines:?}");
+}
