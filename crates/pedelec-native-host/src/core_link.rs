@@ -187,4 +187,8 @@ impl Transport for CoreLink {
     fn spawn(&self, task: BoxFuture<'static, ()>) {
         tokio::spawn(task);
     }
+
+    fn sleep(&self, duration: std::time::Duration) -> BoxFuture<'static, ()> {
+        Box::pin(tokio::time::sleep(duration))
+    }
 }
