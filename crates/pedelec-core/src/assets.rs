@@ -39,8 +39,10 @@ struct Ticket {
     expires: Instant,
 }
 
-/// One upload slot per session: the ticket id that holds it, and until when an unused ticket may hold it.
-type Slots = HashMap<String, (String, Option<Instant>)>;
+/// One upload slot per session: the token of the ticket whose upload is
+/// running. A ticket takes the slot when its upload starts, not when it is
+/// issued, so an unused ticket blocks nobody.
+type Slots = HashMap<String, String>;
 
 /// The loopback transfer server and its tickets.
 pub struct AssetServer {
@@ -294,18 +296,8 @@ impl AssetServer {
             parse_path(&request.target_path)?
         };
         let ticket_id_token = random_hex(32);
-        {
-            let mut slots = self.lock_slots();
-            let now = Instant::now();
-            if let Some((_, Some(until))) = slots.get(session_id)
-                && *until <= now
-            {
-                slots.remove(session_id);
-            }
-            if slots.contains_key(session_id) {
-                return Err(coded(ErrorCode::SessionBusy, "another upload is running for this session"));
-            }
-            slots.insert(session_id.to_owned(), (ticket_id_token.clone(), Some(now + self.ticket_ttl)));
+        if self.lock_slots().contains_key(session_id) {
+            return Err(coded(ErrorCode::SessionBusy, "another upload is running for this session"));
         }
         let ticket = Ticket {
             token: ticket_id_token,
@@ -369,24 +361,29 @@ impl AssetServer {
     }
 
     /// The session ended: its unused tickets are void (the seed: an ended
-    /// session cannot upload or read assets), and the upload slot an unused
-    /// ticket held is free. A transfer already under way runs to its end.
+    /// session cannot upload or read assets). A transfer already under way
+    /// runs to its end (and then frees the upload slot).
     pub fn revoke_session(&self, session_id: &str) {
-        let revoked: Vec<String> = {
-            let mut tickets = self.lock_tickets();
-            let ids: Vec<String> =
-                tickets.iter().filter(|(_, t)| t.session_id == session_id).map(|(id, _)| id.clone()).collect();
-            ids.iter().filter_map(|id| tickets.remove(id)).map(|t| t.token).collect()
-        };
-        for token in revoked {
-            self.release_slot(session_id, &token);
-        }
+        self.lock_tickets().retain(|_, t| t.session_id != session_id);
     }
 
     fn release_slot(&self, session_id: &str, token: &str) {
         let mut slots = self.lock_slots();
-        if slots.get(session_id).is_some_and(|(t, _)| t == token) {
+        if slots.get(session_id).is_some_and(|t| t == token) {
             slots.remove(session_id);
+        }
+    }
+
+    /// Takes the session's upload slot for `token`'s upload; `false` when
+    /// another upload of the session is running.
+    fn take_slot(&self, session_id: &str, token: &str) -> bool {
+        let mut slots = self.lock_slots();
+        match slots.get(session_id) {
+            Some(running) => running == token,
+            None => {
+                slots.insert(session_id.to_owned(), token.to_owned());
+                true
+            }
         }
     }
 
@@ -446,12 +443,15 @@ impl AssetServer {
         };
         let response = match (&ticket.kind, request.method()) {
             (TicketKind::Upload { target, size }, &Method::PUT) => {
-                {
-                    // The slot is now held by a running upload, whatever its ticket's expiry.
-                    let mut slots = self.lock_slots();
-                    if let Some(slot) = slots.get_mut(&ticket.session_id) {
-                        slot.1 = None;
-                    }
+                if !self.take_slot(&ticket.session_id, &ticket.token) {
+                    // Unused, so still good once the running upload is over.
+                    self.lock_tickets().insert(id, ticket);
+                    return error_response(
+                        StatusCode::CONFLICT,
+                        ErrorCode::SessionBusy,
+                        "another upload is running for this session",
+                        cors.as_deref(),
+                    );
                 }
                 let result = receive(request, &ticket, target, *size).await;
                 self.release_slot(&ticket.session_id, &ticket.token);

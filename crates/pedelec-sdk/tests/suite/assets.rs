@@ -151,6 +151,38 @@ async fn raw_http(
     String::from_utf8_lossy(&response).split(' ').nth(1).and_then(|c| c.parse().ok()).unwrap_or(0)
 }
 
+/// A PUT of `size` bytes of which only `first` are sent yet: the upload runs.
+async fn start_upload(url: &str, token: &str, size: u64, first: &[u8]) -> tokio::net::TcpStream {
+    let rest = url.strip_prefix("http://").unwrap();
+    let (addr, path) = rest.split_once('/').unwrap();
+    let mut stream = tokio::net::TcpStream::connect(addr).await.unwrap();
+    let head = format!(
+        "PUT /{path} HTTP/1.1\r\nHost: 127.0.0.1\r\nAuthorization: Bearer {token}\r\nContent-Length: {size}\r\nConnection: close\r\n\r\n"
+    );
+    stream.write_all(head.as_bytes()).await.unwrap();
+    stream.write_all(first).await.unwrap();
+    stream
+}
+
+/// Sends the rest of a started upload and expects 201.
+async fn finish_upload(mut stream: tokio::net::TcpStream, rest: &[u8]) {
+    stream.write_all(rest).await.unwrap();
+    let mut response = Vec::new();
+    let _ = stream.read_to_end(&mut response).await;
+    assert!(String::from_utf8_lossy(&response).starts_with("HTTP/1.1 201"), "{}", String::from_utf8_lossy(&response));
+}
+
+/// Waits (bounded) until Core refuses a new upload ticket as busy.
+async fn eventually_busy(raw: &mut pb::core_client::CoreClient<tonic::transport::Channel>, s: &PedelecSession) {
+    for _ in 0..200 {
+        if upload_ticket(raw, s, "/probe.txt", 1).await.is_err_and(|code| code == "SESSION_BUSY") {
+            return;
+        }
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    panic!("a running upload never made the session busy");
+}
+
 async fn raw_http_chunked(url: &str, token: &str, body: &[u8]) -> u16 {
     let rest = url.strip_prefix("http://").unwrap();
     let (addr, path) = rest.split_once('/').unwrap();
@@ -204,11 +236,17 @@ async fn tickets_are_single_use_secret_and_one_upload_runs_at_a_time() {
     let ticket = upload_ticket(&mut raw, &s, "/t.txt", 3).await.unwrap();
     assert!(ticket.url.starts_with("http://127.0.0.1:"));
     assert_eq!(ticket.token.len(), 64, "256-bit token");
-    assert_eq!(
-        upload_ticket(&mut raw, &s, "/other.txt", 3).await.unwrap_err(),
-        "SESSION_BUSY",
-        "one upload per session"
-    );
+    // An unused ticket holds nothing: a second one may be issued.
+    let other = upload_ticket(&mut raw, &s, "/other.txt", 3).await.expect("an unused ticket blocks nobody");
+    // One upload runs at a time: while one is under way, a new ticket and
+    // the other ticket's upload are refused (that ticket stays usable).
+    let running = upload_ticket(&mut raw, &s, "/slow.bin", 10).await.unwrap();
+    let held = start_upload(&running.url, &running.token, 10, b"12345").await;
+    eventually_busy(&mut raw, &s).await;
+    assert_eq!(raw_http(&other.url, "PUT", &other.token, Some(3), b"xyz", false).await, 409, "another upload runs");
+    finish_upload(held, b"67890").await;
+    assert_eq!(s.read_asset_text("/slow.bin").await.unwrap(), "1234567890");
+    assert_eq!(raw_http(&other.url, "PUT", &other.token, Some(3), b"xyz", false).await, 201, "the ticket stayed good");
     assert_eq!(raw_http(&ticket.url, "PUT", &"0".repeat(64), Some(3), b"abc", false).await, 401, "wrong token");
     assert_eq!(raw_http(&ticket.url, "PUT", &ticket.token, Some(3), b"abc", false).await, 201);
     assert_eq!(
@@ -337,7 +375,7 @@ async fn an_expired_ticket_is_refused_and_frees_the_upload_slot() {
     tokio::time::sleep(Duration::from_millis(400)).await;
     assert_eq!(raw_http(&ticket.url, "PUT", &ticket.token, Some(1), b"x", false).await, 410);
     assert_eq!(raw_http(&download.url, "GET", &download.token, None, b"", false).await, 410);
-    assert!(upload_ticket(&mut raw, &s, "/next.txt", 1).await.is_ok(), "an expired ticket no longer holds the slot");
+    assert!(upload_ticket(&mut raw, &s, "/next.txt", 1).await.is_ok(), "an expired ticket holds nothing");
     assert!(s.list_assets().await.unwrap().iter().all(|a| a.path != "/late.txt"));
 }
 
