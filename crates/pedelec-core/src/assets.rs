@@ -1,4 +1,4 @@
-//! Session assets: the files under `<runtime>/assets/`, named by public
+//! Session assets: the files under `<ws>/.pedelec-runtime/assets/`, named by public
 //! paths, listed by the seed's rules, and moved over Core's 127.0.0.1
 //! transfer server with single-use tickets — never through gRPC bodies.
 
@@ -35,7 +35,6 @@ struct Ticket {
     session_id: String,
     origin: String,
     assets_root: PathBuf,
-    runtime: PathBuf,
     expires: Instant,
 }
 
@@ -86,9 +85,9 @@ fn parse_path(text: &str) -> CoreResult<AssetPath> {
 /// A file of the session's assets sent with a text: the path rules of the
 /// seed (no symlinks, regular files only), and images within
 /// [`limits::MAX_IMAGE_ATTACHMENT_BYTES`] (they travel inline).
-pub fn attachment(runtime: &Path, text: &str) -> CoreResult<crate::providers::Attachment> {
+pub fn attachment(assets_root: &Path, text: &str) -> CoreResult<crate::providers::Attachment> {
     let path = parse_path(text)?;
-    let (file, meta) = regular_file(&runtime.join("assets"), &path)?;
+    let (file, meta) = regular_file(assets_root, &path)?;
     let mime = mime_for(path.file_name()).to_owned();
     if pedelec_protocol::asset_path::is_attachable_image(&mime) && meta.len() > limits::MAX_IMAGE_ATTACHMENT_BYTES {
         return Err(coded(ErrorCode::AssetTooLarge, format!("the image {path} is over the 20 MiB attachment limit")));
@@ -279,7 +278,7 @@ impl AssetServer {
         &self,
         session_id: &str,
         origin: &str,
-        runtime: &Path,
+        assets_root: &Path,
         request: &pb::CreateAssetUploadRequest,
     ) -> CoreResult<pb::AssetTicket> {
         if request.size > limits::MAX_ASSET_BYTES {
@@ -289,7 +288,6 @@ impl AssetServer {
                 serde_json::json!({ "limit": limits::MAX_ASSET_BYTES }),
             ));
         }
-        let assets_root = runtime.join("assets");
         let target = if request.target_path.is_empty() {
             self.derive_path(&assets_root, &request.file_name)?
         } else {
@@ -304,8 +302,7 @@ impl AssetServer {
             kind: TicketKind::Upload { target: target.clone(), size: request.size },
             session_id: session_id.to_owned(),
             origin: origin.to_owned(),
-            assets_root,
-            runtime: runtime.to_owned(),
+            assets_root: assets_root.to_owned(),
             expires: Instant::now() + self.ticket_ttl,
         };
         Ok(self.issue(ticket, None, &target))
@@ -332,11 +329,10 @@ impl AssetServer {
         &self,
         session_id: &str,
         origin: &str,
-        runtime: &Path,
+        assets_root: &Path,
         path: &str,
     ) -> CoreResult<pb::AssetTicket> {
         let path = parse_path(path)?;
-        let assets_root = runtime.join("assets");
         let (_, meta) = regular_file(&assets_root, &path)?;
         if meta.len() > limits::MAX_ASSET_BYTES {
             return Err(coded(ErrorCode::AssetTooLarge, format!("{path} is over the 100 MiB read limit")));
@@ -353,8 +349,7 @@ impl AssetServer {
             kind: TicketKind::Download { path: path.clone() },
             session_id: session_id.to_owned(),
             origin: origin.to_owned(),
-            assets_root,
-            runtime: runtime.to_owned(),
+            assets_root: assets_root.to_owned(),
             expires: Instant::now() + self.ticket_ttl,
         };
         Ok(self.issue(ticket, Some(asset), &path))
@@ -500,7 +495,10 @@ async fn receive(request: Request<Incoming>, ticket: &Ticket, target: &AssetPath
     {
         return Err(upload_failed(format!("Content-Length {declared} does not match the ticket's {size} bytes")));
     }
-    let temp = ticket.runtime.join(format!("{RESERVED_PREFIX}upload-{}", random_hex(8)));
+    // Beside the assets directory, on its filesystem, so the rename into
+    // place is atomic; out of the listing's reach.
+    let beside = ticket.assets_root.parent().unwrap_or(&ticket.assets_root);
+    let temp = beside.join(format!("{RESERVED_PREFIX}upload-{}", random_hex(8)));
     let result = async {
         std::fs::create_dir_all(&ticket.assets_root).map_err(|e| upload_failed(e.to_string()))?;
         let file = std::fs::File::create(&temp).map_err(|e| upload_failed(e.to_string()))?;

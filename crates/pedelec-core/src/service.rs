@@ -99,7 +99,7 @@ impl Core for CoreService {
         let request = request.into_inner();
         let session = self.usable_for_assets(&request.session_id, &request.caller_origin)?;
         let assets = &self.registry.shared.assets;
-        Ok(Response::new(assets.create_upload(&session.id, &session.origin, &session.workspace.runtime, &request)?))
+        Ok(Response::new(assets.create_upload(&session.id, &session.origin, &session.workspace.assets(), &request)?))
     }
 
     async fn create_asset_download(&self, request: Request<pb::CreateAssetDownloadRequest>) -> Reply<pb::AssetTicket> {
@@ -109,7 +109,7 @@ impl Core for CoreService {
         Ok(Response::new(assets.create_download(
             &session.id,
             &session.origin,
-            &session.workspace.runtime,
+            &session.workspace.assets(),
             &request.path,
         )?))
     }

@@ -3,7 +3,9 @@
 //!
 //! A managed workspace (no `workspace.path`) is `<state>/workspaces/<session>`;
 //! its runtime directory is `<ws>/.pedelec-runtime`. An explicit workspace may
-//! be shared by several sessions, so each gets `<ws>/.pedelec-runtime/sessions/<session>`.
+//! be shared by several sessions, so each gets `<ws>/.pedelec-runtime/sessions/<session>`
+//! for its own files (the manifest); the public assets are
+//! `<ws>/.pedelec-runtime/assets/` for every session of the workspace.
 
 use std::collections::HashSet;
 use std::path::{Path, PathBuf};
@@ -35,8 +37,10 @@ impl Workspace {
         Self::new(PathBuf::from(root), managed, session_id)
     }
 
+    /// The public assets: `<ws>/.pedelec-runtime/assets/`, shared by the
+    /// sessions of an explicit workspace (the seed's layout).
     pub fn assets(&self) -> PathBuf {
-        self.runtime.join("assets")
+        self.root.join(RUNTIME_DIR).join("assets")
     }
 
     /// Resolves a create request's workspace, creating a managed one when no path is given.
@@ -75,7 +79,9 @@ impl Workspace {
 
     /// Creates the runtime directory and writes the skill/tool manifest.
     pub fn write_manifest(&self, skills: &pb::Skills) -> CoreResult<()> {
-        std::fs::create_dir_all(self.assets()).map_err(|e| CoreError::io("creating the runtime directory", e))?;
+        for dir in [&self.runtime, &self.assets()] {
+            std::fs::create_dir_all(dir).map_err(|e| CoreError::io("creating the runtime directory", e))?;
+        }
         let path = self.runtime.join(MANIFEST);
         std::fs::write(&path, json::to_json(skills)).map_err(|e| CoreError::io("writing the tool manifest", e))
     }

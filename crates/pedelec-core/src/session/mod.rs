@@ -425,9 +425,9 @@ impl Session {
         if let Err((code, message)) = pedelec_protocol::asset_path::check_attachments(&attachments) {
             return Err(crate::error::CoreError::new(code, message));
         }
-        let runtime = self.workspace.runtime.clone();
+        let assets_root = self.workspace.assets();
         let files = tokio::task::spawn_blocking(move || {
-            attachments.iter().map(|path| crate::assets::attachment(&runtime, path)).collect::<CoreResult<Vec<_>>>()
+            attachments.iter().map(|path| crate::assets::attachment(&assets_root, path)).collect::<CoreResult<Vec<_>>>()
         })
         .await
         .map_err(|e| {

@@ -448,3 +448,27 @@ async fn a_file_that_grew_past_the_read_limit_after_its_ticket_is_refused() {
     file.set_len(limits::MAX_ASSET_BYTES + 1).unwrap();
     assert_eq!(raw_http(&ticket.url, "GET", &ticket.token, None, b"", false).await, 413);
 }
+
+/// The seed's layout: an explicit workspace keeps its public assets in
+/// `<ws>/.pedelec-runtime/assets/`, shared by the sessions working there.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_explicit_workspace_shares_its_assets_between_sessions() {
+    let h = Harness::start();
+    let client = h.client().await;
+    let ws = tempfile::tempdir().unwrap();
+    let options = || SessionOptions { workspace_path: Some(ws.path().to_path_buf()), ..Default::default() };
+    let first = client.create_session::<String>(options()).await.unwrap();
+    let second = client.create_session::<String>(options()).await.unwrap();
+    first.upload_asset(bytes("notes.txt", b"shared"), Some("/docs/notes.txt")).await.unwrap();
+    let on_disk = ws.path().join(".pedelec-runtime/assets/docs/notes.txt");
+    assert_eq!(std::fs::read_to_string(&on_disk).unwrap(), "shared", "the seed's path");
+    assert_eq!(second.read_asset_text("/docs/notes.txt").await.unwrap(), "shared");
+    let listed: Vec<String> = second.list_assets().await.unwrap().into_iter().map(|a| a.path).collect();
+    assert_eq!(listed, ["/docs/notes.txt"]);
+    let leftovers: Vec<_> = std::fs::read_dir(ws.path().join(".pedelec-runtime"))
+        .unwrap()
+        .flatten()
+        .filter(|e| e.file_name().to_string_lossy().starts_with(".pedelec-upload"))
+        .collect();
+    assert!(leftovers.is_empty(), "no upload temp file left: {leftovers:?}");
+}

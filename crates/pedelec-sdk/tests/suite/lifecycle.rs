@@ -240,10 +240,11 @@ async fn managed_and_explicit_workspaces(via: Via) {
     let b = client.create_session(options()).await.unwrap();
     for s in [&a, &b] {
         assert!(
-            shared.path().join(".pedelec-runtime/sessions").join(s.session_id()).join("assets").is_dir(),
-            "per-session runtime dir"
+            shared.path().join(".pedelec-runtime/sessions").join(s.session_id()).join(".pedelec-skills.json").is_file(),
+            "a per-session runtime dir for the session's own files"
         );
     }
+    assert!(shared.path().join(".pedelec-runtime/assets").is_dir(), "the seed's shared assets dir");
     a.end().await.unwrap();
     assert!(shared.path().is_dir(), "end never deletes a workspace");
     assert!(managed_dir.is_dir(), "end does not delete a managed workspace either");
