@@ -289,7 +289,7 @@ impl AssetServer {
             ));
         }
         let target = if request.target_path.is_empty() {
-            self.derive_path(&assets_root, &request.file_name)?
+            self.derive_path(assets_root, &request.file_name)?
         } else {
             parse_path(&request.target_path)?
         };
@@ -333,7 +333,7 @@ impl AssetServer {
         path: &str,
     ) -> CoreResult<pb::AssetTicket> {
         let path = parse_path(path)?;
-        let (_, meta) = regular_file(&assets_root, &path)?;
+        let (_, meta) = regular_file(assets_root, &path)?;
         if meta.len() > limits::MAX_ASSET_BYTES {
             return Err(coded(ErrorCode::AssetTooLarge, format!("{path} is over the 100 MiB read limit")));
         }
