@@ -16,6 +16,8 @@ pub struct CoreConfig {
     pub asset_ticket_ttl: Duration,
     /// Where `config.toml` (the settings) lives.
     pub config_dir: PathBuf,
+    /// How many connections at once, and how long a silent one may stay.
+    pub connections: crate::connections::Limits,
 }
 
 impl CoreConfig {
@@ -30,6 +32,7 @@ impl CoreConfig {
             disconnect_grace,
             asset_ticket_ttl: pedelec_protocol::limits::ASSET_TICKET_TTL,
             config_dir: crate::settings::Settings::default_dir(),
+            connections: crate::connections::Limits::default(),
         }
     }
 

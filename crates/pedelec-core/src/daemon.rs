@@ -131,9 +131,13 @@ pub async fn serve(config: CoreConfig) -> CoreResult<()> {
     tracing::info!(socket = %config.socket.display(), restored, elapsed_ms = started.elapsed().as_millis() as u64, "Core serving");
     println!("pedelec-core listening on {}", config.socket.display());
 
-    let incoming = tokio_stream::wrappers::UnixListenerStream::new(listener);
+    let incoming = crate::connections::incoming(listener, config.connections);
     let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
     let server = tonic::transport::Server::builder()
+        // A connection whose peer stopped answering (half-open) is ended
+        // instead of holding its descriptor and slot for ever.
+        .http2_keepalive_interval(Some(std::time::Duration::from_secs(30)))
+        .http2_keepalive_timeout(Some(std::time::Duration::from_secs(20)))
         .add_service(pedelec_protocol::with_message_limits!(CoreServer::new(CoreService {
             registry: registry.clone()
         })))

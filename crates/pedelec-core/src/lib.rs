@@ -8,6 +8,7 @@
 pub mod assets;
 pub mod bridge;
 pub mod config;
+pub mod connections;
 pub mod daemon;
 pub mod error;
 pub mod history;

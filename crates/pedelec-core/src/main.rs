@@ -35,6 +35,12 @@ enum Command {
         /// Directory of config.toml, the settings (default: $XDG_CONFIG_HOME/pedelec).
         #[arg(long, env = "PEDELEC_CONFIG_DIR")]
         config_dir: Option<PathBuf>,
+        /// Connections at most at once; one more is closed at once.
+        #[arg(long, default_value_t = pedelec_core::connections::DEFAULT_MAX_CONNECTIONS)]
+        max_connections: usize,
+        /// How long a new connection may stay silent before it is closed.
+        #[arg(long, default_value_t = 10_000)]
+        handshake_timeout_ms: u64,
     },
     /// Serve the session's frontend tools to an agent as a stdio MCP server
     /// (started by agents from the configuration Core gives them; reads
@@ -61,9 +67,22 @@ fn main() -> std::process::ExitCode {
         .with_writer(std::io::stderr)
         .init();
     match Cli::parse().command {
-        Command::Serve { socket, state_dir, disconnect_grace_ms, asset_ticket_ttl_ms, worker_threads, config_dir } => {
+        Command::Serve {
+            socket,
+            state_dir,
+            disconnect_grace_ms,
+            asset_ticket_ttl_ms,
+            worker_threads,
+            config_dir,
+            max_connections,
+            handshake_timeout_ms,
+        } => {
             let mut config = CoreConfig::resolve(socket, state_dir, Duration::from_millis(disconnect_grace_ms));
             config.asset_ticket_ttl = Duration::from_millis(asset_ticket_ttl_ms);
+            config.connections = pedelec_core::connections::Limits {
+                max: max_connections.max(1),
+                handshake: Duration::from_millis(handshake_timeout_ms.max(1)),
+            };
             if let Some(dir) = config_dir {
                 config.config_dir = dir;
             }

@@ -316,3 +316,48 @@ async fn errors_that_echo_hostile_input_are_clipped() {
     assert!(size(&status) < 8 * 1024, "{} bytes", size(&status));
     assert_eq!(error_from_status(&status).code, "TOOLS_MANIFEST_INVALID");
 }
+
+/// Silent connections cannot lock clients out: beyond the connection limit
+/// one is closed at once, and one that never speaks is closed after the
+/// handshake timeout, freeing its slot; a client that speaks is served.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn silent_connections_are_closed_and_clients_still_get_in() {
+    use tokio::io::AsyncReadExt;
+    let dir = tempfile::tempdir().unwrap();
+    let socket = dir.path().join("core.sock");
+    let _core = pedelec_sdk::daemon::CoreProcess::spawn_with_args(
+        &pedelec_sdk::daemon::find_core_binary(),
+        &socket,
+        &dir.path().join("state"),
+        Duration::from_secs(3),
+        &["--max-connections", "20", "--handshake-timeout-ms", "400"],
+    )
+    .unwrap();
+    let early = pedelec_sdk::Pedelec::connect(&socket, ORIGIN).await.unwrap();
+    early.ping().await.unwrap();
+    let mut silent = Vec::new();
+    for _ in 0..40 {
+        silent.push(tokio::net::UnixStream::connect(&socket).await.unwrap());
+    }
+    // Closed means the read sees the end (or a reset) rather than waiting.
+    async fn closed_within(stream: &mut tokio::net::UnixStream, wait: Duration) -> bool {
+        let mut byte = [0u8; 1];
+        matches!(tokio::time::timeout(wait, stream.read(&mut byte)).await, Ok(Ok(0) | Err(_)))
+    }
+    let mut refused = 0;
+    for stream in &mut silent {
+        if closed_within(stream, Duration::from_millis(100)).await {
+            refused += 1;
+        }
+    }
+    assert!(refused >= 19, "the connections beyond the limit were closed at once ({refused} of 40)");
+    early.ping().await.expect("a client that spoke keeps its connection");
+    for stream in &mut silent {
+        assert!(
+            closed_within(stream, Duration::from_secs(3)).await,
+            "a silent connection is closed after the handshake timeout"
+        );
+    }
+    let fresh = pedelec_sdk::Pedelec::connect(&socket, ORIGIN).await.unwrap();
+    fresh.ping().await.expect("a fresh client gets in");
+}
