@@ -282,6 +282,28 @@ fn browser_end_to_end() {
     assert_eq!(cancel["listed"], json!(true), "{cancel}");
     assert!(cancel["items"].as_u64().unwrap_or(0) >= 1, "{cancel}");
 
+    // A session the page keeps no reference to (its handlers do the work)
+    // survives garbage collection: the client holds it until it ends, so
+    // its subscription stays and Core does not auto-end it.
+    let unreferenced = ok_value(attempt(
+        &page,
+        r##"const s = await demo.pedelec.createSession({ provider: "scripted" });
+           s.onChat(() => {});
+           return s.sessionId;"##,
+    ));
+    let unreferenced = unreferenced.as_str().expect("a session id").to_owned();
+    rig.browser.call("HeapProfiler.collectGarbage", json!({}), Some(&page.session)).expect("collect garbage");
+    std::thread::sleep(GRACE + Duration::from_millis(1500));
+    rig.browser.call("HeapProfiler.collectGarbage", json!({}), Some(&page.session)).expect("collect garbage");
+    let still = ok_value(attempt(
+        &page,
+        &format!(
+            r##"const all = await demo.pedelec.listSessions();
+                    return all.find((x) => x.sessionId === "{unreferenced}")?.status ?? "gone";"##
+        ),
+    ));
+    assert_eq!(still, json!("idle"), "an unreferenced live session is not lost to garbage collection");
+
     // The extension's service worker is stopped: the page's port and its host go
     // with it; the SDK reopens the port, the worker starts again (approval from
     // chrome.storage), re-subscribes, and the same handle keeps working.

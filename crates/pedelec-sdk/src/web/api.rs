@@ -2,6 +2,7 @@
 //! classes. Each method is a thin shim over the Rust [`crate::Pedelec`] and
 //! [`crate::PedelecSession`]: the session logic is the same code as natively.
 
+use std::collections::HashMap;
 use std::rc::Rc;
 use std::sync::Arc;
 
@@ -107,6 +108,31 @@ fn page_origin() -> String {
 pub struct JsPedelec {
     client: crate::Pedelec,
     link: Rc<Link>,
+    /// The sessions this client made or resumed, held until they end: a
+    /// page that keeps no reference to a handle (a handler-only session)
+    /// must not lose it to garbage collection, which would drop the
+    /// subscription and let Core auto-end a live session.
+    live: Held,
+}
+
+/// Live sessions by id, shared with each session's end handler (weakly).
+type Held = Rc<std::cell::RefCell<HashMap<String, Session>>>;
+
+/// Holds `session` in `live` until it ends.
+fn hold(live: &Held, session: &Session) {
+    let id = session.session_id().to_owned();
+    live.borrow_mut().insert(id.clone(), session.clone());
+    // Weak: the handler must not keep the client's map (and so every
+    // session in it) alive on its own.
+    let weak = Local(Rc::downgrade(live));
+    let disposer = session.on_ended(move |_| {
+        // The whole wrapper is captured (not just its field), so the closure is Send.
+        let weak = &weak;
+        if let Some(live) = weak.0.upgrade() {
+            live.borrow_mut().remove(&id);
+        }
+    });
+    std::mem::forget(disposer);
 }
 
 #[wasm_bindgen(js_class = Pedelec)]
@@ -119,25 +145,29 @@ impl JsPedelec {
         // The extension overwrites the origin with the browser's sender origin;
         // this one only labels the client.
         let client = crate::Pedelec::with_transport(Arc::new(PortTransport::new(link.clone())), page_origin());
-        Ok(JsPedelec { client, link })
+        Ok(JsPedelec { client, link, live: Rc::default() })
     }
 
     #[wasm_bindgen(js_name = createSession)]
     pub fn create_session(&self, options: JsValue) -> Promise {
         let client = self.client.clone();
         let options = session_options(&options);
+        let live = Local(self.live.clone());
         future_to_promise(async move {
             let session = client.create_session(options?).await.map_err(reject)?;
-            Ok(JsPedelecSession { session }.into())
+            hold(&live.0, &session);
+            Ok(JsPedelecSession { session, live: Local(Rc::downgrade(&live.0)) }.into())
         })
     }
 
     #[wasm_bindgen(js_name = resumeSession)]
     pub fn resume_session(&self, session_id: String) -> Promise {
         let client = self.client.clone();
+        let live = Local(self.live.clone());
         future_to_promise(async move {
             let session = client.resume_session::<String>(&session_id).await.map_err(reject)?;
-            Ok(JsPedelecSession { session }.into())
+            hold(&live.0, &session);
+            Ok(JsPedelecSession { session, live: Local(Rc::downgrade(&live.0)) }.into())
         })
     }
 
@@ -235,6 +265,8 @@ impl JsPedelec {
 #[wasm_bindgen(js_name = PedelecSession)]
 pub struct JsPedelecSession {
     session: Session,
+    /// The client's live map, to hold the session again after `resume()`.
+    live: Local<std::rc::Weak<std::cell::RefCell<HashMap<String, Session>>>>,
 }
 
 fn void(result: Result<(), PedelecError>) -> Result<JsValue, JsValue> {
@@ -316,7 +348,15 @@ impl JsPedelecSession {
 
     pub fn resume(&self) -> Promise {
         let session = self.session.clone();
-        future_to_promise(async move { void(session.resume().await) })
+        let live = Local(self.live.0.clone());
+        future_to_promise(async move {
+            session.resume().await.map_err(reject)?;
+            // Live again: held again until it next ends.
+            if let Some(live) = live.0.upgrade() {
+                hold(&live, &session);
+            }
+            Ok(JsValue::UNDEFINED)
+        })
     }
 
     #[wasm_bindgen(js_name = onChat)]
