@@ -264,8 +264,21 @@ impl SessionMachine {
         out
     }
 
+    /// Undoes the optimistic `running` of a start that did not happen, back
+    /// to what Core last said — unless Core itself says a turn runs, or an
+    /// operation of this handle is under way. Core's word is its status, not
+    /// whether an operation is still active: an operation that is committing
+    /// its completion is active while Core's status already says idle, and a
+    /// start refused in that moment must not leave the handle running for
+    /// ever (the completion that follows changes no status).
     fn revert_local_running(&mut self, out: &mut Vec<Effect>) {
-        if self.status == SessionStatus::Running && self.gate.active_operation().is_none() && self.awaiting.is_empty() {
+        let core_runs =
+            self.gate.core_status() == Some(SessionStatus::Running) && self.gate.active_operation().is_some();
+        if self.status == SessionStatus::Running
+            && !core_runs
+            && self.local_operation.is_none()
+            && self.awaiting.is_empty()
+        {
             let back = self.gate.core_status().filter(|s| *s != SessionStatus::Running).unwrap_or(SessionStatus::Idle);
             let ctx = self.status_ctx(Source::Sdk, None, 0, None);
             self.change_status(back, ctx, out);
@@ -428,6 +441,9 @@ impl SessionMachine {
             }
             Kind::OperationCompleted(done) => {
                 self.activities.clear();
+                // An optimistic `running` left by a start refused while this
+                // operation finished ends with it.
+                self.revert_local_running(&mut out);
                 let outcome = operation_outcome(done.error.as_ref());
                 if done.kind == pb::OperationKind::Prepare as i32 && outcome.is_ok() {
                     self.prepared = true;
@@ -1046,6 +1062,32 @@ mod tests {
         let effects = feed(&mut m, &[snapshot(6, SessionStatus::Running, Some("op1"), vec![])], NO_HANDLERS);
         assert!(effects.is_empty());
         assert_eq!(m.usage(), Some(50), "a snapshot without a total keeps the known one");
+    }
+
+    /// A start refused while Core's operation commits its completion (Core
+    /// already idle, the operation still active) leaves the handle idle, not
+    /// running for ever.
+    #[test]
+    fn a_start_refused_while_an_operation_finishes_does_not_stick_running() {
+        let mut m = machine();
+        m.on_event(&snapshot(0, SessionStatus::Idle, None, vec![]), 1, NO_HANDLERS);
+        m.on_event(&started(1, "op-x"), 1, NO_HANDLERS);
+        m.on_event(&status(2, "op-x", SessionStatus::Running, SessionStatus::Idle), 1, NO_HANDLERS);
+        m.on_event(&status(3, "op-x", SessionStatus::Idle, SessionStatus::Running), 1, NO_HANDLERS);
+        m.begin_local(pb::OperationKind::SendText).expect("idle as far as the handle knows");
+        assert_eq!(m.status(), SessionStatus::Running);
+        // Core refuses: op-x is still committing its completion.
+        m.operation_failed_to_start();
+        assert_eq!(m.status(), SessionStatus::Idle, "back to what Core said");
+        m.on_event(&completed(4, "op-x", None), 1, NO_HANDLERS);
+        assert_eq!(m.status(), SessionStatus::Idle);
+        assert!(m.begin_local(pb::OperationKind::SendText).is_ok(), "the next start may go");
+        // While Core's own turn runs, a refused start stays running until Core says otherwise.
+        m.operation_failed_to_start();
+        m.on_event(&started(5, "op-y"), 1, NO_HANDLERS);
+        m.on_event(&status(6, "op-y", SessionStatus::Running, SessionStatus::Idle), 1, NO_HANDLERS);
+        m.begin_local(pb::OperationKind::SendText).unwrap_err();
+        assert_eq!(m.status(), SessionStatus::Running, "Core's turn runs");
     }
 
     #[test]

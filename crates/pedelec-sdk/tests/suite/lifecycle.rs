@@ -169,7 +169,18 @@ async fn a_dropped_send_leaves_the_handle_usable(via: Via) {
         }
         tokio::time::sleep(Duration::from_millis(50)).await;
     }
-    next.expect("the handle runs the next turn once Core's is over");
+    if next.is_err() {
+        // Which side still thinks a turn runs: this handle, or Core.
+        let mut raw = h.raw().await;
+        let request = pb::SubscribeRequest { session_id: session.session_id().into(), caller_origin: ORIGIN.into() };
+        let first = raw.subscribe(request).await.unwrap().into_inner().message().await.unwrap().unwrap();
+        panic!(
+            "the handle never ran the next turn: {next:?}; the handle says {} (last seq {}), Core's snapshot {:?}",
+            session.get_status(),
+            session.last_seq(),
+            first.kind
+        );
+    }
 }
 
 async fn a_detached_handle_cannot_resume(via: Via) {
