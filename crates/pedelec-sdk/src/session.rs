@@ -326,10 +326,7 @@ impl<T: ToolName> PedelecSession<T> {
             return Ok(());
         }
         if self.is_detached() {
-            return Err(PedelecError::new(
-                ErrorCode::TransportDetached,
-                "this handle lost its transport; use Pedelec::resume_session",
-            ));
+            return Err(detached_error());
         }
         // A start of this handle still on its way: its operation is the one
         // to cancel, so wait for Core's answer (bounded by the call itself).
@@ -370,10 +367,7 @@ impl<T: ToolName> PedelecSession<T> {
     /// Reactivates this handle after `end()` (ended → idle on the same thread).
     pub async fn resume(&self) -> Result<(), PedelecError> {
         if self.is_detached() {
-            return Err(PedelecError::new(
-                ErrorCode::TransportDetached,
-                "this handle lost its transport; use Pedelec::resume_session",
-            ));
+            return Err(detached_error());
         }
         if self.get_status() != SessionStatus::Ended {
             return Ok(());
@@ -558,6 +552,11 @@ struct Dispatch {
     queue: Vec<Effect>,
     /// Whether a task is running queued effects now.
     draining: bool,
+}
+
+/// What a detached handle answers to calls that need Core.
+fn detached_error() -> PedelecError {
+    PedelecError::new(ErrorCode::TransportDetached, "this handle lost its transport; use Pedelec::resume_session")
 }
 
 /// How often a tool result is tried before its failure is reported.

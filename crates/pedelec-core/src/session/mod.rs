@@ -64,12 +64,6 @@ impl crate::providers::PermissionAsker for SessionAsker {
     }
 }
 
-/// Whether a turn was dropped by Core after its cancel's grace ran out (its
-/// runtime's state is unknown: it is restarted).
-fn outcome_was_forced(result: &Result<(), ProviderFailure>) -> bool {
-    matches!(result, Err(f) if f.code == ErrorCode::OperationCancelled)
-}
-
 /// What every session shares with Core.
 pub struct Shared {
     pub store: Store,
@@ -425,14 +419,23 @@ impl Session {
         if let Err((code, message)) = pedelec_protocol::asset_path::check_attachments(&attachments) {
             return Err(crate::error::CoreError::new(code, message));
         }
-        let assets_root = self.workspace.assets();
-        let files = tokio::task::spawn_blocking(move || {
-            attachments.iter().map(|path| crate::assets::attachment(&assets_root, path)).collect::<CoreResult<Vec<_>>>()
-        })
-        .await
-        .map_err(|e| {
-            crate::error::CoreError::new(ErrorCode::Internal, format!("checking attachments failed: {e}"))
-        })??;
+        // The files are looked at off the async workers — and only when
+        // there are any: a plain text costs no blocking task.
+        let files = if attachments.is_empty() {
+            Vec::new()
+        } else {
+            let assets_root = self.workspace.assets();
+            tokio::task::spawn_blocking(move || {
+                attachments
+                    .iter()
+                    .map(|path| crate::assets::attachment(&assets_root, path))
+                    .collect::<CoreResult<Vec<_>>>()
+            })
+            .await
+            .map_err(|e| {
+                crate::error::CoreError::new(ErrorCode::Internal, format!("checking attachments failed: {e}"))
+            })??
+        };
         self.detached(|session| async move { session.start(pb::OperationKind::SendText, text, files).await }).await
     }
 
@@ -585,6 +588,9 @@ impl Session {
                 outcome = self.within_turn_timeout(timeout, turn) => Some(outcome),
                 () = overdue => None,
             };
+            // Dropped after the grace: the runtime's state is unknown. (A
+            // provider that wound down itself keeps its runtime.)
+            let forced = outcome.is_none();
             let result = match outcome {
                 None => {
                     tracing::warn!(session = %self.id, "the provider did not stop a cancelled turn in time; restarting it");
@@ -620,7 +626,7 @@ impl Session {
             let restart = match &result {
                 Err(f) => f.fatal || matches!(f.code, ErrorCode::ProviderTimeout | ErrorCode::Internal),
                 Ok(()) => false,
-            } || outcome_was_forced(&result);
+            } || forced;
             if restart && let Some(mut gone) = runtime.take() {
                 gone.shutdown();
             }

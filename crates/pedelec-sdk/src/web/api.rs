@@ -351,9 +351,10 @@ impl JsPedelecSession {
         let live = Local(self.live.0.clone());
         future_to_promise(async move {
             session.resume().await.map_err(reject)?;
-            // Live again: held again until it next ends.
+            // Live again: held again until it next ends (the end handler
+            // `hold` registered is still there).
             if let Some(live) = live.0.upgrade() {
-                hold(&live, &session);
+                live.borrow_mut().insert(session.session_id().to_owned(), session.clone());
             }
             Ok(JsValue::UNDEFINED)
         })

@@ -136,14 +136,17 @@ impl SessionState {
         self.active.as_ref().filter(|a| a.id == *operation && a.phase == Phase::Running)
     }
 
+    /// `operation`'s running turn, unless it was cancelled: after a cancel
+    /// the user sees nothing more of it (text and activities the agent
+    /// produces while winding down are dropped).
+    fn shown_mut(&mut self, operation: &OperationId) -> Option<&mut Active> {
+        self.active.as_mut().filter(|a| a.id == *operation && a.phase == Phase::Running && !a.cancelled)
+    }
+
     /// A fragment of assistant text. Never emitted for a preparation.
     pub fn delta(&mut self, operation: &OperationId, text: &str, now: Now, out: &mut Vec<Effect>) {
-        let Some(active) = self.active.as_mut().filter(|a| a.id == *operation && a.phase == Phase::Running) else {
-            return;
-        };
-        // After a cancel the user sees nothing more of the turn: text the
-        // agent produces while winding down is dropped.
-        if active.kind == pb::OperationKind::Prepare || active.cancelled {
+        let Some(active) = self.shown_mut(operation) else { return };
+        if active.kind == pb::OperationKind::Prepare {
             return;
         }
         if active.streamed.len() + text.len() <= MAX_STREAMED_BYTES {
@@ -156,11 +159,7 @@ impl SessionState {
     /// preparation's is kept aside for the acknowledgement check instead.
     /// Dropped once the operation is cancelled, like deltas.
     pub fn message(&mut self, operation: &OperationId, text: &str, now: Now, out: &mut Vec<Effect>) {
-        let Some(active) =
-            self.active.as_mut().filter(|a| a.id == *operation && a.phase == Phase::Running && !a.cancelled)
-        else {
-            return;
-        };
+        let Some(active) = self.shown_mut(operation) else { return };
         if active.kind == pb::OperationKind::Prepare {
             if active.hidden.len() + text.len() <= MAX_HIDDEN_BYTES {
                 active.hidden.push_str(text);
@@ -197,11 +196,7 @@ impl SessionState {
     /// turn finishes. Dropped after a cancel, and beyond
     /// [`activity::MAX_TURN_ACTIVITIES`] new ones per turn.
     pub fn activity(&mut self, operation: &OperationId, update: pb::Activity, now: Now, out: &mut Vec<Effect>) {
-        let Some(active) =
-            self.active.as_mut().filter(|a| a.id == *operation && a.phase == Phase::Running && !a.cancelled)
-        else {
-            return;
-        };
+        let Some(active) = self.shown_mut(operation) else { return };
         let mut update = activity::bounded(update);
         if update.activity_id.is_empty() {
             update.activity_id = format!("activity-{}", active.activities.len() + 1);
@@ -219,7 +214,8 @@ impl SessionState {
         };
         let (current, recorded) = &mut active.activities[index];
         let current = current.clone();
-        let record = !*recorded && (activity::is_settled(&current) || current.status == 0);
+        let record =
+            !*recorded && (activity::is_settled(&current) || current.status == pb::ActivityStatus::Unspecified as i32);
         *recorded |= record;
         let kind = Kind::ActivityUpdated(pb::ActivityUpdated { activity: Some(current.clone()) });
         self.emit(operation.as_str(), kind, now, out);
