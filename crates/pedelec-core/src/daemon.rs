@@ -106,6 +106,7 @@ pub async fn serve(config: CoreConfig) -> CoreResult<()> {
     let started = std::time::Instant::now();
     let (store, records) = Store::open(&config.database())?;
     let assets = crate::assets::AssetServer::start(config.asset_ticket_ttl).await?;
+    let (released_tx, released) = tokio::sync::mpsc::unbounded_channel();
     let shared = Arc::new(Shared {
         store,
         assets,
@@ -115,10 +116,12 @@ pub async fn serve(config: CoreConfig) -> CoreResult<()> {
         permission_timeout: settings.permission_timeout(),
         core_exe: std::env::current_exe().map_err(|e| CoreError::io("locating the pedelec-core executable", e))?,
         socket: config.socket.clone(),
+        released: released_tx,
     });
     let registry = Arc::new(Registry::new(shared, config.managed_root()));
     let restored = records.len();
     registry.restore(records);
+    tokio::spawn(maintain(registry.clone(), released, settings.ended_retention()));
     // Written once sessions are restored: a client that finds the file (with
     // this pid) is served at once; earlier connections wait in the backlog.
     let discovery = config.discovery_file();
@@ -165,6 +168,42 @@ pub async fn serve(config: CoreConfig) -> CoreResult<()> {
     let _ = std::fs::remove_file(&config.socket);
     let _ = std::fs::remove_file(&discovery);
     result.map_err(|e| CoreError::new(ErrorCode::Internal, format!("gRPC server failed: {e}")))
+}
+
+/// Keeps memory and the store bounded for as long as Core runs: ended
+/// sessions nobody holds leave memory (a subscriber that went away, an
+/// auto-end after a disconnect), and ended sessions past their retention
+/// are deleted (at start, then hourly).
+async fn maintain(
+    registry: Arc<Registry>,
+    mut released: tokio::sync::mpsc::UnboundedReceiver<String>,
+    retention: Option<std::time::Duration>,
+) {
+    let mut evict = tokio::time::interval(crate::registry::EVICTION_INTERVAL);
+    let mut purge = tokio::time::interval(crate::registry::RETENTION_INTERVAL);
+    evict.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    purge.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    loop {
+        tokio::select! {
+            Some(id) = released.recv() => {
+                registry.evict(&id);
+            }
+            _ = evict.tick() => {
+                let evicted = registry.evict_ended();
+                if evicted > 0 {
+                    tracing::debug!(evicted, "ended sessions left memory");
+                    crate::registry::return_freed_memory();
+                }
+            }
+            _ = purge.tick(), if retention.is_some() => {
+                match registry.purge_expired(retention.unwrap_or_default()).await {
+                    Ok(0) => {}
+                    Ok(deleted) => tracing::info!(deleted, "deleted ended sessions past their retention"),
+                    Err(error) => tracing::warn!(%error, "could not delete expired sessions"),
+                }
+            }
+        }
+    }
 }
 
 struct Signals {

@@ -54,19 +54,19 @@ impl Core for CoreService {
 
     async fn subscribe(&self, request: Request<pb::SubscribeRequest>) -> Reply<Self::SubscribeStream> {
         let request = request.into_inner();
-        let session = self.registry.get(&request.session_id, &request.caller_origin)?;
+        let session = self.registry.get(&request.session_id, &request.caller_origin).await?;
         Ok(Response::new(Box::pin(session.events().map(Ok))))
     }
 
     async fn prepare(&self, request: Request<pb::PrepareRequest>) -> Reply<pb::OperationAccepted> {
         let request = request.into_inner();
-        let session = self.registry.get(&request.session_id, &request.caller_origin)?;
+        let session = self.registry.get(&request.session_id, &request.caller_origin).await?;
         Ok(Response::new(session.prepare().await?))
     }
 
     async fn send_text(&self, request: Request<pb::SendTextRequest>) -> Reply<pb::OperationAccepted> {
         let request = request.into_inner();
-        let session = self.registry.get(&request.session_id, &request.caller_origin)?;
+        let session = self.registry.get(&request.session_id, &request.caller_origin).await?;
         Ok(Response::new(session.send_text(request.text, request.attachments).await?))
     }
 
@@ -75,7 +75,7 @@ impl Core for CoreService {
         request: Request<pb::SubmitToolResultRequest>,
     ) -> Reply<pb::SubmitToolResultResponse> {
         let request = request.into_inner();
-        let session = self.registry.get(&request.session_id, &request.caller_origin)?;
+        let session = self.registry.get(&request.session_id, &request.caller_origin).await?;
         check_id("tool request id", &request.tool_request_id)?;
         session.submit_tool_result(request)?;
         Ok(Response::new(pb::SubmitToolResultResponse {}))
@@ -83,28 +83,32 @@ impl Core for CoreService {
 
     async fn end(&self, request: Request<pb::EndRequest>) -> Reply<pb::EndResponse> {
         let request = request.into_inner();
-        let session = self.registry.get(&request.session_id, &request.caller_origin)?;
+        let session = self.registry.get(&request.session_id, &request.caller_origin).await?;
         let ended_now = session.end("requested").await?;
+        let id = session.id.clone();
+        drop(session);
+        // Gone from memory at once unless a subscriber (or another request) still holds it.
+        self.registry.evict(&id);
         Ok(Response::new(pb::EndResponse { ended_now }))
     }
 
     async fn resume(&self, request: Request<pb::ResumeRequest>) -> Reply<pb::ResumeResponse> {
         let request = request.into_inner();
-        let session = self.registry.get(&request.session_id, &request.caller_origin)?;
+        let session = self.registry.get(&request.session_id, &request.caller_origin).await?;
         session.resume().await?;
         Ok(Response::new(pb::ResumeResponse { session: Some(session.info.clone()) }))
     }
 
     async fn create_asset_upload(&self, request: Request<pb::CreateAssetUploadRequest>) -> Reply<pb::AssetTicket> {
         let request = request.into_inner();
-        let session = self.usable_for_assets(&request.session_id, &request.caller_origin)?;
+        let session = self.usable_for_assets(&request.session_id, &request.caller_origin).await?;
         let assets = &self.registry.shared.assets;
         Ok(Response::new(assets.create_upload(&session.id, &session.origin, &session.workspace.assets(), &request)?))
     }
 
     async fn create_asset_download(&self, request: Request<pb::CreateAssetDownloadRequest>) -> Reply<pb::AssetTicket> {
         let request = request.into_inner();
-        let session = self.usable_for_assets(&request.session_id, &request.caller_origin)?;
+        let session = self.usable_for_assets(&request.session_id, &request.caller_origin).await?;
         let assets = &self.registry.shared.assets;
         Ok(Response::new(assets.create_download(
             &session.id,
@@ -116,7 +120,7 @@ impl Core for CoreService {
 
     async fn list_assets(&self, request: Request<pb::ListAssetsRequest>) -> Reply<pb::ListAssetsResponse> {
         let request = request.into_inner();
-        let session = self.usable_for_assets(&request.session_id, &request.caller_origin)?;
+        let session = self.usable_for_assets(&request.session_id, &request.caller_origin).await?;
         let root = session.workspace.assets();
         let assets = tokio::task::spawn_blocking(move || crate::assets::list(&root))
             .await
@@ -126,7 +130,7 @@ impl Core for CoreService {
 
     async fn get_history(&self, request: Request<pb::GetHistoryRequest>) -> Reply<pb::GetHistoryResponse> {
         let request = request.into_inner();
-        let session = self.registry.get(&request.session_id, &request.caller_origin)?;
+        let session = self.registry.get(&request.session_id, &request.caller_origin).await?;
         let limit = match request.limit {
             0 => pedelec_protocol::limits::DEFAULT_HISTORY_PAGE,
             n if n > pedelec_protocol::limits::MAX_HISTORY_PAGE => {
@@ -147,7 +151,7 @@ impl Core for CoreService {
 
     async fn cancel(&self, request: Request<pb::CancelRequest>) -> Reply<pb::CancelResponse> {
         let request = request.into_inner();
-        let session = self.registry.get(&request.session_id, &request.caller_origin)?;
+        let session = self.registry.get(&request.session_id, &request.caller_origin).await?;
         let operation = match request.operation_id.as_str() {
             "" => None,
             id => {
@@ -163,7 +167,7 @@ impl Core for CoreService {
         request: Request<pb::AnswerPermissionRequest>,
     ) -> Reply<pb::AnswerPermissionResponse> {
         let request = request.into_inner();
-        let session = self.registry.get(&request.session_id, &request.caller_origin)?;
+        let session = self.registry.get(&request.session_id, &request.caller_origin).await?;
         check_id("permission id", &request.permission_id)?;
         if request.option_id.len() > pedelec_protocol::limits::MAX_ID_LEN {
             return Err(CoreError::new(ErrorCode::InvalidArgument, "option_id is too long").into());
@@ -174,14 +178,15 @@ impl Core for CoreService {
 
     async fn list_sessions(&self, request: Request<pb::ListSessionsRequest>) -> Reply<pb::ListSessionsResponse> {
         let request = request.into_inner();
-        Ok(Response::new(pb::ListSessionsResponse { sessions: self.registry.list(&request.caller_origin)? }))
+        let (sessions, has_more) = self.registry.list(&request).await?;
+        Ok(Response::new(pb::ListSessionsResponse { sessions, has_more }))
     }
 }
 
 impl CoreService {
     /// Assets are usable while a session is not ending or ended.
-    fn usable_for_assets(&self, id: &str, origin: &str) -> Result<Arc<crate::session::Session>, CoreError> {
-        let session = self.registry.get(id, origin)?;
+    async fn usable_for_assets(&self, id: &str, origin: &str) -> Result<Arc<crate::session::Session>, CoreError> {
+        let session = self.registry.get(id, origin).await?;
         if let Some((code, message)) = session.status().refuse_assets() {
             return Err(CoreError::new(code, message));
         }

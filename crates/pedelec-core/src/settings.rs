@@ -4,6 +4,7 @@
 //! default_provider = "codex"          # used when a request names none
 //! turn_timeout_secs = 600             # a turn running longer (tool waits not counted) fails with PROVIDER_TIMEOUT
 //! permission_timeout_secs = 60        # an unanswered permission request (permission mode "app") is rejected
+//! ended_session_retention_days = 30   # ended sessions are deleted (with their transcript) this long after they end; 0 keeps them
 //!
 //! [providers.codex]                   # override a built-in provider…
 //! command = ["/opt/codex/bin/codex"]
@@ -74,6 +75,8 @@ pub struct Settings {
     pub turn_timeout_secs: Option<u64>,
     /// How long a permission request waits for the application (`PERMISSION_MODE_APP`).
     pub permission_timeout_secs: Option<u64>,
+    /// Days an ended session stays stored (resumable, in `ListSessions`); 0: for ever.
+    pub ended_session_retention_days: Option<u32>,
     #[serde(default)]
     pub providers: BTreeMap<String, ProviderOverride>,
 }
@@ -83,6 +86,8 @@ pub const DEFAULT_PERMISSION_TIMEOUT: Duration = Duration::from_secs(60);
 
 /// Ten minutes: long enough for real agent turns with tool use.
 pub const DEFAULT_TURN_TIMEOUT: Duration = Duration::from_secs(600);
+/// How long an ended session stays stored when config.toml says nothing.
+pub const DEFAULT_RETENTION_DAYS: u32 = 30;
 
 impl Settings {
     /// `--config-dir`, else `$PEDELEC_CONFIG_DIR`, else `$XDG_CONFIG_HOME/pedelec`, else `~/.config/pedelec`.
@@ -133,6 +138,14 @@ impl Settings {
 
     pub fn turn_timeout(&self) -> Duration {
         self.turn_timeout_secs.map(Duration::from_secs).unwrap_or(DEFAULT_TURN_TIMEOUT)
+    }
+
+    /// How long an ended session stays stored; `None`: for ever.
+    pub fn ended_retention(&self) -> Option<Duration> {
+        match self.ended_session_retention_days.unwrap_or(DEFAULT_RETENTION_DAYS) {
+            0 => None,
+            days => Some(Duration::from_secs(u64::from(days) * 86_400)),
+        }
     }
 
     pub fn permission_timeout(&self) -> Duration {

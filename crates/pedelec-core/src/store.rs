@@ -50,6 +50,9 @@ pub struct SessionRecord {
     /// entries, oldest first (at most `limits::RECENT_OUTCOMES`). Read from
     /// the transcript when the store opens; not a column, never written.
     pub recent_outcomes: Vec<serde_json::Value>,
+    /// When the record was last written (ms since epoch): for an ended
+    /// session, when it ended. Set by the store on every write; read only.
+    pub updated_at_ms: i64,
 }
 
 /// One transcript entry.
@@ -140,6 +143,8 @@ CREATE TABLE IF NOT EXISTS transcript (
     body TEXT NOT NULL
 );
 CREATE INDEX IF NOT EXISTS transcript_by_session ON transcript(session_id, seq);
+-- Listing an origin's sessions reads only that origin's rows.
+CREATE INDEX IF NOT EXISTS sessions_by_origin ON sessions(origin, created_at_ms);
 CREATE INDEX IF NOT EXISTS transcript_completions ON transcript(session_id, seq) WHERE kind = 'operation_completed';
 ";
 
@@ -149,6 +154,7 @@ fn open_connection(path: &Path) -> rusqlite::Result<Connection> {
     // The writer raises this to FULL for each commit someone waits on.
     conn.pragma_update(None, "synchronous", "NORMAL")?;
     conn.busy_timeout(std::time::Duration::from_secs(5))?;
+    conn.pragma_update(None, "cache_size", -256)?;
     conn.execute_batch(SCHEMA)?;
     migrate(&conn)?;
     Ok(conn)
@@ -164,16 +170,31 @@ fn migrate(conn: &Connection) -> rusqlite::Result<()> {
     if !has("permission_mode")? {
         conn.execute_batch("ALTER TABLE sessions ADD COLUMN permission_mode INTEGER NOT NULL DEFAULT 0")?;
     }
+    if !has("updated_at_ms")? {
+        // Rows from before the column count as written now, so their
+        // retention starts at the upgrade rather than expiring at once.
+        conn.execute_batch("ALTER TABLE sessions ADD COLUMN updated_at_ms INTEGER NOT NULL DEFAULT 0")?;
+        conn.execute("UPDATE sessions SET updated_at_ms = ?1", [wall_ms()])?;
+    }
+    // Start-up reads live sessions only: an index over them alone keeps a
+    // restart's cost independent of how many ended sessions are stored.
+    conn.execute_batch("CREATE INDEX IF NOT EXISTS sessions_live ON sessions(created_at_ms) WHERE status != 'ended'")?;
     Ok(())
 }
 
 impl Store {
-    /// Opens (creating) the database and returns every stored session.
+    /// Opens (creating) the database and returns the stored sessions that
+    /// have not ended (ended ones stay on disk until asked for).
     pub fn open(path: &Path) -> CoreResult<(Store, Vec<SessionRecord>)> {
         let conn = open_connection(path)?;
-        let records = load_sessions(&conn)?;
+        // A WAL left by a Core that was killed is replayed by every open
+        // until it is checkpointed: fold it into the database now, so the
+        // next start reads an empty one (and the file does not stay large).
+        conn.query_row("PRAGMA wal_checkpoint(TRUNCATE)", [], |_| Ok(()))?;
+        let records = load_live(&conn)?;
         let reader = Connection::open_with_flags(path, rusqlite::OpenFlags::SQLITE_OPEN_READ_ONLY)?;
         reader.busy_timeout(std::time::Duration::from_secs(5))?;
+        reader.pragma_update(None, "cache_size", -256)?;
         let (tx, rx) = mpsc::channel::<(Job, Option<Waiter>)>();
         let faults = Arc::new(Faults::default());
         let writer_faults = faults.clone();
@@ -314,6 +335,82 @@ impl Store {
             .map_err(CoreError::from)
     }
 
+    /// One stored session with its recent outcomes, after everything queued
+    /// before the call is visible (so a session that just left memory is
+    /// read as it was last written).
+    pub async fn load(&self, session_id: &str) -> CoreResult<Option<SessionRecord>> {
+        let id = session_id.to_owned();
+        self.read(move |c| {
+            let mut record = select_records(c, "WHERE id = ?1", [id.as_str()])?.pop();
+            if let Some(record) = &mut record {
+                record.recent_outcomes = recent_outcomes(c, &record.id)?;
+            }
+            Ok(record)
+        })
+        .await
+    }
+
+    /// `origin`'s newest `limit` sessions created before `before` (a
+    /// `(created_at_ms, id)` cursor), newest created first, ties by id.
+    pub async fn list(
+        &self,
+        origin: &str,
+        before: Option<(i64, String)>,
+        limit: u32,
+    ) -> CoreResult<Vec<SessionRecord>> {
+        let origin = origin.to_owned();
+        let (before_ms, before_id) = before.unwrap_or((i64::MAX, String::new()));
+        self.read(move |c| {
+            let mut stmt = c.prepare_cached(&format!(
+                "SELECT {COLUMNS} FROM sessions WHERE origin = ?1
+                   AND (created_at_ms < ?2 OR (created_at_ms = ?2 AND (?3 = '' OR id < ?3)))
+                 ORDER BY created_at_ms DESC, id DESC LIMIT ?4"
+            ))?;
+            let rows = stmt.query_map(params![origin, before_ms, before_id, i64::from(limit)], record_of)?;
+            rows.collect()
+        })
+        .await
+    }
+
+    /// Deletes ended sessions last written before `cutoff_ms`, with their
+    /// transcripts, except those in `keep` (sessions in memory). Returns the
+    /// deleted records.
+    pub async fn purge_ended(&self, cutoff_ms: i64, keep: Vec<String>) -> CoreResult<Vec<SessionRecord>> {
+        let deleted = Arc::new(std::sync::Mutex::new(Vec::new()));
+        let out = deleted.clone();
+        self.submit_and_wait(Box::new(move |c| {
+            let keep: std::collections::HashSet<String> = keep.into_iter().collect();
+            let expired: Vec<SessionRecord> =
+                select_records(c, "WHERE status = 'ended' AND updated_at_ms < ?1", [cutoff_ms])?
+                    .into_iter()
+                    .filter(|r| !keep.contains(&r.id))
+                    .collect();
+            for record in &expired {
+                c.prepare_cached("DELETE FROM transcript WHERE session_id = ?1")?.execute([&record.id])?;
+                c.prepare_cached("DELETE FROM sessions WHERE id = ?1")?.execute([&record.id])?;
+            }
+            *out.lock().unwrap_or_else(|p| p.into_inner()) = expired;
+            Ok(())
+        }))
+        .await?;
+        let deleted = std::mem::take(&mut *deleted.lock().unwrap_or_else(|p| p.into_inner()));
+        Ok(deleted)
+    }
+
+    /// Runs `read` on the reader connection once everything queued before
+    /// the call is visible to it.
+    async fn read<T: Send + 'static>(
+        &self,
+        read: impl FnOnce(&Connection) -> rusqlite::Result<T> + Send + 'static,
+    ) -> CoreResult<T> {
+        self.visible().await?;
+        let reader = self.reader.clone();
+        tokio::task::spawn_blocking(move || read(&reader.lock().unwrap_or_else(|p| p.into_inner())))
+            .await
+            .map_err(|e| CoreError::new(pedelec_protocol::ErrorCode::Internal, format!("reading the store: {e}")))?
+            .map_err(CoreError::from)
+    }
+
     /// Waits until every job queued before this call is committed.
     pub async fn flush(&self) -> CoreResult<()> {
         self.submit_and_wait(Box::new(|_| Ok(()))).await
@@ -398,11 +495,12 @@ fn upsert(c: &Connection, r: &SessionRecord) -> rusqlite::Result<()> {
     c.prepare_cached(
         "INSERT INTO sessions(id, origin, provider, model, effort_level, created_at_ms, workspace, managed_workspace,
             auto_end_on_disconnect, status, provider_session_id, prepared, usage_total, seq_ceiling, tool_token, active_operation,
-            permission_mode)
-         VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14, ?15, ?16, ?17)
+            permission_mode, updated_at_ms)
+         VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14, ?15, ?16, ?17, ?18)
          ON CONFLICT(id) DO UPDATE SET status = excluded.status, provider_session_id = excluded.provider_session_id,
             prepared = excluded.prepared, usage_total = excluded.usage_total,
-            seq_ceiling = MAX(seq_ceiling, excluded.seq_ceiling), active_operation = excluded.active_operation",
+            seq_ceiling = MAX(seq_ceiling, excluded.seq_ceiling), active_operation = excluded.active_operation,
+            updated_at_ms = excluded.updated_at_ms",
     )?
     .execute(params![
         r.id,
@@ -422,63 +520,71 @@ fn upsert(c: &Connection, r: &SessionRecord) -> rusqlite::Result<()> {
         r.tool_token,
         r.active_operation,
         r.permission_mode,
+        wall_ms(),
     ])?;
     Ok(())
 }
 
-fn load_sessions(c: &Connection) -> rusqlite::Result<Vec<SessionRecord>> {
-    let mut stmt = c.prepare(
-        "SELECT id, origin, provider, model, effort_level, created_at_ms, workspace, managed_workspace,
-            auto_end_on_disconnect, status, provider_session_id, prepared, usage_total, seq_ceiling, tool_token, active_operation,
-            permission_mode
-         FROM sessions ORDER BY created_at_ms",
-    )?;
-    let rows = stmt.query_map([], |row| {
-        Ok(SessionRecord {
-            id: row.get(0)?,
-            origin: row.get(1)?,
-            provider: row.get(2)?,
-            model: row.get(3)?,
-            effort_level: row.get(4)?,
-            created_at_ms: row.get(5)?,
-            workspace: row.get(6)?,
-            managed_workspace: row.get(7)?,
-            auto_end_on_disconnect: row.get(8)?,
-            status: row.get(9)?,
-            provider_session_id: row.get(10)?,
-            prepared: row.get(11)?,
-            usage_total: row.get::<_, Option<i64>>(12)?.map(|u| u as u64),
-            seq_ceiling: row.get::<_, i64>(13)? as u64,
-            tool_token: row.get(14)?,
-            active_operation: row.get(15)?,
-            permission_mode: row.get(16)?,
-            recent_outcomes: Vec::new(),
-        })
-    })?;
-    let mut records: Vec<SessionRecord> = rows.collect::<rusqlite::Result<_>>()?;
-    let mut outcomes = recent_outcomes(c)?;
+fn wall_ms() -> i64 {
+    std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.as_millis() as i64)
+}
+
+const COLUMNS: &str = "id, origin, provider, model, effort_level, created_at_ms, workspace, managed_workspace,
+    auto_end_on_disconnect, status, provider_session_id, prepared, usage_total, seq_ceiling, tool_token, active_operation,
+    permission_mode, updated_at_ms";
+
+fn record_of(row: &rusqlite::Row<'_>) -> rusqlite::Result<SessionRecord> {
+    Ok(SessionRecord {
+        id: row.get(0)?,
+        origin: row.get(1)?,
+        provider: row.get(2)?,
+        model: row.get(3)?,
+        effort_level: row.get(4)?,
+        created_at_ms: row.get(5)?,
+        workspace: row.get(6)?,
+        managed_workspace: row.get(7)?,
+        auto_end_on_disconnect: row.get(8)?,
+        status: row.get(9)?,
+        provider_session_id: row.get(10)?,
+        prepared: row.get(11)?,
+        usage_total: row.get::<_, Option<i64>>(12)?.map(|u| u as u64),
+        seq_ceiling: row.get::<_, i64>(13)? as u64,
+        tool_token: row.get(14)?,
+        active_operation: row.get(15)?,
+        permission_mode: row.get(16)?,
+        recent_outcomes: Vec::new(),
+        updated_at_ms: row.get(17)?,
+    })
+}
+
+fn select_records(c: &Connection, filter: &str, args: impl rusqlite::Params) -> rusqlite::Result<Vec<SessionRecord>> {
+    let mut stmt = c.prepare_cached(&format!("SELECT {COLUMNS} FROM sessions {filter}"))?;
+    let rows = stmt.query_map(args, record_of)?;
+    rows.collect()
+}
+
+/// The sessions that have not ended, oldest first, each with its recent
+/// outcomes; reads nothing of ended ones (see the `sessions_live` index).
+fn load_live(c: &Connection) -> rusqlite::Result<Vec<SessionRecord>> {
+    let mut records = select_records(c, "WHERE status != 'ended' ORDER BY created_at_ms", [])?;
     for record in &mut records {
-        record.recent_outcomes = outcomes.remove(&record.id).unwrap_or_default();
+        record.recent_outcomes = recent_outcomes(c, &record.id)?;
     }
     Ok(records)
 }
 
-/// Each session's last `limits::RECENT_OUTCOMES` operation completions, oldest first.
-fn recent_outcomes(c: &Connection) -> rusqlite::Result<std::collections::HashMap<String, Vec<serde_json::Value>>> {
-    let mut stmt = c.prepare(
-        "SELECT session_id, body FROM (
-             SELECT session_id, body, seq,
-                    ROW_NUMBER() OVER (PARTITION BY session_id ORDER BY seq DESC) AS newest
-             FROM transcript WHERE kind = 'operation_completed')
-         WHERE newest <= ?1 ORDER BY session_id, seq",
+/// A session's last `limits::RECENT_OUTCOMES` operation completions, oldest first.
+fn recent_outcomes(c: &Connection, session_id: &str) -> rusqlite::Result<Vec<serde_json::Value>> {
+    let mut stmt = c.prepare_cached(
+        "SELECT body FROM transcript WHERE session_id = ?1 AND kind = 'operation_completed'
+         ORDER BY seq DESC LIMIT ?2",
     )?;
     let limit = pedelec_protocol::limits::RECENT_OUTCOMES as i64;
-    let rows = stmt.query_map([limit], |row| Ok((row.get::<_, String>(0)?, row.get::<_, String>(1)?)))?;
-    let mut out: std::collections::HashMap<String, Vec<serde_json::Value>> = std::collections::HashMap::new();
-    for row in rows {
-        let (session, body) = row?;
-        out.entry(session).or_default().push(serde_json::from_str(&body).unwrap_or(serde_json::Value::Null));
-    }
+    let rows = stmt.query_map(params![session_id, limit], |row| row.get::<_, String>(0))?;
+    let mut out = rows
+        .map(|body| body.map(|b| serde_json::from_str(&b).unwrap_or(serde_json::Value::Null)))
+        .collect::<rusqlite::Result<Vec<_>>>()?;
+    out.reverse();
     Ok(out)
 }
 
@@ -501,7 +607,11 @@ pub fn read_transcript(database: &Path, session_id: &str) -> CoreResult<Vec<Tran
 /// One stored session record (for inspection and tests; opens its own connection).
 pub fn read_record(database: &Path, session_id: &str) -> CoreResult<Option<SessionRecord>> {
     let conn = Connection::open_with_flags(database, rusqlite::OpenFlags::SQLITE_OPEN_READ_ONLY)?;
-    Ok(load_sessions(&conn)?.into_iter().find(|r| r.id == session_id))
+    let mut record = select_records(&conn, "WHERE id = ?1", [session_id])?.pop();
+    if let Some(record) = &mut record {
+        record.recent_outcomes = recent_outcomes(&conn, &record.id)?;
+    }
+    Ok(record)
 }
 
 #[cfg(test)]
@@ -528,6 +638,7 @@ mod tests {
             tool_token: "t".into(),
             active_operation: None,
             recent_outcomes: Vec::new(),
+            updated_at_ms: 0,
         }
     }
 

@@ -24,6 +24,10 @@ pub const MAX_ERROR_DETAILS_BYTES: usize = 4096;
 pub const DEFAULT_HISTORY_PAGE: u32 = 100;
 /// The most transcript entries one `GetHistory` page may ask for.
 pub const MAX_HISTORY_PAGE: u32 = 1000;
+/// Sessions in one `ListSessions` page when the request names no limit.
+pub const DEFAULT_LISTED_SESSIONS: u32 = 100;
+/// The most sessions one `ListSessions` page holds (a larger limit is clipped).
+pub const MAX_LISTED_SESSIONS: u32 = 1000;
 /// Events queued for one subscriber before the provider is made to wait.
 pub const SUBSCRIBER_QUEUE_EVENTS: usize = 4096;
 /// How long a full subscriber queue may hold a provider up before that

@@ -110,18 +110,32 @@ impl Pedelec {
         }
     }
 
-    /// Creates a Core session and subscribes to it.
-    /// This origin's sessions Core keeps (`Core.ListSessions`), newest
-    /// created first: id, provider, model, status, creation and last
+    /// This origin's sessions Core keeps (`Core.ListSessions`, every page),
+    /// newest created first: id, provider, model, status, creation and last
     /// activity. Never another origin's.
     pub async fn list_sessions(&self) -> Result<Vec<pb::SessionSummary>, PedelecError> {
-        let request = pb::ListSessionsRequest { caller_origin: self.origin.clone() };
-        match self.transport.call(Call::ListSessions(request)).await? {
-            Reply::ListSessions(r) => Ok(r.sessions),
-            other => Err(unexpected(&other)),
+        let mut all = Vec::new();
+        let mut before = String::new();
+        loop {
+            let request = pb::ListSessionsRequest {
+                caller_origin: self.origin.clone(),
+                limit: pedelec_protocol::limits::MAX_LISTED_SESSIONS,
+                before_session_id: before,
+            };
+            let page = match self.transport.call(Call::ListSessions(request)).await? {
+                Reply::ListSessions(r) => r,
+                other => return Err(unexpected(&other)),
+            };
+            let last = page.sessions.last().and_then(|s| s.session.as_ref()).map(|i| i.session_id.clone());
+            all.extend(page.sessions);
+            match last {
+                Some(last) if page.has_more => before = last,
+                _ => return Ok(all),
+            }
         }
     }
 
+    /// Creates a Core session and subscribes to it.
     pub async fn create_session<T: ToolName>(
         &self,
         options: SessionOptions<T>,

@@ -10,8 +10,6 @@ use pedelec_protocol::pb::{self, session_event::Kind};
 use pedelec_protocol::{ErrorCode, SessionStatus};
 
 use super::{NewSession, Session, Shared};
-use crate::providers::Providers;
-use crate::settings::Settings;
 use crate::store::{Store, read_transcript};
 use crate::tools::ToolSet;
 use crate::workspace::Workspace;
@@ -27,17 +25,7 @@ async fn rig() -> Rig {
     let dir = tempfile::tempdir().unwrap();
     let database = dir.path().join("sessions.sqlite3");
     let (store, _) = Store::open(&database).unwrap();
-    let settings = Settings::parse("").unwrap();
-    let shared = Arc::new(Shared {
-        store: store.clone(),
-        assets: crate::assets::AssetServer::start(Duration::from_secs(60)).await.unwrap(),
-        providers: Providers::from_settings(&settings).unwrap(),
-        disconnect_grace: Duration::from_secs(60),
-        turn_timeout: Duration::from_secs(30),
-        permission_timeout: Duration::from_secs(30),
-        core_exe: "/nonexistent/pedelec-core".into(),
-        socket: dir.path().join("core.sock"),
-    });
+    let shared = Shared::for_tests(store.clone(), dir.path()).await;
     let id = "sess-faults".to_owned();
     let workspace = Workspace::resolve(None, &dir.path().join("managed"), &id).unwrap();
     let info = pb::SessionInfo {

@@ -77,6 +77,29 @@ pub struct Shared {
     /// What agent processes need to reach the MCP bridge: Core's executable and socket.
     pub core_exe: std::path::PathBuf,
     pub socket: std::path::PathBuf,
+    /// Ids of ended sessions whose last subscriber just left: the registry
+    /// evicts them at once rather than at its next sweep, so a burst of
+    /// ended sessions never piles up in memory.
+    pub released: tokio::sync::mpsc::UnboundedSender<String>,
+}
+
+#[cfg(test)]
+impl Shared {
+    /// What a test needs: the scripted provider and the defaults, no bridge.
+    pub async fn for_tests(store: Store, dir: &std::path::Path) -> Arc<Shared> {
+        let settings = crate::settings::Settings::default();
+        Arc::new(Shared {
+            store,
+            assets: crate::assets::AssetServer::start(Duration::from_secs(60)).await.expect("asset server"),
+            providers: Providers::from_settings(&settings).expect("default providers"),
+            disconnect_grace: Duration::from_secs(60),
+            turn_timeout: Duration::from_secs(30),
+            permission_timeout: Duration::from_secs(30),
+            core_exe: "/nonexistent/pedelec-core".into(),
+            socket: dir.join("core.sock"),
+            released: tokio::sync::mpsc::unbounded_channel().0,
+        })
+    }
 }
 
 /// The session's state and the I/O handles its effects need.
@@ -368,6 +391,9 @@ impl Session {
         let mut inner = self.lock();
         inner.fanout.remove(id);
         self.unwatched_if_nobody_subscribes(&mut inner);
+        if inner.fanout.is_empty() && inner.machine.status() == SessionStatus::Ended {
+            let _ = self.shared.released.send(self.id.clone());
+        }
     }
 
     /// Tells the machine when nobody watches (it may arm the disconnect timer).

@@ -19,6 +19,8 @@ impl SessionState {
         st.usage = record.usage_total;
         st.prepared = record.prepared;
         st.provider_session_id = record.provider_session_id.clone();
+        // The record was last written by the session's last event (for an ended one, its end).
+        st.last_event_at_ms = st.last_event_at_ms.max(record.updated_at_ms);
         for outcome in record.recent_outcomes.iter().filter_map(outcome_from_entry) {
             st.remember(outcome);
         }

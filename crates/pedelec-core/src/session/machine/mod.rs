@@ -288,6 +288,7 @@ impl SessionState {
                 .filter(|a| !matches!(a.phase, Phase::Finishing(_)))
                 .map(|a| a.id.as_str().to_owned()),
             recent_outcomes: Vec::new(),
+            updated_at_ms: 0,
         }
     }
 
