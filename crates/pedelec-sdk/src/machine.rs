@@ -293,22 +293,41 @@ impl SessionMachine {
         out
     }
 
-    /// The transport went away: nothing in flight can complete through it.
-    /// The transport is gone. Every awaited operation rejects with
-    /// `TRANSPORT_DETACHED`, its id in `details.operationId`: how it really
-    /// ended is not lost — a handle from `Pedelec::resume_session` reports
-    /// it ([`SessionMachine::outcome`]), `CORE_RESTARTED` if Core crashed.
+    /// The transport is gone: nothing in flight can complete through it.
+    /// Every awaited operation rejects with `TRANSPORT_DETACHED`, its id in
+    /// `details.operationId`: how it really ended is not lost — a handle
+    /// from `Pedelec::resume_session` reports it
+    /// ([`SessionMachine::outcome`]), `CORE_RESTARTED` if Core crashed.
     pub fn detached(&mut self) -> Vec<Effect> {
         let mut out = Vec::new();
+        self.settle_all(ErrorCode::TransportDetached, "the connection to Core was lost", &mut out);
+        out
+    }
+
+    /// The session was ended where this handle cannot hear it: the
+    /// extension revoked this origin, ended its sessions and closed the
+    /// port, so Core's `Ended` may never arrive. Every awaited operation
+    /// rejects with `SESSION_ENDED` and the handle is ended.
+    pub fn ended_elsewhere(&mut self) -> Vec<Effect> {
+        let mut out = Vec::new();
+        if self.status == SessionStatus::Ended {
+            return out;
+        }
+        self.settle_all(ErrorCode::SessionEnded, "the session was ended (the origin was revoked)", &mut out);
+        let ctx = self.status_ctx(Source::Sdk, None, 0, None);
+        self.change_status(SessionStatus::Ended, ctx, &mut out);
+        out
+    }
+
+    fn settle_all(&mut self, code: ErrorCode, message: &str, out: &mut Vec<Effect>) {
         self.local_operation = None;
         let mut ids: Vec<OperationId> = self.awaiting.drain().map(|(id, _)| id).collect();
         ids.sort();
         for operation_id in ids {
-            let mut error = PedelecError::new(ErrorCode::TransportDetached, "the connection to Core was lost");
+            let mut error = PedelecError::new(code, message);
             error.details = Some(serde_json::json!({ "operationId": operation_id }));
             out.push(Effect::Settle { operation_id, outcome: Err(error) });
         }
-        out
     }
 
     /// How a recent operation of this session ended, if this handle knows:
@@ -932,6 +951,20 @@ mod tests {
         feed(&mut fresh, &[snapshot_with_outcomes(9, vec![restarted])], NO_HANDLERS);
         assert!(fresh.outcome("op1").unwrap().unwrap_err().is(ErrorCode::CoreRestarted));
         assert_eq!(fresh.outcome("op2"), None);
+    }
+
+    #[test]
+    fn a_session_ended_elsewhere_rejects_what_it_awaited_and_ends_the_handle() {
+        let mut m = machine();
+        let _ = m.begin_local(pb::OperationKind::SendText).unwrap();
+        let _ = m.operation_accepted(&accepted("op1"));
+        let effects = m.ended_elsewhere();
+        let Some(Effect::Settle { operation_id, outcome: Err(error) }) = effects.first() else { panic!("{effects:?}") };
+        assert_eq!(operation_id, "op1");
+        assert!(error.is(ErrorCode::SessionEnded));
+        assert_eq!(m.status(), SessionStatus::Ended);
+        assert!(m.begin_local(pb::OperationKind::SendText).is_err(), "an ended handle starts nothing");
+        assert!(m.ended_elsewhere().is_empty(), "once ended, nothing more happens");
     }
 
     /// A re-synchronising snapshot settles awaited operations from their

@@ -632,6 +632,13 @@ impl Inner {
                     }
                     match item {
                         Ok(event) => inner.feed(&event),
+                        // The transport knows the session was ended where
+                        // this stream cannot carry it (the origin revoked).
+                        Err(error) if error.code == ErrorCode::SessionEnded.as_str() => {
+                            inner.step(SessionMachine::ended_elsewhere);
+                            lock(&inner.registry).remove(&inner.session_id);
+                            return;
+                        }
                         Err(error) => {
                             tracing::debug!(%error, "subscription failed");
                             break;

@@ -161,7 +161,7 @@ impl Rig {
 }
 
 /// `encodeURIComponent` for an origin (`:` and `/` are the only characters that need it).
-fn encode_component(text: &str) -> String {
+pub fn encode_component(text: &str) -> String {
     text.replace('%', "%25").replace(':', "%3A").replace('/', "%2F")
 }
 

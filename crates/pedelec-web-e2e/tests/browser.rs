@@ -57,6 +57,24 @@ fn wait_for_core_end(rig: &Rig, origin: &str, session_id: &str) {
     assert_eq!(core_status(rig, origin, session_id), SessionStatus::Ended, "Core records the session as ended");
 }
 
+/// After a revocation: the page's handle is ended and refuses at once, and
+/// no approval prompt opened by itself (the SDK did not re-subscribe).
+fn assert_revoked_quietly(rig: &Rig, page: &Page<'_>, origin: &str) {
+    let refused = attempt(page, "await demo.session().sendText('after revoke'); return 'sent';");
+    assert_eq!(refused["code"], json!("SESSION_ENDED"), "{refused}");
+    assert_eq!(page.eval("demo.session().getStatus()").unwrap(), json!("ended"));
+    std::thread::sleep(Duration::from_millis(1500));
+    let url = format!("approve.html?origin={}", pedelec_web_e2e::encode_component(origin));
+    let prompts: Vec<Value> = rig
+        .browser
+        .targets()
+        .unwrap()
+        .into_iter()
+        .filter(|t| t["url"].as_str().is_some_and(|u| u.contains(&url)))
+        .collect();
+    assert!(prompts.is_empty(), "a revoked page must not prompt until it asks: {prompts:?}");
+}
+
 /// Runs `demo.attempt(...)` and returns its `{ ok, value | code }`.
 fn attempt(page: &Page<'_>, body: &str) -> Value {
     page.eval_for(&format!("demo.attempt(async () => {{ {body} }})"), TURN).expect("the page evaluates")
@@ -418,6 +436,22 @@ fn browser_end_to_end() {
     wait_for_core_end(&rig, &origin, &second);
     let status = page.eval("demo.pedelec.getApprovalStatus()").unwrap();
     assert_eq!(status["approved"], json!(false), "{status}");
+    assert_revoked_quietly(&rig, &page, &origin);
+    // Again, twice: approve, start a session, revoke. Every time the page
+    // sees `ended`, its handle refuses at once, and nothing prompts.
+    for round in 2..=3 {
+        let pending = page.eval_later("demo.attempt(() => demo.start({ autoEndOnDisconnect: false }))").unwrap();
+        rig.answer_approval(&origin, "#approve").expect("approve again");
+        let id = ok_value(pending.wait(TURN).expect("start after re-approval")["result"]["value"].clone());
+        let id = id.as_str().expect("session id").to_owned();
+        let manager = rig.open_manager().expect("approval page in manage mode");
+        manager.wait_until(&listed, Duration::from_secs(10)).expect("the origin is listed again");
+        manager.click(&format!("button.revoke[data-origin=\"{origin}\"]")).expect("click Revoke");
+        page.wait_until(&format!("demo.state.ended === {round}"), Duration::from_secs(15))
+            .unwrap_or_else(|e| panic!("round {round}: the page sees its session end: {e}"));
+        wait_for_core_end(&rig, &origin, &id);
+        assert_revoked_quietly(&rig, &page, &origin);
+    }
 
     // No script error escaped on the pages.
     let exceptions: Vec<Value> =

@@ -101,6 +101,13 @@ fn detached(message: &str) -> PedelecError {
     PedelecError::new(ErrorCode::TransportDetached, message)
 }
 
+/// How a subscription ends when the extension revoked this origin.
+fn revoked() -> PedelecError {
+    let mut e = PedelecError::new(ErrorCode::SessionEnded, "the origin was revoked in the extension");
+    e.details = Some(serde_json::json!({ "reason": "origin_revoked" }));
+    e
+}
+
 /// No extension answers on this page (`chrome.runtime` absent or the id unknown).
 fn not_installed(detail: &str) -> PedelecError {
     let mut e =
@@ -214,8 +221,20 @@ impl Link {
                     let _ = waiter.send(status.clone());
                 }
             }
-            // Approval progress notices (`{ type: "approval", state }`) need no action here:
-            // the gated requests themselves complete or fail.
+            // Revocation: the extension has ended this origin's sessions and
+            // closes the port next, so Core's `Ended` may not get through.
+            // Each subscription ends here as ended (not detached), and none
+            // is re-sent on a fresh port: that would ask for approval again
+            // with no action of the page's.
+            Some("approval") if js::get_string(message, "state").as_deref() == Some("revoked") => {
+                let subscriptions: Vec<Subscription> =
+                    self.subscriptions.borrow_mut().drain().map(|(_, s)| s).collect();
+                for sub in subscriptions {
+                    let _ = sub.events.unbounded_send(Err(revoked()));
+                }
+            }
+            // Other approval progress notices need no action here: the gated
+            // requests themselves complete or fail.
             _ => {}
         }
     }
