@@ -118,7 +118,13 @@ pub async fn serve(config: CoreConfig) -> CoreResult<()> {
         socket: config.socket.clone(),
         released: released_tx,
     });
-    let registry = Arc::new(Registry::new(shared, config.managed_root()));
+    let home = std::env::var_os("HOME").filter(|h| !h.is_empty()).map(std::path::PathBuf::from);
+    let policy = crate::workspace_policy::WorkspacePolicy::new(
+        home.as_deref(),
+        &settings.allowed_workspace_roots,
+        &[&config.state_dir, &config.config_dir],
+    );
+    let registry = Arc::new(Registry::new(shared, config.managed_root(), policy));
     let restored = records.len();
     registry.restore(records);
     tokio::spawn(maintain(registry.clone(), released, settings.ended_retention()));

@@ -20,6 +20,7 @@ pub mod settings;
 pub mod store;
 pub mod tools;
 pub mod workspace;
+pub mod workspace_policy;
 
 pub use config::CoreConfig;
 pub use error::{CoreError, CoreResult};

@@ -21,10 +21,13 @@ use crate::session::{NewSession, Session, Shared, new_id, now_ms};
 use crate::store::SessionRecord;
 use crate::tools::ToolSet;
 use crate::workspace::{self, Workspace};
+use crate::workspace_policy::{Refusal, WorkspacePolicy};
 
 pub struct Registry {
     pub shared: Arc<Shared>,
     managed_root: PathBuf,
+    /// Which explicit workspaces a caller may open.
+    policy: WorkspacePolicy,
     sessions: RwLock<HashMap<String, Arc<Session>>>,
     tokens: RwLock<HashMap<String, String>>,
     /// Bumped by every eviction: a store read begun before one may be
@@ -63,10 +66,11 @@ fn random_token() -> String {
 }
 
 impl Registry {
-    pub fn new(shared: Arc<Shared>, managed_root: PathBuf) -> Self {
+    pub fn new(shared: Arc<Shared>, managed_root: PathBuf, policy: WorkspacePolicy) -> Self {
         Registry {
             shared,
             managed_root,
+            policy,
             sessions: RwLock::default(),
             tokens: RwLock::default(),
             evictions: AtomicU64::new(0),
@@ -225,7 +229,34 @@ impl Registry {
         }
         let tools = ToolSet::compile(skills.tools.clone())?;
         let id = new_id("sess");
-        let workspace = Workspace::resolve(request.workspace.as_ref(), &self.managed_root, &id)?;
+        let granted = request.workspace.as_ref().map(|w| w.granted_roots.as_slice()).unwrap_or_default();
+        if granted.len() > limits::MAX_WORKSPACE_GRANTS
+            || granted.iter().any(|g| g.len() > limits::MAX_WORKSPACE_PATH_BYTES || g.contains('\0'))
+        {
+            return Err(CoreError::new(ErrorCode::InvalidArgument, "too many or malformed workspace grants"));
+        }
+        let origin = &request.caller_origin;
+        let workspace = Workspace::resolve(request.workspace.as_ref(), &self.managed_root, &id, |path| {
+            self.policy.check(path, origin, granted).map_err(|refusal| {
+                let message = match &refusal {
+                    Refusal::Forbidden(what) => {
+                        format!("workspace {} is never allowed: it is, holds or lies in {what}", path.display())
+                    }
+                    Refusal::NotGranted if origin.starts_with("app:") => format!(
+                        "workspace {} is not under Core's allowed_workspace_roots (config.toml)",
+                        path.display()
+                    ),
+                    Refusal::NotGranted => {
+                        format!("workspace {} is not granted to {origin} (grant it in the extension)", path.display())
+                    }
+                };
+                CoreError::with_details(
+                    ErrorCode::WorkspaceNotAllowed,
+                    message,
+                    serde_json::json!({ "path": path.display().to_string(), "reason": refusal.reason() }),
+                )
+            })
+        })?;
         if let Err(error) = workspace.write_manifest(&skills) {
             workspace.remove_if_managed();
             return Err(error);
@@ -394,7 +425,7 @@ mod tests {
     async fn registry(state: &std::path::Path) -> Registry {
         let (store, records) = Store::open(&state.join("sessions.sqlite3")).unwrap();
         let shared = Shared::for_tests(store, state).await;
-        let registry = Registry::new(shared, state.join("workspaces"));
+        let registry = Registry::new(shared, state.join("workspaces"), WorkspacePolicy::default());
         registry.restore(records);
         registry
     }

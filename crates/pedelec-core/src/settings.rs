@@ -5,6 +5,7 @@
 //! turn_timeout_secs = 600             # a turn running longer (tool waits not counted) fails with PROVIDER_TIMEOUT
 //! permission_timeout_secs = 60        # an unanswered permission request (permission mode "app") is rejected
 //! ended_session_retention_days = 30   # ended sessions are deleted (with their transcript) this long after they end; 0 keeps them
+//! allowed_workspace_roots = ["~/projects"]  # where local ("app:") programs may open explicit workspaces; none by default
 //!
 //! [providers.codex]                   # override a built-in provider…
 //! command = ["/opt/codex/bin/codex"]
@@ -77,6 +78,9 @@ pub struct Settings {
     pub permission_timeout_secs: Option<u64>,
     /// Days an ended session stays stored (resumable, in `ListSessions`); 0: for ever.
     pub ended_session_retention_days: Option<u32>,
+    /// Where `app:` origins may open explicit workspaces (absolute or `~/…`).
+    #[serde(default)]
+    pub allowed_workspace_roots: Vec<String>,
     #[serde(default)]
     pub providers: BTreeMap<String, ProviderOverride>,
 }

@@ -43,8 +43,15 @@ impl Workspace {
         self.root.join(RUNTIME_DIR).join("assets")
     }
 
-    /// Resolves a create request's workspace, creating a managed one when no path is given.
-    pub fn resolve(spec: Option<&pb::WorkspaceSpec>, managed_root: &Path, session_id: &str) -> CoreResult<Self> {
+    /// Resolves a create request's workspace, creating a managed one when no
+    /// path is given. An explicit path is resolved (symlinks, `..`) before
+    /// `allowed` judges it, so a link cannot lead the check astray.
+    pub fn resolve(
+        spec: Option<&pb::WorkspaceSpec>,
+        managed_root: &Path,
+        session_id: &str,
+        allowed: impl FnOnce(&Path) -> CoreResult<()>,
+    ) -> CoreResult<Self> {
         let requested = spec.map(|s| s.path.as_str()).unwrap_or_default();
         if requested.is_empty() {
             let root = managed_root.join(session_id);
@@ -69,6 +76,8 @@ impl Workspace {
         if !canonical.is_dir() {
             return Err(invalid("is not a directory"));
         }
+        // The caller's rule first: for a path it may not open, that is the answer.
+        allowed(&canonical)?;
         std::fs::create_dir_all(managed_root).map_err(|e| CoreError::io("creating the managed root", e))?;
         let managed = managed_root.canonicalize().map_err(|e| CoreError::io("resolving the managed root", e))?;
         if canonical.starts_with(&managed) || managed.starts_with(&canonical) {

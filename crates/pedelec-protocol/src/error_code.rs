@@ -48,6 +48,9 @@ error_codes! {
     WorkspaceOpenFailed = "WORKSPACE_OPEN_FAILED",
     /// A workspace path is relative, missing, not a directory or overlaps the managed root.
     WorkspaceInvalid = "WORKSPACE_INVALID",
+    /// A workspace path the caller may not open: never allowed (the home
+    /// directory, a secret store, …) or not granted to its origin.
+    WorkspaceNotAllowed = "WORKSPACE_NOT_ALLOWED",
     /// The tool manifest breaks a rule (name, uniqueness, description, schema).
     ToolsManifestInvalid = "TOOLS_MANIFEST_INVALID",
     /// Tool arguments do not satisfy the tool's JSON Schema.

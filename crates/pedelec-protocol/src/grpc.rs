@@ -41,9 +41,10 @@ pub fn grpc_code(code: ErrorCode) -> tonic::Code {
         | ErrorCode::AssetNotFound
         | ErrorCode::ToolRequestNotFound
         | ErrorCode::PermissionRequestNotFound => Code::NotFound,
-        ErrorCode::ThreadAccessDenied | ErrorCode::ToolTokenInvalid | ErrorCode::OriginNotAllowed => {
-            Code::PermissionDenied
-        }
+        ErrorCode::ThreadAccessDenied
+        | ErrorCode::ToolTokenInvalid
+        | ErrorCode::OriginNotAllowed
+        | ErrorCode::WorkspaceNotAllowed => Code::PermissionDenied,
         ErrorCode::SessionBusy | ErrorCode::SessionEnded | ErrorCode::SessionError => Code::FailedPrecondition,
         ErrorCode::InvalidArgument
         | ErrorCode::TextTooLarge

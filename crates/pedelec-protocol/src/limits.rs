@@ -59,6 +59,8 @@ pub const MAX_ORIGIN_LEN: usize = 512;
 pub const MAX_ID_LEN: usize = 128;
 /// Longest workspace path.
 pub const MAX_WORKSPACE_PATH_BYTES: usize = 4096;
+/// The most granted roots one request may carry (`WorkspaceSpec.granted_roots`).
+pub const MAX_WORKSPACE_GRANTS: usize = 64;
 /// How long an asset ticket stays valid.
 pub const ASSET_TICKET_TTL: Duration = Duration::from_secs(60);
 

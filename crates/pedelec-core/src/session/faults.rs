@@ -27,7 +27,7 @@ async fn rig() -> Rig {
     let (store, _) = Store::open(&database).unwrap();
     let shared = Shared::for_tests(store.clone(), dir.path()).await;
     let id = "sess-faults".to_owned();
-    let workspace = Workspace::resolve(None, &dir.path().join("managed"), &id).unwrap();
+    let workspace = Workspace::resolve(None, &dir.path().join("managed"), &id, |_| Ok(())).unwrap();
     let info = pb::SessionInfo {
         session_id: id.clone(),
         provider: "scripted".into(),

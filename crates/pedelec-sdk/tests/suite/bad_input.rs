@@ -16,7 +16,7 @@ fn code(status: tonic::Status) -> String {
 fn create(tools: Vec<pb::ToolDefinition>, workspace: &str) -> pb::CreateSessionRequest {
     pb::CreateSessionRequest {
         skills: Some(pb::Skills { guidance: String::new(), tools }),
-        workspace: Some(pb::WorkspaceSpec { path: workspace.into() }),
+        workspace: Some(pb::WorkspaceSpec { path: workspace.into(), ..Default::default() }),
         caller_origin: ORIGIN.into(),
         ..Default::default()
     }
@@ -93,15 +93,16 @@ async fn each_workspace_rule_is_refused() {
     let file = tempfile::NamedTempFile::new().unwrap();
     let managed_inside = h.state().join("workspaces");
     std::fs::create_dir_all(&managed_inside).unwrap();
-    for path in [
-        "relative/path".to_string(),
-        "/definitely/not/here".to_string(),
-        file.path().display().to_string(),
-        managed_inside.display().to_string(),
-        h.state().display().to_string(),
+    for (path, expected) in [
+        ("relative/path".to_string(), "WORKSPACE_INVALID"),
+        ("/definitely/not/here".to_string(), "WORKSPACE_INVALID"),
+        (file.path().display().to_string(), "WORKSPACE_INVALID"),
+        // Core's own state (managed workspaces, the database) is never a workspace.
+        (managed_inside.display().to_string(), "WORKSPACE_NOT_ALLOWED"),
+        (h.state().display().to_string(), "WORKSPACE_NOT_ALLOWED"),
     ] {
         let status = raw.create_session(create(vec![], &path)).await.unwrap_err();
-        assert_eq!(code(status), "WORKSPACE_INVALID", "{path}");
+        assert_eq!(code(status), expected, "{path}");
     }
     assert_eq!(workspaces(&h), 0);
 }

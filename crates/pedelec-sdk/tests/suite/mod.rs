@@ -21,6 +21,7 @@ mod readme;
 mod real_agents;
 mod status_and_events;
 mod tools;
+mod workspace_grants;
 
 use std::path::PathBuf;
 use std::sync::{Arc, Mutex};
@@ -91,6 +92,11 @@ impl Harness {
         let grace = Duration::from_millis(300);
         let dir = tempfile::tempdir().expect("tempdir");
         std::fs::create_dir_all(dir.path().join("config")).expect("config dir");
+        // Tests open explicit workspaces in temporary directories: allowed
+        // for local (`app:`) callers only where config.toml says so.
+        let roots = format!("allowed_workspace_roots = [{:?}]\n", std::env::temp_dir().display().to_string());
+        let settings =
+            if settings.contains("allowed_workspace_roots") { settings.to_owned() } else { roots + settings };
         std::fs::write(dir.path().join("config/config.toml"), settings).expect("config.toml");
         let core = Self::spawn_core(dir.path(), grace);
         Harness { dir, core, grace, via }
