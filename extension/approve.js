@@ -1,8 +1,13 @@
-// The approval page: decides a pending origin (from ?origin=) and lists the
-// approved origins with a revoke button each. All state lives in the worker.
+// The approval page: decides a pending origin (from ?origin=), or a pending
+// workspace folder of an origin (?origin=&path=), and lists the approved
+// origins and the granted folders, each with a revoke button. All state
+// lives in the worker.
 "use strict";
 
-const requested = new URLSearchParams(location.search).get("origin");
+const params = new URLSearchParams(location.search);
+const requested = params.get("origin");
+const requestedPath = params.get("path");
+const parentPath = requestedPath && requestedPath !== "/" ? requestedPath.replace(/\/[^/]*$/, "") || "/" : null;
 
 async function send(message) {
   return chrome.runtime.sendMessage(message);
@@ -31,8 +36,48 @@ async function render() {
     item.append(label, revoke);
     list.append(item);
   }
+  const grantList = document.getElementById("grants");
+  grantList.replaceChildren();
+  const grants = (state && state.grants) || {};
+  let count = 0;
+  for (const origin of Object.keys(grants).sort()) {
+    for (const root of grants[origin]) {
+      count++;
+      const item = document.createElement("li");
+      const label = document.createElement("code");
+      label.textContent = `${origin} → ${root}`;
+      const revoke = document.createElement("button");
+      revoke.type = "button";
+      revoke.textContent = "Revoke";
+      revoke.className = "revoke-grant";
+      revoke.dataset.origin = origin;
+      revoke.dataset.root = root;
+      revoke.addEventListener("click", async () => {
+        revoke.disabled = true;
+        await send({ type: "revokeGrant", origin, root });
+        await render();
+      });
+      item.append(label, revoke);
+      grantList.append(item);
+    }
+  }
+  document.getElementById("no-grants").hidden = count > 0;
+  if (requestedPath) {
+    const pendingGrant =
+      state && state.pendingGrants.some((g) => g.origin === requested && g.path === requestedPath);
+    document.getElementById("grant-request").hidden = !pendingGrant;
+    document.getElementById("request").hidden = true;
+    return;
+  }
   const pending = requested && state && state.pending.includes(requested);
   document.getElementById("request").hidden = !pending;
+}
+
+async function decideGrant(root) {
+  for (const id of ["grant", "grant-parent", "refuse-grant"]) document.getElementById(id).disabled = true;
+  const reply = await send({ type: "grant", origin: requested, path: requestedPath, root });
+  document.getElementById("grant-outcome").textContent =
+    reply && reply.ok ? (root ? `Granted ${root}.` : "Refused.") : `Not applied: ${reply && reply.error}`;
 }
 
 async function decide(approved) {
@@ -44,6 +89,15 @@ async function decide(approved) {
 }
 
 if (requested) document.getElementById("origin").textContent = requested;
+if (requestedPath) {
+  document.getElementById("grant-origin").textContent = requested;
+  document.getElementById("grant-path").textContent = requestedPath;
+  document.getElementById("grant-parent-path").textContent = parentPath;
+  document.getElementById("grant-parent").hidden = !parentPath || parentPath === requestedPath;
+  document.getElementById("grant").addEventListener("click", () => decideGrant(requestedPath));
+  document.getElementById("grant-parent").addEventListener("click", () => decideGrant(parentPath));
+  document.getElementById("refuse-grant").addEventListener("click", () => decideGrant(null));
+}
 document.getElementById("approve").addEventListener("click", () => decide(true));
 document.getElementById("reject").addEventListener("click", () => decide(false));
 render();

@@ -34,14 +34,24 @@ if (chrome.runtime.id !== EXTENSION_ID) {
 let approvedOrigins = {};
 /** sessionId -> origin: which origin's sessions to end on revoke. */
 let sessionOrigins = {};
+/** origin -> [absolute directory]: where the user let that origin open workspaces. */
+let workspaceGrants = {};
+/** `${origin}\n${path}` -> { origin, path, timer, tabId } of open workspace prompts. */
+const grantPrompts = new Map();
 /** origin -> { timer, tabId, deadline } (mirrored to storage.session without the timer) */
 const approvals = new Map();
 /** Every connected page. */
 const pages = new Set();
 
 const ready = (async () => {
-  const local = await chrome.storage.local.get(["approvedOrigins", "sessionOrigins", "approvalTimeoutMs"]);
+  const local = await chrome.storage.local.get([
+    "approvedOrigins",
+    "sessionOrigins",
+    "approvalTimeoutMs",
+    "workspaceGrants",
+  ]);
   approvedOrigins = local.approvedOrigins || {};
+  workspaceGrants = local.workspaceGrants || {};
   approvalTimeoutMs = local.approvalTimeoutMs || APPROVAL_TIMEOUT_MS;
   sessionOrigins = local.sessionOrigins || {};
   const session = await chrome.storage.session.get(["pendingApprovals"]);
@@ -56,7 +66,27 @@ const ready = (async () => {
 async function saveLocal() {
   const ids = Object.keys(sessionOrigins);
   for (const id of ids.slice(0, Math.max(0, ids.length - MAX_REMEMBERED_SESSIONS))) delete sessionOrigins[id];
-  await chrome.storage.local.set({ approvedOrigins, sessionOrigins });
+  await chrome.storage.local.set({ approvedOrigins, sessionOrigins, workspaceGrants });
+}
+
+/**
+ * `path` with `.` and `..` folded and no trailing slash, or null when it is
+ * not an absolute POSIX path. Lexical only: Core resolves symlinks and
+ * checks again, so this decides only what the prompt shows and asks.
+ */
+function normalizePath(path) {
+  if (typeof path !== "string" || !path.startsWith("/") || path.includes("\0")) return null;
+  const parts = [];
+  for (const part of path.split("/")) {
+    if (part === "" || part === ".") continue;
+    if (part === "..") parts.pop();
+    else parts.push(part);
+  }
+  return "/" + parts.join("/");
+}
+
+function isGranted(origin, path) {
+  return (workspaceGrants[origin] || []).some((root) => isAncestorOrSelf(root, path));
 }
 
 async function savePending() {
@@ -150,6 +180,34 @@ class PageLink {
     this.forward(frame);
   }
 
+  /** Holds a createSession for a workspace the user has not granted, and asks. */
+  awaitGrant(path, frame) {
+    const key = `${this.origin}\n${path}`;
+    if (!this.grantQueue) this.grantQueue = new Map();
+    const queued = this.grantQueue.get(key) || [];
+    queued.push(frame);
+    this.grantQueue.set(key, queued);
+    this.toPage({ type: "approval", origin: this.origin, path, state: "pending" });
+    requestGrant(this.origin, path).catch((e) => console.error("pedelec: opening the workspace prompt failed", e));
+  }
+
+  grantDecided(path, granted) {
+    const key = `${this.origin}\n${path}`;
+    const queued = (this.grantQueue && this.grantQueue.get(key)) || [];
+    if (this.grantQueue) this.grantQueue.delete(key);
+    for (const frame of queued) {
+      if (granted) this.forward(frame);
+      else {
+        this.sendFrame(
+          errorFrame(frame.requestId, "WORKSPACE_NOT_ALLOWED", `the user did not grant ${path} to ${this.origin}`, {
+            path,
+            reason: "refused",
+          }),
+        );
+      }
+    }
+  }
+
   refusal(id) {
     return errorFrame(id, "ORIGIN_NOT_ALLOWED", `origin ${this.origin} is not approved (${this.refused})`, {
       origin: this.origin,
@@ -184,6 +242,15 @@ class PageLink {
     const body = frame.request[call];
     // The page never chooses its origin; the browser's sender information does.
     body.callerOrigin = this.origin;
+    if (call === "createSession" && body.workspace && typeof body.workspace === "object") {
+      // Nor its grants: they are what the user granted this origin, nothing else.
+      const path = normalizePath(body.workspace.path);
+      if (body.workspace.path && path && !isGranted(this.origin, path)) {
+        this.awaitGrant(path, frame);
+        return;
+      }
+      body.workspace.grantedRoots = [...(workspaceGrants[this.origin] || [])];
+    }
     if (call === "subscribe") this.subs.set(id, frame);
     if (call === "unsubscribe") {
       this.subs.delete(body.subscriptionId);
@@ -387,6 +454,49 @@ async function decide(origin, approved, reason) {
   for (const page of [...pages]) if (page.origin === origin) page.approvalDecided(approved, reason);
 }
 
+async function requestGrant(origin, path) {
+  const key = `${origin}\n${path}`;
+  if (grantPrompts.has(key)) return;
+  const timer = setTimeout(() => {
+    decideGrant(origin, path, null).catch((e) => console.error(e));
+  }, approvalTimeoutMs);
+  grantPrompts.set(key, { origin, path, timer, tabId: null });
+  const query = `origin=${encodeURIComponent(origin)}&path=${encodeURIComponent(path)}`;
+  const tab = await chrome.tabs.create({ url: chrome.runtime.getURL(`${APPROVAL_PAGE}?${query}`), active: true });
+  const entry = grantPrompts.get(key);
+  if (entry) entry.tabId = tab.id;
+}
+
+/** `root` null refuses; otherwise it is `path` or one of its parents (the user's choice). */
+async function decideGrant(origin, path, root) {
+  const key = `${origin}\n${path}`;
+  const entry = grantPrompts.get(key);
+  if (entry) {
+    clearTimeout(entry.timer);
+    grantPrompts.delete(key);
+    if (entry.tabId != null) chrome.tabs.remove(entry.tabId).catch(() => {});
+  }
+  const granted = root !== null && normalizePath(root) !== null && isAncestorOrSelf(normalizePath(root), path);
+  if (granted) {
+    const roots = new Set(workspaceGrants[origin] || []);
+    roots.add(normalizePath(root));
+    workspaceGrants[origin] = [...roots].sort();
+    await saveLocal();
+  }
+  for (const page of [...pages]) if (page.origin === origin) page.grantDecided(path, granted);
+}
+
+function isAncestorOrSelf(root, path) {
+  return path === root || path.startsWith(root === "/" ? "/" : root + "/");
+}
+
+async function revokeGrant(origin, root) {
+  const roots = (workspaceGrants[origin] || []).filter((r) => r !== root);
+  if (roots.length > 0) workspaceGrants[origin] = roots;
+  else delete workspaceGrants[origin];
+  await saveLocal();
+}
+
 /** Ends each session through a throwaway host, answering when all replied or after 5 s. */
 function endSessions(origin, sessionIds) {
   if (sessionIds.length === 0) return Promise.resolve();
@@ -415,6 +525,7 @@ function endSessions(origin, sessionIds) {
 
 async function revoke(origin) {
   delete approvedOrigins[origin];
+  delete workspaceGrants[origin];
   const ids = Object.keys(sessionOrigins).filter((id) => sessionOrigins[id] === origin);
   await saveLocal();
   // End first, so connected pages still receive the ended events; then cut them off.
@@ -456,7 +567,21 @@ chrome.runtime.onMessage.addListener((message, sender, sendResponse) => {
     .then(async () => {
       switch (message && message.type) {
         case "list":
-          return { approved: approvedOrigins, pending: [...approvals.keys()] };
+          return {
+            approved: approvedOrigins,
+            pending: [...approvals.keys()],
+            grants: workspaceGrants,
+            pendingGrants: [...grantPrompts.values()].map(({ origin, path }) => ({ origin, path })),
+          };
+        case "grant":
+          if (!grantPrompts.has(`${message.origin}\n${message.path}`)) {
+            return { ok: false, error: "no pending workspace request for this origin and path" };
+          }
+          await decideGrant(message.origin, message.path, typeof message.root === "string" ? message.root : null);
+          return { ok: true };
+        case "revokeGrant":
+          await revokeGrant(message.origin, message.root);
+          return { ok: true };
         case "decide":
           if (!approvals.has(message.origin)) return { ok: false, error: "no pending request for this origin" };
           await decide(message.origin, message.approved === true, message.approved === true ? "approved" : "rejected");

@@ -152,6 +152,22 @@ impl Rig {
         page.click(button)
     }
 
+    /// Finds the workspace prompt the extension opened for `origin` and
+    /// `path` and clicks `button` (`#grant`, `#grant-parent`, `#refuse-grant`).
+    pub fn answer_grant(&self, origin: &str, path: &str, button: &str) -> Result<(), E2eError> {
+        let url = format!(
+            "chrome-extension://{EXTENSION_ID}/approve.html?origin={}&path={}",
+            encode_component(origin),
+            encode_component(path)
+        );
+        let target = self.browser.wait_for_target(&format!("workspace prompt for {origin} {path}"), |t| {
+            t["type"].as_str() == Some("page") && t["url"].as_str() == Some(url.as_str())
+        })?;
+        let page = Page::attach(&self.browser, target["targetId"].as_str().unwrap_or_default())?;
+        page.wait_until("!document.getElementById('grant-request').hidden", Duration::from_secs(10))?;
+        page.click(button)
+    }
+
     /// Opens the extension's approval page in manage mode (the list with revoke buttons).
     pub fn open_manager(&self) -> Result<Page<'_>, E2eError> {
         let page = Page::open(&self.browser, &format!("chrome-extension://{EXTENSION_ID}/approve.html"))?;

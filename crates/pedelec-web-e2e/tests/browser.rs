@@ -415,6 +415,52 @@ fn browser_end_to_end() {
 
     // Revoke: the approved origin is listed; revoking ends its live sessions and cuts its pages off.
     let page = rig.open_demo(&rig.site).expect("demo page again");
+    // Workspace grants: a folder the user has not granted this origin is
+    // asked for (origin and path shown), granted or refused; a grant can
+    // be revoked on the manager page, and then it is asked for again.
+    let area = tempfile::tempdir().expect("tempdir");
+    let project = area.path().canonicalize().unwrap().join("project");
+    std::fs::create_dir_all(project.join("src")).unwrap();
+    let project = project.display().to_string();
+    let in_folder = |path: &str| {
+        format!(
+            "demo.attempt(async () => {{ const s = await demo.pedelec.createSession({{ provider: 'scripted', workspace: {{ path: '{path}' }} }}); await s.end(); return s.sessionId; }})"
+        )
+    };
+    let asked = page.eval_later(&in_folder(&project)).unwrap();
+    rig.answer_grant(&origin, &project, "#grant").expect("grant the folder");
+    let granted = asked.wait(TURN).expect("createSession settles")["result"]["value"].clone();
+    assert_eq!(granted["ok"], json!(true), "{granted}");
+    assert!(std::path::Path::new(&project).join(".pedelec-runtime").is_dir(), "the session worked in the granted folder");
+    // Inside the grant: no prompt. Its parent: asked, refused, nothing created.
+    let inside = attempt(&page, &format!("const s = await demo.pedelec.createSession({{ provider: 'scripted', workspace: {{ path: '{project}/src' }} }}); await s.end(); return s.sessionId;"));
+    assert_eq!(inside["ok"], json!(true), "{inside}");
+    let parent = area.path().canonicalize().unwrap().display().to_string();
+    let asked = page.eval_later(&in_folder(&parent)).unwrap();
+    rig.answer_grant(&origin, &parent, "#refuse-grant").expect("refuse the parent");
+    let refused = asked.wait(TURN).expect("createSession settles")["result"]["value"].clone();
+    assert_eq!(refused["code"], json!("WORKSPACE_NOT_ALLOWED"), "{refused}");
+    assert!(!area.path().join(".pedelec-runtime").exists(), "nothing written in a refused folder");
+    // Whatever the page claims, its grants are the extension's: Core refuses the home directory.
+    let home = std::env::var("HOME").expect("HOME");
+    let asked = page.eval_later(&in_folder(&home)).unwrap();
+    rig.answer_grant(&origin, &home, "#grant").expect("grant the home directory");
+    let never = asked.wait(TURN).expect("createSession settles")["result"]["value"].clone();
+    assert_eq!(never["code"], json!("WORKSPACE_NOT_ALLOWED"), "Core never opens the home directory: {never}");
+    // Revoked on the manager page: asked again.
+    let manager = rig.open_manager().expect("manager page");
+    let grant_button = format!("button.revoke-grant[data-root=\"{project}\"]");
+    manager.wait_until(&format!("document.querySelector('{}')", grant_button.replace('\'', "\\'")), Duration::from_secs(10))
+        .expect("the grant is listed");
+    manager.click(&grant_button).expect("revoke the grant");
+    manager.wait_until(&format!("!document.querySelector('{}')", grant_button.replace('\'', "\\'")), Duration::from_secs(10))
+        .expect("the grant is gone");
+    manager.close().unwrap();
+    let asked = page.eval_later(&in_folder(&project)).unwrap();
+    rig.answer_grant(&origin, &project, "#refuse-grant").expect("asked again after the revoke");
+    let again = asked.wait(TURN).expect("createSession settles")["result"]["value"].clone();
+    assert_eq!(again["code"], json!("WORKSPACE_NOT_ALLOWED"), "{again}");
+
     let second = ok_value(attempt(&page, "return await demo.start({ autoEndOnDisconnect: false })"));
     let second = second.as_str().expect("second session id").to_owned();
     // Another tab of the same origin re-attaches to it: the handle is synchronised from Core first.
