@@ -144,7 +144,8 @@ export type ToolSpecificHandler<TArgs = unknown, TResult = unknown> = (
 
 export interface ToolDefinition<TName extends string = string> {
   name: TName;
-  description?: string;
+  /** Required (Core refuses an empty one with TOOLS_MANIFEST_INVALID): the agent reads it to decide when to call. */
+  description: string;
   /** JSON Schema of the arguments; defaults to `{ "type": "object" }`. */
   inputSchema?: JsonValue;
   /** Enforced by Core (default 60 s). */

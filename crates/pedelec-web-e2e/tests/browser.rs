@@ -415,6 +415,25 @@ fn browser_end_to_end() {
 
     // Revoke: the approved origin is listed; revoking ends its live sessions and cuts its pages off.
     let page = rig.open_demo(&rig.site).expect("demo page again");
+    // The README's browser snippet, as it stands there, on this approved page.
+    let readme = include_str!("../../../README.md");
+    let start = readme.find("```js\n").expect("the README has a js snippet") + "```js\n".len();
+    let snippet = &readme[start..start + readme[start..].find("```").expect("the snippet ends")];
+    let import = r#"import init, { Pedelec } from "./pkg/pedelec_sdk.js";"#;
+    assert!(snippet.contains(import), "the snippet imports the package: {snippet}");
+    let body = snippet.replace(import, r#"const { default: init, Pedelec } = await import("/pkg/pedelec_sdk.js");"#);
+    let ran = attempt(
+        &page,
+        &format!(
+            "let value = 0; const counter = {{ add: (d) => (value += d) }};
+             const live = []; const transcript = {{ appendLive: (d) => live.push(d) }};
+             {body}
+             await session.end();
+             return {{ live: live.join('').length > 0 }};"
+        ),
+    );
+    assert_eq!(ran, json!({ "ok": true, "value": { "live": true } }), "the README snippet runs: {ran}");
+
     // Workspace grants: a folder the user has not granted this origin is
     // asked for (origin and path shown), granted or refused; a grant can
     // be revoked on the manager page, and then it is asked for again.
