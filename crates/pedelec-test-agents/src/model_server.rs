@@ -886,6 +886,8 @@ pub fn example_for(schema: &Value) -> Value {
 ///   ending in `NAME` (first searching for it with `tool_search` when the agent defers its tools);
 /// - `write PATH` → asks the agent's own file-writing tool (`Write`, `write`, `write_file`, codex's
 ///   `shell`/`exec_command`) to create PATH;
+/// - `read PATH` → asks the agent's own file-reading tool (`Read`, `read`, `read_file`, or `cat`
+///   through codex's shell) for PATH;
 /// - `fail STATUS` → answers with that HTTP status;
 /// - anything else → `Echo: <text>` in three deltas.
 pub fn standard_script() -> Script {
@@ -919,6 +921,9 @@ pub fn standard_script() -> Script {
         if let Some(path) = command.strip_prefix("write ") {
             return write_file_call(request, path.trim());
         }
+        if let Some(path) = command.strip_prefix("read ") {
+            return read_file_call(request, path.trim());
+        }
         if let Some(status) = command.strip_prefix("fail ") {
             let status = status.trim().parse().unwrap_or(500);
             return Answer::new(Reply::Status { status, message: format!("scripted failure {status}") });
@@ -943,6 +948,32 @@ fn write_file_call(request: &ModelRequest, path: &str) -> Answer {
         return Answer::tool_call("write_file", json!({"file_path": path, "content": content}));
     }
     let script = format!("printf '%s' '{}' > '{}'", content.trim(), path);
+    if has("exec_command") {
+        return Answer::tool_call("exec_command", json!({"cmd": script}));
+    }
+    if has("shell") {
+        return Answer::tool_call("shell", json!({"command": ["bash", "-lc", script]}));
+    }
+    if has("shell_command") {
+        return Answer::tool_call("shell_command", json!({"command": script}));
+    }
+    Answer::text(format!("No file tool among {names:?}"))
+}
+
+/// A call of the agent's own file-reading tool, in the shape that agent's tool takes.
+fn read_file_call(request: &ModelRequest, path: &str) -> Answer {
+    let names = request.tool_names();
+    let has = |n: &str| names.iter().any(|t| t == n);
+    if has("Read") {
+        return Answer::tool_call("Read", json!({"file_path": path}));
+    }
+    if has("read") {
+        return Answer::tool_call("read", json!({"filePath": path}));
+    }
+    if has("read_file") {
+        return Answer::tool_call("read_file", json!({"file_path": path}));
+    }
+    let script = format!("cat '{path}'");
     if has("exec_command") {
         return Answer::tool_call("exec_command", json!({"cmd": script}));
     }

@@ -86,6 +86,15 @@ impl Drop for AgentHarness {
 }
 
 /// One agent's place in the matrix: how Core is configured for it.
+/// What a model asking to read a file outside the workspace gets.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum ReadsOutside {
+    /// The agent's sandbox or Core's permission policy refuses it.
+    Refused,
+    /// Nothing confines reads (codex's `workspace-write` sandbox limits writes only).
+    Allowed,
+}
+
 struct Rig {
     provider: &'static str,
     model: &'static str,
@@ -101,6 +110,9 @@ struct Rig {
     /// without telling the client (opencode 1.18), so only Core's turn
     /// timeout settles the turn.
     retries_refusals: bool,
+    /// Whether a file outside the workspace can be read through the agent
+    /// (SECURITY.md's table states the same).
+    reads_outside: ReadsOutside,
     /// Kept alive for the agent's home/config dirs.
     _home: tempfile::TempDir,
 }
@@ -206,6 +218,7 @@ impl Rig {
             usage: Usage::Exact,
             resumes: Resumes::Yes,
             retries_refusals: false,
+            reads_outside: ReadsOutside::Refused,
             _home: home,
         }
     }
@@ -221,7 +234,7 @@ impl Rig {
     fn codex(program: &Path, server: &ModelServer) -> Rig {
         let home = tempfile::tempdir().unwrap();
         let settings = provider_settings("codex", program, &[], &Self::codex_env(home.path(), server));
-        Rig { streams: false, ..Rig::new("codex", CODEX_MODEL, settings, home) }
+        Rig { streams: false, reads_outside: ReadsOutside::Allowed, ..Rig::new("codex", CODEX_MODEL, settings, home) }
     }
 
     fn claude(program: &Path, server: &ModelServer) -> Rig {
@@ -735,6 +748,24 @@ async fn edges(rig: Rig, server: &ModelServer) {
     });
     assert!(asked, "{}: the model asked the agent to write there: {}", rig.provider, server_log(server));
     assert!(!target.exists(), "{}: the agent wrote outside its workspace: {}", rig.provider, server_log(server));
+
+    // A read outside the workspace: the secret reaches the model only where
+    // nothing confines reads (the rig says which, as SECURITY.md does).
+    let secret = format!("pedelec-secret-{}", std::process::id());
+    let file = outside.path().join("secret.txt");
+    std::fs::write(&file, &secret).unwrap();
+    let before = server.generations().len();
+    let _ = session.send_text(format!("read {}", file.display())).await;
+    let generations = generations_since(server, before);
+    let asked = generations.iter().any(|r| {
+        matches!(r.answer.as_ref().map(|a| &a.reply),
+            Some(pedelec_test_agents::model_server::Reply::ToolCall { arguments, .. })
+                if arguments.to_string().contains(&*file.to_string_lossy()))
+    });
+    assert!(asked, "{}: the model asked the agent to read there: {}", rig.provider, server_log(server));
+    let leaked = generations.iter().any(|r| r.request.body.to_string().contains(&secret));
+    let observed = if leaked { ReadsOutside::Allowed } else { ReadsOutside::Refused };
+    assert_eq!(observed, rig.reads_outside, "{}: a read outside the workspace: {}", rig.provider, server_log(server));
 
     // kill -9 of Core mid-turn; a fresh Core resumes the session and its agent thread.
     let session_id = session.session_id().to_owned();
