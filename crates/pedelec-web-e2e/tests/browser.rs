@@ -446,13 +446,27 @@ fn browser_end_to_end() {
             "demo.attempt(async () => {{ const s = await demo.pedelec.createSession({{ provider: 'scripted', workspace: {{ path: '{path}' }} }}); await s.end(); return s.sessionId; }})"
         )
     };
-    let asked = page.eval_later(&in_folder(&project)).unwrap();
+    // The demo page's folder field: its session asks for the folder first.
+    let from_demo = format!(
+        "document.getElementById('folder').value = '{project}';
+         demo.attempt(async () => {{ const id = await demo.start(); document.getElementById('folder').value = ''; return id; }})"
+    );
+    let asked = page.eval_later(&from_demo).unwrap();
     rig.answer_grant(&origin, &project, "#grant").expect("grant the folder");
     let granted = asked.wait(TURN).expect("createSession settles")["result"]["value"].clone();
     assert_eq!(granted["ok"], json!(true), "{granted}");
-    assert!(std::path::Path::new(&project).join(".pedelec-runtime").is_dir(), "the session worked in the granted folder");
+    ok_value(attempt(&page, "await demo.session().end(); return demo.state.ended;"));
+    assert!(
+        std::path::Path::new(&project).join(".pedelec-runtime").is_dir(),
+        "the session worked in the granted folder"
+    );
     // Inside the grant: no prompt. Its parent: asked, refused, nothing created.
-    let inside = attempt(&page, &format!("const s = await demo.pedelec.createSession({{ provider: 'scripted', workspace: {{ path: '{project}/src' }} }}); await s.end(); return s.sessionId;"));
+    let inside = attempt(
+        &page,
+        &format!(
+            "const s = await demo.pedelec.createSession({{ provider: 'scripted', workspace: {{ path: '{project}/src' }} }}); await s.end(); return s.sessionId;"
+        ),
+    );
     assert_eq!(inside["ok"], json!(true), "{inside}");
     let parent = area.path().canonicalize().unwrap().display().to_string();
     let asked = page.eval_later(&in_folder(&parent)).unwrap();
@@ -469,10 +483,18 @@ fn browser_end_to_end() {
     // Revoked on the manager page: asked again.
     let manager = rig.open_manager().expect("manager page");
     let grant_button = format!("button.revoke-grant[data-root=\"{project}\"]");
-    manager.wait_until(&format!("document.querySelector('{}')", grant_button.replace('\'', "\\'")), Duration::from_secs(10))
+    manager
+        .wait_until(
+            &format!("document.querySelector('{}')", grant_button.replace('\'', "\\'")),
+            Duration::from_secs(10),
+        )
         .expect("the grant is listed");
     manager.click(&grant_button).expect("revoke the grant");
-    manager.wait_until(&format!("!document.querySelector('{}')", grant_button.replace('\'', "\\'")), Duration::from_secs(10))
+    manager
+        .wait_until(
+            &format!("!document.querySelector('{}')", grant_button.replace('\'', "\\'")),
+            Duration::from_secs(10),
+        )
         .expect("the grant is gone");
     manager.close().unwrap();
     let asked = page.eval_later(&in_folder(&project)).unwrap();
@@ -497,7 +519,7 @@ fn browser_end_to_end() {
     let listed = format!("document.querySelector('button.revoke[data-origin=\"{origin}\"]')");
     manager.wait_until(&listed, Duration::from_secs(10)).expect("the origin is listed as approved");
     manager.click(&format!("button.revoke[data-origin=\"{origin}\"]")).expect("click Revoke");
-    page.wait_until("demo.state.ended === 1", Duration::from_secs(15)).expect("the page sees its session end");
+    page.wait_until("demo.state.ended === 2", Duration::from_secs(15)).expect("the page sees its session end");
     wait_for_core_end(&rig, &origin, &second);
     let status = page.eval("demo.pedelec.getApprovalStatus()").unwrap();
     assert_eq!(status["approved"], json!(false), "{status}");
@@ -512,7 +534,7 @@ fn browser_end_to_end() {
         let manager = rig.open_manager().expect("approval page in manage mode");
         manager.wait_until(&listed, Duration::from_secs(10)).expect("the origin is listed again");
         manager.click(&format!("button.revoke[data-origin=\"{origin}\"]")).expect("click Revoke");
-        page.wait_until(&format!("demo.state.ended === {round}"), Duration::from_secs(15))
+        page.wait_until(&format!("demo.state.ended === {}", round + 1), Duration::from_secs(15))
             .unwrap_or_else(|e| panic!("round {round}: the page sees its session end: {e}"));
         wait_for_core_end(&rig, &origin, &id);
         assert_revoked_quietly(&rig, &page, &origin);

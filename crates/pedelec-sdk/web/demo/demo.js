@@ -72,10 +72,14 @@ function askUser(request) {
 }
 
 async function start(options = {}) {
+  // A folder of the user's instead of a managed workspace: the extension asks
+  // the user to grant it to this origin, and Core checks it (SECURITY.md).
+  const folder = $("folder").value.trim();
   session = await pedelec.createSession({
     provider: "scripted",
     permissions: "app",
     skills: { guidance: "You are the Pedelec demo agent.", tools },
+    ...(folder ? { workspace: { path: folder } } : {}),
     ...options,
   });
   session.onChatDelta((delta) => {
