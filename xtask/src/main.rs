@@ -6,6 +6,7 @@ use anyhow::{Context, Result, bail};
 use clap::{Parser, Subcommand};
 
 mod agents;
+mod chaos;
 mod interop;
 mod web;
 
@@ -18,7 +19,7 @@ struct Cli {
 
 #[derive(Subcommand)]
 enum Task {
-    /// fmt --check, clippy -D warnings, every test, and the wasm32 build of pedelec-protocol.
+    /// fmt --check, clippy -D warnings, every test, the wasm32 build of pedelec-protocol, and the chaos suite.
     Ci,
     /// Run a real session against a fresh Core (scripted provider unless told otherwise).
     Demo {
@@ -28,6 +29,9 @@ enum Task {
     },
     /// Print the benchmark figures (release build).
     Bench,
+    /// Real faults against real Core and native-host processes (dev build); fails if a session is lost or an
+    /// awaited operation never settles.
+    Chaos,
     /// Build release binaries into dist/ (binaries, manifest template, instructions) and a tar.gz.
     Package,
     /// Build the browser package (wasm-bindgen, at the crate's pinned version) and the demo page into target/web.
@@ -57,6 +61,7 @@ fn main() -> Result<()> {
         Task::Ci => ci(),
         Task::Demo { provider } => demo(&provider),
         Task::Bench => bench(),
+        Task::Chaos => chaos::run(),
         Task::Package => package().map(|_| ()),
         Task::Web => web::build().map(|_| ()),
         Task::WebBench { calls } => web::bench(calls),
@@ -69,7 +74,7 @@ pub(crate) fn cargo(args: &[&str]) -> Result<()> {
     cargo_with_env(args, &[])
 }
 
-fn cargo_with_env(args: &[&str], envs: &[(&str, &str)]) -> Result<()> {
+pub(crate) fn cargo_with_env(args: &[&str], envs: &[(&str, &str)]) -> Result<()> {
     let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".into());
     eprintln!("$ {}cargo {}", envs.iter().map(|(k, v)| format!("{k}={v} ")).collect::<String>(), args.join(" "));
     let status = Command::new(&cargo)
@@ -118,10 +123,12 @@ fn ci() -> Result<()> {
     // The SDK's tests start the real Core and native-host binaries, and the fake ACP agent.
     cargo(&["build", "-p", "pedelec-core", "-p", "pedelec-native-host", "-p", "pedelec-test-agents", "--bins"])?;
     if has_nextest() {
-        cargo(&["nextest", "run", "--workspace", "--no-fail-fast"])
+        cargo(&["nextest", "run", "--workspace", "--no-fail-fast"])?;
     } else {
-        cargo(&["test", "--workspace", "--no-fail-fast"])
+        cargo(&["test", "--workspace", "--no-fail-fast"])?;
     }
+    // Once the tests showed each piece works: real faults against all of them together.
+    chaos::run()
 }
 
 fn agents_matrix() -> Result<()> {
