@@ -23,7 +23,17 @@
 //! model = "qwen3-coder"
 //! max_rounds = 8                      # tool-calling rounds per turn
 //! stream_idle_timeout_secs = 60       # a stream silent this long fails the turn (PROVIDER_TIMEOUT)
+//!
+//! [providers.gateway]                 # an https endpoint behind a company CA
+//! kind = "openai"
+//! base_url = "https://llm.internal.example/v1"
+//! api_key_env = "GATEWAY_KEY"
+//! ca_file = "/etc/ssl/company-ca.pem"  # trusted besides the system's roots
 //! ```
+//!
+//! Hosted OpenAI-compatible services are presets (`openai`, `openrouter`,
+//! `groq`, `mistral`, `deepseek`, `together`): set the key's variable
+//! (`OPENAI_API_KEY`, …) and pass a model.
 //!
 //! A missing file means defaults; an unreadable or invalid one stops Core
 //! from starting (`CONFIG_INVALID`), because silently ignoring a typo would
@@ -67,6 +77,8 @@ pub struct ProviderOverride {
     pub max_rounds: Option<u32>,
     /// Seconds an openai stream may go without a chunk (default 60).
     pub stream_idle_timeout_secs: Option<u64>,
+    /// A PEM file of CA certificates to trust besides the system's (https endpoints).
+    pub ca_file: Option<String>,
 }
 
 #[derive(Debug, Clone, Default, Deserialize)]

@@ -24,6 +24,8 @@ pub struct ProviderConfig {
     pub max_rounds: u32,
     /// How long an openai stream may go without a chunk before the turn fails.
     pub stream_idle_timeout: std::time::Duration,
+    /// Extra CA certificates (PEM) an https endpoint's certificate may chain to.
+    pub ca_file: Option<std::path::PathBuf>,
 }
 
 /// Tool-calling rounds per turn for the openai loop, unless configured.
@@ -43,6 +45,7 @@ fn preset(code: &str, name: &str, kind: ProviderKind, command: &[&str]) -> Provi
         api_key_env: None,
         max_rounds: DEFAULT_MAX_ROUNDS,
         stream_idle_timeout: DEFAULT_STREAM_IDLE_TIMEOUT,
+        ca_file: None,
     }
 }
 
@@ -94,7 +97,12 @@ pub fn presets() -> Vec<ProviderConfig> {
         preset("codex-acp", "Codex (ACP)", Acp, &["codex-acp"]),
         preset("codex", "Codex CLI", Codex, &["codex"]),
         preset("claude", "Claude Code CLI", Claude, &["claude"]),
-        endpoint("openai", "OpenAI-compatible endpoint", None, Some("OPENAI_API_KEY")),
+        endpoint("openai", "OpenAI", Some("https://api.openai.com/v1"), Some("OPENAI_API_KEY")),
+        endpoint("openrouter", "OpenRouter", Some("https://openrouter.ai/api/v1"), Some("OPENROUTER_API_KEY")),
+        endpoint("groq", "Groq", Some("https://api.groq.com/openai/v1"), Some("GROQ_API_KEY")),
+        endpoint("mistral", "Mistral", Some("https://api.mistral.ai/v1"), Some("MISTRAL_API_KEY")),
+        endpoint("deepseek", "DeepSeek", Some("https://api.deepseek.com/v1"), Some("DEEPSEEK_API_KEY")),
+        endpoint("together", "Together AI", Some("https://api.together.xyz/v1"), Some("TOGETHER_API_KEY")),
         endpoint("ollama", "Ollama", Some("http://127.0.0.1:11434/v1"), None),
         endpoint("llamacpp", "llama.cpp server", Some("http://127.0.0.1:8080/v1"), None),
     ]
@@ -157,6 +165,9 @@ fn apply(config: &mut ProviderConfig, over: &ProviderOverride) -> CoreResult<()>
     }
     if let Some(rounds) = over.max_rounds {
         config.max_rounds = rounds.max(1);
+    }
+    if let Some(file) = &over.ca_file {
+        config.ca_file = Some(std::path::PathBuf::from(file));
     }
     if let Some(secs) = over.stream_idle_timeout_secs {
         config.stream_idle_timeout = std::time::Duration::from_secs(secs.max(1));

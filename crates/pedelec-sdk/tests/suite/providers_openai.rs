@@ -101,14 +101,22 @@ fn misbehave(text: &str, earlier: usize) -> Option<Misbehaviour> {
 
 impl FakeModel {
     async fn start() -> Self {
+        Self::start_with(None).await
+    }
+
+    /// Over TLS with this server configuration (its URL is `https://127.0.0.1:…`).
+    async fn start_with(tls: Option<Arc<tokio_rustls::rustls::ServerConfig>>) -> Self {
         let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
-        let base_url = format!("http://{}/v1", listener.local_addr().unwrap());
+        let scheme = if tls.is_some() { "https" } else { "http" };
+        let base_url = format!("{scheme}://{}/v1", listener.local_addr().unwrap());
+        let acceptor = tls.map(tokio_rustls::TlsAcceptor::from);
         let requests: Arc<Mutex<Vec<Value>>> = Arc::default();
         let seen = requests.clone();
         tokio::spawn(async move {
             loop {
                 let Ok((stream, _)) = listener.accept().await else { return };
                 let seen = seen.clone();
+                let acceptor = acceptor.clone();
                 tokio::spawn(async move {
                     let service = hyper::service::service_fn(move |request: hyper::Request<hyper::body::Incoming>| {
                         let seen = seen.clone();
@@ -141,9 +149,18 @@ impl FakeModel {
                             Ok::<_, Infallible>(response.unwrap())
                         }
                     });
-                    let _ = hyper::server::conn::http1::Builder::new()
-                        .serve_connection(hyper_util::rt::TokioIo::new(stream), service)
-                        .await;
+                    let http = hyper::server::conn::http1::Builder::new();
+                    match acceptor {
+                        None => {
+                            let _ = http.serve_connection(hyper_util::rt::TokioIo::new(stream), service).await;
+                        }
+                        // A client that refuses the certificate ends here.
+                        Some(acceptor) => {
+                            if let Ok(stream) = acceptor.accept(stream).await {
+                                let _ = http.serve_connection(hyper_util::rt::TokioIo::new(stream), service).await;
+                            }
+                        }
+                    }
                 });
             }
         });
@@ -230,10 +247,14 @@ async fn openai_without_a_model_is_model_required_and_unreachable_endpoints_say_
         .unwrap_err();
     assert_eq!(error.code, "MODEL_REQUIRED");
     assert!(model.requests().is_empty(), "nothing was sent");
-    let https = Harness::with_config(Via::Grpc, "[providers.openai]\nbase_url = \"https://api.example.com/v1\"\n");
-    let providers = https.client().await.list_providers().await.unwrap();
-    let reason = &providers.iter().find(|p| p.code == "openai").unwrap().reason;
-    assert!(reason.contains("TLS"), "{reason}");
+    // A hosted endpoint without its key says which variable to set (and is not probed).
+    let hosted = Harness::with_config(Via::Grpc, "[providers.openai]\napi_key_env = \"PEDELEC_NO_SUCH_KEY\"\n");
+    let providers = hosted.client().await.list_providers().await.unwrap();
+    let openai = providers.iter().find(|p| p.code == "openai").unwrap();
+    assert!(!openai.available && openai.reason.contains("PEDELEC_NO_SUCH_KEY"), "{openai:?}");
+    for preset in ["openrouter", "groq", "mistral", "deepseek", "together"] {
+        assert!(providers.iter().any(|p| p.code == preset), "the {preset} preset exists");
+    }
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -385,4 +406,105 @@ async fn openai_streams_that_are_not_whole_answers_fail_the_turn() {
     let last = model.requests().last().unwrap().clone();
     let texts: Vec<&str> = last["messages"].as_array().unwrap().iter().filter_map(|m| m["content"].as_str()).collect();
     assert_eq!(texts, ["busy 2", "echo: busy 2", "hello"], "failed turns left nothing in the conversation");
+}
+
+/// A test CA, and certificates for 127.0.0.1 that it (or another CA) signs.
+struct TestPki {
+    dir: tempfile::TempDir,
+    ca: rcgen::CertifiedIssuer<'static, rcgen::KeyPair>,
+}
+
+impl TestPki {
+    fn new(name: &str) -> Self {
+        let mut params = rcgen::CertificateParams::new(Vec::<String>::new()).unwrap();
+        params.is_ca = rcgen::IsCa::Ca(rcgen::BasicConstraints::Unconstrained);
+        params.distinguished_name.push(rcgen::DnType::CommonName, name);
+        let ca = rcgen::CertifiedIssuer::self_signed(params, rcgen::KeyPair::generate().unwrap()).unwrap();
+        TestPki { dir: tempfile::tempdir().unwrap(), ca }
+    }
+
+    /// The CA certificate as a PEM file (what `ca_file` names).
+    fn ca_file(&self) -> String {
+        let path = self.dir.path().join("ca.pem");
+        std::fs::write(&path, self.ca.pem()).unwrap();
+        path.display().to_string()
+    }
+
+    /// A server configuration with a leaf for 127.0.0.1; `expired` dates it in 2001.
+    fn server(&self, expired: bool) -> Arc<tokio_rustls::rustls::ServerConfig> {
+        let mut params = rcgen::CertificateParams::new(vec!["127.0.0.1".to_string()]).unwrap();
+        if expired {
+            params.not_before = rcgen::date_time_ymd(2000, 1, 1);
+            params.not_after = rcgen::date_time_ymd(2001, 1, 1);
+        }
+        let key = rcgen::KeyPair::generate().unwrap();
+        let leaf = params.signed_by(&key, &self.ca).unwrap();
+        let key = rustls_pki_types_key(&key);
+        let provider = Arc::new(tokio_rustls::rustls::crypto::ring::default_provider());
+        let config = tokio_rustls::rustls::ServerConfig::builder_with_provider(provider)
+            .with_safe_default_protocol_versions()
+            .unwrap()
+            .with_no_client_auth()
+            .with_single_cert(vec![leaf.der().clone()], key)
+            .unwrap();
+        Arc::new(config)
+    }
+}
+
+fn rustls_pki_types_key(key: &rcgen::KeyPair) -> tokio_rustls::rustls::pki_types::PrivateKeyDer<'static> {
+    tokio_rustls::rustls::pki_types::PrivatePkcs8KeyDer::from(key.serialize_der()).into()
+}
+
+fn gateway(code: &str, model: &FakeModel, ca_file: &str) -> String {
+    format!(
+        "[providers.{code}]\nkind = \"openai\"\nbase_url = \"{}\"\nmodel = \"qwen3\"\napi_key_env = \"PATH\"\nca_file = \"{ca_file}\"\n",
+        model.base_url
+    )
+}
+
+/// https: a whole tool turn against a server whose certificate a test CA
+/// signs (trusted through `ca_file`); a server whose CA is not trusted, and
+/// one whose certificate expired, are refused with errors that say so, and
+/// nothing reaches them. The key is never in `ListProviders`.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn openai_over_https_trusts_its_ca_file_and_refuses_an_unknown_ca_or_an_expired_certificate() {
+    let pki = TestPki::new("Pedelec test CA");
+    let stranger = TestPki::new("Some other CA");
+    let good = FakeModel::start_with(Some(pki.server(false))).await;
+    let expired = FakeModel::start_with(Some(pki.server(true))).await;
+    let settings = [
+        gateway("gateway", &good, &pki.ca_file()),
+        gateway("untrusted", &good, &stranger.ca_file()),
+        gateway("stale", &expired, &pki.ca_file()),
+    ]
+    .concat();
+    let h = Harness::with_config(Via::Grpc, &settings);
+    let client = h.client().await;
+    let providers = client.list_providers().await.unwrap();
+    let gateway = providers.iter().find(|p| p.code == "gateway").unwrap();
+    assert!(gateway.available, "{gateway:?}");
+    let key = std::env::var("PATH").unwrap();
+    assert!(!format!("{providers:?}").contains(&key), "the key never appears in ListProviders");
+
+    let counter = Arc::new(Mutex::new(0));
+    let options = |provider: &str| SessionOptions {
+        provider: Some(provider.into()),
+        tools: vec![counter_tool(counter.clone())],
+        ..Default::default()
+    };
+    let session = client.create_session(options("gateway")).await.unwrap();
+    session.send_text("raise the counter").await.expect("a tool turn over https");
+    assert_eq!(*counter.lock().unwrap(), 2);
+    assert_eq!(good.requests().len(), 2, "the tool round and the answer went over TLS");
+    assert_eq!(good.requests()[0]["_auth"], json!(format!("Bearer {key}")));
+
+    for (provider, model, cause) in [("untrusted", &good, "UnknownIssuer"), ("stale", &expired, "certificate expired")]
+    {
+        let before = model.requests().len();
+        let session = client.create_session(options(provider)).await.unwrap();
+        let error = session.send_text("raise the counter").await.expect_err("an untrusted server is refused");
+        assert!(error.message.contains("TLS") && error.message.contains(cause), "{provider}: {error:?}");
+        assert_eq!(model.requests().len(), before, "{provider}: nothing was sent");
+    }
+    assert_eq!(*counter.lock().unwrap(), 2);
 }

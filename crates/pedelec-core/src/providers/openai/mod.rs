@@ -8,9 +8,12 @@
 //! messages, for at most `max_rounds` rounds. The conversation lives in the
 //! runtime and in `<runtime>/.pedelec-openai-history.json`, so a resumed
 //! session (or a restarted Core) continues it. Usage adds each request's
-//! `total_tokens`. The API key is read from `api_key_env` at request time;
-//! only plain `http://` endpoints are supported (local model servers): an
-//! `https://` one is reported unavailable, as this build carries no TLS.
+//! `total_tokens`. The API key is read from `api_key_env` at request time
+//! (never logged, never in argv or `ListProviders`). `http://` endpoints
+//! (local model servers) are probed for `ListProviders`; `https://` ones
+//! (hosted services, see the presets) speak TLS (`tls`: the system's roots
+//! plus `ca_file`) and are not probed: they are available once their key
+//! is set.
 //!
 //! Only a whole answer counts: a stream that ends without a finish reason
 //! or `[DONE]`, a chunk that is not JSON, an answer with neither text nor a
@@ -21,6 +24,7 @@
 //! three times, waiting as `Retry-After` says (at most 10 s each).
 
 mod stream;
+mod tls;
 
 use std::net::ToSocketAddrs;
 use std::path::PathBuf;
@@ -39,11 +43,22 @@ pub use stream::{Completion, RequestedCall, SseDecoder};
 
 pub struct OpenAi {
     config: ProviderConfig,
+    /// Built at the first https session (reading the system's roots takes milliseconds).
+    tls: std::sync::OnceLock<Result<std::sync::Arc<tokio_rustls::rustls::ClientConfig>, String>>,
 }
 
 impl OpenAi {
     pub fn new(config: ProviderConfig) -> Self {
-        OpenAi { config }
+        OpenAi { config, tls: std::sync::OnceLock::new() }
+    }
+
+    fn tls(&self) -> Result<std::sync::Arc<tokio_rustls::rustls::ClientConfig>, String> {
+        self.tls.get_or_init(|| tls::client_config(self.config.ca_file.as_deref())).clone()
+    }
+
+    /// The key's variable, when it names one that is not set.
+    fn missing_key(&self) -> Option<&str> {
+        self.config.api_key_env.as_deref().filter(|name| std::env::var_os(name).is_none_or(|v| v.is_empty()))
     }
 
     fn base_url(&self) -> Option<String> {
@@ -52,9 +67,10 @@ impl OpenAi {
     }
 }
 
-/// Host, port and path prefix of a plain-http base URL.
+/// Scheme, host, port and path prefix of a base URL.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Endpoint {
+    pub tls: bool,
     pub host: String,
     pub port: u16,
     pub path: String,
@@ -62,20 +78,28 @@ pub struct Endpoint {
 
 impl Endpoint {
     pub fn parse(base: &str) -> Result<Self, String> {
-        let rest = match base.split_once("://") {
-            Some(("http", rest)) => rest,
-            Some(("https", _)) => return Err("https endpoints need TLS, which this build does not include".into()),
-            _ => return Err(format!("{base:?} is not an http:// URL")),
+        let (tls, rest) = match base.split_once("://") {
+            Some(("http", rest)) => (false, rest),
+            Some(("https", rest)) => (true, rest),
+            _ => return Err(format!("{base:?} is not an http:// or https:// URL")),
         };
         let (authority, path) = rest.split_once('/').map_or((rest, ""), |(a, p)| (a, p));
         let (host, port) = match authority.rsplit_once(':') {
             Some((host, port)) => (host, port.parse::<u16>().map_err(|_| format!("bad port in {base:?}"))?),
-            None => (authority, 80),
+            None => (authority, if tls { 443 } else { 80 }),
         };
-        if host.is_empty() {
-            return Err(format!("no host in {base:?}"));
+        if host.is_empty() || host.contains(['@', '?', '#']) {
+            return Err(format!("no host, or a malformed one, in {base:?}"));
         }
-        Ok(Endpoint { host: host.to_owned(), port, path: format!("/{}", path.trim_end_matches('/')) })
+        Ok(Endpoint { tls, host: host.to_owned(), port, path: format!("/{}", path.trim_end_matches('/')) })
+    }
+
+    /// The `Host` header: the port only when it is not the scheme's default.
+    fn authority(&self) -> String {
+        match (self.tls, self.port) {
+            (true, 443) | (false, 80) => self.host.clone(),
+            _ => format!("{}:{}", self.host, self.port),
+        }
     }
 
     fn chat_path(&self) -> String {
@@ -105,7 +129,18 @@ impl Provider for OpenAi {
             .base_url()
             .ok_or_else(|| "no base_url configured".to_owned())
             .and_then(|url| Endpoint::parse(&url))
-            .and_then(|endpoint| endpoint.reachable());
+            .and_then(|endpoint| {
+                // A hosted (https) service is not probed: looking a remote
+                // host up can take seconds, and its answer says nothing of
+                // the key. A local server is, and may need no key at all.
+                if !endpoint.tls {
+                    return endpoint.reachable();
+                }
+                match self.missing_key() {
+                    Some(name) => Err(format!("set {name} to the API key")),
+                    None => self.tls().map(drop),
+                }
+            });
         let (available, reason) = match check {
             Ok(()) => (true, String::new()),
             Err(reason) => (false, reason),
@@ -124,6 +159,7 @@ impl Provider for OpenAi {
         let unavailable = |m: String| ProviderFailure::coded(ErrorCode::ProviderUnavailable, m, true);
         let base = self.base_url().ok_or_else(|| unavailable("no base_url configured".into()))?;
         let endpoint = Endpoint::parse(&base).map_err(unavailable)?;
+        let tls = if endpoint.tls { Some(self.tls().map_err(unavailable)?) } else { None };
         let history_file = setup.runtime_dir.join(".pedelec-openai-history.json");
         let history = match &setup.provider_session_id {
             Some(_) => std::fs::read(&history_file)
@@ -136,6 +172,7 @@ impl Provider for OpenAi {
         let api_key = self.config.api_key_env.as_ref().and_then(|name| std::env::var(name).ok());
         Ok(Box::new(OpenAiSession {
             endpoint,
+            tls,
             api_key,
             max_rounds: self.config.max_rounds,
             idle_timeout: self.config.stream_idle_timeout,
@@ -150,6 +187,8 @@ impl Provider for OpenAi {
 
 struct OpenAiSession {
     endpoint: Endpoint,
+    /// For an https endpoint.
+    tls: Option<std::sync::Arc<tokio_rustls::rustls::ClientConfig>>,
     api_key: Option<String>,
     max_rounds: u32,
     idle_timeout: std::time::Duration,
@@ -169,6 +208,22 @@ const MAX_RETRY_WAIT: Duration = Duration::from_secs(10);
 fn retry_after(headers: &hyper::HeaderMap) -> Option<Duration> {
     let value = headers.get(hyper::header::RETRY_AFTER)?.to_str().ok()?;
     value.trim().parse::<f64>().ok().filter(|s| s.is_finite() && *s >= 0.0).map(Duration::from_secs_f64)
+}
+
+/// One HTTP/1.1 request on `io` (plain TCP or TLS).
+async fn exchange<IO>(
+    io: IO,
+    request: hyper::Request<Full<Bytes>>,
+) -> Result<hyper::Response<hyper::body::Incoming>, ProviderFailure>
+where
+    IO: tokio::io::AsyncRead + tokio::io::AsyncWrite + Unpin + Send + 'static,
+{
+    let failed = |m: String| ProviderFailure::turn(m);
+    let (mut sender, connection) = hyper::client::conn::http1::handshake(hyper_util::rt::TokioIo::new(io))
+        .await
+        .map_err(|e| failed(format!("HTTP handshake failed: {e}")))?;
+    tokio::spawn(connection);
+    sender.send_request(request).await.map_err(|e| failed(format!("request failed: {e}")))
 }
 
 /// The user message: plain text, or with attachments a content array —
@@ -218,20 +273,17 @@ impl OpenAiSession {
         body
     }
 
-    /// Sends one completion request on a fresh connection; the response's
-    /// head, its body still to stream.
+    /// Sends one completion request on a fresh connection (TLS for an
+    /// https endpoint); the response's head, its body still to stream.
     async fn send(&self, body: &Value) -> Result<hyper::Response<hyper::body::Incoming>, ProviderFailure> {
         let failed = |m: String| ProviderFailure::turn(m);
-        let stream = tokio::net::TcpStream::connect((self.endpoint.host.as_str(), self.endpoint.port))
+        let (host, port) = (self.endpoint.host.as_str(), self.endpoint.port);
+        let stream = tokio::net::TcpStream::connect((host, port))
             .await
-            .map_err(|e| failed(format!("cannot reach {}:{}: {e}", self.endpoint.host, self.endpoint.port)))?;
+            .map_err(|e| failed(format!("cannot reach {host}:{port}: {e}")))?;
         let _ = stream.set_nodelay(true);
-        let (mut sender, connection) = hyper::client::conn::http1::handshake(hyper_util::rt::TokioIo::new(stream))
-            .await
-            .map_err(|e| failed(format!("HTTP handshake failed: {e}")))?;
-        tokio::spawn(connection);
         let mut request = hyper::Request::post(self.endpoint.chat_path())
-            .header("host", format!("{}:{}", self.endpoint.host, self.endpoint.port))
+            .header("host", self.endpoint.authority())
             .header("content-type", "application/json")
             .header("accept", "text/event-stream");
         if let Some(key) = &self.api_key {
@@ -240,7 +292,21 @@ impl OpenAiSession {
         let request = request
             .body(Full::new(Bytes::from(body.to_string())))
             .map_err(|e| failed(format!("cannot build the request: {e}")))?;
-        sender.send_request(request).await.map_err(|e| failed(format!("request failed: {e}")))
+        match &self.tls {
+            None => exchange(stream, request).await,
+            Some(config) => {
+                let name = rustls_pki_types::ServerName::try_from(host.to_owned())
+                    .map_err(|e| failed(format!("{host:?} is not a TLS server name: {e}")))?;
+                // The error names the cause: an unknown issuer (a CA that is
+                // not trusted: set ca_file), an expired certificate, a name
+                // that does not match.
+                let stream = tokio_rustls::TlsConnector::from(config.clone())
+                    .connect(name, stream)
+                    .await
+                    .map_err(|e| failed(format!("TLS with {host}:{port} failed: {e}")))?;
+                exchange(stream, request).await
+            }
+        }
     }
 
     /// One streamed completion; deltas reach `sink` as they arrive. A cancel
@@ -446,10 +512,12 @@ mod tests {
     fn endpoints_parse_or_say_why() {
         assert_eq!(
             Endpoint::parse("http://127.0.0.1:11434/v1/").unwrap(),
-            Endpoint { host: "127.0.0.1".into(), port: 11434, path: "/v1".into() }
+            Endpoint { tls: false, host: "127.0.0.1".into(), port: 11434, path: "/v1".into() }
         );
         assert_eq!(Endpoint::parse("http://localhost").unwrap().chat_path(), "/chat/completions");
-        assert!(Endpoint::parse("https://api.openai.com/v1").unwrap_err().contains("TLS"));
+        let hosted = Endpoint::parse("https://api.openai.com/v1").unwrap();
+        assert_eq!((hosted.tls, hosted.port, hosted.authority()), (true, 443, "api.openai.com".to_owned()));
+        assert!(Endpoint::parse("https://user@evil.example/v1").is_err());
         assert!(Endpoint::parse("ftp://x").is_err());
         assert!(Endpoint::parse("http://:80/v1").is_err());
         assert!(Endpoint::parse("http://h:99999/v1").is_err());
