@@ -7,6 +7,7 @@ use clap::{Parser, Subcommand};
 
 mod agents;
 mod chaos;
+mod deps;
 mod interop;
 mod web;
 
@@ -29,6 +30,8 @@ enum Task {
     },
     /// Print the benchmark figures (release build).
     Bench,
+    /// Check which workspace crate depends on which (ARCHITECTURE.md's picture).
+    Deps,
     /// Real faults against real Core and native-host processes (dev build); fails if a session is lost or an
     /// awaited operation never settles.
     Chaos,
@@ -61,6 +64,7 @@ fn main() -> Result<()> {
         Task::Ci => ci(),
         Task::Demo { provider } => demo(&provider),
         Task::Bench => bench(),
+        Task::Deps => deps::check(),
         Task::Chaos => chaos::run(),
         Task::Package => package().map(|_| ()),
         Task::Web => web::build().map(|_| ()),
@@ -102,6 +106,7 @@ pub(crate) fn has_wasm_target() -> bool {
 fn ci() -> Result<()> {
     cargo(&["fmt", "--all", "--", "--check"])?;
     cargo(&["clippy", "--workspace", "--all-targets", "--", "-D", "warnings"])?;
+    deps::check()?;
     // A fresh machine may lack the target; adding it must not hang CI.
     if has_wasm_target()
         || Command::new("timeout")
@@ -166,7 +171,7 @@ fn bench() -> Result<()> {
     let envs = [("PEDELEC_NATIVE_HOST_BIN", host)];
     cargo_with_env(&["run", "--release", "--quiet", "-p", "pedelec-sdk", "--example", "bench"], &envs)?;
     cargo_with_env(&["run", "--release", "--quiet", "-p", "pedelec-sdk", "--example", "load_bench"], &envs)?;
-    cargo_with_env(&["run", "--release", "--quiet", "-p", "pedelec-sdk", "--example", "provider_bench"], &envs)?;
+    cargo_with_env(&["run", "--release", "--quiet", "-p", "pedelec-core", "--example", "provider_bench"], &envs)?;
     cargo_with_env(&["run", "--release", "--quiet", "-p", "pedelec-native-host", "--example", "host_bench"], &envs)
 }
 

@@ -13,12 +13,12 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use futures::StreamExt;
+use pedelec_client::PedelecError;
+use pedelec_client::grpc::GrpcTransport;
+use pedelec_client::transport::{BoxFuture, Call, EventStream, Reply, Transport};
 use pedelec_protocol::ErrorCode;
 use pedelec_protocol::grpc::error_from_status;
 use pedelec_protocol::pb::{self, core_relay_client::CoreRelayClient, native_frame::Body};
-use pedelec_sdk::PedelecError;
-use pedelec_sdk::grpc::GrpcTransport;
-use pedelec_sdk::transport::{BoxFuture, Call, EventStream, Reply, Transport};
 use tokio::sync::{mpsc, oneshot, watch};
 
 /// How long the host waits for a Core it started.

@@ -16,13 +16,13 @@ use std::sync::{Arc, Mutex};
 use futures::future::{AbortHandle, Abortable, Shared};
 use futures::stream::FuturesOrdered;
 use futures::{FutureExt, StreamExt};
+use pedelec_client::PedelecError;
+use pedelec_client::transport::{BoxFuture, Call, EventStream, Reply, Transport};
 use pedelec_protocol::native::{
     ChunkAssembler, FrameDecoder, FrameError, decode_native_frame, encode_native_frame, error_frame, request_call,
 };
 use pedelec_protocol::pb::{self, native_frame::Body};
 use pedelec_protocol::{ErrorCode, limits};
-use pedelec_sdk::PedelecError;
-use pedelec_sdk::transport::{BoxFuture, Call, EventStream, Reply, Transport};
 
 use crate::core_link::CoreLink;
 use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};

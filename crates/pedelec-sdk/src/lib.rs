@@ -12,16 +12,16 @@ pub mod client;
 pub mod context;
 #[cfg(unix)]
 pub mod daemon;
-pub mod error;
+pub use pedelec_client::error;
 #[cfg(feature = "grpc")]
-pub mod grpc;
+pub use pedelec_client::grpc;
 pub mod history;
 pub mod machine;
 #[cfg(feature = "grpc")]
 pub mod native;
 pub mod session;
 pub mod tool;
-pub mod transport;
+pub use pedelec_client::transport;
 #[cfg(all(feature = "web", target_arch = "wasm32"))]
 pub mod web;
 

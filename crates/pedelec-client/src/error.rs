@@ -1,4 +1,4 @@
-//! The SDK's error: a protocol code, a message and optional JSON details.
+//! The client's error (the SDK's too): a protocol code, a message and optional JSON details.
 
 use pedelec_protocol::{ErrorCode, pb};
 
