@@ -103,28 +103,10 @@ fn sanitize_name(name: &str) -> String {
     if cleaned.is_empty() || cleaned == "." || cleaned == ".." { "upload".into() } else { cleaned }
 }
 
-/// Guesses a MIME type from the extension.
+/// The MIME type for a file name, by its extension (`mime_guess`'s table);
+/// `application/octet-stream` when it has none or an unknown one.
 pub fn mime_for(name: &str) -> &'static str {
-    let ext = name.rsplit_once('.').map(|(_, e)| e.to_ascii_lowercase()).unwrap_or_default();
-    match ext.as_str() {
-        "txt" | "md" | "log" => "text/plain",
-        "json" => "application/json",
-        "html" | "htm" => "text/html",
-        "css" => "text/css",
-        "js" | "mjs" => "text/javascript",
-        "csv" => "text/csv",
-        "png" => "image/png",
-        "jpg" | "jpeg" => "image/jpeg",
-        "gif" => "image/gif",
-        "svg" => "image/svg+xml",
-        "webp" => "image/webp",
-        "pdf" => "application/pdf",
-        "zip" => "application/zip",
-        "glb" => "model/gltf-binary",
-        "gltf" => "model/gltf+json",
-        "wasm" => "application/wasm",
-        _ => "application/octet-stream",
-    }
+    mime_guess::from_path(name).first_raw().unwrap_or("application/octet-stream")
 }
 
 fn modified_ms(meta: &std::fs::Metadata) -> i64 {
@@ -706,6 +688,22 @@ mod tests {
     }
 
     use super::*;
+
+    #[test]
+    fn mime_types_come_from_the_extension() {
+        for (name, mime) in [
+            ("chart.png", "image/png"),
+            ("PHOTO.JPG", "image/jpeg"),
+            ("data.json", "application/json"),
+            ("scene.glb", "model/gltf-binary"),
+            ("notes.txt", "text/plain"),
+            ("app.wasm", "application/wasm"),
+            ("archive.unknownext", "application/octet-stream"),
+            ("no-extension", "application/octet-stream"),
+        ] {
+            assert_eq!(mime_for(name), mime, "{name}");
+        }
+    }
 
     #[test]
     fn names_are_sanitised() {

@@ -132,7 +132,7 @@ fn memchr(buf: &[u8]) -> Option<usize> {
 /// A running agent process in its own process group. Dropping it ends the group.
 pub struct AgentProcess {
     child: Child,
-    pgid: Option<i32>,
+    group: Option<super::reaper::Group>,
     stderr_tail: Arc<Mutex<VecDeque<u8>>>,
     program: String,
 }
@@ -193,9 +193,9 @@ impl AgentProcess {
             fatal: true,
             details: serde_json::json!({ "program": command.program }),
         })?;
-        let pgid = child.id().map(|pid| pid as i32);
-        if let Some(pgid) = pgid {
-            super::reaper::record(pgid);
+        let group = child.id().map(|pid| super::reaper::Group::of(pid as i32));
+        if let Some(group) = group {
+            super::reaper::record(group.pgid);
         }
         let stderr_tail = Arc::new(Mutex::new(VecDeque::with_capacity(STDERR_TAIL_BYTES)));
         if let Some(mut stderr) = child.stderr.take() {
@@ -215,7 +215,7 @@ impl AgentProcess {
                 }
             });
         }
-        Ok(AgentProcess { child, pgid, stderr_tail, program: command.program.clone() })
+        Ok(AgentProcess { child, group, stderr_tail, program: command.program.clone() })
     }
 
     pub fn take_stdin(&mut self) -> Option<ChildStdin> {
@@ -256,8 +256,8 @@ impl AgentProcess {
 
     /// SIGTERM to the whole group now, SIGKILL after a grace period.
     pub fn terminate_group(&mut self) {
-        if let Some(pgid) = self.pgid.take() {
-            kill_group(pgid);
+        if let Some(group) = self.group.take() {
+            kill_group(group);
         }
     }
 }
@@ -268,14 +268,16 @@ impl Drop for AgentProcess {
     }
 }
 
-fn kill_group(pgid: i32) {
-    // SAFETY: kill(2) with a negative pid signals a process group; no memory is involved.
-    unsafe { libc::kill(-pgid, libc::SIGTERM) };
+/// SIGTERM now, SIGKILL after [`KILL_GRACE`]; the SIGKILL only while the
+/// group id is still ours, so it never reaches a group that reused the id
+/// after ours was gone (`reaper::Group`).
+fn kill_group(group: super::reaper::Group) {
+    use nix::sys::signal::Signal;
+    group.signal(Signal::SIGTERM);
     std::thread::spawn(move || {
         std::thread::sleep(KILL_GRACE);
-        // SAFETY: as above.
-        unsafe { libc::kill(-pgid, libc::SIGKILL) };
-        super::reaper::forget(pgid);
+        group.signal(Signal::SIGKILL);
+        super::reaper::forget(group.pgid);
     });
 }
 

@@ -18,6 +18,9 @@
 use std::path::{Path, PathBuf};
 use std::sync::OnceLock;
 
+use nix::sys::signal::{Signal, killpg};
+use nix::unistd::Pid;
+
 static DIR: OnceLock<PathBuf> = OnceLock::new();
 
 /// How long a left-over group gets between SIGTERM and SIGKILL.
@@ -27,6 +30,39 @@ const LEFTOVER_GRACE: std::time::Duration = std::time::Duration::from_millis(150
 fn start_time(pid: i32) -> Option<u64> {
     let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
     stat.rsplit_once(')')?.1.split_whitespace().nth(19)?.parse().ok()
+}
+
+/// An agent's process group: its id (the leader's pid) and the leader's
+/// start time when Core started it.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct Group {
+    pub pgid: i32,
+    started: Option<u64>,
+}
+
+impl Group {
+    /// The group `pgid` leads now.
+    pub fn of(pgid: i32) -> Self {
+        Group { pgid, started: start_time(pgid) }
+    }
+
+    /// Whether the id can still be ours (see the module docs): its leader
+    /// is gone, or alive with the start time we saw. A leader alive with
+    /// another start time means the id was reused by someone else's group.
+    fn still_ours(&self) -> bool {
+        self.pgid > 1 && start_time(self.pgid).is_none_or(|now| Some(now) == self.started)
+    }
+
+    /// Signals the whole group while it can still be ours; whether the
+    /// signal was delivered (false: no such group any more, or not ours).
+    pub fn signal(&self, signal: Signal) -> bool {
+        self.still_ours() && killpg(Pid::from_raw(self.pgid), signal).is_ok()
+    }
+
+    /// Whether the group still has a member (signal 0 checks, sends nothing).
+    fn alive(&self) -> bool {
+        self.still_ours() && killpg(Pid::from_raw(self.pgid), None).is_ok()
+    }
 }
 
 /// Ends the groups a previous Core recorded in `state_dir/agents`, then
@@ -42,31 +78,26 @@ pub fn init(state_dir: &Path) -> usize {
             continue;
         };
         let recorded = std::fs::read_to_string(&path).ok().and_then(|t| t.trim().parse::<u64>().ok());
-        let ours = match start_time(pgid) {
-            Some(now) => Some(now) == recorded,
-            None => true,
-        };
-        // SAFETY: kill(2) on a negative pid signals a process group; signal 0 only asks whether it exists.
-        if pgid > 1 && ours && unsafe { libc::kill(-pgid, 0) } == 0 {
+        let group = Group { pgid, started: recorded };
+        if group.alive() {
             ended += 1;
-            leftovers.push(pgid);
+            leftovers.push(group);
         }
         let _ = std::fs::remove_file(&path);
     }
     if !leftovers.is_empty() {
         // They had SIGTERM when the old Core died (see `process::die_with_core`)
         // and may be saving their sessions for the resume that is about to
-        // come: a grace first, SIGKILL after, off the start-up path.
+        // come: a grace first, SIGKILL after, off the start-up path. The
+        // SIGKILL checks again that each id is still ours.
         std::thread::spawn(move || {
-            for &pgid in &leftovers {
-                // SAFETY: as above.
-                unsafe { libc::kill(-pgid, libc::SIGTERM) };
+            for group in &leftovers {
+                group.signal(Signal::SIGTERM);
             }
             std::thread::sleep(LEFTOVER_GRACE);
-            for pgid in leftovers {
-                // SAFETY: as above.
-                if unsafe { libc::kill(-pgid, libc::SIGKILL) } == 0 {
-                    tracing::info!(pgid, "ended an agent process group a previous Core left running");
+            for group in leftovers {
+                if group.signal(Signal::SIGKILL) {
+                    tracing::info!(pgid = group.pgid, "ended an agent process group a previous Core left running");
                 }
             }
         });
@@ -129,5 +160,20 @@ mod tests {
         assert_eq!(left, ["not-a-pid"], "every record was consumed; what is not one is left alone");
         let _ = stranger.kill();
         let _ = stranger.wait();
+    }
+
+    #[test]
+    fn a_delayed_signal_reaches_the_group_only_while_its_id_is_still_ours() {
+        let mut child = sleeper();
+        let pgid = child.id() as i32;
+        // The id as another group would hold it after ours was gone and the
+        // pid came round again: a live leader with another start time.
+        let reused = Group { pgid, started: start_time(pgid).map(|t| t + 1) };
+        assert!(!reused.signal(Signal::SIGKILL), "not ours: nothing is sent");
+        assert!(alive(&mut child), "the group that holds the id now lives on");
+        let ours = Group::of(pgid);
+        assert!(ours.signal(Signal::SIGKILL));
+        let _ = child.wait();
+        assert!(!ours.signal(Signal::SIGKILL), "a group that is gone is not signalled");
     }
 }

@@ -78,27 +78,47 @@ pub struct Endpoint {
 
 impl Endpoint {
     pub fn parse(base: &str) -> Result<Self, String> {
-        let (tls, rest) = match base.split_once("://") {
-            Some(("http", rest)) => (false, rest),
-            Some(("https", rest)) => (true, rest),
+        let uri: hyper::Uri = base.parse().map_err(|e| format!("{base:?} is not a URL: {e}"))?;
+        let tls = match uri.scheme_str() {
+            Some("http") => false,
+            Some("https") => true,
             _ => return Err(format!("{base:?} is not an http:// or https:// URL")),
         };
-        let (authority, path) = rest.split_once('/').map_or((rest, ""), |(a, p)| (a, p));
-        let (host, port) = match authority.rsplit_once(':') {
-            Some((host, port)) => (host, port.parse::<u16>().map_err(|_| format!("bad port in {base:?}"))?),
-            None => (authority, if tls { 443 } else { 80 }),
-        };
-        if host.is_empty() || host.contains(['@', '?', '#']) {
-            return Err(format!("no host, or a malformed one, in {base:?}"));
+        let authority = uri.authority().ok_or_else(|| format!("no host in {base:?}"))?;
+        // A key in the URL would end up in logs and ListProviders: api_key_env carries it.
+        if authority.as_str().contains('@') {
+            return Err(format!("{base:?} carries user info; put the key in api_key_env instead"));
         }
-        Ok(Endpoint { tls, host: host.to_owned(), port, path: format!("/{}", path.trim_end_matches('/')) })
+        if uri.query().is_some() {
+            return Err(format!("{base:?} has a query; a base URL is scheme, host, port and path"));
+        }
+        // An IPv6 literal keeps its brackets in the authority, not in the host.
+        let host = authority.host().trim_start_matches('[').trim_end_matches(']');
+        if host.is_empty() {
+            return Err(format!("no host in {base:?}"));
+        }
+        // `Uri` takes an out-of-range port as no port at all: say so instead.
+        let after_host = authority.as_str().rsplit(']').next().unwrap_or_default();
+        let port = match (after_host.rsplit_once(':'), authority.port_u16()) {
+            (_, Some(port)) => port,
+            (Some(_), None) => return Err(format!("bad port in {base:?}")),
+            (None, None) => {
+                if tls {
+                    443
+                } else {
+                    80
+                }
+            }
+        };
+        Ok(Endpoint { tls, host: host.to_owned(), port, path: uri.path().trim_end_matches('/').to_owned() })
     }
 
     /// The `Host` header: the port only when it is not the scheme's default.
     fn authority(&self) -> String {
+        let host = if self.host.contains(':') { format!("[{}]", self.host) } else { self.host.clone() };
         match (self.tls, self.port) {
-            (true, 443) | (false, 80) => self.host.clone(),
-            _ => format!("{}:{}", self.host, self.port),
+            (true, 443) | (false, 80) => host,
+            _ => format!("{host}:{}", self.port),
         }
     }
 
@@ -521,5 +541,8 @@ mod tests {
         assert!(Endpoint::parse("ftp://x").is_err());
         assert!(Endpoint::parse("http://:80/v1").is_err());
         assert!(Endpoint::parse("http://h:99999/v1").is_err());
+        assert!(Endpoint::parse("https://api.example/v1?key=secret").is_err());
+        let v6 = Endpoint::parse("http://[::1]:8080/v1").unwrap();
+        assert_eq!((v6.host.as_str(), v6.authority()), ("::1", "[::1]:8080".to_owned()));
     }
 }
