@@ -430,8 +430,11 @@ impl AssetServer {
                         cors.as_deref(),
                     );
                 }
+                // Freed however the upload ends, also when hyper drops this
+                // future because the client went away; declared before the
+                // upload so its temporary file is gone first.
+                let _slot = SlotGuard { server: self, session_id: &ticket.session_id, token: &ticket.token };
                 let result = receive(request, &ticket, target, *size).await;
-                self.release_slot(&ticket.session_id, &ticket.token);
                 match result {
                     Ok(()) => Response::builder()
                         .status(StatusCode::CREATED)
@@ -481,6 +484,9 @@ async fn receive(request: Request<Incoming>, ticket: &Ticket, target: &AssetPath
     // place is atomic; out of the listing's reach.
     let beside = ticket.assets_root.parent().unwrap_or(&ticket.assets_root);
     let temp = beside.join(format!("{RESERVED_PREFIX}upload-{}", random_hex(8)));
+    // Removed unless renamed into place, whichever way this future ends
+    // (dropped mid-upload included).
+    let mut partial = Partial(Some(temp.clone()));
     let result = async {
         std::fs::create_dir_all(&ticket.assets_root).map_err(|e| upload_failed(e.to_string()))?;
         let file = std::fs::File::create(&temp).map_err(|e| upload_failed(e.to_string()))?;
@@ -535,10 +541,34 @@ async fn receive(request: Request<Incoming>, ticket: &Ticket, target: &AssetPath
         std::fs::rename(&temp, &destination).map_err(|e| upload_failed(e.to_string()))
     }
     .await;
-    if result.is_err() {
-        let _ = std::fs::remove_file(&temp);
+    if result.is_ok() {
+        partial.0 = None;
     }
     result
+}
+
+/// A partial upload's temporary file: removed on drop unless it was renamed into place.
+struct Partial(Option<PathBuf>);
+
+impl Drop for Partial {
+    fn drop(&mut self) {
+        if let Some(path) = self.0.take() {
+            let _ = std::fs::remove_file(path);
+        }
+    }
+}
+
+/// The session's upload slot, held by a running upload until it ends.
+struct SlotGuard<'a> {
+    server: &'a AssetServer,
+    session_id: &'a str,
+    token: &'a str,
+}
+
+impl Drop for SlotGuard<'_> {
+    fn drop(&mut self) {
+        self.server.release_slot(self.session_id, self.token);
+    }
 }
 
 async fn send(ticket: &Ticket, path: &AssetPath) -> Response<Body> {

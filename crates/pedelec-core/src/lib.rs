@@ -10,6 +10,7 @@ pub mod bridge;
 pub mod config;
 pub mod connections;
 pub mod daemon;
+pub mod doctor;
 pub mod error;
 pub mod history;
 pub mod providers;

@@ -42,6 +42,17 @@ enum Command {
         #[arg(long, default_value_t = 10_000)]
         handshake_timeout_ms: u64,
     },
+    /// Say what a user needs to know when something does not work: Core's
+    /// socket and whether it answers, the state dir, the settings, each
+    /// provider's availability, the native host's registration per browser.
+    Doctor {
+        #[arg(long, env = "PEDELEC_CORE_SOCKET")]
+        socket: Option<PathBuf>,
+        #[arg(long, env = "PEDELEC_STATE_DIR")]
+        state_dir: Option<PathBuf>,
+        #[arg(long, env = "PEDELEC_CONFIG_DIR")]
+        config_dir: Option<PathBuf>,
+    },
     /// Serve the session's frontend tools to an agent as a stdio MCP server
     /// (started by agents from the configuration Core gives them; reads
     /// PEDELEC_TOOL_TOKEN and PEDELEC_CORE_SOCKET from the environment).
@@ -88,6 +99,17 @@ fn main() -> std::process::ExitCode {
             }
             run(runtime_builder(worker_threads), async move {
                 pedelec_core::daemon::serve(config).await.map_err(|e| e.to_string())
+            })
+        }
+        Command::Doctor { socket, state_dir, config_dir } => {
+            let mut config = CoreConfig::resolve(socket, state_dir, Duration::ZERO);
+            if let Some(dir) = config_dir {
+                config.config_dir = dir;
+            }
+            run(tokio::runtime::Builder::new_current_thread(), async move {
+                let layout = pedelec_protocol::registration::Layout::from_env(|k| std::env::var(k).ok());
+                print!("{}", pedelec_core::doctor::report(&config, &layout).await);
+                Ok(())
             })
         }
         Command::Mcp => run(tokio::runtime::Builder::new_current_thread(), async {

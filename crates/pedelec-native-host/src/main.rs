@@ -9,7 +9,7 @@ use std::sync::Arc;
 use clap::{Parser, Subcommand};
 use futures::FutureExt;
 use pedelec_native_host::caller::{Caller, allowed_ids};
-use pedelec_native_host::registration::{self, Browser, Install, Layout};
+use pedelec_native_host::registration::{self, Browser, Install};
 use pedelec_native_host::{core_link, relay, stdio};
 use pedelec_protocol::native::encode_native_frame;
 use pedelec_protocol::{ErrorCode, limits, pb};
@@ -31,7 +31,7 @@ enum Command {
         /// Firefox add-on id; repeatable.
         #[arg(long = "firefox-addon-id")]
         firefox_addon_ids: Vec<String>,
-        #[arg(long, value_enum, default_value = "all")]
+        #[arg(long, value_parser = registration::parse_browser, default_value = "all")]
         browser: Browser,
         /// A browser profile (user-data dir) to register into instead.
         #[arg(long)]
@@ -42,7 +42,7 @@ enum Command {
     },
     /// Remove the registration.
     Uninstall {
-        #[arg(long, value_enum, default_value = "all")]
+        #[arg(long, value_parser = registration::parse_browser, default_value = "all")]
         browser: Browser,
         #[arg(long)]
         profile: Option<PathBuf>,
@@ -72,7 +72,7 @@ fn main() -> ExitCode {
                 .map(|p| p.canonicalize().unwrap_or(p))
                 .unwrap_or_default();
             let request = Install { host_path, extension_ids, firefox_addon_ids, browser, profile };
-            match registration::install(&Layout::for_current_user(), &request) {
+            match registration::install(&registration::current_layout(), &request) {
                 Ok(paths) => {
                     paths.iter().for_each(|p| println!("registered {}", p.display()));
                     ExitCode::SUCCESS
@@ -84,13 +84,13 @@ fn main() -> ExitCode {
             }
         }
         Command::Uninstall { browser, profile } => {
-            for path in registration::uninstall(&Layout::for_current_user(), browser, profile.as_deref()) {
+            for path in registration::uninstall(&registration::current_layout(), browser, profile.as_deref()) {
                 println!("removed {}", path.display());
             }
             ExitCode::SUCCESS
         }
         Command::Status => {
-            for entry in registration::status(&Layout::for_current_user()) {
+            for entry in registration::status(&registration::current_layout()) {
                 let state = match &entry.contents {
                     Some(m) => format!(
                         "registered for {}",
@@ -122,7 +122,7 @@ fn refuse(message: &str) -> ExitCode {
 }
 
 fn run_host(caller: Caller) -> ExitCode {
-    let layout = Layout::for_current_user();
+    let layout = registration::current_layout();
     let allowed = allowed_ids(|k| std::env::var(k).ok(), &layout.config_home);
     if !allowed.iter().any(|id| id == caller.id()) {
         return refuse(&format!("extension {} is not allowed to use this host", caller.id()));

@@ -8,88 +8,19 @@ use serde_json::{Value, json};
 
 use crate::caller::{allowed_file, is_valid_addon_id, is_valid_extension_id};
 
-/// The host's registered name (lowercase, dots; the manifest file is `<name>.json`).
-pub const HOST_NAME: &str = "dev.pedelec.host";
+pub use pedelec_protocol::registration::{Browser, HOST_NAME, Layout, Os, manifest_path};
+
+/// The layout of the user running this process.
+pub fn current_layout() -> Layout {
+    Layout::from_env(|k| std::env::var(k).ok())
+}
+
 const DESCRIPTION: &str = "Pedelec: drive a local AI coding agent from web pages";
 
-#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
-pub enum Browser {
-    Chrome,
-    Chromium,
-    Edge,
-    Brave,
-    Firefox,
-    All,
-}
-
-impl Browser {
-    pub const EACH: [Browser; 5] =
-        [Browser::Chrome, Browser::Chromium, Browser::Edge, Browser::Brave, Browser::Firefox];
-
-    pub fn expand(self) -> Vec<Browser> {
-        if self == Browser::All { Self::EACH.to_vec() } else { vec![self] }
-    }
-
-    pub fn name(self) -> &'static str {
-        match self {
-            Browser::Chrome => "chrome",
-            Browser::Chromium => "chromium",
-            Browser::Edge => "edge",
-            Browser::Brave => "brave",
-            Browser::Firefox => "firefox",
-            Browser::All => "all",
-        }
-    }
-}
-
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Os {
-    Linux,
-    MacOs,
-}
-
-/// Where manifests go for one user.
-#[derive(Debug, Clone)]
-pub struct Layout {
-    pub home: PathBuf,
-    /// `$XDG_CONFIG_HOME` (Linux), defaulting to `~/.config`.
-    pub config_home: PathBuf,
-    pub os: Os,
-}
-
-impl Layout {
-    pub fn for_current_user() -> Self {
-        let home = std::env::var_os("HOME").map(PathBuf::from).unwrap_or_else(|| PathBuf::from("/"));
-        let config_home = std::env::var_os("XDG_CONFIG_HOME")
-            .filter(|v| !v.is_empty())
-            .map(PathBuf::from)
-            .unwrap_or_else(|| home.join(".config"));
-        let os = if cfg!(target_os = "macos") { Os::MacOs } else { Os::Linux };
-        Layout { home, config_home, os }
-    }
-
-    /// The per-user manifest directory of a browser.
-    pub fn manifest_dir(&self, browser: Browser) -> PathBuf {
-        match self.os {
-            Os::Linux => match browser {
-                Browser::Firefox => self.home.join(".mozilla/native-messaging-hosts"),
-                Browser::Chrome => self.config_home.join("google-chrome/NativeMessagingHosts"),
-                Browser::Chromium | Browser::All => self.config_home.join("chromium/NativeMessagingHosts"),
-                Browser::Edge => self.config_home.join("microsoft-edge/NativeMessagingHosts"),
-                Browser::Brave => self.config_home.join("BraveSoftware/Brave-Browser/NativeMessagingHosts"),
-            },
-            Os::MacOs => {
-                let support = self.home.join("Library/Application Support");
-                match browser {
-                    Browser::Firefox => support.join("Mozilla/NativeMessagingHosts"),
-                    Browser::Chrome => support.join("Google/Chrome/NativeMessagingHosts"),
-                    Browser::Chromium | Browser::All => support.join("Chromium/NativeMessagingHosts"),
-                    Browser::Edge => support.join("Microsoft Edge/NativeMessagingHosts"),
-                    Browser::Brave => support.join("BraveSoftware/Brave-Browser/NativeMessagingHosts"),
-                }
-            }
-        }
-    }
+/// Parses `--browser` (a browser's name or `all`).
+pub fn parse_browser(text: &str) -> Result<Browser, String> {
+    Browser::parse(text)
+        .ok_or_else(|| format!("unknown browser {text:?} (chrome, chromium, edge, brave, firefox, all)"))
 }
 
 #[derive(Debug, thiserror::Error)]
@@ -230,7 +161,7 @@ pub fn status(layout: &Layout) -> Vec<Registered> {
     Browser::EACH
         .iter()
         .map(|&browser| {
-            let manifest = layout.manifest_dir(browser).join(format!("{HOST_NAME}.json"));
+            let manifest = manifest_path(layout, browser);
             let contents = std::fs::read_to_string(&manifest).ok().and_then(|t| serde_json::from_str(&t).ok());
             Registered { browser, manifest, contents }
         })

@@ -23,6 +23,7 @@ pub mod json;
 pub mod limits;
 pub mod native;
 pub mod prepare;
+pub mod registration;
 pub mod status;
 pub mod tools;
 pub mod usage;

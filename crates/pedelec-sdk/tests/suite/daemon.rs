@@ -147,3 +147,62 @@ async fn core_raises_its_open_file_limit_to_the_hard_limit() {
     core.wait().unwrap();
     assert_eq!(numbers[0], numbers[1], "soft raised from 64 to the hard limit: {line}");
 }
+
+/// `pedelec-core doctor` against a running Core and a home with one good
+/// and one broken native-host registration.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_doctor_says_what_answers_what_is_available_and_what_is_registered() {
+    let h = Harness::start();
+    let home = tempfile::tempdir().unwrap();
+    let host = home.path().join("bin/pedelec-native-host");
+    std::fs::create_dir_all(host.parent().unwrap()).unwrap();
+    std::fs::write(&host, "").unwrap();
+    let register = |dir: &str, binary: &std::path::Path| {
+        let dir = home.path().join(dir);
+        std::fs::create_dir_all(&dir).unwrap();
+        let manifest = json!({ "name": "dev.pedelec.host", "path": binary.display().to_string(), "type": "stdio",
+                               "allowed_origins": ["chrome-extension://ighbaanpnpjegfpbhfnaekbncchadgfe/"] });
+        std::fs::write(dir.join("dev.pedelec.host.json"), manifest.to_string()).unwrap();
+    };
+    register(".config/chromium/NativeMessagingHosts", &host);
+    register(".config/google-chrome/NativeMessagingHosts", &home.path().join("gone/pedelec-native-host"));
+    let output = std::process::Command::new(pedelec_sdk::daemon::find_core_binary())
+        .arg("doctor")
+        .arg("--socket")
+        .arg(h.socket())
+        .arg("--state-dir")
+        .arg(h.state())
+        .arg("--config-dir")
+        .arg(h.dir.path().join("config"))
+        .env("HOME", home.path())
+        .env_remove("XDG_CONFIG_HOME")
+        .output()
+        .expect("the doctor runs");
+    assert!(output.status.success());
+    let report = String::from_utf8(output.stdout).unwrap();
+    let line = |start: &str| report.lines().find(|l| l.trim_start().starts_with(start)).unwrap_or_default().to_owned();
+    assert!(line("✓ socket").contains("answers: Core"), "{report}");
+    assert!(line("✓ state dir").contains("700"), "{report}");
+    assert!(report.contains("(as the running Core sees them)"), "{report}");
+    assert!(line("✓ scripted").contains("Scripted"), "{report}");
+    assert!(line("✗ codex ").contains("not on PATH") || line("✓ codex ").contains("Codex"), "{report}");
+    assert!(line("✓ chromium").contains(&host.display().to_string()), "{report}");
+    assert!(line("✓ chromium").contains("ighbaanpnpjegfpbhfnaekbncchadgfe"), "{report}");
+    assert!(line("✗ chrome ").contains("MISSING"), "{report}");
+    assert!(line("- firefox").contains("not registered"), "{report}");
+
+    // With Core gone, the doctor says so and still lists the providers from the settings.
+    drop(h);
+    let state = tempfile::tempdir().unwrap();
+    let output = std::process::Command::new(pedelec_sdk::daemon::find_core_binary())
+        .args(["doctor", "--socket"])
+        .arg(state.path().join("core.sock"))
+        .arg("--state-dir")
+        .arg(state.path())
+        .env("HOME", home.path())
+        .output()
+        .unwrap();
+    let report = String::from_utf8(output.stdout).unwrap();
+    assert!(report.contains("✗ socket") && report.contains("not running"), "{report}");
+    assert!(report.contains("(from the settings; Core is not answering)"), "{report}");
+}

@@ -1,0 +1,148 @@
+//! `pedelec-core doctor`: one screen of what a user needs to know when
+//! something does not work — Core's socket and whether it answers, the
+//! state dir, the settings file, each provider's availability and why not,
+//! and the native host's registration per browser (manifest, allowed
+//! extensions, the binary it points to and whether that exists).
+//!
+//! It only reads: it starts nothing, writes nothing, and asks a running Core
+//! (Ping, ListProviders) with a short timeout.
+
+use std::fmt::Write as _;
+use std::os::unix::fs::PermissionsExt;
+use std::path::Path;
+use std::time::{Duration, Instant};
+
+use pedelec_protocol::pb::{self, core_client::CoreClient};
+use pedelec_protocol::registration::{Browser, Layout, manifest_path};
+
+use crate::CoreConfig;
+use crate::providers::Providers;
+use crate::settings::Settings;
+
+/// How long a running Core gets to answer each question.
+const ASK: Duration = Duration::from_secs(2);
+
+/// The report, as printed.
+pub async fn report(config: &CoreConfig, layout: &Layout) -> String {
+    let mut out = String::from("Pedelec doctor\n\nCore\n");
+    let core = ask_core(&config.socket).await;
+    let _ = match &core {
+        Ok((ping, took, _)) => writeln!(
+            out,
+            "  ✓ socket     {} answers: Core {}, pid {}, in {:.1} ms",
+            config.socket.display(),
+            ping.version,
+            ping.pid,
+            took.as_secs_f64() * 1e3
+        ),
+        Err(why) => writeln!(out, "  ✗ socket     {}: {why}", config.socket.display()),
+    };
+    let _ = writeln!(out, "  {} state dir  {}", mark(config.state_dir.is_dir()), describe_dir(&config.state_dir));
+    let settings_file = Settings::file_in(&config.config_dir);
+    let settings = Settings::load(&config.config_dir);
+    let _ = match (&settings, settings_file.is_file()) {
+        (Ok(_), true) => writeln!(out, "  ✓ settings   {}", settings_file.display()),
+        (Ok(_), false) => writeln!(out, "  ✓ settings   {} (absent: the defaults)", settings_file.display()),
+        (Err(error), _) => writeln!(out, "  ✗ settings   {error}"),
+    };
+
+    out.push_str("\nProviders");
+    let providers = match core {
+        Ok((_, _, providers)) => {
+            out.push_str(" (as the running Core sees them)\n");
+            providers
+        }
+        Err(_) => {
+            out.push_str(" (from the settings; Core is not answering)\n");
+            match settings
+                .as_ref()
+                .map_err(|e| e.to_string())
+                .and_then(|s| Providers::from_settings(s).map_err(|e| e.to_string()))
+            {
+                Ok(providers) => providers.list(),
+                Err(why) => {
+                    let _ = writeln!(out, "  ✗ {why}");
+                    Vec::new()
+                }
+            }
+        }
+    };
+    for provider in providers {
+        let why = if provider.available { String::new() } else { format!(" — {}", provider.reason) };
+        let _ = writeln!(out, "  {} {:<12} {}{why}", mark(provider.available), provider.code, provider.name);
+    }
+
+    out.push_str("\nNative host\n");
+    for browser in Browser::EACH {
+        let name = browser.name();
+        let path = manifest_path(layout, browser);
+        let manifest = std::fs::read_to_string(&path).ok().map(|t| serde_json::from_str::<serde_json::Value>(&t));
+        let manifest = match manifest {
+            None => {
+                let _ = writeln!(out, "  - {name:<9} not registered ({})", path.display());
+                continue;
+            }
+            Some(Err(error)) => {
+                let _ = writeln!(out, "  ✗ {name:<9} {} is not JSON: {error}", path.display());
+                continue;
+            }
+            Some(Ok(manifest)) => manifest,
+        };
+        let binary = manifest["path"].as_str().unwrap_or_default();
+        let exists = Path::new(binary).is_file();
+        let allowed = manifest.get("allowed_origins").or(manifest.get("allowed_extensions"));
+        let allowed = allowed.map(|a| a.to_string()).unwrap_or_else(|| "nothing".into());
+        let _ = writeln!(
+            out,
+            "  {} {name:<9} {} → {binary}{} · allows {allowed}",
+            mark(exists),
+            path.display(),
+            if exists { "" } else { " (MISSING: register again)" },
+        );
+    }
+    out
+}
+
+fn mark(ok: bool) -> &'static str {
+    if ok { "✓" } else { "✗" }
+}
+
+fn describe_dir(dir: &Path) -> String {
+    match std::fs::metadata(dir) {
+        Ok(meta) => {
+            let mode = meta.permissions().mode() & 0o777;
+            let private = if mode & 0o077 == 0 { "" } else { " (not private: others can read it)" };
+            let database = std::fs::metadata(dir.join("sessions.sqlite3"))
+                .map(|m| format!(", database {:.1} MiB", m.len() as f64 / (1024.0 * 1024.0)))
+                .unwrap_or_else(|_| ", no database yet".into());
+            format!("{} ({mode:o}{private}{database})", dir.display())
+        }
+        Err(_) => format!("{} (absent: Core creates it at start)", dir.display()),
+    }
+}
+
+/// Ping and ListProviders from a running Core, or why not.
+async fn ask_core(socket: &Path) -> Result<(pb::PingResponse, Duration, Vec<pb::ProviderInfo>), String> {
+    if !socket.exists() {
+        return Err("no socket: Core is not running (the SDK and the native host start it on demand)".into());
+    }
+    let started = Instant::now();
+    let channel = tokio::time::timeout(ASK, pedelec_protocol::grpc::uds_channel(socket))
+        .await
+        .map_err(|_| "no answer within 2 s".to_owned())?
+        .map_err(|e| format!("cannot connect: {e} (a stale socket of a Core that died?)"))?;
+    let mut client = CoreClient::new(channel);
+    let ping = tokio::time::timeout(ASK, client.ping(pb::PingRequest {}))
+        .await
+        .map_err(|_| "no answer to Ping within 2 s".to_owned())?
+        .map_err(|e| format!("Ping failed: {}", e.message()))?
+        .into_inner();
+    let took = started.elapsed();
+    let providers = tokio::time::timeout(ASK * 5, client.list_providers(pb::ListProvidersRequest {}))
+        .await
+        .map_err(|_| "no answer to ListProviders within 10 s".to_owned())?
+        .map_err(|e| format!("ListProviders failed: {}", e.message()))?
+        .into_inner()
+        .providers;
+    Ok((ping, took, providers))
+}
