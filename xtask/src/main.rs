@@ -132,6 +132,8 @@ fn ci() -> Result<()> {
     } else {
         cargo(&["test", "--workspace", "--no-fail-fast"])?;
     }
+    // nextest does not run doc tests: the examples in the API docs compile (and run) here.
+    cargo(&["test", "--doc", "--workspace"])?;
     // Once the tests showed each piece works: real faults against all of them together.
     chaos::run()
 }

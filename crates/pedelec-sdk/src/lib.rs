@@ -20,6 +20,7 @@ pub mod machine;
 #[cfg(feature = "grpc")]
 pub mod native;
 pub mod session;
+pub mod stream;
 pub mod tool;
 pub use pedelec_client::transport;
 #[cfg(all(feature = "web", target_arch = "wasm32"))]
@@ -30,4 +31,5 @@ pub use context::{EventContext, Source, StatusContext, ToolCallContext};
 pub use error::PedelecError;
 pub use pedelec_protocol::{ErrorCode, SessionStatus, activity, pb, pb::EffortLevel};
 pub use session::{Disposer, HistoryQuery, PedelecSession, PedelecSessionUsage, SendOptions};
+pub use stream::{SessionEvent, SessionEvents, Turn};
 pub use tool::{ToolName, ToolSpec, handler, sync_handler};

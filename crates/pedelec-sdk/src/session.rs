@@ -230,6 +230,11 @@ impl<T: ToolName> PedelecSession<T> {
         lock(&self.inner.machine).outcome(operation_id)
     }
 
+    /// Runs background work on the handle's transport (its runtime).
+    pub(crate) fn spawn(&self, task: BoxFuture<'static, ()>) {
+        self.inner.transport.spawn(task);
+    }
+
     /// Whether this handle lost its transport (use `Pedelec::resume_session`).
     pub fn is_detached(&self) -> bool {
         self.inner.detached.load(Ordering::SeqCst)

@@ -315,6 +315,7 @@ async fn silent_subscribers_do_not_hold_a_turn_back() {
 
 super::over_both_transports!(
     a_turn_without_tools_follows_idle_running_idle,
+    events_stream_and_turn_handles,
     a_turn_with_a_frontend_tool_passes_through_waiting_tool_result,
     running_moves_to_error_when_the_runtime_fails,
     a_panic_in_the_provider_fails_the_turn_and_leaves_the_session_usable,
@@ -360,4 +361,53 @@ async fn status_handlers_run_in_order_when_two_tasks_feed_the_machine() {
     let _ = turn.await.unwrap();
     assert!(broken.lock().unwrap().is_empty(), "handlers ran out of order: {:?}", broken.lock().unwrap());
     assert_eq!(seen.lock().unwrap().last().map(String::as_str), Some("ended"));
+}
+
+/// The Rust shapes of the callbacks: `events()` as a `Stream`, and a turn
+/// handle that streams its own events and resolves with its outcome.
+async fn events_stream_and_turn_handles(via: Via) {
+    use futures::StreamExt;
+    use pedelec_sdk::SessionEvent;
+    let h = Harness::start_via(via);
+    let client = h.client().await;
+    let session = client.create_session::<String>(SessionOptions::default()).await.unwrap();
+    let mut events = session.events();
+    session.send_text("hello").await.unwrap();
+    let mut seen = Vec::new();
+    while let Ok(Some(event)) = tokio::time::timeout(Duration::from_secs(5), events.next()).await {
+        let idle = matches!(event, SessionEvent::Status { status: pedelec_sdk::SessionStatus::Idle, .. });
+        seen.push(event);
+        if idle {
+            break;
+        }
+    }
+    let chats: Vec<&str> = seen
+        .iter()
+        .filter_map(|e| if let SessionEvent::Chat { text, .. } = e { Some(text.as_str()) } else { None })
+        .collect();
+    assert_eq!(chats, ["You said: hello"], "{seen:?}");
+    assert!(seen.iter().any(|e| matches!(e, SessionEvent::ChatDelta { .. })), "deltas stream: {seen:?}");
+    assert!(
+        matches!(seen.first(), Some(SessionEvent::Status { status: pedelec_sdk::SessionStatus::Running, .. })),
+        "{seen:?}"
+    );
+
+    // A turn handle: its events, then its outcome; a failing turn says why.
+    let mut turn = session.send_text_turn("again");
+    let mut texts = Vec::new();
+    while let Some(event) = turn.next().await {
+        if let SessionEvent::Chat { text, .. } = event {
+            texts.push(text);
+        }
+    }
+    assert_eq!(texts, ["You said: again"]);
+    turn.outcome().await.expect("the turn succeeded");
+    let failing = session.send_text_turn("/fail boom");
+    let error = failing.outcome().await.expect_err("the scripted failure");
+    assert!(!error.code.is_empty(), "{error:?}");
+
+    // Dropping the stream unregisters its handlers; the session goes on.
+    drop(events);
+    session.send_text("after").await.unwrap();
+    session.end().await.unwrap();
 }
