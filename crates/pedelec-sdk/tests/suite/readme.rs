@@ -60,6 +60,24 @@ async fn using_the_sdk() -> Result<(), Box<dyn std::error::Error>> {
 
 #[rustfmt::skip] // the snippet stays as the README shows it
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_turn_as_a_stream() -> Result<(), Box<dyn std::error::Error>> {
+    let _core = core_for_snippets();
+    let session = Pedelec::discover("app:my-tool").await?.create_session::<String>(SessionOptions::default()).await?;
+    use futures::StreamExt;
+    use pedelec_sdk::SessionEvent;
+
+    let mut turn = session.send_text_turn("Summarise the workspace.");
+    while let Some(event) = turn.next().await {
+        if let SessionEvent::ChatDelta { text, .. } = event {
+            print!("{text}");
+        }
+    }
+    turn.outcome().await?;
+    Ok(())
+}
+
+#[rustfmt::skip] // the snippet stays as the README shows it
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn history_pages() -> Result<(), Box<dyn std::error::Error>> {
     let _core = core_for_snippets();
     let session = Pedelec::discover("app:my-tool").await?.create_session::<String>(SessionOptions::default()).await?;
