@@ -3,7 +3,7 @@
 
 mod common;
 
-use common::{hwm_kib, mib, rss_kib};
+use common::{hwm_kib, mib, rss_anon_kib, rss_kib};
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, Instant};
@@ -198,46 +198,52 @@ async fn ended_sessions(dir: &std::path::Path) -> Result<(), Box<dyn std::error:
     let pid = core.pid().unwrap_or(0);
     let client = Pedelec::connect(&socket, "app:bench").await?;
     tokio::time::sleep(Duration::from_millis(300)).await;
-    let idle = rss_kib(pid);
+    let cold = rss_kib(pid);
+    // Create and end `n` sessions, `in_flight` at a time; then wait past one
+    // eviction sweep (for any session something still held at its end).
+    let churn = |n: usize, in_flight: usize| {
+        let client = client.clone();
+        async move {
+            let started = Instant::now();
+            let results: Vec<Result<(), pedelec_sdk::PedelecError>> = futures::stream::iter(0..n)
+                .map(|_| {
+                    let client = client.clone();
+                    async move {
+                        let options = SessionOptions { auto_end_on_disconnect: false, ..Default::default() };
+                        client.create_session::<String>(options).await?.end().await
+                    }
+                })
+                .buffer_unordered(in_flight)
+                .collect()
+                .await;
+            let took = started.elapsed();
+            tokio::time::sleep(Duration::from_secs(6)).await;
+            (took, results.iter().filter(|r| r.is_err()).count())
+        }
+    };
+    // The baseline is idle Core after a warm-up of 100 sessions: the first
+    // use of each code path brings the binary's pages in once, whatever the
+    // count; the target is about what ended sessions keep.
+    churn(100, 1).await;
+    let (idle, idle_anon) = (rss_kib(pid), rss_anon_kib(pid));
     // One after another, as an application does; then as many again with
-    // 32 at once, to show that what stays is high-water capacity, not a
-    // cost per session.
-    let mut rounds = Vec::new();
-    for in_flight in [1, 32] {
-        let started = Instant::now();
-        let results: Vec<Result<(), pedelec_sdk::PedelecError>> = futures::stream::iter(0..ENDED)
-            .map(|_| {
-                let client = client.clone();
-                async move {
-                    let session = client
-                        .create_session::<String>(SessionOptions {
-                            auto_end_on_disconnect: false,
-                            ..Default::default()
-                        })
-                        .await?;
-                    session.end().await
-                }
-            })
-            .buffer_unordered(in_flight)
-            .collect()
-            .await;
-        let churn = started.elapsed();
-        let failed = results.iter().filter(|r| r.is_err()).count();
-        // Past one eviction sweep, for any session something still held at its end.
-        tokio::time::sleep(Duration::from_secs(6)).await;
-        rounds.push((in_flight, churn, failed, rss_kib(pid)));
-    }
-    let (_, churn, failed, after) = rounds[0];
-    let (_, churn2, failed2, after2) = rounds[1];
+    // 32 at once.
+    let (took, failed) = churn(ENDED, 1).await;
+    let (after, after_anon) = (rss_kib(pid), rss_anon_kib(pid));
+    let (took2, failed2) = churn(ENDED, 32).await;
+    let (after2, after2_anon) = (rss_kib(pid), rss_anon_kib(pid));
     println!(
-        "ended sessions: Core RSS idle {}, after creating and ending {ENDED} one by one {} (+{}; target ≤ +2 MiB; {:.1} s, {failed} failed), after {ENDED} more 32 at once {} (+{}; {:.1} s, {failed2} failed)",
+        "ended sessions: Core RSS idle {} (cold {}), after creating and ending {ENDED} one by one {} (+{}, anonymous +{}; target ≤ +2 MiB; {:.1} s, {failed} failed), after {ENDED} more 32 at once {} (+{}, anonymous +{}; {:.1} s, {failed2} failed)",
         mib(idle),
+        mib(cold),
         mib(after),
         mib(after.saturating_sub(idle)),
-        churn.as_secs_f64(),
+        mib(after_anon.saturating_sub(idle_anon)),
+        took.as_secs_f64(),
         mib(after2),
         mib(after2.saturating_sub(idle)),
-        churn2.as_secs_f64()
+        mib(after2_anon.saturating_sub(idle_anon)),
+        took2.as_secs_f64()
     );
     drop(client);
 

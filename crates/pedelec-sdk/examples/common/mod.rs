@@ -14,6 +14,12 @@ pub fn rss_kib(pid: u32) -> u64 {
     status_kib(pid, "VmRSS:")
 }
 
+/// The anonymous part of RSS (heap, stacks): what sessions allocate, without
+/// the binary's own pages that first use of a code path brings in.
+pub fn rss_anon_kib(pid: u32) -> u64 {
+    status_kib(pid, "RssAnon:")
+}
+
 pub fn hwm_kib(pid: u32) -> u64 {
     status_kib(pid, "VmHWM:")
 }
