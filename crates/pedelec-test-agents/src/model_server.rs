@@ -947,7 +947,14 @@ fn write_file_call(request: &ModelRequest, path: &str) -> Answer {
     if has("write_file") {
         return Answer::tool_call("write_file", json!({"file_path": path, "content": content}));
     }
-    let script = format!("printf '%s' '{}' > '{}'", content.trim(), path);
+    shell_call(request, format!("printf '%s' '{}' > '{}'", content.trim(), path))
+}
+
+/// `script` through the agent's shell tool (codex's `exec_command`, `shell`
+/// or `shell_command`), for an agent with no file tool of its own.
+fn shell_call(request: &ModelRequest, script: String) -> Answer {
+    let names = request.tool_names();
+    let has = |n: &str| names.iter().any(|t| t == n);
     if has("exec_command") {
         return Answer::tool_call("exec_command", json!({"cmd": script}));
     }
@@ -973,17 +980,7 @@ fn read_file_call(request: &ModelRequest, path: &str) -> Answer {
     if has("read_file") {
         return Answer::tool_call("read_file", json!({"file_path": path}));
     }
-    let script = format!("cat '{path}'");
-    if has("exec_command") {
-        return Answer::tool_call("exec_command", json!({"cmd": script}));
-    }
-    if has("shell") {
-        return Answer::tool_call("shell", json!({"command": ["bash", "-lc", script]}));
-    }
-    if has("shell_command") {
-        return Answer::tool_call("shell_command", json!({"command": script}));
-    }
-    Answer::text(format!("No file tool among {names:?}"))
+    shell_call(request, format!("cat '{path}'"))
 }
 
 #[cfg(test)]

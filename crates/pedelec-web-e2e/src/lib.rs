@@ -142,29 +142,26 @@ impl Rig {
 
     /// Finds the approval tab the extension opened for `origin` and clicks `button`.
     pub fn answer_approval(&self, origin: &str, button: &str) -> Result<(), E2eError> {
-        let url = format!("chrome-extension://{EXTENSION_ID}/approve.html?origin={}", encode_component(origin));
-        let target = self.browser.wait_for_target(&format!("approval page for {origin}"), |t| {
-            t["type"].as_str() == Some("page") && t["url"].as_str() == Some(url.as_str())
-        })?;
-        let page = Page::attach(&self.browser, target["targetId"].as_str().unwrap_or_default())?;
         // The request section shows once the worker confirmed the origin is pending.
-        page.wait_until("!document.getElementById('request').hidden", Duration::from_secs(10))?;
-        page.click(button)
+        self.answer_prompt(&format!("origin={}", encode_component(origin)), "request", button)
     }
 
     /// Finds the workspace prompt the extension opened for `origin` and
     /// `path` and clicks `button` (`#grant`, `#grant-parent`, `#refuse-grant`).
     pub fn answer_grant(&self, origin: &str, path: &str, button: &str) -> Result<(), E2eError> {
-        let url = format!(
-            "chrome-extension://{EXTENSION_ID}/approve.html?origin={}&path={}",
-            encode_component(origin),
-            encode_component(path)
-        );
-        let target = self.browser.wait_for_target(&format!("workspace prompt for {origin} {path}"), |t| {
+        let query = format!("origin={}&path={}", encode_component(origin), encode_component(path));
+        self.answer_prompt(&query, "grant-request", button)
+    }
+
+    /// Clicks `button` on the approval page opened with `query`, once its
+    /// `section` shows (the worker confirmed the request is pending).
+    fn answer_prompt(&self, query: &str, section: &str, button: &str) -> Result<(), E2eError> {
+        let url = format!("chrome-extension://{EXTENSION_ID}/approve.html?{query}");
+        let target = self.browser.wait_for_target(&format!("approval page {query}"), |t| {
             t["type"].as_str() == Some("page") && t["url"].as_str() == Some(url.as_str())
         })?;
         let page = Page::attach(&self.browser, target["targetId"].as_str().unwrap_or_default())?;
-        page.wait_until("!document.getElementById('grant-request').hidden", Duration::from_secs(10))?;
+        page.wait_until(&format!("!document.getElementById('{section}').hidden"), Duration::from_secs(10))?;
         page.click(button)
     }
 
