@@ -37,6 +37,13 @@ impl GrpcTransport {
     }
 
     /// The connection, for other services Core serves on the same socket.
+    ///
+    /// Its HTTP/2 flow-control window is shared by every stream on it: a
+    /// stream opened here and never read holds its part of the window, and
+    /// a few such streams (three `Subscribe` streams during a busy turn,
+    /// measured) stall every call on the connection, this transport's own
+    /// included. Read what you open here, drop it, or open a channel of your
+    /// own ([`uds_channel`]) for streams you may leave unread.
     pub fn channel(&self) -> Channel {
         self.channel.clone()
     }
