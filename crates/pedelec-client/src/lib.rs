@@ -3,7 +3,7 @@
 //! The request vocabulary is the native envelope's `Call`/`Reply`
 //! ([`transport`]), so the SDK's transports (gRPC, native messaging, the
 //! browser port) and the native host's relay all speak the same messages.
-//! [`grpc::GrpcTransport`] (feature `grpc`) is the channel over Core's Unix
+//! `grpc::GrpcTransport` (feature `grpc`) is the channel over Core's Unix
 //! socket with the message limits both ends use. The SDK builds sessions on
 //! top of this crate; the native host only relays through it.
 
