@@ -32,6 +32,8 @@ enum Task {
     Bench,
     /// Check which workspace crate depends on which (ARCHITECTURE.md's picture).
     Deps,
+    /// tsc --noEmit over a usage file that calls every method pedelec.d.ts declares.
+    WebTypecheck,
     /// Real faults against real Core and native-host processes (dev build); fails if a session is lost or an
     /// awaited operation never settles.
     Chaos,
@@ -65,6 +67,7 @@ fn main() -> Result<()> {
         Task::Demo { provider } => demo(&provider),
         Task::Bench => bench(),
         Task::Deps => deps::check(),
+        Task::WebTypecheck => web::typecheck(),
         Task::Chaos => chaos::run(),
         Task::Package => package().map(|_| ()),
         Task::Web => web::build().map(|_| ()),
@@ -119,6 +122,7 @@ fn ci() -> Result<()> {
         eprintln!("warning: wasm32-unknown-unknown target unavailable; skipping the wasm build of pedelec-protocol");
     }
     web::clippy()?;
+    web::typecheck()?;
     // The browser test (crates/pedelec-web-e2e) loads the package and demo from target/web.
     web::build()?;
     // The conformance matrix in the suite runs the real agents (it fails under CI=true without them).

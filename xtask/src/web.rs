@@ -121,6 +121,38 @@ pub fn build() -> Result<PathBuf> {
     Ok(out)
 }
 
+/// `tsc --noEmit` over `web/typecheck/usage.ts`, which calls every method
+/// `pedelec.d.ts` declares. TypeScript comes pinned from the npm registry
+/// (`npm ci` into `target/web-typecheck`, redone only when the lock changes).
+pub fn typecheck() -> Result<()> {
+    let source = root().join("crates/pedelec-sdk/web/typecheck");
+    let work = target_dir().join("web-typecheck");
+    let lock = std::fs::read(source.join("package-lock.json")).context("reading the typecheck lock")?;
+    let installed = work.join("package-lock.json");
+    if !(work.join("node_modules/.bin/tsc").exists() && std::fs::read(&installed).is_ok_and(|l| l == lock)) {
+        std::fs::create_dir_all(&work)?;
+        std::fs::copy(source.join("package.json"), work.join("package.json"))?;
+        std::fs::write(&installed, &lock)?;
+        eprintln!("$ npm ci (typescript → {})", work.display());
+        let status = Command::new("timeout")
+            .args(["600", "npm", "ci", "--no-audit", "--no-fund", "--loglevel=error"])
+            .current_dir(&work)
+            .status()
+            .context("running npm ci (is Node.js installed?)")?;
+        if !status.success() {
+            let _ = std::fs::remove_file(&installed);
+            bail!("npm ci for the typecheck failed ({status})");
+        }
+    }
+    let tsc = work.join("node_modules/.bin/tsc");
+    eprintln!("$ tsc --noEmit -p {}", source.display());
+    let status = Command::new(&tsc).arg("-p").arg(&source).status().context("running tsc")?;
+    if !status.success() {
+        bail!("pedelec.d.ts does not type-check against web/typecheck/usage.ts ({status})");
+    }
+    Ok(())
+}
+
 /// clippy `-D warnings` on the browser build as well.
 pub fn clippy() -> Result<()> {
     let mut args = vec!["clippy"];

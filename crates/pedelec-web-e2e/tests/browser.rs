@@ -75,6 +75,37 @@ fn assert_revoked_quietly(rig: &Rig, page: &Page<'_>, origin: &str) {
     assert!(prompts.is_empty(), "a revoked page must not prompt until it asks: {prompts:?}");
 }
 
+/// The members `pedelec.d.ts` declares on `Pedelec` and `PedelecSession`
+/// (methods and properties; not constructors), as a JSON object of lists.
+fn declared_members(types: &str) -> Value {
+    let mut out = serde_json::Map::new();
+    for class in ["Pedelec", "PedelecSession"] {
+        let start = types
+            .find(&format!("export declare class {class} "))
+            .or_else(|| types.find(&format!("export declare class {class}<")))
+            .unwrap_or_else(|| panic!("pedelec.d.ts declares {class}"));
+        let body = &types[start..start + types[start..].find("\n}").expect("the class ends")];
+        let mut names: Vec<String> = body
+            .lines()
+            .skip(1)
+            // Members sit at the class's own indentation; deeper lines are
+            // the parameters of a signature that spans lines.
+            .filter(|line| line.starts_with("  ") && !line.starts_with("   "))
+            .filter_map(|line| {
+                let line = line.trim().trim_start_matches("readonly ");
+                let name: String = line.chars().take_while(|c| c.is_ascii_alphanumeric()).collect();
+                let declares = line[name.len()..].starts_with(['(', '<', ':', '?']);
+                (declares && !name.is_empty() && name != "constructor").then_some(name)
+            })
+            .collect();
+        names.sort();
+        names.dedup();
+        assert!(names.len() > 5, "{class}: {names:?}");
+        out.insert(class.into(), json!(names));
+    }
+    Value::Object(out)
+}
+
 /// Runs `demo.attempt(...)` and returns its `{ ok, value | code }`.
 fn attempt(page: &Page<'_>, body: &str) -> Value {
     page.eval_for(&format!("demo.attempt(async () => {{ {body} }})"), TURN).expect("the page evaluates")
@@ -422,17 +453,30 @@ fn browser_end_to_end() {
     let import = r#"import init, { Pedelec } from "./pkg/pedelec_sdk.js";"#;
     assert!(snippet.contains(import), "the snippet imports the package: {snippet}");
     let body = snippet.replace(import, r#"const { default: init, Pedelec } = await import("/pkg/pedelec_sdk.js");"#);
+    // pedelec.d.ts's other half (tsc checks the first, `cargo xtask
+    // web-typecheck`): every member it declares on the two classes exists on
+    // the real objects the snippet made.
+    let declared = declared_members(include_str!("../../pedelec-sdk/web/pedelec.d.ts"));
     let ran = attempt(
         &page,
         &format!(
             "let value = 0; const counter = {{ add: (d) => (value += d) }};
              const live = []; const transcript = {{ appendLive: (d) => live.push(d) }};
              {body}
+             const declared = {declared};
+             const missing = [
+               ...declared.Pedelec.filter((n) => !(n in pedelec)).map((n) => `Pedelec.${{n}}`),
+               ...declared.PedelecSession.filter((n) => !(n in session)).map((n) => `PedelecSession.${{n}}`),
+             ];
              await session.end();
-             return {{ live: live.join('').length > 0 }};"
+             return {{ live: live.join('').length > 0, missing }};"
         ),
     );
-    assert_eq!(ran, json!({ "ok": true, "value": { "live": true } }), "the README snippet runs: {ran}");
+    assert_eq!(
+        ran,
+        json!({ "ok": true, "value": { "live": true, "missing": [] } }),
+        "the README snippet runs, and every declared member exists: {ran}"
+    );
 
     // Workspace grants: a folder the user has not granted this origin is
     // asked for (origin and path shown), granted or refused; a grant can
