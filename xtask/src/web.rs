@@ -127,23 +127,7 @@ pub fn build() -> Result<PathBuf> {
 pub fn typecheck() -> Result<()> {
     let source = root().join("crates/pedelec-sdk/web/typecheck");
     let work = target_dir().join("web-typecheck");
-    let lock = std::fs::read(source.join("package-lock.json")).context("reading the typecheck lock")?;
-    let installed = work.join("package-lock.json");
-    if !(work.join("node_modules/.bin/tsc").exists() && std::fs::read(&installed).is_ok_and(|l| l == lock)) {
-        std::fs::create_dir_all(&work)?;
-        std::fs::copy(source.join("package.json"), work.join("package.json"))?;
-        std::fs::write(&installed, &lock)?;
-        eprintln!("$ npm ci (typescript → {})", work.display());
-        let status = Command::new("timeout")
-            .args(["600", "npm", "ci", "--no-audit", "--no-fund", "--loglevel=error"])
-            .current_dir(&work)
-            .status()
-            .context("running npm ci (is Node.js installed?)")?;
-        if !status.success() {
-            let _ = std::fs::remove_file(&installed);
-            bail!("npm ci for the typecheck failed ({status})");
-        }
-    }
+    crate::agents::npm_ci(&source, &work, 600)?;
     let tsc = work.join("node_modules/.bin/tsc");
     eprintln!("$ tsc --noEmit -p {}", source.display());
     let status = Command::new(&tsc).arg("-p").arg(&source).status().context("running tsc")?;

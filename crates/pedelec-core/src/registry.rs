@@ -342,8 +342,20 @@ impl Registry {
             None
         } else {
             check_id("before_session_id", &request.before_session_id)?;
-            let cursor = self.get(&request.before_session_id, &request.caller_origin).await?;
-            Some((cursor.info.created_at_ms, cursor.id.clone()))
+            // Only its place in the order is needed: read, never brought into memory.
+            let cursor = match self.in_memory(&request.before_session_id) {
+                Some(session) => (session.origin.clone(), session.info.created_at_ms),
+                None => {
+                    let record = self.shared.store.load(&request.before_session_id).await?.ok_or_else(|| {
+                        CoreError::new(ErrorCode::ThreadNotFound, "no session to page from (before_session_id)")
+                    })?;
+                    (record.origin, record.created_at_ms)
+                }
+            };
+            if cursor.0 != request.caller_origin {
+                return Err(CoreError::new(ErrorCode::ThreadAccessDenied, "the session belongs to another origin"));
+            }
+            Some((cursor.1, request.before_session_id.clone()))
         };
         let mut records = self.shared.store.list(&request.caller_origin, before, limit + 1).await?;
         let more = records.len() > limit as usize;
@@ -503,7 +515,9 @@ mod tests {
         assert!(!more);
         assert!(rest.iter().all(|s| s.status == pb::SessionStatus::Ended as i32), "{rest:?}");
         assert!(rest.iter().all(|s| s.last_activity_at_ms >= s.session.as_ref().unwrap().created_at_ms));
-        assert_eq!(registry.len(), 2, "listing reads ended sessions without loading them");
+        let (last, _) = registry.list(&listing(ORIGIN, 0, &ids[1])).await.unwrap();
+        assert_eq!(last.iter().map(id_of).collect::<Vec<_>>(), vec![ids[0].clone()], "an ended cursor pages on");
+        assert_eq!(registry.len(), 2, "listing reads ended sessions (cursor included) without loading them");
         let (theirs, _) = registry.list(&listing("https://other.example", 0, "")).await.unwrap();
         assert!(theirs.is_empty(), "never another origin's sessions");
         let cursor = registry.list(&listing("https://other.example", 0, &ids[3])).await.err().unwrap();
