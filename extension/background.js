@@ -42,6 +42,12 @@ const grantPrompts = new Map();
 const approvals = new Map();
 /** Every connected page. */
 const pages = new Set();
+/**
+ * Message counts since the worker started, for diagnostics and benchmarks
+ * (`cargo xtask web-bench` reads them through DevTools). Nothing else uses them.
+ */
+const stats = { hostMessages: 0, pageMessages: 0 };
+globalThis.pedelecStats = stats;
 
 const ready = (async () => {
   const local = await chrome.storage.local.get([
@@ -266,6 +272,7 @@ class PageLink {
     const epoch = ++this.hostEpoch;
     const port = chrome.runtime.connectNative(HOST_NAME);
     port.onMessage.addListener((frame) => {
+      stats.hostMessages++;
       if (epoch === this.hostEpoch) this.fromHost(frame);
     });
     port.onDisconnect.addListener(() => {
@@ -288,9 +295,12 @@ class PageLink {
       for (const w of this.pingWaiters.splice(0)) w(ok);
       return;
     }
-    if (frame.event) {
-      const owner = sessionOrigins[frame.event.sessionId];
-      // Events go only to a port of the session's origin.
+    // Events go only to a port of the session's origin. A batch names its
+    // session in the envelope, and the SDK refuses a batch holding another
+    // session's event, so the gate holds without parsing `eventsJson`.
+    const events = frame.event || frame.batch;
+    if (events) {
+      const owner = sessionOrigins[events.sessionId];
       if (!this.subs.has(id) || (owner && owner !== this.origin)) return;
       this.sendFrame(frame);
       return;
@@ -553,6 +563,7 @@ chrome.runtime.onConnectExternal.addListener((port) => {
   pages.add(page);
   // `ready.then` keeps the page's messages in order.
   port.onMessage.addListener((message) => {
+    stats.pageMessages++;
     ready.then(() => page.fromPage(message)).catch((e) => console.error("pedelec:", e));
   });
   port.onDisconnect.addListener(() => page.close());

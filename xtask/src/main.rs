@@ -41,10 +41,11 @@ enum Task {
     Package,
     /// Build the browser package (wasm-bindgen, at the crate's pinned version) and the demo page into target/web.
     Web,
-    /// Tool-call round trip agent → page handler → agent, in headless Chromium (p50/p99 over 200 calls).
+    /// The browser path in headless Chromium, median of 3 rounds: tool round trip and its floor (a bare
+    /// request round trip), deltas per second of a 100 000-delta turn, messages per 1 000 deltas, page memory.
     WebBench {
-        /// Number of tool calls.
-        #[arg(long, default_value_t = 200)]
+        /// Tool calls per round.
+        #[arg(long, default_value_t = 400)]
         calls: u32,
     },
     /// The conformance matrix: install the pinned real agents (agents/package.json) into target/agents and run them

@@ -1,7 +1,7 @@
 //! `cargo xtask web` and `cargo xtask web-bench`: the browser package and its demo.
 //!
 //! Layout written under `target/web/`:
-//! - `pkg/` — wasm-bindgen output (`--target web`): `pedelec_sdk.js`, `pedelec_sdk_bg.wasm`,
+//! - `pkg/` — wasm-bindgen output (`--target web`): `pedelec_sdk.js`, `pedelec_sdk_bg.wasm`, `snippets/` (inline JS),
 //!   the hand-written `pedelec.d.ts` and a `package.json` pointing at both;
 //! - `demo/` — the demo page (chat box, status badge, tool-driven counter, assets).
 
@@ -79,7 +79,7 @@ const PACKAGE_JSON: &str = r#"{
   "type": "module",
   "main": "pedelec_sdk.js",
   "types": "pedelec.d.ts",
-  "files": ["pedelec_sdk.js", "pedelec_sdk_bg.wasm", "pedelec.d.ts"],
+  "files": ["pedelec_sdk.js", "pedelec_sdk_bg.wasm", "pedelec.d.ts", "snippets"],
   "sideEffects": false
 }
 "#;

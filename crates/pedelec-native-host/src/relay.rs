@@ -4,7 +4,7 @@
 //! reading pauses beyond that, so memory stays bounded) and their responses
 //! are written in request order. A Subscribe is answered with its snapshot,
 //! then its events follow as frames tagged with the Subscribe's request id,
-//! in Core's order. Every frame written is ≤ 1 MiB; larger ones become chunks.
+//! in Core's order; events that are ready together share one batch frame. Every frame written is ≤ 1 MiB; larger ones become chunks.
 //!
 //! When Core goes away, every live subscription gets an error frame
 //! (`CORE_RUNTIME_UNAVAILABLE`) and the relay ends, so the host exits and the
@@ -18,6 +18,7 @@ use futures::stream::FuturesOrdered;
 use futures::{FutureExt, StreamExt};
 use pedelec_client::PedelecError;
 use pedelec_client::transport::{BoxFuture, Call, EventStream, Reply, Transport};
+use pedelec_protocol::event_batch::EventBatcher;
 use pedelec_protocol::native::{
     ChunkAssembler, FrameDecoder, FrameError, decode_native_frame, encode_native_frame, error_frame, request_call,
 };
@@ -230,7 +231,8 @@ fn accept(
     Ok(Box::pin(future.map(move |outcome| (request_id, outcome))))
 }
 
-/// Forwards one subscription's live events, in order, tagged with its request id.
+/// Forwards one subscription's live events, in order, tagged with its
+/// request id: the events the stream has ready at once go as one batch frame.
 fn start_forwarding(
     request_id: u32,
     mut stream: EventStream,
@@ -241,17 +243,41 @@ fn start_forwarding(
     let (handle, registration) = AbortHandle::new_pair();
     subscriptions.lock().unwrap_or_else(|p| p.into_inner()).insert(request_id, handle);
     let forward = async move {
-        while let Some(item) = stream.next().await {
-            let frame = match item {
-                Ok(event) => pb::NativeFrame { request_id, body: Some(Body::Event(event)) },
-                Err(error) => {
+        let mut batch = EventBatcher::new(request_id);
+        let mut next = stream.next().await;
+        'stream: loop {
+            match next {
+                Some(Ok(event)) => {
+                    if let Some(full) = batch.push(event)
+                        && out.send(full).await.is_err()
+                    {
+                        return;
+                    }
+                }
+                Some(Err(error)) => {
                     tracing::warn!(%error, "a subscription failed");
-                    break;
+                    break 'stream;
+                }
+                None => break 'stream,
+            }
+            // What the stream already holds joins this frame; nothing waits
+            // for more, so a lone event leaves at once.
+            next = match stream.next().now_or_never() {
+                Some(item) => item,
+                None => {
+                    if let Some(frame) = batch.finish()
+                        && out.send(frame).await.is_err()
+                    {
+                        return;
+                    }
+                    stream.next().await
                 }
             };
-            if out.send(frame).await.is_err() {
-                return;
-            }
+        }
+        if let Some(frame) = batch.finish()
+            && out.send(frame).await.is_err()
+        {
+            return;
         }
         let _ = out
             .send(error_frame(request_id, ErrorCode::CoreRuntimeUnavailable, "the connection to Core was lost"))

@@ -1,11 +1,13 @@
 //! The native host as a browser sees it: a real host process, real frames,
 //! a real Core behind it.
 
+use std::collections::VecDeque;
 use std::io::{Read, Write};
 use std::process::{Child, ChildStdin, Command, Stdio};
 use std::sync::mpsc;
 use std::time::{Duration, Instant};
 
+use pedelec_protocol::event_batch::batch_events;
 use pedelec_protocol::native::{ChunkAssembler, FrameDecoder, decode_native_frame, encode_frame};
 use pedelec_protocol::pb::{self, native_frame::Body, native_request::Call, native_response::Result as R};
 use pedelec_protocol::{json, limits};
@@ -86,7 +88,15 @@ impl Env {
                 }
             }
         });
-        Host { child, stdin, frames, assembler: ChunkAssembler::new(usize::MAX), raw_sizes: Vec::new() }
+        Host {
+            child,
+            stdin,
+            frames,
+            assembler: ChunkAssembler::new(usize::MAX),
+            raw_sizes: Vec::new(),
+            unbatched: VecDeque::new(),
+            batches: 0,
+        }
     }
 }
 
@@ -98,6 +108,11 @@ pub struct Host {
     assembler: ChunkAssembler,
     /// Sizes of every frame read, before reassembly.
     pub raw_sizes: Vec<usize>,
+    /// Events of a batch frame not handed out yet: `recv` yields a batch's
+    /// events as the `event` frames they stand for.
+    unbatched: VecDeque<pb::NativeFrame>,
+    /// Batch frames read.
+    pub batches: usize,
 }
 
 pub fn request(id: u32, call: Call) -> pb::NativeFrame {
@@ -123,6 +138,9 @@ impl Host {
     /// The next whole frame (chunks reassembled), or `None` at end of output.
     /// A host that says nothing for 20 s fails the test instead of hanging it.
     pub fn recv(&mut self) -> Option<pb::NativeFrame> {
+        if let Some(frame) = self.unbatched.pop_front() {
+            return Some(frame);
+        }
         loop {
             let text = match self.frames.recv_timeout(Duration::from_secs(20)) {
                 Ok(text) => text,
@@ -131,11 +149,18 @@ impl Host {
             };
             self.raw_sizes.push(text.len());
             assert!(text.len() <= limits::NATIVE_HOST_TO_BROWSER_MAX, "a frame Chrome would reject");
-            if let Some(frame) =
+            let Some(frame) =
                 self.assembler.accept(decode_native_frame(&text).expect("valid JSON")).expect("valid chunks")
-            {
-                return Some(frame);
-            }
+            else {
+                continue;
+            };
+            let Some(Body::Batch(batch)) = &frame.body else { return Some(frame) };
+            self.batches += 1;
+            let request_id = frame.request_id;
+            let events = batch_events(batch).expect("a valid batch");
+            self.unbatched
+                .extend(events.into_iter().map(|e| pb::NativeFrame { request_id, body: Some(Body::Event(e)) }));
+            return self.unbatched.pop_front();
         }
     }
 

@@ -5,8 +5,8 @@
 //! SDK must agree on: session statuses and their transitions ([`status`]), the
 //! per-session event gate ([`gate`]), asset paths ([`asset_path`]), error
 //! codes ([`error_code`]), limits ([`limits`]), tool manifest rules
-//! ([`tools`]), the preparation handshake ([`prepare`]), id newtypes ([`ids`]), usage growth ([`usage`]), agent activities ([`activity`]) and native-messaging
-//! framing ([`native`]).
+//! ([`tools`]), the preparation handshake ([`prepare`]), id newtypes ([`ids`]), usage growth ([`usage`]), agent activities ([`activity`]), native-messaging
+//! framing ([`native`]) and event batches ([`event_batch`]).
 //!
 //! It does no I/O and needs no async runtime, so it builds for
 //! `wasm32-unknown-unknown` (without the default `grpc` feature).
@@ -15,6 +15,7 @@ pub mod activity;
 pub mod asset_path;
 pub mod discovery;
 pub mod error_code;
+pub mod event_batch;
 pub mod gate;
 #[cfg(feature = "grpc")]
 pub mod grpc;

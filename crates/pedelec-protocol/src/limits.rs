@@ -6,6 +6,13 @@ use std::time::Duration;
 pub const MAX_ASSET_BYTES: u64 = 100 * 1024 * 1024;
 /// Chrome's limit for one message from the native host to the browser.
 pub const NATIVE_HOST_TO_BROWSER_MAX: usize = 1024 * 1024;
+/// Encoded events one batch frame holds at most: in base64 (4/3 of it) with
+/// its envelope, a batch still fits one host→browser message.
+pub const NATIVE_BATCH_BYTES_BUDGET: usize = 704 * 1024;
+/// Events one batch frame may carry (a receiver refuses more). It bounds
+/// what a receiver holds at once: decoded, an event takes a few hundred
+/// bytes, and the browser SDK's wasm memory never shrinks once grown.
+pub const NATIVE_BATCH_MAX_EVENTS: usize = 1024;
 /// Chrome's limit for one message from the browser to the native host.
 pub const NATIVE_BROWSER_TO_HOST_MAX: usize = 64 * 1024 * 1024;
 /// Largest gRPC message either way (tonic's default is 4 MiB). A snapshot

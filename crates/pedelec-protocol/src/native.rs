@@ -27,6 +27,8 @@ pub enum FrameError {
     InvalidJson(String),
     #[error("bad chunk: {0}")]
     BadChunk(String),
+    #[error("bad event batch: {0}")]
+    BadBatch(String),
 }
 
 impl FrameError {
@@ -36,7 +38,9 @@ impl FrameError {
             FrameError::TooLarge { .. } => ErrorCode::NativeFrameTooLarge,
             FrameError::Truncated { .. } => ErrorCode::NativeFrameTruncated,
             FrameError::InvalidUtf8 => ErrorCode::NativeFrameInvalidUtf8,
-            FrameError::InvalidJson(_) | FrameError::BadChunk(_) => ErrorCode::NativeFrameInvalidJson,
+            FrameError::InvalidJson(_) | FrameError::BadChunk(_) | FrameError::BadBatch(_) => {
+                ErrorCode::NativeFrameInvalidJson
+            }
         }
     }
 }

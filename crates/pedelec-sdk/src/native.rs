@@ -11,6 +11,7 @@ use std::sync::{Arc, Mutex};
 
 use futures::channel::{mpsc, oneshot};
 use futures::{SinkExt, StreamExt};
+use pedelec_protocol::event_batch::batch_events;
 use pedelec_protocol::native::{ChunkAssembler, FrameDecoder, decode_native_frame, encode_native_frame};
 use pedelec_protocol::pb::{self, native_frame::Body};
 use pedelec_protocol::{ErrorCode, limits};
@@ -139,6 +140,22 @@ impl Shared {
             Some(Body::Event(event)) => {
                 if let Some(tx) = lock(&self.subscriptions).get(&id) {
                     let _ = tx.unbounded_send(Ok(event));
+                }
+            }
+            Some(Body::Batch(batch)) => {
+                let mut subscriptions = lock(&self.subscriptions);
+                match batch_events(&batch) {
+                    Ok(events) => {
+                        if let Some(tx) = subscriptions.get(&id) {
+                            events.into_iter().for_each(|event| drop(tx.unbounded_send(Ok(event))));
+                        }
+                    }
+                    // Events were lost: the subscription cannot go on as if not.
+                    Err(error) => {
+                        if let Some(tx) = subscriptions.remove(&id) {
+                            let _ = tx.unbounded_send(Err(PedelecError::new(error.code(), error.to_string())));
+                        }
+                    }
                 }
             }
             Some(Body::Response(response)) => {

@@ -53,6 +53,9 @@ fn a_session_runs_through_the_host_with_its_events_in_order() {
     }
     assert!(seqs.windows(2).all(|w| w[1] == w[0] + 1), "per-session order, no gap: {seqs:?}");
     assert!(seqs.len() > 50);
+    // Core emits the 50 deltas at once: the host had them ready together.
+    assert!(host.batches > 0, "events ready together travel as batches");
+    assert!(host.raw_sizes.len() < seqs.len(), "{} frames for {} events", host.raw_sizes.len(), seqs.len());
 }
 
 #[test]

@@ -16,12 +16,6 @@ pub fn set(object: &Object, key: &str, value: impl Into<JsValue>) {
     let _ = Reflect::set(object, &JsValue::from_str(key), &value.into());
 }
 
-fn set_opt<V: Into<JsValue>>(object: &Object, key: &str, value: Option<V>) {
-    if let Some(v) = value {
-        set(object, key, v);
-    }
-}
-
 pub fn get(value: &JsValue, key: &str) -> JsValue {
     Reflect::get(value, &JsValue::from_str(key)).unwrap_or(JsValue::UNDEFINED)
 }
@@ -79,20 +73,85 @@ pub async fn call_handler(f: &Function, args: &[JsValue]) -> Result<JsValue, Str
     }
 }
 
+#[wasm_bindgen(inline_js = r#"
+export function eventContext(type, sessionId, provider, effortLevel, sessionCreatedAt, eventReceivedAt,
+                             eventEmittedAt, turnId, turnStartedAt, turnKind, source) {
+  const o = { type, sessionId, provider };
+  if (effortLevel !== undefined) o.effortLevel = effortLevel;
+  o.sessionCreatedAt = sessionCreatedAt;
+  if (eventReceivedAt !== undefined) o.eventReceivedAt = eventReceivedAt;
+  o.eventEmittedAt = eventEmittedAt;
+  if (turnId !== undefined) o.turnId = turnId;
+  if (turnStartedAt !== undefined) o.turnStartedAt = turnStartedAt;
+  if (turnKind !== undefined) o.turnKind = turnKind;
+  o.source = source;
+  return o;
+}
+"#)]
+extern "C" {
+    /// Builds a context object in one call: property by property from Rust
+    /// it cost a crossing and a string conversion per field, for every delta.
+    #[wasm_bindgen(js_name = eventContext)]
+    #[allow(clippy::too_many_arguments)]
+    fn make_event_context(
+        kind: &JsValue,
+        session_id: &JsValue,
+        provider: &JsValue,
+        effort_level: &JsValue,
+        session_created_at: f64,
+        event_received_at: Option<f64>,
+        event_emitted_at: f64,
+        turn_id: &JsValue,
+        turn_started_at: Option<f64>,
+        turn_kind: &JsValue,
+        source: &JsValue,
+    ) -> Object;
+}
+
+/// Strings a session repeats in every context (its id, provider, turn id,
+/// the kind names), kept as JS strings so each is converted once. Bounded:
+/// the oldest entry makes room.
+const STRING_CACHE: usize = 32;
+
+thread_local! {
+    static STRINGS: std::cell::RefCell<std::collections::VecDeque<(String, JsValue)>> =
+        std::cell::RefCell::new(std::collections::VecDeque::with_capacity(STRING_CACHE));
+}
+
+/// `text` as a JS string, from the cache when it was seen recently.
+pub fn cached_str(text: &str) -> JsValue {
+    STRINGS.with(|cache| {
+        let mut cache = cache.borrow_mut();
+        if let Some((_, value)) = cache.iter().find(|(t, _)| t == text) {
+            return value.clone();
+        }
+        let value = JsValue::from_str(text);
+        if cache.len() == STRING_CACHE {
+            cache.pop_front();
+        }
+        cache.push_back((text.to_owned(), value.clone()));
+        value
+    })
+}
+
+fn cached_opt(text: Option<&str>) -> JsValue {
+    text.map(cached_str).unwrap_or(JsValue::UNDEFINED)
+}
+
 fn base(ctx: &EventContext) -> Object {
-    let o = Object::new();
-    set(&o, "type", ctx.kind);
-    set(&o, "sessionId", ctx.session_id.as_str());
-    set(&o, "provider", ctx.provider.as_str());
-    set_opt(&o, "effortLevel", ctx.effort_level);
-    set(&o, "sessionCreatedAt", ctx.session_created_at as f64);
-    set_opt(&o, "eventReceivedAt", ctx.event_received_at.map(|v| v as f64));
-    set(&o, "eventEmittedAt", ctx.event_emitted_at as f64);
-    set_opt(&o, "turnId", ctx.turn_id.as_deref());
-    set_opt(&o, "turnStartedAt", ctx.turn_started_at.map(|v| v as f64));
-    set_opt(&o, "turnKind", ctx.turn_kind);
-    set(&o, "source", ctx.source.as_str());
-    o
+    make_event_context(
+        &cached_str(ctx.kind),
+        &cached_str(&ctx.session_id),
+        &cached_str(&ctx.provider),
+        &cached_opt(ctx.effort_level),
+        ctx.session_created_at as f64,
+        ctx.event_received_at.map(|v| v as f64),
+        ctx.event_emitted_at as f64,
+        &cached_opt(ctx.turn_id.as_deref()),
+        ctx.turn_started_at.map(|v| v as f64),
+        &cached_opt(ctx.turn_kind),
+        &cached_str(ctx.source.as_str()),
+    )
 }
 
 pub fn event_context(ctx: &EventContext) -> JsValue {

@@ -17,7 +17,8 @@ use std::rc::Rc;
 use futures::StreamExt;
 use futures::channel::{mpsc, oneshot};
 use js_sys::{Function, JSON, Object};
-use pedelec_protocol::native::{ChunkAssembler, decode_native_frame};
+use pedelec_protocol::event_batch::{Shared, batch_events, batch_events_base64};
+use pedelec_protocol::native::{ChunkAssembler, FrameError, decode_native_frame};
 use pedelec_protocol::pb::{self, native_frame::Body};
 use pedelec_protocol::{ErrorCode, json, limits};
 use wasm_bindgen::prelude::*;
@@ -200,7 +201,18 @@ impl Link {
         self.heard.set(true);
         match js::get_string(message, "type").as_deref() {
             Some("frame") => {
-                let text = JSON::stringify(&js::get(message, "frame")).ok().and_then(|t| t.as_string());
+                let frame = js::get(message, "frame");
+                // A batch's events are a JSON string already: read it as one,
+                // without turning the frame back into text.
+                let batch = js::get(&frame, "batch");
+                if batch.is_object() {
+                    let request_id = js::get(&frame, "requestId").as_f64().unwrap_or(0.0);
+                    let events = js::get_string(&batch, "events").unwrap_or_default();
+                    let shared = batch_shared(&batch);
+                    self.route_batch(request_id as u32, shared.and_then(|s| batch_events_base64(s, &events)));
+                    return;
+                }
+                let text = JSON::stringify(&frame).ok().and_then(|t| t.as_string());
                 let Some(text) = text else { return };
                 let frame = decode_native_frame(&text).and_then(|f| self.assembler.borrow_mut().accept(f));
                 match frame {
@@ -239,6 +251,26 @@ impl Link {
         }
     }
 
+    /// Applies a batch in one pass: its events enter the subscription's
+    /// queue together, in order. A batch that does not decode lost events,
+    /// so its subscription fails rather than going on with a gap.
+    fn route_batch(&self, id: u32, events: Result<Vec<pb::SessionEvent>, FrameError>) {
+        let mut subscriptions = self.subscriptions.borrow_mut();
+        match events {
+            Ok(events) => {
+                if let Some(sub) = subscriptions.get(&id) {
+                    events.into_iter().for_each(|event| drop(sub.events.unbounded_send(Ok(event))));
+                }
+            }
+            Err(error) => {
+                tracing::warn!(%error, "bad batch from the extension");
+                if let Some(sub) = subscriptions.remove(&id) {
+                    let _ = sub.events.unbounded_send(Err(PedelecError::new(error.code(), error.to_string())));
+                }
+            }
+        }
+    }
+
     fn route(&self, frame: pb::NativeFrame) {
         let id = frame.request_id;
         match frame.body {
@@ -247,6 +279,7 @@ impl Link {
                     let _ = sub.events.unbounded_send(Ok(event));
                 }
             }
+            Some(Body::Batch(batch)) => self.route_batch(id, batch_events(&batch)),
             Some(Body::Response(response)) => {
                 let Some(result) = response.result else { return };
                 if self.resubscribing.borrow_mut().remove(&id) {
@@ -388,6 +421,23 @@ impl Link {
             _ => ExtensionStatus::default(),
         }
     }
+}
+
+/// A batch's shared fields, read from its JS object (the turn, a few fields,
+/// through its JSON).
+fn batch_shared(batch: &JsValue) -> Result<Shared, FrameError> {
+    let turn = js::get(batch, "turn");
+    let turn = if turn.is_object() {
+        let text = JSON::stringify(&turn).ok().and_then(|t| t.as_string()).unwrap_or_default();
+        Some(json::from_json(&text).map_err(|e| FrameError::BadBatch(format!("bad turn: {e}")))?)
+    } else {
+        None
+    };
+    Ok(Shared {
+        session_id: js::get_string(batch, "sessionId").unwrap_or_default(),
+        turn,
+        operation_id: js::get_string(batch, "operationId").unwrap_or_default(),
+    })
 }
 
 fn subscribe_frame(id: u32, request: pb::SubscribeRequest) -> pb::NativeFrame {

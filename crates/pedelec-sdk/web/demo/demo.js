@@ -11,7 +11,8 @@ const $ = (id) => document.getElementById(id);
 const state = { chats: [], deltas: "", statuses: [], errors: [], ended: 0, counter: 0, toolCalls: 0, activities: {}, permissions: [], uploaded: [] };
 let session = null;
 
-await init();
+// The module's exports; `memory` is the SDK's linear memory (web-bench reads its size).
+const wasm = await init();
 const pedelec = new Pedelec({ extensionId: EXTENSION_ID });
 
 function log(text, cls) {
@@ -71,6 +72,14 @@ function askUser(request) {
   });
 }
 
+let unpainted = "";
+let paintFrame = 0;
+function paintDeltas() {
+  paintFrame = 0;
+  $("live").append(unpainted);
+  unpainted = "";
+}
+
 async function start(options = {}) {
   // A folder of the user's instead of a managed workspace: the extension asks
   // the user to grant it to this origin, and Core checks it (SECURITY.md).
@@ -84,10 +93,16 @@ async function start(options = {}) {
   });
   session.onChatDelta((delta) => {
     state.deltas += delta;
-    $("live").textContent += delta;
+    // Painted once per frame, not per delta: a long turn streams far more
+    // deltas a second than the screen shows.
+    unpainted += delta;
+    if (!paintFrame) paintFrame = requestAnimationFrame(paintDeltas);
   });
   session.onChat((text) => {
     state.chats.push(text);
+    cancelAnimationFrame(paintFrame);
+    paintFrame = 0;
+    unpainted = "";
     $("live").textContent = "";
     log(text);
   });
@@ -259,4 +274,5 @@ window.demo = {
   loadHistory,
   listSessions,
   session: () => session,
+  wasmMemoryBytes: () => wasm.memory.buffer.byteLength,
 };

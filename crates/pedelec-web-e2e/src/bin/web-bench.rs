@@ -1,29 +1,139 @@
-//! `cargo xtask web-bench`: the frontend tool-call round trip in the browser.
+//! `cargo xtask web-bench`: the browser path, measured in the demo page.
 //!
-//! The scripted agent calls the demo page's `echo` tool N times in one turn
-//! (`/tools N echo {...}`) and times each call from its side: Core → native
-//! host → extension → page (wasm SDK → JS handler) → back. It reports p50/p99;
-//! compare with `cargo xtask bench`, which times the same loop from a native SDK.
+//! Each figure is the median of three rounds in one browser, with its floor
+//! measured in the same rounds:
+//! - the frontend tool round trip: the scripted agent calls the page's `echo`
+//!   tool N times in one turn (`/tools N echo {...}`) and times each call from
+//!   its side — Core → native host → extension → page (wasm SDK → JS
+//!   handler) → back;
+//! - its floor, the bare request round trip timed in the page:
+//!   `getApprovalStatus` of an approved origin is page → extension, a `Ping`
+//!   extension → host → Core, and back; the tool figure is printed as a ratio
+//!   to it;
+//! - chat deltas of one 100 000-delta turn (`/deltas 100000`) per second, from
+//!   `sendText` to its settling, counted by the page's `onChatDelta`;
+//! - the native-messaging messages the extension received per 1 000 of those
+//!   deltas (a batching figure that does not depend on the machine's speed);
+//! - page memory (V8 heap after a collection, plus the SDK's wasm memory)
+//!   before the first delta turn and after the last.
 
 use std::time::Duration;
 
-use pedelec_web_e2e::{E2eError, Rig, parse_round_trip};
-use serde_json::json;
+use pedelec_web_e2e::page::Page;
+use pedelec_web_e2e::server::StaticServer;
+use pedelec_web_e2e::{E2eError, EXTENSION_ID, Rig, parse_round_trip, web_dir};
+use serde_json::{Value, json};
+
+const ROUNDS: usize = 3;
+const DELTAS: u64 = 100_000;
+
+fn median(mut values: Vec<f64>) -> f64 {
+    values.sort_by(f64::total_cmp);
+    values[values.len() / 2]
+}
+
+struct Round {
+    tool_p50: f64,
+    tool_p99: f64,
+    bare_p50: f64,
+    bare_p99: f64,
+    deltas_per_s: f64,
+    messages_per_1000: f64,
+}
 
 fn main() -> Result<(), E2eError> {
-    let calls: u32 = std::env::args().nth(1).and_then(|a| a.parse().ok()).unwrap_or(200);
+    let calls: u32 = std::env::args().nth(1).and_then(|a| a.parse().ok()).unwrap_or(400);
     let rig = Rig::start(Duration::from_millis(500))?;
-    let page = rig.open_demo(&rig.site)?;
+    // Cross-origin isolated, so the page's own timings have 5 µs resolution.
+    let site = StaticServer::start_isolated(&web_dir())?;
+    let page = rig.open_demo(&site)?;
+    if page.eval("crossOriginIsolated")? != json!(true) {
+        return Err(E2eError::Setup("the benchmark page is not cross-origin isolated".into()));
+    }
     let started = page.eval_later("demo.attempt(() => demo.start())")?;
-    rig.answer_approval(&rig.site.origin(), "#approve")?;
+    rig.answer_approval(&site.origin(), "#approve")?;
     let started = started.wait(Duration::from_secs(30))?;
     if started["result"]["value"]["ok"] != json!(true) {
         return Err(E2eError::Setup(format!("createSession failed: {started}")));
     }
     // The approval tab took the front; a background tab's renderer runs at low priority.
     rig.browser.call("Page.bringToFront", json!({}), Some(&page.session))?;
-    // One warm-up turn so the first measured call does not pay for JIT and connection setup.
+    let worker_url = format!("chrome-extension://{EXTENSION_ID}/background.js");
+    let worker = rig.browser.wait_for_target("the extension's service worker", |t| {
+        t["type"] == json!("service_worker") && t["url"].as_str() == Some(worker_url.as_str())
+    })?;
+    let worker = Page::attach(&rig.browser, worker["targetId"].as_str().unwrap_or_default())?;
+    // One warm-up turn of each kind, so the first measured one does not pay for JIT and connection setup.
     page.eval("demo.attempt(() => demo.send('/tools 20 echo {\"n\": 1}'))")?;
+    page.eval_for("demo.attempt(() => demo.send('/deltas 10000'))", Duration::from_secs(120))?;
+    let before = page_memory(&rig, &page)?;
+
+    // PEDELEC_WEB_BENCH_PROFILE=FILE: a CPU profile of the page during one
+    // turn (a .cpuprofile for DevTools), to find where the time goes; the
+    // turn is a delta turn unless PEDELEC_WEB_BENCH_PROFILE_PROMPT says another.
+    if let Some(path) = std::env::var_os("PEDELEC_WEB_BENCH_PROFILE") {
+        let prompt = std::env::var("PEDELEC_WEB_BENCH_PROFILE_PROMPT").unwrap_or(format!("/deltas {DELTAS}"));
+        rig.browser.call("Profiler.enable", json!({}), Some(&page.session))?;
+        rig.browser.call("Profiler.setSamplingInterval", json!({ "interval": 100 }), Some(&page.session))?;
+        rig.browser.call("Profiler.start", json!({}), Some(&page.session))?;
+        let send = format!("demo.attempt(() => demo.send({}))", serde_json::to_string(&prompt)?);
+        page.eval_for(&send, Duration::from_secs(600))?;
+        let profile = rig.browser.call("Profiler.stop", json!({}), Some(&page.session))?;
+        std::fs::write(&path, serde_json::to_vec(&profile["profile"])?)?;
+        println!("profile of one delta turn written to {}", std::path::Path::new(&path).display());
+    }
+
+    let mut rounds = Vec::new();
+    for _ in 0..ROUNDS {
+        rounds.push(round(&page, &worker, calls)?);
+    }
+    // What the page holds on to is what an application keeps (its chat log);
+    // the SDK's share must not grow with the turns it streamed.
+    page.eval("demo.state.deltas = ''")?;
+    let after = page_memory(&rig, &page)?;
+
+    let m = |f: fn(&Round) -> f64| median(rounds.iter().map(f).collect());
+    let (tool, bare) = (m(|r| r.tool_p50), m(|r| r.bare_p50));
+    println!("browser path, median of {ROUNDS} rounds:");
+    println!(
+        "  frontend tool round trip (agent → page handler → agent), {calls} calls: p50 {tool:.0} µs, p99 {:.0} µs",
+        m(|r| r.tool_p99)
+    );
+    println!(
+        "  floor: bare request round trip (page → extension → host → Core Ping), {calls} calls: p50 {bare:.0} µs, p99 {:.0} µs",
+        m(|r| r.bare_p99)
+    );
+    println!("  tool round trip ÷ floor: {:.2}× (target ≤ 1.20×)", tool / bare);
+    println!("  chat deltas of one {DELTAS}-delta turn: {:.0}/s (target ≥ 150 000/s)", m(|r| r.deltas_per_s));
+    println!("  native-messaging messages per 1 000 deltas: {:.1}", m(|r| r.messages_per_1000));
+    let total = |(heap, wasm): (f64, f64)| mib(heap + wasm);
+    println!(
+        "  page memory (V8 heap + wasm): before {:.2} MiB, after {ROUNDS} delta turns {:.2} MiB ({:+.2} MiB; target ≤ +2); \
+         wasm {:.2} → {:.2} MiB",
+        total(before),
+        total(after),
+        total(after) - total(before),
+        mib(before.1),
+        mib(after.1)
+    );
+    for (i, r) in rounds.iter().enumerate() {
+        println!(
+            "  round {}: tool p50 {:.0} µs, floor p50 {:.0} µs, {:.0} deltas/s, {:.1} messages per 1 000 deltas",
+            i + 1,
+            r.tool_p50,
+            r.bare_p50,
+            r.deltas_per_s,
+            r.messages_per_1000
+        );
+    }
+    Ok(())
+}
+
+fn mib(bytes: f64) -> f64 {
+    bytes / (1024.0 * 1024.0)
+}
+
+fn round(page: &Page<'_>, worker: &Page<'_>, calls: u32) -> Result<Round, E2eError> {
     let prompt = format!("/tools {calls} echo {{\"n\": 1}}");
     let result = page.eval_for(
         &format!("demo.attempt(() => demo.send({}))", serde_json::to_string(&prompt)?),
@@ -34,10 +144,8 @@ fn main() -> Result<(), E2eError> {
     }
     let reply = page.eval("demo.state.chats.at(-1)")?;
     let reply = reply.as_str().unwrap_or_default();
-    let (p50, p99) = parse_round_trip(reply).ok_or_else(|| E2eError::Protocol(format!("no p50/p99 in {reply:?}")))?;
-    println!("browser tool-call round trip (agent → page handler → agent), {calls} calls: p50 {p50} µs, p99 {p99} µs");
-    // For scale: the bare path with no session logic, timed in the page —
-    // getApprovalStatus of an approved origin is page → extension, a Ping extension → host → Core, and back.
+    let (tool_p50, tool_p99) =
+        parse_round_trip(reply).ok_or_else(|| E2eError::Protocol(format!("no p50/p99 in {reply:?}")))?;
     let bare = page.eval_for(
         &format!(
             "(async () => {{ const t = []; for (let i = 0; i < {calls}; i++) {{ const s = performance.now(); \
@@ -46,11 +154,36 @@ fn main() -> Result<(), E2eError> {
         ),
         Duration::from_secs(300),
     )?;
-    let ms = |v: &serde_json::Value| (v.as_f64().unwrap_or(f64::NAN) * 1000.0).round();
-    println!(
-        "browser request round trip (page → extension → host → Core Ping), {calls} calls: p50 {} µs, p99 {} µs",
-        ms(&bare[0]),
-        ms(&bare[1])
-    );
-    Ok(())
+    let us = |v: &Value| v.as_f64().unwrap_or(f64::NAN) * 1000.0;
+
+    let messages_before = worker.eval("pedelecStats.hostMessages")?.as_f64().unwrap_or(f64::NAN);
+    let turn = page.eval_for(
+        &format!(
+            "(async () => {{ const before = demo.state.deltas.length; const t0 = performance.now(); \
+             const r = await demo.attempt(() => demo.send('/deltas {DELTAS}')); \
+             return {{ ok: r.ok, n: demo.state.deltas.length - before, ms: performance.now() - t0 }}; }})()"
+        ),
+        Duration::from_secs(600),
+    )?;
+    let messages = worker.eval("pedelecStats.hostMessages")?.as_f64().unwrap_or(f64::NAN) - messages_before;
+    if turn["ok"] != json!(true) || turn["n"].as_u64() != Some(DELTAS) {
+        return Err(E2eError::Protocol(format!("the delta turn did not deliver {DELTAS} deltas: {turn}")));
+    }
+    let ms = turn["ms"].as_f64().unwrap_or(f64::NAN);
+    Ok(Round {
+        tool_p50: tool_p50 as f64,
+        tool_p99: tool_p99 as f64,
+        bare_p50: us(&bare[0]),
+        bare_p99: us(&bare[1]),
+        deltas_per_s: DELTAS as f64 / (ms / 1000.0),
+        messages_per_1000: messages / (DELTAS as f64 / 1000.0),
+    })
+}
+
+/// The page's V8 heap in use after a full collection, and the wasm memory.
+fn page_memory(rig: &Rig, page: &Page<'_>) -> Result<(f64, f64), E2eError> {
+    rig.browser.call("HeapProfiler.collectGarbage", json!({}), Some(&page.session))?;
+    let heap = rig.browser.call("Runtime.getHeapUsage", json!({}), Some(&page.session))?;
+    let wasm = page.eval("demo.wasmMemoryBytes()")?;
+    Ok((heap["usedSize"].as_f64().unwrap_or(f64::NAN), wasm.as_f64().unwrap_or(f64::NAN)))
 }
