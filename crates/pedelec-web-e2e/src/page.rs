@@ -101,6 +101,13 @@ impl<'b> Page<'b> {
         Ok(())
     }
 
+    /// Stops driving the target and leaves it running (a DevTools session
+    /// keeps a service worker from being stopped as usual).
+    pub fn detach(self) -> Result<(), E2eError> {
+        self.browser.call("Target.detachFromTarget", json!({ "sessionId": self.session }), None)?;
+        Ok(())
+    }
+
     /// Closes the tab (its extension port, native host and subscriptions go with it).
     pub fn close(self) -> Result<(), E2eError> {
         self.browser.call("Target.closeTarget", json!({ "targetId": self.target_id }), None)?;

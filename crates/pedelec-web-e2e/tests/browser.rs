@@ -331,6 +331,30 @@ fn browser_end_to_end() {
     assert_eq!(cancel["listed"], json!(true), "{cancel}");
     assert!(cancel["items"].as_u64().unwrap_or(0) >= 1, "{cancel}");
 
+    // Events ready together travel as batches, and a batch changes nothing
+    // the page sees: every delta once and in order, one onChat per message.
+    let worker_url = format!("chrome-extension://{EXTENSION_ID}/background.js");
+    let worker = rig
+        .browser
+        .wait_for_target("the service worker", |t| {
+            t["type"] == json!("service_worker") && t["url"].as_str() == Some(worker_url.as_str())
+        })
+        .unwrap();
+    let worker = Page::attach(&rig.browser, worker["targetId"].as_str().unwrap()).expect("attach to the worker");
+    let messages_before = worker.eval("pedelecStats.hostMessages").unwrap().as_u64().unwrap();
+    let streamed = ok_value(attempt(
+        &page,
+        "const before = demo.state.deltas.length; const chats = demo.state.chats.length; \
+         await demo.send('/deltas 5000'); \
+         return { deltas: demo.state.deltas.slice(before), chats: demo.state.chats.slice(chats) }",
+    ));
+    let messages = worker.eval("pedelecStats.hostMessages").unwrap().as_u64().unwrap() - messages_before;
+    worker.detach().expect("detach from the worker");
+    let deltas = streamed["deltas"].as_str().unwrap().to_owned();
+    assert_eq!(deltas.len(), 5000, "every delta arrived once");
+    assert_eq!(streamed["chats"], json!([deltas]), "one onChat, the deltas in order add up to it");
+    assert!(messages < 500, "5 000 deltas took {messages} native-messaging messages: they were not batched");
+
     // A session the page keeps no reference to (its handlers do the work)
     // survives garbage collection: the client holds it until it ends, so
     // its subscription stays and Core does not auto-end it.
