@@ -46,7 +46,7 @@ const pages = new Set();
  * Message counts since the worker started, for diagnostics and benchmarks
  * (`cargo xtask web-bench` reads them through DevTools). Nothing else uses them.
  */
-const stats = { hostMessages: 0, pageMessages: 0 };
+const stats = { hostMessages: 0 };
 globalThis.pedelecStats = stats;
 
 const ready = (async () => {
@@ -296,8 +296,8 @@ class PageLink {
       return;
     }
     // Events go only to a port of the session's origin. A batch names its
-    // session in the envelope, and the SDK refuses a batch holding another
-    // session's event, so the gate holds without parsing `eventsJson`.
+    // session in the envelope and its events cannot name another (the SDK
+    // refuses such a batch), so the gate holds without decoding `events`.
     const events = frame.event || frame.batch;
     if (events) {
       const owner = sessionOrigins[events.sessionId];
@@ -563,7 +563,6 @@ chrome.runtime.onConnectExternal.addListener((port) => {
   pages.add(page);
   // `ready.then` keeps the page's messages in order.
   port.onMessage.addListener((message) => {
-    stats.pageMessages++;
     ready.then(() => page.fromPage(message)).catch((e) => console.error("pedelec:", e));
   });
   port.onDisconnect.addListener(() => page.close());

@@ -4,7 +4,8 @@
 //! reading pauses beyond that, so memory stays bounded) and their responses
 //! are written in request order. A Subscribe is answered with its snapshot,
 //! then its events follow as frames tagged with the Subscribe's request id,
-//! in Core's order; events that are ready together share one batch frame. Every frame written is ≤ 1 MiB; larger ones become chunks.
+//! in Core's order; events that are ready together share one batch frame.
+//! Every frame written is ≤ 1 MiB; larger ones become chunks.
 //!
 //! When Core goes away, every live subscription gets an error frame
 //! (`CORE_RUNTIME_UNAVAILABLE`) and the relay ends, so the host exits and the

@@ -65,8 +65,9 @@ fn a_large_event_travels_as_chunks_no_frame_over_one_mebibyte() {
     let session = create(&mut host, 1, ORIGIN);
     host.call(2, Call::Subscribe(pb::SubscribeRequest { session_id: session.clone(), caller_origin: ORIGIN.into() }));
     // Within the 1 MiB text limit, but control characters are escaped six-fold
-    // in JSON, so the echoed chat event is about 3 MiB of JSON.
-    let text = "\u{1}".repeat(500 * 1024);
+    // in JSON, so the echoed chat event is about 5 MiB of JSON. It is also
+    // over a batch's budget, so it always travels alone, as chunks.
+    let text = "\u{1}".repeat(800 * 1024);
     host.send(&request(
         3,
         Call::SendText(pb::SendTextRequest {

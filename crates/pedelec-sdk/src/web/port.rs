@@ -202,8 +202,8 @@ impl Link {
         match js::get_string(message, "type").as_deref() {
             Some("frame") => {
                 let frame = js::get(message, "frame");
-                // A batch's events are a JSON string already: read it as one,
-                // without turning the frame back into text.
+                // A batch's events are one base64 string: read it straight
+                // from the message, without turning the frame back into text.
                 let batch = js::get(&frame, "batch");
                 if batch.is_object() {
                     let request_id = js::get(&frame, "requestId").as_f64().unwrap_or(0.0);
