@@ -309,8 +309,11 @@ impl<T: ToolName> PedelecSession<T> {
             pb::EndRequest { session_id: self.inner.session_id.clone(), caller_origin: self.inner.origin.clone() };
         match self.inner.transport.call(Call::End(request)).await {
             Ok(Reply::End(_)) => {
-                self.inner.step(SessionMachine::local_ended);
+                // `on_ended` has run when `end()` resolves, even when another
+                // task is draining this session's effects right now.
+                let flushed = self.inner.step_flushed(SessionMachine::local_ended);
                 lock(&self.inner.registry).remove(&self.inner.session_id);
+                let _ = flushed.await;
                 Ok(())
             }
             Ok(other) => Err(self.inner.fail_end(unexpected(&other))),
@@ -551,10 +554,17 @@ impl<T: ToolName> PedelecSession<T> {
     }
 }
 
+/// One entry of a session's effects queue.
+enum Queued {
+    Effect(Effect),
+    /// Wakes a caller once every effect queued before it has run.
+    Flushed(oneshot::Sender<()>),
+}
+
 /// The effects queue of one session (see [`Inner::drain`]).
 #[derive(Default)]
 struct Dispatch {
-    queue: Vec<Effect>,
+    queue: Vec<Queued>,
     /// Whether a task is running queued effects now.
     draining: bool,
 }
@@ -728,9 +738,18 @@ impl Inner {
                     lock(&self.waiters).insert(OperationId::new(accepted.operation_id.clone()), tx);
                     Ok(rx)
                 }
-                Accepted::Settled(outcome) => Err(outcome),
+                Accepted::Settled(outcome) => {
+                    // Settled already (its events came first): resolve once
+                    // the handlers of those events have run.
+                    let (tx, rx) = oneshot::channel();
+                    Err((outcome, rx, tx))
+                }
             };
             self.enqueue(effects);
+            let receiver = receiver.map_err(|(outcome, rx, tx)| {
+                lock(&self.dispatch).queue.push(Queued::Flushed(tx));
+                (outcome, rx)
+            });
             drop(machine);
             self.drain();
             receiver
@@ -740,7 +759,10 @@ impl Inner {
             Ok(rx) => {
                 rx.await.unwrap_or_else(|_| Err(PedelecError::new(ErrorCode::TransportDetached, "handle dropped")))
             }
-            Err(outcome) => outcome,
+            Err((outcome, flushed)) => {
+                let _ = flushed.await;
+                outcome
+            }
         }
     }
 
@@ -784,12 +806,29 @@ impl Inner {
         self.drain();
     }
 
+    /// [`Inner::step`], and a receiver that resolves once the effects it
+    /// produced have run. `drain` returns at once when another task is
+    /// draining, so without it an awaited call could resolve before its
+    /// handlers ran. Await it outside any handler: a handler's own effects
+    /// run only after it returns.
+    fn step_flushed(self: &Arc<Self>, f: impl FnOnce(&mut SessionMachine) -> Vec<Effect>) -> oneshot::Receiver<()> {
+        let (tx, rx) = oneshot::channel();
+        {
+            let mut machine = lock(&self.machine);
+            let effects = f(&mut machine);
+            self.enqueue(effects);
+            lock(&self.dispatch).queue.push(Queued::Flushed(tx));
+        }
+        self.drain();
+        rx
+    }
+
     /// Queues effects; call with the machine locked (lock order: machine,
     /// then handlers, then the dispatch queue, which is never held while a
     /// handler runs).
     fn enqueue(&self, effects: Vec<Effect>) {
         if !effects.is_empty() {
-            lock(&self.dispatch).queue.extend(effects);
+            lock(&self.dispatch).queue.extend(effects.into_iter().map(Queued::Effect));
         }
     }
 
@@ -829,8 +868,15 @@ impl Inner {
         }
     }
 
-    fn run_effects(self: &Arc<Self>, effects: Vec<Effect>) {
-        for effect in effects {
+    fn run_effects(self: &Arc<Self>, queued: Vec<Queued>) {
+        for entry in queued {
+            let effect = match entry {
+                Queued::Effect(effect) => effect,
+                Queued::Flushed(tx) => {
+                    let _ = tx.send(());
+                    continue;
+                }
+            };
             match effect {
                 Effect::Status { status, ctx } => {
                     let list: Vec<StatusFn> = lock(&self.handlers).status.iter().map(|(_, f)| f.clone()).collect();
