@@ -79,6 +79,11 @@ const PACKAGE_JSON: &str = r#"{
   "type": "module",
   "main": "pedelec_sdk.js",
   "types": "pedelec.d.ts",
+  "exports": {
+    ".": { "types": "./pedelec.d.ts", "default": "./pedelec_sdk.js" },
+    "./pedelec_sdk_bg.wasm": "./pedelec_sdk_bg.wasm",
+    "./package.json": "./package.json"
+  },
   "files": ["pedelec_sdk.js", "pedelec_sdk_bg.wasm", "pedelec.d.ts", "snippets"],
   "sideEffects": false
 }
@@ -117,8 +122,67 @@ pub fn build() -> Result<PathBuf> {
         std::fs::remove_dir_all(&demo)?;
     }
     copy_dir(&sources.join("demo"), &demo)?;
-    println!("web package: {}\ndemo page:   {}", pkg.display(), demo.join("index.html").display());
+    let tarball = pack(&pkg, &out)?;
+    let bundled = bundle(&sources.join("bundled"), &tarball, &out.join("bundled"))?;
+    println!(
+        "web package: {}\nnpm tarball: {}\ndemo page:   {}\nbundled page: {}",
+        pkg.display(),
+        tarball.display(),
+        demo.join("index.html").display(),
+        bundled.join("index.html").display()
+    );
     Ok(out)
+}
+
+/// Runs `program args…` in `dir`, bounded by `timeout_secs` (an unreachable
+/// registry must not hang CI); returns its stdout.
+fn run_bounded(dir: &Path, timeout_secs: u32, program: &Path, args: &[&str]) -> Result<String> {
+    eprintln!("$ {} {} (in {})", program.display(), args.join(" "), dir.display());
+    let out = Command::new("timeout")
+        .arg(timeout_secs.to_string())
+        .arg(program)
+        .args(args)
+        .current_dir(dir)
+        .stderr(std::process::Stdio::inherit())
+        .output()
+        .with_context(|| format!("running {}", program.display()))?;
+    if !out.status.success() {
+        bail!("{} {} failed ({})", program.display(), args.join(" "), out.status);
+    }
+    Ok(String::from_utf8_lossy(&out.stdout).into_owned())
+}
+
+/// `npm pack` of the package into `out`: the tarball a web developer's
+/// `npm install` would unpack. Returns its path.
+fn pack(pkg: &Path, out: &Path) -> Result<PathBuf> {
+    let dest = out.to_str().context("target/web is not UTF-8")?;
+    let stdout = run_bounded(pkg, 120, Path::new("npm"), &["pack", "--silent", "--pack-destination", dest])?;
+    let name = stdout.lines().rev().find(|l| l.ends_with(".tgz")).context("npm pack named no tarball")?;
+    Ok(out.join(name.trim()))
+}
+
+/// Builds `web/bundled` with vite (pinned by its lock) against the packed
+/// tarball, as an application would: `npm ci` of vite, `npm install` of the
+/// tarball, `vite build` into `dest`. The page's sources are copied next to
+/// their `node_modules`, since a bundler resolves packages from there.
+fn bundle(source: &Path, tarball: &Path, dest: &Path) -> Result<PathBuf> {
+    let work = target_dir().join("web-bundled");
+    crate::agents::npm_ci(source, &work, 600)?;
+    for file in ["index.html", "main.js", "vite.config.js"] {
+        std::fs::copy(source.join(file), work.join(file)).with_context(|| format!("copying {file}"))?;
+    }
+    let tarball = tarball.to_str().context("the tarball path is not UTF-8")?;
+    // --no-save: the lock pins vite only; the tarball changes with every build.
+    run_bounded(
+        &work,
+        300,
+        Path::new("npm"),
+        &["install", "--no-save", "--no-audit", "--no-fund", "--loglevel=error", tarball],
+    )?;
+    let vite = work.join("node_modules/.bin/vite");
+    let dest_str = dest.to_str().context("target/web is not UTF-8")?;
+    run_bounded(&work, 300, &vite, &["build", "--logLevel", "warn", "--outDir", dest_str, "--emptyOutDir"])?;
+    Ok(dest.to_path_buf())
 }
 
 /// `tsc --noEmit` over `web/typecheck/usage.ts`, which calls every method

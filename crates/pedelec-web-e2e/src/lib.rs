@@ -72,7 +72,8 @@ pub fn missing_prerequisite() -> Option<String> {
             chromium().display()
         ));
     }
-    if !web_dir().join("pkg/pedelec_sdk_bg.wasm").is_file() || !web_dir().join("demo/index.html").is_file() {
+    let built = ["pkg/pedelec_sdk_bg.wasm", "demo/index.html", "bundled/index.html"];
+    if !built.iter().all(|file| web_dir().join(file).is_file()) {
         return Some(format!("no web package in {} (run `cargo xtask web`)", web_dir().display()));
     }
     None

@@ -173,6 +173,29 @@ fn browser_end_to_end() {
     assert_eq!(waited.count(), 1, "{state}");
     assert_eq!(page.eval("document.getElementById('counter').textContent").unwrap(), json!("3"));
 
+    // The npm package as an application ships it: a page bundled by vite
+    // against the packed tarball (`cargo xtask web`) loads its wasm from the
+    // bundle's assets and runs a tool turn on this approved origin.
+    let bundled = Page::open(&rig.browser, &format!("{origin}/bundled/index.html")).expect("the bundled page opens");
+    bundled.wait_until("window.bundled", Duration::from_secs(20)).expect("the bundled page loads the SDK from npm");
+    let scripts = bundled.eval("[...document.scripts].map((s) => s.src)").unwrap();
+    assert!(
+        scripts
+            .as_array()
+            .is_some_and(|s| s.iter().all(|src| src.as_str().is_some_and(|u| u.contains("/bundled/assets/")))),
+        "the page runs vite's bundle, not the package's own files: {scripts}"
+    );
+    let started = bundled.eval_for("bundled.start()", TURN).unwrap();
+    assert_eq!(started["ok"], json!(true), "{started}");
+    let turn = bundled.eval_for(r#"bundled.send('/tool update_counter {"delta": 5}')"#, TURN).unwrap();
+    assert_eq!(turn["ok"], json!(true), "{turn}");
+    let state = bundled.eval("bundled.state").unwrap();
+    assert_eq!(state["counter"], json!(5), "{state}");
+    assert_eq!(state["chats"], json!([r#"Tool update_counter returned {"value":5}."#]), "{state}");
+    assert_eq!(bundled.eval("document.getElementById('counter').textContent").unwrap(), json!("5"));
+    assert_eq!(bundled.eval_for("bundled.end()", TURN).unwrap()["ok"], json!(true));
+    bundled.close().unwrap();
+
     // Usage arrives without touching chat or status handlers.
     assert!(page.eval("demo.session().usage.totalTokens").unwrap().as_u64().is_some_and(|n| n > 0));
 

@@ -73,14 +73,21 @@ fn main() -> Result<(), E2eError> {
     // turn is a delta turn unless PEDELEC_WEB_BENCH_PROFILE_PROMPT says another.
     if let Some(path) = std::env::var_os("PEDELEC_WEB_BENCH_PROFILE") {
         let prompt = std::env::var("PEDELEC_WEB_BENCH_PROFILE_PROMPT").unwrap_or(format!("/deltas {DELTAS}"));
-        rig.browser.call("Profiler.enable", json!({}), Some(&page.session))?;
-        rig.browser.call("Profiler.setSamplingInterval", json!({ "interval": 100 }), Some(&page.session))?;
-        rig.browser.call("Profiler.start", json!({}), Some(&page.session))?;
+        // The extension's worker too (FILE.worker.cpuprofile): it relays every message.
+        for target in [&page, &worker] {
+            rig.browser.call("Profiler.enable", json!({}), Some(&target.session))?;
+            rig.browser.call("Profiler.setSamplingInterval", json!({ "interval": 100 }), Some(&target.session))?;
+            rig.browser.call("Profiler.start", json!({}), Some(&target.session))?;
+        }
         let send = format!("demo.attempt(() => demo.send({}))", serde_json::to_string(&prompt)?);
         page.eval_for(&send, Duration::from_secs(600))?;
-        let profile = rig.browser.call("Profiler.stop", json!({}), Some(&page.session))?;
-        std::fs::write(&path, serde_json::to_vec(&profile["profile"])?)?;
-        println!("profile of one delta turn written to {}", std::path::Path::new(&path).display());
+        let mut worker_path = path.clone();
+        worker_path.push(".worker.cpuprofile");
+        for (target, path) in [(&page, &path), (&worker, &worker_path)] {
+            let profile = rig.browser.call("Profiler.stop", json!({}), Some(&target.session))?;
+            std::fs::write(path, serde_json::to_vec(&profile["profile"])?)?;
+            println!("profile of `{prompt}` written to {}", std::path::Path::new(path).display());
+        }
     }
 
     let mut rounds = Vec::new();
