@@ -160,7 +160,9 @@ fn browser_end_to_end() {
     let statuses: Vec<String> = serde_json::from_value(state["statuses"].clone()).unwrap();
     assert_eq!(statuses.first().map(String::as_str), Some("sdk:running"), "{statuses:?}");
     assert_eq!(statuses.last().map(String::as_str), Some("core:idle"), "{statuses:?}");
-    assert_eq!(page.eval("document.getElementById('status').textContent").unwrap(), json!("idle"));
+    // The badge is painted on the next frame.
+    page.wait_until("document.getElementById('status').textContent === 'idle'", Duration::from_secs(5))
+        .expect("the status badge shows idle");
 
     // A frontend tool call answered by the page's async handler, visible in the DOM.
     ok_value(attempt(&page, r#"await demo.send('/tool update_counter {"delta": 3}')"#));

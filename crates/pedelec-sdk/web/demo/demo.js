@@ -72,6 +72,13 @@ function askUser(request) {
   });
 }
 
+let shownStatus = "disconnected";
+let statusFrame = 0;
+function paintStatus() {
+  statusFrame = 0;
+  renderStatus(shownStatus);
+}
+
 let unpainted = "";
 let paintFrame = 0;
 function paintDeltas() {
@@ -108,7 +115,11 @@ async function start(options = {}) {
   });
   session.onStatus((status, ctx) => {
     state.statuses.push(`${ctx.source}:${status}`);
-    renderStatus(status);
+    // Painted once per frame too: a turn of many quick tool calls changes the
+    // status far more often than the screen shows, and each paint is DOM work
+    // on the thread that answers the next tool call.
+    shownStatus = status;
+    if (!statusFrame) statusFrame = requestAnimationFrame(paintStatus);
   });
   session.onError((error, ctx) => {
     state.errors.push(`${ctx.source}:${error.code}`);
@@ -129,7 +140,8 @@ async function start(options = {}) {
     $("counter").textContent = String(state.counter);
     return { value: state.counter };
   });
-  renderStatus(session.getStatus());
+  shownStatus = session.getStatus();
+  renderStatus(shownStatus);
   renderApproval();
   return session.sessionId;
 }

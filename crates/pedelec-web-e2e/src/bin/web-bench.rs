@@ -12,6 +12,8 @@
 //!   to it;
 //! - chat deltas of one 100 000-delta turn (`/deltas 100000`) per second, from
 //!   `sendText` to its settling, counted by the page's `onChatDelta`;
+//! - the native-messaging messages the extension received per tool call of
+//!   that turn (the previous call's answer and status, and the call itself);
 //! - the native-messaging messages the extension received per 1 000 of those
 //!   deltas (a batching figure that does not depend on the machine's speed);
 //! - page memory (V8 heap after a collection, plus the SDK's wasm memory)
@@ -39,6 +41,7 @@ struct Round {
     bare_p99: f64,
     deltas_per_s: f64,
     messages_per_1000: f64,
+    messages_per_tool_call: f64,
 }
 
 fn main() -> Result<(), E2eError> {
@@ -113,6 +116,7 @@ fn main() -> Result<(), E2eError> {
     println!("  tool round trip ÷ floor: {:.2}× (target ≤ 1.20×)", tool / bare);
     println!("  chat deltas of one {DELTAS}-delta turn: {:.0}/s (target ≥ 150 000/s)", m(|r| r.deltas_per_s));
     println!("  native-messaging messages per 1 000 deltas: {:.1}", m(|r| r.messages_per_1000));
+    println!("  native-messaging messages (host → extension) per tool call: {:.2}", m(|r| r.messages_per_tool_call));
     let total = |(heap, wasm): (f64, f64)| mib(heap + wasm);
     println!(
         "  page memory (V8 heap + wasm): before {:.2} MiB, after {ROUNDS} delta turns {:.2} MiB ({:+.2} MiB; target ≤ +2); \
@@ -142,6 +146,9 @@ fn mib(bytes: f64) -> f64 {
 
 fn round(page: &Page<'_>, worker: &Page<'_>, calls: u32) -> Result<Round, E2eError> {
     let prompt = format!("/tools {calls} echo {{\"n\": 1}}");
+    let host_messages =
+        || -> Result<f64, E2eError> { Ok(worker.eval("pedelecStats.hostMessages")?.as_f64().unwrap_or(f64::NAN)) };
+    let tool_messages_before = host_messages()?;
     let result = page.eval_for(
         &format!("demo.attempt(() => demo.send({}))", serde_json::to_string(&prompt)?),
         Duration::from_secs(300),
@@ -149,6 +156,7 @@ fn round(page: &Page<'_>, worker: &Page<'_>, calls: u32) -> Result<Round, E2eErr
     if result["ok"] != json!(true) {
         return Err(E2eError::Setup(format!("the benchmark turn failed: {result}")));
     }
+    let tool_messages = host_messages()? - tool_messages_before;
     let reply = page.eval("demo.state.chats.at(-1)")?;
     let reply = reply.as_str().unwrap_or_default();
     let (tool_p50, tool_p99) =
@@ -184,6 +192,7 @@ fn round(page: &Page<'_>, worker: &Page<'_>, calls: u32) -> Result<Round, E2eErr
         bare_p99: us(&bare[1]),
         deltas_per_s: DELTAS as f64 / (ms / 1000.0),
         messages_per_1000: messages / (DELTAS as f64 / 1000.0),
+        messages_per_tool_call: tool_messages / f64::from(calls),
     })
 }
 
