@@ -4,16 +4,48 @@
 //! begin with `/`, use forward slashes only, and contain no empty, `.` or `..`
 //! segment, no backslash, NUL or control character; its length and depth are
 //! bounded. An accepted path therefore always stays below its root when joined.
+//!
+//! # Examples
+//!
+//! ```
+//! use std::path::Path;
+//! use pedelec_protocol::{AssetPath, AssetPathError};
+//!
+//! let path = AssetPath::parse("/results/report.json").unwrap();
+//! assert_eq!(path.join_to(Path::new("/srv/assets")), Path::new("/srv/assets/results/report.json"));
+//! // Nothing that could climb out of the root is accepted.
+//! assert_eq!(AssetPath::parse("/../etc/passwd"), Err(AssetPathError::DotSegment));
+//! ```
 
 use std::path::{Path, PathBuf};
 
 use crate::limits::{MAX_ASSET_PATH_BYTES, MAX_ASSET_PATH_SEGMENTS};
 
 /// A validated public asset path.
+///
+/// # Examples
+///
+/// ```
+/// use pedelec_protocol::AssetPath;
+///
+/// let path: AssetPath = "/screens/page.png".parse().unwrap();
+/// assert_eq!(path.to_string(), "/screens/page.png");
+/// assert_eq!(path.file_name(), "page.png");
+/// ```
 #[derive(Debug, Clone, PartialEq, Eq, Hash, PartialOrd, Ord)]
 pub struct AssetPath(String);
 
 /// Why a public asset path was refused.
+///
+/// # Examples
+///
+/// ```
+/// use pedelec_protocol::{AssetPath, AssetPathError};
+///
+/// assert_eq!(AssetPath::parse("report.txt"), Err(AssetPathError::NotAbsolute));
+/// assert_eq!(AssetPath::parse("/a//b"), Err(AssetPathError::EmptySegment));
+/// assert_eq!(AssetPathError::Backslash.to_string(), "asset path contains a backslash");
+/// ```
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum AssetPathError {
     #[error("asset path must begin with '/'")]
@@ -34,6 +66,16 @@ pub enum AssetPathError {
 
 impl AssetPath {
     /// Parses and validates a public path.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use pedelec_protocol::{AssetPath, AssetPathError};
+    ///
+    /// assert!(AssetPath::parse("/a b/ü.txt").is_ok());
+    /// assert_eq!(AssetPath::parse("/a\\b"), Err(AssetPathError::Backslash));
+    /// assert_eq!(AssetPath::parse("/a\nb"), Err(AssetPathError::ControlCharacter));
+    /// ```
     pub fn parse(text: &str) -> Result<Self, AssetPathError> {
         if text.len() > MAX_ASSET_PATH_BYTES {
             return Err(AssetPathError::TooLong);
@@ -61,26 +103,71 @@ impl AssetPath {
     }
 
     /// The public form, e.g. `/results/report.json`.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use pedelec_protocol::AssetPath;
+    ///
+    /// assert_eq!(AssetPath::parse("/results/report.json").unwrap().as_str(), "/results/report.json");
+    /// ```
     pub fn as_str(&self) -> &str {
         &self.0
     }
 
     /// The segments below the root.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use pedelec_protocol::AssetPath;
+    ///
+    /// let path = AssetPath::parse("/results/2024/report.json").unwrap();
+    /// assert_eq!(path.segments().collect::<Vec<_>>(), ["results", "2024", "report.json"]);
+    /// ```
     pub fn segments(&self) -> impl Iterator<Item = &str> {
         self.0[1..].split('/')
     }
 
     /// The last segment.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use pedelec_protocol::AssetPath;
+    ///
+    /// assert_eq!(AssetPath::parse("/results/report.json").unwrap().file_name(), "report.json");
+    /// ```
     pub fn file_name(&self) -> &str {
         self.segments().last().unwrap_or_default()
     }
 
     /// Whether any segment's basename starts with `.pedelec-` (Core's own files).
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use pedelec_protocol::AssetPath;
+    ///
+    /// assert!(AssetPath::parse("/a/.pedelec-upload-1").unwrap().is_reserved());
+    /// assert!(!AssetPath::parse("/.hidden").unwrap().is_reserved());
+    /// ```
     pub fn is_reserved(&self) -> bool {
         self.segments().any(|s| s.starts_with(".pedelec-"))
     }
 
     /// The physical path below `root`. Never leaves `root`.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use std::path::Path;
+    /// use pedelec_protocol::AssetPath;
+    ///
+    /// let root = Path::new("/srv/assets");
+    /// let file = AssetPath::parse("/results/report.json").unwrap().join_to(root);
+    /// assert_eq!(file, root.join("results").join("report.json"));
+    /// ```
     pub fn join_to(&self, root: &Path) -> PathBuf {
         let mut out = root.to_path_buf();
         for segment in self.segments() {
@@ -90,6 +177,18 @@ impl AssetPath {
     }
 
     /// The public path of a file found below `root`, when it is expressible.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use std::path::Path;
+    /// use pedelec_protocol::AssetPath;
+    ///
+    /// let path = AssetPath::from_relative(Path::new("results/report.json")).unwrap();
+    /// assert_eq!(path.as_str(), "/results/report.json");
+    /// // A path that leaves its root has no public form.
+    /// assert_eq!(AssetPath::from_relative(Path::new("../secret")), None);
+    /// ```
     pub fn from_relative(relative: &Path) -> Option<Self> {
         let mut text = String::new();
         for component in relative.components() {
@@ -120,6 +219,16 @@ impl std::str::FromStr for AssetPath {
 
 /// Whether a file of this MIME type goes as image content when attached
 /// (the formats every image-taking provider accepts).
+///
+/// # Examples
+///
+/// ```
+/// use pedelec_protocol::asset_path::is_attachable_image;
+///
+/// assert!(is_attachable_image("image/png"));
+/// // An SVG is attached as a file, not as image content.
+/// assert!(!is_attachable_image("image/svg+xml"));
+/// ```
 pub fn is_attachable_image(mime: &str) -> bool {
     matches!(mime, "image/png" | "image/jpeg" | "image/gif" | "image/webp")
 }
@@ -127,6 +236,19 @@ pub fn is_attachable_image(mime: &str) -> bool {
 /// Checks a `SendText`'s attachment list before anything is sent (the SDK
 /// locally, Core again): at most [`crate::limits::MAX_ATTACHMENTS`], each a
 /// valid public path, no path twice.
+///
+/// # Examples
+///
+/// ```
+/// use pedelec_protocol::ErrorCode;
+/// use pedelec_protocol::asset_path::check_attachments;
+///
+/// assert!(check_attachments(&["/a.png".into(), "/notes/b.txt".into()]).is_ok());
+/// let twice = check_attachments(&["/a.png".into(), "/a.png".into()]);
+/// assert_eq!(twice.unwrap_err().0, ErrorCode::InvalidArgument);
+/// let relative = check_attachments(&["a.png".into()]);
+/// assert_eq!(relative.unwrap_err().0, ErrorCode::AssetPathInvalid);
+/// ```
 pub fn check_attachments(paths: &[String]) -> Result<(), (crate::ErrorCode, String)> {
     if paths.len() > crate::limits::MAX_ATTACHMENTS {
         return Err((

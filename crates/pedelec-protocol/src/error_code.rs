@@ -1,10 +1,31 @@
 //! The one list of error codes, with the stable strings every boundary uses.
+//!
+//! # Examples
+//!
+//! ```
+//! use pedelec_protocol::{ErrorCode, pb};
+//!
+//! // An error from the wire names its code as text; known codes parse back.
+//! let error = pb::Error::new(ErrorCode::ToolTimeout, "no result within 60 s");
+//! assert_eq!(error.code, "TOOL_TIMEOUT");
+//! assert_eq!(error.error_code(), Some(ErrorCode::ToolTimeout));
+//! ```
 
 use crate::pb;
 
 macro_rules! error_codes {
     ($($(#[doc = $doc:literal])* $variant:ident = $text:literal,)*) => {
         /// A stable, machine-readable error code.
+        ///
+        /// # Examples
+        ///
+        /// ```
+        /// use pedelec_protocol::ErrorCode;
+        ///
+        /// let code = ErrorCode::SessionBusy;
+        /// assert_eq!(code.to_string(), "SESSION_BUSY");
+        /// assert_eq!(ErrorCode::parse("SESSION_BUSY"), Some(code));
+        /// ```
         #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
         pub enum ErrorCode {
             $($(#[doc = $doc])* $variant,)*
@@ -12,14 +33,45 @@ macro_rules! error_codes {
 
         impl ErrorCode {
             /// Every code, in declaration order.
+            ///
+            /// # Examples
+            ///
+            /// ```
+            /// use pedelec_protocol::ErrorCode;
+            ///
+            /// assert_eq!(ErrorCode::ALL.first(), Some(&ErrorCode::SessionBusy));
+            /// assert!(ErrorCode::ALL.contains(&ErrorCode::Internal));
+            /// ```
             pub const ALL: &'static [ErrorCode] = &[$(ErrorCode::$variant,)*];
 
             /// The SCREAMING_SNAKE string of this code.
+            ///
+            /// # Examples
+            ///
+            /// ```
+            /// use pedelec_protocol::ErrorCode;
+            ///
+            /// assert_eq!(ErrorCode::ThreadNotFound.as_str(), "THREAD_NOT_FOUND");
+            /// // `const`, so a code's string can be a constant too.
+            /// const CODE: &str = ErrorCode::Internal.as_str();
+            /// assert_eq!(CODE, "INTERNAL");
+            /// ```
             pub const fn as_str(self) -> &'static str {
                 match self { $(ErrorCode::$variant => $text,)* }
             }
 
             /// Parses a code string; unknown strings are `None`.
+            ///
+            /// # Examples
+            ///
+            /// ```
+            /// use pedelec_protocol::ErrorCode;
+            ///
+            /// assert_eq!(ErrorCode::parse("TOOL_TIMEOUT"), Some(ErrorCode::ToolTimeout));
+            /// // Codes are case-sensitive, and a newer Core may send codes this build lacks.
+            /// assert_eq!(ErrorCode::parse("tool_timeout"), None);
+            /// assert_eq!(ErrorCode::parse("SOME_FUTURE_CODE"), None);
+            /// ```
             pub fn parse(text: &str) -> Option<Self> {
                 match text { $($text => Some(ErrorCode::$variant),)* _ => None }
             }
@@ -142,16 +194,47 @@ impl std::fmt::Display for ErrorCode {
 
 impl pb::Error {
     /// An error with no details.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use pedelec_protocol::{ErrorCode, pb};
+    ///
+    /// let error = pb::Error::new(ErrorCode::SessionEnded, "the session has ended");
+    /// assert_eq!(error.code, "SESSION_ENDED");
+    /// assert!(error.details_json.is_empty());
+    /// ```
     pub fn new(code: ErrorCode, message: impl Into<String>) -> Self {
         pb::Error { code: code.as_str().to_owned(), message: message.into(), details_json: String::new() }
     }
 
     /// An error with JSON details.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use pedelec_protocol::{ErrorCode, pb};
+    ///
+    /// let details = serde_json::json!({ "tool": "update_counter" });
+    /// let error = pb::Error::with_details(ErrorCode::ToolNotFound, "no such tool", &details);
+    /// assert_eq!(error.details_json, r#"{"tool":"update_counter"}"#);
+    /// ```
     pub fn with_details(code: ErrorCode, message: impl Into<String>, details: &serde_json::Value) -> Self {
         pb::Error { code: code.as_str().to_owned(), message: message.into(), details_json: details.to_string() }
     }
 
     /// The parsed code, if it is one of ours.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use pedelec_protocol::{ErrorCode, pb};
+    ///
+    /// let known = pb::Error::new(ErrorCode::SessionBusy, "busy");
+    /// assert_eq!(known.error_code(), Some(ErrorCode::SessionBusy));
+    /// let newer = pb::Error { code: "SOME_FUTURE_CODE".into(), ..Default::default() };
+    /// assert_eq!(newer.error_code(), None);
+    /// ```
     pub fn error_code(&self) -> Option<ErrorCode> {
         ErrorCode::parse(&self.code)
     }
@@ -164,10 +247,17 @@ impl pb::Error {
     /// a long problem list) stays a few KiB, within every gRPC client's
     /// metadata limit, and says that it was clipped.
     ///
+    /// # Examples
+    ///
     /// ```
     /// use pedelec_protocol::{ErrorCode, pb};
     /// let huge = pb::Error::new(ErrorCode::InvalidArgument, "x".repeat(100_000)).bounded();
     /// assert!(huge.message.chars().count() <= pedelec_protocol::limits::MAX_ERROR_MESSAGE_CHARS);
+    /// assert!(huge.message.ends_with('…'));
+    ///
+    /// let problems = serde_json::json!({ "problems": vec!["bad"; 10_000] });
+    /// let clipped = pb::Error::with_details(ErrorCode::InvalidArgument, "bad", &problems).bounded();
+    /// assert!(clipped.details_json.starts_with(r#"{"clipped":true"#));
     /// ```
     pub fn bounded(mut self) -> Self {
         fn clip(text: &mut String, chars: usize) {

@@ -7,6 +7,29 @@
 //! `NativeMessagingTransport`) takes them apart with [`batch_events`], which
 //! holds the rules: at least two events, at most
 //! [`limits::NATIVE_BATCH_MAX_EVENTS`], all of the batch's session.
+//!
+//! # Examples
+//!
+//! ```
+//! use pedelec_protocol::event_batch::{EventBatcher, batch_events};
+//! use pedelec_protocol::pb::{self, native_frame::Body, session_event::Kind};
+//!
+//! let delta = |seq, text: &str| pb::SessionEvent {
+//!     session_id: "sess-1".into(),
+//!     seq,
+//!     kind: Some(Kind::ChatDelta(pb::ChatDelta { text: text.into() })),
+//!     ..Default::default()
+//! };
+//! // The host: everything its stream has ready goes into one frame.
+//! let mut batcher = EventBatcher::new(7);
+//! for (seq, text) in [(1, "Hel"), (2, "lo"), (3, "!")] {
+//!     assert!(batcher.push(delta(seq, text)).is_none());
+//! }
+//! let frame = batcher.finish().unwrap();
+//! // A receiver: the same events, each with its session again.
+//! let Some(Body::Batch(batch)) = &frame.body else { panic!("three events make a batch") };
+//! assert_eq!(batch_events(batch).unwrap(), [delta(1, "Hel"), delta(2, "lo"), delta(3, "!")]);
+//! ```
 
 use base64::Engine;
 use prost::Message;
@@ -16,6 +39,20 @@ use crate::native::FrameError;
 use crate::pb::{self, native_frame::Body};
 
 /// Collects the events of one subscription that are ready now into frames.
+///
+/// # Examples
+///
+/// ```
+/// use pedelec_protocol::event_batch::EventBatcher;
+/// use pedelec_protocol::pb::{self, native_frame::Body};
+///
+/// let event = pb::SessionEvent { session_id: "s".into(), seq: 1, ..Default::default() };
+/// let mut batcher = EventBatcher::new(3);
+/// batcher.push(event.clone());
+/// // A lone event is not worth a batch: it goes as an ordinary event frame.
+/// let frame = batcher.finish().unwrap();
+/// assert_eq!(frame, pb::NativeFrame { request_id: 3, body: Some(Body::Event(event)) });
+/// ```
 #[derive(Debug)]
 pub struct EventBatcher {
     request_id: u32,
@@ -30,11 +67,34 @@ pub struct EventBatcher {
 
 impl EventBatcher {
     /// A batcher for the subscription whose Subscribe had `request_id`.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use pedelec_protocol::event_batch::EventBatcher;
+    ///
+    /// let mut batcher = EventBatcher::new(42);
+    /// assert!(batcher.is_empty());
+    /// assert_eq!(batcher.finish(), None);
+    /// ```
     pub fn new(request_id: u32) -> Self {
         EventBatcher { request_id, first: None, shared: Shared::default(), bytes: Vec::new(), count: 0 }
     }
 
     /// Whether nothing is collected.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use pedelec_protocol::event_batch::EventBatcher;
+    /// use pedelec_protocol::pb;
+    ///
+    /// let mut batcher = EventBatcher::new(1);
+    /// batcher.push(pb::SessionEvent { session_id: "s".into(), seq: 1, ..Default::default() });
+    /// assert!(!batcher.is_empty());
+    /// batcher.finish();
+    /// assert!(batcher.is_empty());
+    /// ```
     pub fn is_empty(&self) -> bool {
         self.count == 0
     }
@@ -44,6 +104,26 @@ impl EventBatcher {
     /// frame to send first, and the event starts the next one. A
     /// subscription carries one session, so every event is of the first
     /// one's session.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use pedelec_protocol::event_batch::EventBatcher;
+    /// use pedelec_protocol::pb;
+    ///
+    /// let event = |seq, operation_id: &str| pb::SessionEvent {
+    ///     session_id: "s".into(),
+    ///     seq,
+    ///     operation_id: operation_id.into(),
+    ///     ..Default::default()
+    /// };
+    /// let mut batcher = EventBatcher::new(1);
+    /// assert!(batcher.push(event(1, "op-1")).is_none());
+    /// assert!(batcher.push(event(2, "op-1")).is_none());
+    /// // Another operation's event: op-1's batch is handed back to send first.
+    /// let first = batcher.push(event(3, "op-2")).expect("op-1's batch");
+    /// assert!(matches!(first.body, Some(pb::native_frame::Body::Batch(b)) if b.operation_id == "op-1"));
+    /// ```
     pub fn push(&mut self, mut event: pb::SessionEvent) -> Option<pb::NativeFrame> {
         let full = self.count > 0
             && (self.count == limits::NATIVE_BATCH_MAX_EVENTS
@@ -85,6 +165,22 @@ impl EventBatcher {
 
     /// The frame of what was collected: a lone event as an `event` frame,
     /// several as a `batch`; `None` when empty. Empty again afterwards.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use pedelec_protocol::event_batch::EventBatcher;
+    /// use pedelec_protocol::pb::{self, native_frame::Body};
+    ///
+    /// let mut batcher = EventBatcher::new(5);
+    /// for seq in 1..=2 {
+    ///     batcher.push(pb::SessionEvent { session_id: "s".into(), seq, ..Default::default() });
+    /// }
+    /// let frame = batcher.finish().unwrap();
+    /// assert_eq!(frame.request_id, 5);
+    /// assert!(matches!(frame.body, Some(Body::Batch(b)) if b.session_id == "s"));
+    /// assert_eq!(batcher.finish(), None);
+    /// ```
     pub fn finish(&mut self) -> Option<pb::NativeFrame> {
         let count = std::mem::take(&mut self.count);
         let body = match count {
@@ -100,6 +196,16 @@ impl EventBatcher {
 }
 
 /// The fields a batch says once for all its events.
+///
+/// # Examples
+///
+/// ```
+/// use pedelec_protocol::event_batch::{Shared, batch_events_base64};
+///
+/// // What the browser SDK reads from a batch frame's JSON before decoding its events.
+/// let shared = Shared { session_id: "sess-1".into(), ..Default::default() };
+/// assert!(batch_events_base64(shared, "not base64!").is_err());
+/// ```
 #[derive(Debug, Default, Clone, PartialEq)]
 pub struct Shared {
     pub session_id: String,
@@ -118,6 +224,18 @@ impl Shared {
     }
 
     /// The shared fields of a decoded batch.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use pedelec_protocol::event_batch::Shared;
+    /// use pedelec_protocol::pb;
+    ///
+    /// let batch = pb::EventBatch { session_id: "sess-1".into(), operation_id: "op-1".into(), ..Default::default() };
+    /// let shared = Shared::of(&batch);
+    /// assert_eq!((shared.session_id.as_str(), shared.operation_id.as_str()), ("sess-1", "op-1"));
+    /// assert_eq!(shared.turn, None);
+    /// ```
     pub fn of(batch: &pb::EventBatch) -> Shared {
         Shared {
             session_id: batch.session_id.clone(),
@@ -138,6 +256,18 @@ fn list_entry_len(event: &pb::SessionEvent) -> usize {
 
 /// The events of a batch, in order, each with the batch's shared fields, or
 /// why the batch is refused.
+///
+/// # Examples
+///
+/// ```
+/// use pedelec_protocol::event_batch::batch_events;
+/// use pedelec_protocol::native::FrameError;
+/// use pedelec_protocol::pb;
+///
+/// // A batch of nothing is refused rather than taken as "no events".
+/// let empty = pb::EventBatch { session_id: "s".into(), ..Default::default() };
+/// assert!(matches!(batch_events(&empty), Err(FrameError::BadBatch(_))));
+/// ```
 pub fn batch_events(batch: &pb::EventBatch) -> Result<Vec<pb::SessionEvent>, FrameError> {
     decode_events(Shared::of(batch), &batch.events)
 }
@@ -145,6 +275,23 @@ pub fn batch_events(batch: &pb::EventBatch) -> Result<Vec<pb::SessionEvent>, Fra
 /// [`batch_events`] for a batch read straight from its JSON fields, its
 /// `events` still in base64 (the browser SDK reads them without decoding
 /// the frame).
+///
+/// # Examples
+///
+/// ```
+/// use base64::Engine;
+/// use prost::Message;
+/// use pedelec_protocol::event_batch::{Shared, batch_events_base64};
+/// use pedelec_protocol::pb;
+///
+/// let bare = |seq| pb::SessionEvent { seq, ..Default::default() };
+/// let list = pb::EventList { events: vec![bare(1), bare(2)] }.encode_to_vec();
+/// let text = base64::engine::general_purpose::STANDARD.encode(list);
+/// let shared = Shared { session_id: "sess-1".into(), ..Default::default() };
+/// let events = batch_events_base64(shared, &text).unwrap();
+/// assert!(events.iter().all(|e| e.session_id == "sess-1"));
+/// assert_eq!(events.iter().map(|e| e.seq).collect::<Vec<_>>(), [1, 2]);
+/// ```
 pub fn batch_events_base64(shared: Shared, events: &str) -> Result<Vec<pb::SessionEvent>, FrameError> {
     let bytes = base64::engine::general_purpose::STANDARD
         .decode(events)

@@ -10,11 +10,39 @@
 //!
 //! Core emits events in `seq` order through this same vocabulary, and the SDK
 //! feeds every received event through [`EventGate::admit`] before acting on it.
+//!
+//! # Examples
+//!
+//! ```
+//! use pedelec_protocol::gate::{EventGate, Verdict, build};
+//! use pedelec_protocol::pb::{self, session_event::Kind};
+//!
+//! let mut gate = EventGate::new();
+//! let started = Kind::OperationStarted(pb::OperationStarted::default());
+//! let chat = |text: &str| Kind::Chat(pb::Chat { text: text.into() });
+//! assert_eq!(gate.admit(&build::event("s", 1, "op-1", started)), Verdict::Accept);
+//! assert_eq!(gate.admit(&build::event("s", 2, "op-1", chat("hello"))), Verdict::Accept);
+//! // A re-delivered event, and one of an operation that is not running, are ignored.
+//! assert_eq!(gate.admit(&build::event("s", 2, "op-1", chat("hello"))), Verdict::Stale);
+//! assert_eq!(gate.admit(&build::event("s", 3, "op-0", chat("late"))), Verdict::ForeignOperation);
+//! ```
 
 use crate::pb::{self, session_event::Kind};
 use crate::status::SessionStatus;
 
 /// What the gate decided about one event.
+///
+/// # Examples
+///
+/// ```
+/// use pedelec_protocol::gate::{EventGate, Verdict, build};
+/// use pedelec_protocol::SessionStatus::{Idle, Running};
+///
+/// let mut gate = EventGate::new();
+/// let event = build::event("s", 1, "", build::status(Running, Idle));
+/// assert_eq!(gate.admit(&event), Verdict::Accept);
+/// assert_eq!(gate.admit(&event), Verdict::Stale);
+/// ```
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Verdict {
     /// Adopt the event.
@@ -26,6 +54,18 @@ pub enum Verdict {
 }
 
 /// The gate state for one session.
+///
+/// # Examples
+///
+/// ```
+/// use pedelec_protocol::gate::{EventGate, build};
+/// use pedelec_protocol::SessionStatus::{Idle, Running};
+///
+/// let mut gate = EventGate::new();
+/// gate.admit(&build::event("s", 4, "", build::status(Running, Idle)));
+/// assert_eq!(gate.last_seq(), 4);
+/// assert_eq!(gate.core_status(), Some(Running));
+/// ```
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct EventGate {
     last_seq: u64,
@@ -35,26 +75,89 @@ pub struct EventGate {
 
 impl EventGate {
     /// A gate that has seen nothing yet.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use pedelec_protocol::EventGate;
+    ///
+    /// let gate = EventGate::new();
+    /// assert_eq!(gate.last_seq(), 0);
+    /// assert_eq!(gate.active_operation(), None);
+    /// assert_eq!(gate.core_status(), None);
+    /// ```
     pub fn new() -> Self {
         Self::default()
     }
 
     /// Newest accepted sequence number.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use pedelec_protocol::gate::{EventGate, build};
+    /// use pedelec_protocol::SessionStatus::{Idle, Running};
+    ///
+    /// let mut gate = EventGate::new();
+    /// gate.admit(&build::event("s", 7, "", build::status(Running, Idle)));
+    /// // A stale event does not move it back.
+    /// gate.admit(&build::event("s", 3, "", build::status(Idle, Running)));
+    /// assert_eq!(gate.last_seq(), 7);
+    /// ```
     pub fn last_seq(&self) -> u64 {
         self.last_seq
     }
 
     /// The operation currently active, as far as the stream says.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use pedelec_protocol::gate::{EventGate, build};
+    /// use pedelec_protocol::pb::{self, session_event::Kind};
+    ///
+    /// let mut gate = EventGate::new();
+    /// gate.admit(&build::event("s", 1, "op-1", Kind::OperationStarted(pb::OperationStarted::default())));
+    /// assert_eq!(gate.active_operation(), Some("op-1"));
+    /// gate.admit(&build::event("s", 2, "op-1", Kind::OperationCompleted(pb::OperationCompleted::default())));
+    /// assert_eq!(gate.active_operation(), None);
+    /// ```
     pub fn active_operation(&self) -> Option<&str> {
         self.active_operation.as_deref()
     }
 
     /// Core's status as last adopted from a snapshot or status event.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use pedelec_protocol::gate::{EventGate, build};
+    /// use pedelec_protocol::pb::{self, session_event::Kind};
+    /// use pedelec_protocol::SessionStatus;
+    ///
+    /// let mut gate = EventGate::new();
+    /// gate.admit(&build::event("s", 1, "", Kind::Ended(pb::Ended { reason: "requested".into() })));
+    /// assert_eq!(gate.core_status(), Some(SessionStatus::Ended));
+    /// ```
     pub fn core_status(&self) -> Option<SessionStatus> {
         self.status
     }
 
     /// Decides about one event and, when accepted, updates the gate.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use pedelec_protocol::gate::{EventGate, Verdict, build};
+    /// use pedelec_protocol::pb::{self, session_event::Kind};
+    ///
+    /// let mut gate = EventGate::new();
+    /// let delta = Kind::ChatDelta(pb::ChatDelta { text: "Hel".into() });
+    /// // Until its OperationStarted arrives, an operation's events are not adopted.
+    /// assert_eq!(gate.admit(&build::event("s", 1, "op-1", delta.clone())), Verdict::ForeignOperation);
+    /// gate.admit(&build::event("s", 2, "op-1", Kind::OperationStarted(pb::OperationStarted::default())));
+    /// assert_eq!(gate.admit(&build::event("s", 3, "op-1", delta)), Verdict::Accept);
+    /// ```
     pub fn admit(&mut self, event: &pb::SessionEvent) -> Verdict {
         if let Some(Kind::Snapshot(snapshot)) = &event.kind {
             self.reset(snapshot);
@@ -88,6 +191,23 @@ impl EventGate {
     }
 
     /// Adopts a snapshot: its `last_seq`, status and active operation.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use pedelec_protocol::{EventGate, SessionStatus, pb};
+    ///
+    /// let mut gate = EventGate::new();
+    /// gate.reset(&pb::Snapshot {
+    ///     last_seq: 41,
+    ///     status: pb::SessionStatus::Running as i32,
+    ///     active_operation: Some(pb::ActiveOperation { operation_id: "op-9".into(), kind: 2 }),
+    ///     ..Default::default()
+    /// });
+    /// assert_eq!(gate.last_seq(), 41);
+    /// assert_eq!(gate.core_status(), Some(SessionStatus::Running));
+    /// assert_eq!(gate.active_operation(), Some("op-9"));
+    /// ```
     pub fn reset(&mut self, snapshot: &pb::Snapshot) {
         self.last_seq = snapshot.last_seq;
         self.status = SessionStatus::from_pb(snapshot.status);
@@ -97,10 +217,31 @@ impl EventGate {
 }
 
 /// Builders for events, shared by Core and tests so both spell events alike.
+///
+/// # Examples
+///
+/// ```
+/// use pedelec_protocol::gate::build;
+/// use pedelec_protocol::SessionStatus::{Idle, Running};
+///
+/// let event = build::event("sess-1", 3, "", build::status(Running, Idle));
+/// assert_eq!((event.session_id.as_str(), event.seq), ("sess-1", 3));
+/// ```
 pub mod build {
     use crate::pb::{self, session_event::Kind};
 
     /// An event with no turn metadata.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use pedelec_protocol::gate::build;
+    /// use pedelec_protocol::pb::{self, session_event::Kind};
+    ///
+    /// let event = build::event("sess-1", 5, "op-1", Kind::Chat(pb::Chat { text: "Done.".into() }));
+    /// assert_eq!(event.operation_id, "op-1");
+    /// assert!(event.turn.is_none());
+    /// ```
     pub fn event(session_id: &str, seq: u64, operation_id: &str, kind: Kind) -> pb::SessionEvent {
         pb::SessionEvent {
             session_id: session_id.to_owned(),
@@ -113,6 +254,18 @@ pub mod build {
     }
 
     /// `StatusChanged` kind.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use pedelec_protocol::gate::build;
+    /// use pedelec_protocol::pb::{self, session_event::Kind};
+    /// use pedelec_protocol::SessionStatus::{Idle, Running};
+    ///
+    /// let Kind::StatusChanged(change) = build::status(Running, Idle) else { unreachable!() };
+    /// assert_eq!(change.status, pb::SessionStatus::Running as i32);
+    /// assert_eq!(change.previous, pb::SessionStatus::Idle as i32);
+    /// ```
     pub fn status(status: crate::SessionStatus, previous: crate::SessionStatus) -> Kind {
         Kind::StatusChanged(pb::StatusChanged { status: status.to_pb() as i32, previous: previous.to_pb() as i32 })
     }

@@ -3,10 +3,37 @@
 //! hold the `pedelec.v1.Error` packed in an `Any`, so stock tooling
 //! (`grpc_status.rpc_status.from_call` in Python, `status.FromError` in Go)
 //! decodes it, and the SDK recovers the exact code and JSON details.
+//!
+//! # Examples
+//!
+//! ```
+//! use pedelec_protocol::grpc::{error_from_status, status_from_error};
+//! use pedelec_protocol::{ErrorCode, pb};
+//!
+//! let error = pb::Error::with_details(ErrorCode::SessionBusy, "busy", &serde_json::json!({ "n": 1 }));
+//! let status = status_from_error(&error);
+//! assert_eq!(status.code(), tonic::Code::FailedPrecondition);
+//! // The exact error, details included, survives the trip.
+//! assert_eq!(error_from_status(&status), error);
+//! ```
 
 use prost::Message;
 
 /// `google.rpc.Status` (google/rpc/status.proto), the rich error model's envelope.
+///
+/// # Examples
+///
+/// ```
+/// use prost::Message;
+/// use pedelec_protocol::grpc::{ERROR_TYPE_URL, RpcStatus, status_from_error};
+/// use pedelec_protocol::{ErrorCode, pb};
+///
+/// let status = status_from_error(&pb::Error::new(ErrorCode::ThreadNotFound, "no such session"));
+/// // What a stock gRPC client finds in `grpc-status-details-bin`.
+/// let rich = RpcStatus::decode(status.details()).unwrap();
+/// assert_eq!(rich.code, tonic::Code::NotFound as i32);
+/// assert_eq!(rich.details[0].type_url, ERROR_TYPE_URL);
+/// ```
 #[derive(Clone, PartialEq, prost::Message)]
 pub struct RpcStatus {
     #[prost(int32, tag = "1")]
@@ -18,6 +45,18 @@ pub struct RpcStatus {
 }
 
 /// `google.protobuf.Any`.
+///
+/// # Examples
+///
+/// ```
+/// use prost::Message;
+/// use pedelec_protocol::grpc::{ERROR_TYPE_URL, RpcAny};
+/// use pedelec_protocol::{ErrorCode, pb};
+///
+/// let error = pb::Error::new(ErrorCode::Internal, "oops");
+/// let packed = RpcAny { type_url: ERROR_TYPE_URL.into(), value: error.encode_to_vec() };
+/// assert_eq!(pb::Error::decode(&*packed.value).unwrap(), error);
+/// ```
 #[derive(Clone, PartialEq, prost::Message)]
 pub struct RpcAny {
     #[prost(string, tag = "1")]
@@ -27,6 +66,14 @@ pub struct RpcAny {
 }
 
 /// The `Any` type URL of a packed `pedelec.v1.Error`.
+///
+/// # Examples
+///
+/// ```
+/// use pedelec_protocol::grpc::ERROR_TYPE_URL;
+///
+/// assert!(ERROR_TYPE_URL.ends_with("/pedelec.v1.Error"));
+/// ```
 pub const ERROR_TYPE_URL: &str = "type.googleapis.com/pedelec.v1.Error";
 
 use crate::error_code::ErrorCode;
@@ -34,6 +81,18 @@ use crate::pb;
 
 /// The coarse gRPC class of an error code (the proto's header lists it; a
 /// test keeps the two the same).
+///
+/// # Examples
+///
+/// ```
+/// use pedelec_protocol::ErrorCode;
+/// use pedelec_protocol::grpc::grpc_code;
+///
+/// assert_eq!(grpc_code(ErrorCode::ThreadAccessDenied), tonic::Code::PermissionDenied);
+/// assert_eq!(grpc_code(ErrorCode::CoreRuntimeUnavailable), tonic::Code::Unavailable);
+/// // Codes with no closer class are INTERNAL.
+/// assert_eq!(grpc_code(ErrorCode::ProviderCrashed), tonic::Code::Internal);
+/// ```
 pub fn grpc_code(code: ErrorCode) -> tonic::Code {
     use tonic::Code;
     match code {
@@ -61,6 +120,17 @@ pub fn grpc_code(code: ErrorCode) -> tonic::Code {
 /// The `tonic::Status` for a protocol error, clipped ([`pb::Error::bounded`])
 /// so that message and details together stay far below the 8 KiB of
 /// metadata gRPC clients accept.
+///
+/// # Examples
+///
+/// ```
+/// use pedelec_protocol::grpc::status_from_error;
+/// use pedelec_protocol::{ErrorCode, pb};
+///
+/// let status = status_from_error(&pb::Error::new(ErrorCode::TextTooLarge, "x".repeat(100_000)));
+/// assert_eq!(status.code(), tonic::Code::InvalidArgument);
+/// assert!(status.message().chars().count() <= pedelec_protocol::limits::MAX_ERROR_MESSAGE_CHARS);
+/// ```
 pub fn status_from_error(error: &pb::Error) -> tonic::Status {
     use tonic::Code;
     let error = &error.clone().bounded();
@@ -75,6 +145,17 @@ pub fn status_from_error(error: &pb::Error) -> tonic::Status {
 
 /// The protocol error a `tonic::Status` carries; a status without our details
 /// (a transport failure) becomes `TRANSPORT_ERROR`.
+///
+/// # Examples
+///
+/// ```
+/// use pedelec_protocol::ErrorCode;
+/// use pedelec_protocol::grpc::error_from_status;
+///
+/// let error = error_from_status(&tonic::Status::unavailable("socket closed"));
+/// assert_eq!(error.error_code(), Some(ErrorCode::TransportError));
+/// assert_eq!(error.message, "Unavailable: socket closed");
+/// ```
 pub fn error_from_status(status: &tonic::Status) -> pb::Error {
     let packed = RpcStatus::decode(status.details()).ok().and_then(|rich| {
         rich.details
@@ -91,6 +172,20 @@ pub fn error_from_status(status: &tonic::Status) -> pb::Error {
 /// Applies [`crate::limits::GRPC_MESSAGE_MAX`] both ways to a generated tonic
 /// client or server (they share no trait for it), so every end of a Pedelec
 /// gRPC connection allows the same sizes.
+///
+/// # Examples
+///
+/// ```no_run
+/// use pedelec_protocol::pb::core_client::CoreClient;
+///
+/// # async fn example() -> Result<(), Box<dyn std::error::Error>> {
+/// let channel = pedelec_protocol::grpc::uds_channel("/run/user/1000/pedelec/core.sock".as_ref()).await?;
+/// let mut core = pedelec_protocol::with_message_limits!(CoreClient::new(channel));
+/// let pong = core.ping(pedelec_protocol::pb::PingRequest {}).await?.into_inner();
+/// println!("Core {} (pid {})", pong.version, pong.pid);
+/// # Ok(())
+/// # }
+/// ```
 #[macro_export]
 macro_rules! with_message_limits {
     ($service:expr) => {
@@ -101,6 +196,22 @@ macro_rules! with_message_limits {
 }
 
 /// A tonic channel to a gRPC server on a Unix socket (Core's, or any for tests).
+///
+/// # Examples
+///
+/// ```no_run
+/// use pedelec_protocol::discovery::{default_socket, default_state_dir};
+/// use pedelec_protocol::grpc::uds_channel;
+/// use pedelec_protocol::pb::{PingRequest, core_client::CoreClient};
+///
+/// # async fn example() -> Result<(), Box<dyn std::error::Error>> {
+/// let env = |k: &str| std::env::var(k).ok();
+/// let channel = uds_channel(&default_socket(env, &default_state_dir(env))).await?;
+/// let pong = CoreClient::new(channel).ping(PingRequest {}).await?.into_inner();
+/// assert!(pong.pid > 0);
+/// # Ok(())
+/// # }
+/// ```
 #[cfg(unix)]
 pub async fn uds_channel(socket: &std::path::Path) -> Result<tonic::transport::Channel, tonic::transport::Error> {
     let path = socket.to_path_buf();

@@ -4,26 +4,86 @@
 //! On the wire every id is a string (the proto's `*_id` fields); these
 //! newtypes wrap that string unchanged. Core makes them (`sess-…`, `op-…`,
 //! `turn-…`, `tool-…`); clients treat them as opaque.
+//!
+//! # Examples
+//!
+//! ```
+//! use pedelec_protocol::{OperationId, SessionId};
+//!
+//! let session = SessionId::new("sess-1");
+//! let operation = OperationId::new("op-1");
+//! // Each still compares with the wire string it wraps.
+//! assert_eq!(session, "sess-1");
+//! assert_eq!(operation.as_str(), "op-1");
+//! ```
 
 macro_rules! id {
-    ($(#[$doc:meta])* $name:ident) => {
+    ($(#[$doc:meta])* $name:ident, $example:literal) => {
         $(#[$doc])*
+        ///
+        /// # Examples
+        ///
+        /// ```
+        #[doc = concat!("use pedelec_protocol::ids::", stringify!($name), ";")]
+        /// use std::collections::HashMap;
+        ///
+        #[doc = concat!("let id = ", stringify!($name), "::new(\"", $example, "\");")]
+        #[doc = concat!("assert_eq!(id.to_string(), \"", $example, "\");")]
+        /// // A map keyed by ids is looked up by the wire string.
+        /// let map = HashMap::from([(id, 1)]);
+        #[doc = concat!("assert_eq!(map.get(\"", $example, "\"), Some(&1));")]
+        /// ```
         #[derive(Debug, Clone, Default, PartialEq, Eq, Hash, PartialOrd, Ord, serde::Serialize, serde::Deserialize)]
         #[serde(transparent)]
         pub struct $name(String);
 
         impl $name {
             /// Wraps an id received or made elsewhere.
+            ///
+            /// # Examples
+            ///
+            /// ```
+            #[doc = concat!("use pedelec_protocol::ids::", stringify!($name), ";")]
+            #[doc = concat!("let id = ", stringify!($name), "::new(\"", $example, "\");")]
+            #[doc = concat!("assert_eq!(id, \"", $example, "\");")]
+            /// ```
             pub fn new(id: impl Into<String>) -> Self {
                 $name(id.into())
             }
+            /// The wire string.
+            ///
+            /// # Examples
+            ///
+            /// ```
+            #[doc = concat!("use pedelec_protocol::ids::", stringify!($name), ";")]
+            #[doc = concat!("let id = ", stringify!($name), "::from(\"", $example, "\");")]
+            #[doc = concat!("assert_eq!(id.as_str(), \"", $example, "\");")]
+            /// ```
             pub fn as_str(&self) -> &str {
                 &self.0
             }
+            /// The wire string, without copying it.
+            ///
+            /// # Examples
+            ///
+            /// ```
+            #[doc = concat!("use pedelec_protocol::ids::", stringify!($name), ";")]
+            #[doc = concat!("let id = ", stringify!($name), "::new(\"", $example, "\");")]
+            /// let wire: String = id.into_string();
+            #[doc = concat!("assert_eq!(wire, \"", $example, "\");")]
+            /// ```
             pub fn into_string(self) -> String {
                 self.0
             }
             /// The empty id: "none" where a proto field is left unset.
+            ///
+            /// # Examples
+            ///
+            /// ```
+            #[doc = concat!("use pedelec_protocol::ids::", stringify!($name), ";")]
+            #[doc = concat!("assert!(", stringify!($name), "::default().is_empty());")]
+            #[doc = concat!("assert!(!", stringify!($name), "::new(\"", $example, "\").is_empty());")]
+            /// ```
             pub fn is_empty(&self) -> bool {
                 self.0.is_empty()
             }
@@ -87,19 +147,23 @@ macro_rules! id {
 
 id!(
     /// A session (`SessionInfo.session_id`).
-    SessionId
+    SessionId,
+    "sess-1"
 );
 id!(
     /// An operation: one preparation or one `SendText` (`OperationAccepted.operation_id`).
-    OperationId
+    OperationId,
+    "op-1"
 );
 id!(
     /// One turn of the agent (`TurnInfo.turn_id`).
-    TurnId
+    TurnId,
+    "turn-1"
 );
 id!(
     /// One frontend tool call awaiting the application (`ToolCall.tool_request_id`).
-    ToolRequestId
+    ToolRequestId,
+    "tool-1"
 );
 
 #[cfg(test)]

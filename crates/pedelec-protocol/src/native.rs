@@ -6,15 +6,51 @@
 //! limit, invalid UTF-8 and invalid JSON as distinct errors. Frames larger
 //! than the host→browser limit are split into [`pb::Chunk`] frames by
 //! [`encode_native_frame`] and put back together by [`ChunkAssembler`].
+//!
+//! # Examples
+//!
+//! ```
+//! use pedelec_protocol::native::{FrameDecoder, decode_native_frame, encode_native_frame};
+//! use pedelec_protocol::pb;
+//!
+//! let frame = pb::NativeFrame { request_id: 7, body: None };
+//! let bytes = encode_native_frame(&frame, 1024, 0).concat();
+//! // Bytes arrive in whatever pieces the pipe delivers.
+//! let mut decoder = FrameDecoder::new(1024);
+//! decoder.push(&bytes[..3]);
+//! assert!(decoder.next_frame().is_none());
+//! decoder.push(&bytes[3..]);
+//! let text = decoder.next_frame().unwrap().unwrap();
+//! assert_eq!(decode_native_frame(&text).unwrap(), frame);
+//! ```
 
 use crate::error_code::ErrorCode;
 use crate::json;
 use crate::pb;
 
 /// Length prefix size.
+///
+/// # Examples
+///
+/// ```
+/// use pedelec_protocol::native::{HEADER_LEN, encode_frame};
+///
+/// let bytes = encode_frame("{}", 1024).unwrap();
+/// assert_eq!(bytes.len(), HEADER_LEN + 2);
+/// ```
 pub const HEADER_LEN: usize = 4;
 
 /// A framing failure.
+///
+/// # Examples
+///
+/// ```
+/// use pedelec_protocol::native::{FrameError, encode_frame};
+///
+/// let error = encode_frame("{}", 1).unwrap_err();
+/// assert_eq!(error, FrameError::TooLarge { len: 2, limit: 1 });
+/// assert_eq!(error.to_string(), "frame of 2 bytes exceeds the 1-byte limit");
+/// ```
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum FrameError {
     #[error("frame of {len} bytes exceeds the {limit}-byte limit")]
@@ -33,6 +69,17 @@ pub enum FrameError {
 
 impl FrameError {
     /// The protocol error code for this failure.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use pedelec_protocol::ErrorCode;
+    /// use pedelec_protocol::native::FrameError;
+    ///
+    /// assert_eq!(FrameError::InvalidUtf8.code(), ErrorCode::NativeFrameInvalidUtf8);
+    /// // A bad chunk or batch is reported as invalid JSON.
+    /// assert_eq!(FrameError::BadChunk("index 3 of count 2".into()).code(), ErrorCode::NativeFrameInvalidJson);
+    /// ```
     pub fn code(&self) -> ErrorCode {
         match self {
             FrameError::TooLarge { .. } => ErrorCode::NativeFrameTooLarge,
@@ -46,6 +93,18 @@ impl FrameError {
 }
 
 /// An error frame answering `request_id`.
+///
+/// # Examples
+///
+/// ```
+/// use pedelec_protocol::native::error_frame;
+/// use pedelec_protocol::pb::native_frame::Body;
+/// use pedelec_protocol::ErrorCode;
+///
+/// let frame = error_frame(12, ErrorCode::OriginNotAllowed, "unknown extension");
+/// assert_eq!(frame.request_id, 12);
+/// assert!(matches!(frame.body, Some(Body::Error(e)) if e.code == "ORIGIN_NOT_ALLOWED"));
+/// ```
 pub fn error_frame(request_id: u32, code: ErrorCode, message: impl Into<String>) -> pb::NativeFrame {
     pb::NativeFrame { request_id, body: Some(pb::native_frame::Body::Error(pb::Error::new(code, message))) }
 }
@@ -53,6 +112,24 @@ pub fn error_frame(request_id: u32, code: ErrorCode, message: impl Into<String>)
 /// The request id and call of a request frame — what the native host accepts
 /// from the browser and Core from a relay stream — or the error frame
 /// (`INVALID_ARGUMENT`) that answers anything else.
+///
+/// # Examples
+///
+/// ```
+/// use pedelec_protocol::native::request_call;
+/// use pedelec_protocol::pb::{self, native_frame::Body, native_request::Call};
+///
+/// let ping = |request_id| pb::NativeFrame {
+///     request_id,
+///     body: Some(Body::Request(pb::NativeRequest { call: Some(Call::Ping(pb::PingRequest {})) })),
+/// };
+/// let (id, call) = request_call(ping(3)).unwrap();
+/// assert_eq!(id, 3);
+/// assert!(matches!(call, Call::Ping(_)));
+/// // Request id 0 is reserved for frames that answer no request.
+/// let refused = request_call(ping(0)).unwrap_err();
+/// assert!(matches!(refused.body, Some(Body::Error(e)) if e.code == "INVALID_ARGUMENT"));
+/// ```
 pub fn request_call(frame: pb::NativeFrame) -> Result<(u32, pb::native_request::Call), Box<pb::NativeFrame>> {
     let request_id = frame.request_id;
     let request = match frame.body {
@@ -69,6 +146,16 @@ pub fn request_call(frame: pb::NativeFrame) -> Result<(u32, pb::native_request::
 }
 
 /// Frames one JSON text, refusing it when over `limit`.
+///
+/// # Examples
+///
+/// ```
+/// use pedelec_protocol::native::encode_frame;
+///
+/// // A little-endian u32 length, then the text.
+/// assert_eq!(encode_frame("{}", 1024).unwrap(), [2, 0, 0, 0, b'{', b'}']);
+/// assert!(encode_frame("{}", 1).is_err());
+/// ```
 pub fn encode_frame(json: &str, limit: usize) -> Result<Vec<u8>, FrameError> {
     if json.len() > limit {
         return Err(FrameError::TooLarge { len: json.len(), limit });
@@ -81,6 +168,20 @@ pub fn encode_frame(json: &str, limit: usize) -> Result<Vec<u8>, FrameError> {
 
 /// Frames a [`pb::NativeFrame`]; when its JSON exceeds `limit` it becomes
 /// ordered chunk frames, each within `limit`. `message_id` names the chunk set.
+///
+/// # Examples
+///
+/// ```
+/// use pedelec_protocol::native::{HEADER_LEN, encode_native_frame};
+/// use pedelec_protocol::pb::{self, native_frame::Body, session_event::Kind};
+///
+/// let chat = Kind::Chat(pb::Chat { text: "x".repeat(10_000) });
+/// let event = pb::SessionEvent { session_id: "s".into(), seq: 1, kind: Some(chat), ..Default::default() };
+/// let frame = pb::NativeFrame { request_id: 0, body: Some(Body::Event(event)) };
+/// let pieces = encode_native_frame(&frame, 4096, 1);
+/// assert!(pieces.len() > 1);
+/// assert!(pieces.iter().all(|piece| piece.len() <= 4096 + HEADER_LEN));
+/// ```
 pub fn encode_native_frame(frame: &pb::NativeFrame, limit: usize, message_id: u32) -> Vec<Vec<u8>> {
     let text = json::to_json(frame);
     if let Ok(single) = encode_frame(&text, limit) {
@@ -131,6 +232,19 @@ fn split_into_chunks(text: &str, limit: usize, message_id: u32) -> Vec<pb::Nativ
 }
 
 /// Incremental decoder of length-prefixed frames.
+///
+/// # Examples
+///
+/// ```
+/// use pedelec_protocol::native::FrameDecoder;
+///
+/// let mut decoder = FrameDecoder::new(1024);
+/// // Two frames in one read.
+/// decoder.push(&[2, 0, 0, 0, b'{', b'}', 2, 0, 0, 0, b'[', b']']);
+/// assert_eq!(decoder.next_frame(), Some(Ok("{}".to_string())));
+/// assert_eq!(decoder.next_frame(), Some(Ok("[]".to_string())));
+/// assert_eq!(decoder.next_frame(), None);
+/// ```
 #[derive(Debug)]
 pub struct FrameDecoder {
     buffer: Vec<u8>,
@@ -140,11 +254,35 @@ pub struct FrameDecoder {
 
 impl FrameDecoder {
     /// A decoder refusing frames over `limit` bytes.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use pedelec_protocol::native::{FrameDecoder, FrameError};
+    ///
+    /// let mut decoder = FrameDecoder::new(16);
+    /// decoder.push(&[17, 0, 0, 0]);
+    /// assert_eq!(decoder.next_frame(), Some(Err(FrameError::TooLarge { len: 17, limit: 16 })));
+    /// ```
     pub fn new(limit: usize) -> Self {
         FrameDecoder { buffer: Vec::new(), limit, poisoned: false }
     }
 
     /// Adds received bytes.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use pedelec_protocol::native::FrameDecoder;
+    ///
+    /// let mut decoder = FrameDecoder::new(1024);
+    /// for byte in [2, 0, 0, 0, b'{'] {
+    ///     decoder.push(&[byte]);
+    /// }
+    /// assert_eq!(decoder.next_frame(), None);
+    /// decoder.push(b"}");
+    /// assert_eq!(decoder.next_frame(), Some(Ok("{}".to_string())));
+    /// ```
     pub fn push(&mut self, bytes: &[u8]) {
         if !self.poisoned {
             self.buffer.extend_from_slice(bytes);
@@ -153,6 +291,18 @@ impl FrameDecoder {
 
     /// The next complete frame's text, `None` when more bytes are needed.
     /// After `TooLarge` the stream cannot be resynchronised and yields nothing more.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use pedelec_protocol::native::{FrameDecoder, FrameError};
+    ///
+    /// let mut decoder = FrameDecoder::new(16);
+    /// decoder.push(&[2, 0, 0, 0, 0xff, 0xfe, 2, 0, 0, 0, b'{', b'}']);
+    /// // Invalid UTF-8 spoils only its own frame.
+    /// assert_eq!(decoder.next_frame(), Some(Err(FrameError::InvalidUtf8)));
+    /// assert_eq!(decoder.next_frame(), Some(Ok("{}".to_string())));
+    /// ```
     pub fn next_frame(&mut self) -> Option<Result<String, FrameError>> {
         if self.poisoned || self.buffer.len() < HEADER_LEN {
             return None;
@@ -171,6 +321,17 @@ impl FrameDecoder {
     }
 
     /// Call at end of stream: an unfinished frame is `Truncated`.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use pedelec_protocol::native::{FrameDecoder, FrameError};
+    ///
+    /// let mut decoder = FrameDecoder::new(16);
+    /// decoder.push(&[3, 0, 0, 0, b'a']);
+    /// assert_eq!(decoder.next_frame(), None);
+    /// assert_eq!(decoder.finish(), Err(FrameError::Truncated { expected: 7, got: 5 }));
+    /// ```
     pub fn finish(&self) -> Result<(), FrameError> {
         if self.poisoned || self.buffer.is_empty() {
             return Ok(());
@@ -185,12 +346,43 @@ impl FrameDecoder {
 }
 
 /// Parses one frame's text as a [`pb::NativeFrame`].
+///
+/// # Examples
+///
+/// ```
+/// use pedelec_protocol::native::{FrameError, decode_native_frame};
+///
+/// let frame = decode_native_frame(r#"{"requestId":5,"request":{"ping":{}}}"#).unwrap();
+/// assert_eq!(frame.request_id, 5);
+/// assert!(matches!(decode_native_frame("{nope"), Err(FrameError::InvalidJson(_))));
+/// ```
 pub fn decode_native_frame(text: &str) -> Result<pb::NativeFrame, FrameError> {
     json::from_json(text).map_err(|e| FrameError::InvalidJson(e.to_string()))
 }
 
 /// Reassembles chunked frames. One chunk set is in flight at a time per
 /// connection (the sender writes chunks of one frame consecutively).
+///
+/// # Examples
+///
+/// ```
+/// use pedelec_protocol::native::{ChunkAssembler, FrameDecoder, decode_native_frame, encode_native_frame};
+/// use pedelec_protocol::pb::{self, native_frame::Body, session_event::Kind};
+///
+/// let chat = Kind::Chat(pb::Chat { text: "long answer ".repeat(1_000) });
+/// let event = pb::SessionEvent { session_id: "s".into(), seq: 1, kind: Some(chat), ..Default::default() };
+/// let frame = pb::NativeFrame { request_id: 0, body: Some(Body::Event(event)) };
+///
+/// let mut decoder = FrameDecoder::new(4096);
+/// let mut assembler = ChunkAssembler::new(1024 * 1024);
+/// let mut whole = None;
+/// for piece in encode_native_frame(&frame, 4096, 1) {
+///     decoder.push(&piece);
+///     let text = decoder.next_frame().unwrap().unwrap();
+///     whole = assembler.accept(decode_native_frame(&text).unwrap()).unwrap();
+/// }
+/// assert_eq!(whole, Some(frame));
+/// ```
 #[derive(Debug)]
 pub struct ChunkAssembler {
     limit: usize,
@@ -200,12 +392,40 @@ pub struct ChunkAssembler {
 
 impl ChunkAssembler {
     /// An assembler refusing reassembled frames over `limit` bytes.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use pedelec_protocol::native::{ChunkAssembler, FrameError};
+    /// use pedelec_protocol::pb::{self, native_frame::Body};
+    ///
+    /// let mut assembler = ChunkAssembler::new(4);
+    /// let chunk = pb::Chunk { message_id: 1, index: 0, count: 2, data: "0123456789".into() };
+    /// let result = assembler.accept(pb::NativeFrame { request_id: 0, body: Some(Body::Chunk(chunk)) });
+    /// assert!(matches!(result, Err(FrameError::TooLarge { len: 10, limit: 4 })));
+    /// ```
     pub fn new(limit: usize) -> Self {
         ChunkAssembler { limit, current: None, next_index: 0 }
     }
 
     /// Feeds one frame: non-chunk frames pass through; a chunk yields the
     /// reassembled frame once its last piece arrives.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use pedelec_protocol::native::{ChunkAssembler, FrameError};
+    /// use pedelec_protocol::pb::{self, native_frame::Body};
+    ///
+    /// let mut assembler = ChunkAssembler::new(1024);
+    /// let ping = pb::NativeFrame { request_id: 1, body: None };
+    /// // Frames that are not chunks pass straight through.
+    /// assert_eq!(assembler.accept(ping.clone()), Ok(Some(ping)));
+    /// // A chunk set must begin with its first piece.
+    /// let second = pb::Chunk { message_id: 9, index: 1, count: 2, data: "}".into() };
+    /// let refused = assembler.accept(pb::NativeFrame { request_id: 0, body: Some(Body::Chunk(second)) });
+    /// assert!(matches!(refused, Err(FrameError::BadChunk(_))));
+    /// ```
     pub fn accept(&mut self, frame: pb::NativeFrame) -> Result<Option<pb::NativeFrame>, FrameError> {
         let chunk = match frame.body {
             Some(pb::native_frame::Body::Chunk(chunk)) => chunk,

@@ -3,16 +3,52 @@
 //! A preparation proves that the agent runs and follows an instruction:
 //! Core sends [`PREPARE_PROMPT`] and the agent's text must acknowledge it
 //! with [`PREPARED_ACK`]. That text never reaches chat events.
+//!
+//! # Examples
+//!
+//! ```
+//! use pedelec_protocol::prepare::{PREPARE_PROMPT, PREPARED_ACK, acknowledged};
+//!
+//! // The prompt asks for exactly the token the rule accepts.
+//! assert!(PREPARE_PROMPT.contains(PREPARED_ACK));
+//! assert!(acknowledged(PREPARED_ACK));
+//! ```
 
 /// The preparation prompt Core sends; the agent must answer with [`PREPARED_ACK`].
+///
+/// # Examples
+///
+/// ```
+/// use pedelec_protocol::prepare::PREPARE_PROMPT;
+///
+/// assert!(PREPARE_PROMPT.starts_with("Pedelec is preparing this session."));
+/// ```
 pub const PREPARE_PROMPT: &str =
     "Pedelec is preparing this session. Reply with exactly PEDELEC_PREPARED and nothing else.";
 
 /// The acknowledgement a preparation must produce.
+///
+/// # Examples
+///
+/// ```
+/// use pedelec_protocol::prepare::{PREPARED_ACK, acknowledged};
+///
+/// assert_eq!(PREPARED_ACK, "PEDELEC_PREPARED");
+/// assert!(acknowledged(&format!("{PREPARED_ACK}\n")));
+/// ```
 pub const PREPARED_ACK: &str = "PEDELEC_PREPARED";
 
 /// Longest answer that can still count as an acknowledgement: a notice an
 /// agent prepends is a sentence or two, not an essay.
+///
+/// # Examples
+///
+/// ```
+/// use pedelec_protocol::prepare::{MAX_ANSWER_CHARS, acknowledged};
+///
+/// let essay = format!("{}. PEDELEC_PREPARED", "word ".repeat(MAX_ANSWER_CHARS / 5));
+/// assert!(!acknowledged(&essay));
+/// ```
 pub const MAX_ANSWER_CHARS: usize = 1024;
 
 /// Whether a preparation's text acknowledges it.
@@ -26,6 +62,8 @@ pub const MAX_ANSWER_CHARS: usize = 1024;
 /// newline or a space) and the whole answer must be at most
 /// [`MAX_ANSWER_CHARS`]; anything else — an empty answer, a refusal, the
 /// token inside a word — is not an acknowledgement.
+///
+/// # Examples
 ///
 /// ```
 /// use pedelec_protocol::prepare::acknowledged;
@@ -47,6 +85,15 @@ pub fn acknowledged(answer: &str) -> bool {
 }
 
 /// What a `prepare()` request comes to, before the status is checked.
+///
+/// # Examples
+///
+/// ```
+/// use pedelec_protocol::prepare::{PrepareStart, start};
+///
+/// // A second `prepare()` while the first runs shares it.
+/// assert_eq!(start(false, true), PrepareStart::Join);
+/// ```
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum PrepareStart {
     /// A preparation is under way: the request shares it (the seed's
@@ -60,6 +107,8 @@ pub enum PrepareStart {
 
 /// The preparation rule Core and the SDK both follow: a preparation under
 /// way is joined, a prepared session is done, anything else starts one.
+///
+/// # Examples
 ///
 /// ```
 /// use pedelec_protocol::prepare::{PrepareStart, start};

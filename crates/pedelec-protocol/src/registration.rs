@@ -1,12 +1,44 @@
 //! Where the native host's manifest lives for each browser. The host
 //! writes these files and Core's `doctor` reads them, so the rule has one
 //! place. Pure: the environment comes in as a function.
+//!
+//! # Examples
+//!
+//! ```
+//! use std::path::Path;
+//! use pedelec_protocol::registration::{Browser, Layout, Os, manifest_path};
+//!
+//! let layout = Layout { home: "/home/ada".into(), config_home: "/home/ada/.config".into(), os: Os::Linux };
+//! assert_eq!(
+//!     manifest_path(&layout, Browser::Chromium),
+//!     Path::new("/home/ada/.config/chromium/NativeMessagingHosts/dev.pedelec.host.json"),
+//! );
+//! ```
 
 use std::path::PathBuf;
 
 /// The host's registered name (lowercase, dots; the manifest file is `<name>.json`).
+///
+/// # Examples
+///
+/// ```
+/// use pedelec_protocol::registration::HOST_NAME;
+///
+/// // Chrome accepts only lowercase alphanumerics, `_` and `.` in a host name.
+/// assert!(HOST_NAME.chars().all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || c == '.' || c == '_'));
+/// ```
 pub const HOST_NAME: &str = "dev.pedelec.host";
 
+/// A browser the host registers with, or all of them.
+///
+/// # Examples
+///
+/// ```
+/// use pedelec_protocol::registration::Browser;
+///
+/// assert_eq!(Browser::parse("firefox"), Some(Browser::Firefox));
+/// assert_eq!(Browser::Firefox.name(), "firefox");
+/// ```
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Browser {
     Chrome,
@@ -18,18 +50,57 @@ pub enum Browser {
 }
 
 impl Browser {
+    /// Every single browser (all but [`Browser::All`]).
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use pedelec_protocol::registration::Browser;
+    ///
+    /// assert!(Browser::EACH.contains(&Browser::Brave));
+    /// assert!(!Browser::EACH.contains(&Browser::All));
+    /// ```
     pub const EACH: [Browser; 5] =
         [Browser::Chrome, Browser::Chromium, Browser::Edge, Browser::Brave, Browser::Firefox];
 
+    /// The browsers this choice stands for: [`Browser::All`] is each of them.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use pedelec_protocol::registration::Browser;
+    ///
+    /// assert_eq!(Browser::Edge.expand(), [Browser::Edge]);
+    /// assert_eq!(Browser::All.expand(), Browser::EACH);
+    /// ```
     pub fn expand(self) -> Vec<Browser> {
         if self == Browser::All { Self::EACH.to_vec() } else { vec![self] }
     }
 
     /// A browser by its [`Browser::name`] (`all` included).
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use pedelec_protocol::registration::Browser;
+    ///
+    /// assert_eq!(Browser::parse("all"), Some(Browser::All));
+    /// assert_eq!(Browser::parse("Chrome"), None);
+    /// ```
     pub fn parse(text: &str) -> Option<Browser> {
         Self::EACH.into_iter().chain([Browser::All]).find(|b| b.name() == text)
     }
 
+    /// The lowercase name a command line uses (`--browser chromium`).
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use pedelec_protocol::registration::Browser;
+    ///
+    /// let names: Vec<_> = Browser::EACH.iter().map(|b| b.name()).collect();
+    /// assert_eq!(names, ["chrome", "chromium", "edge", "brave", "firefox"]);
+    /// ```
     pub fn name(self) -> &'static str {
         match self {
             Browser::Chrome => "chrome",
@@ -42,6 +113,16 @@ impl Browser {
     }
 }
 
+/// The operating systems whose manifest locations are known.
+///
+/// # Examples
+///
+/// ```
+/// use pedelec_protocol::registration::{Layout, Os};
+///
+/// let layout = Layout::from_env(|_| None);
+/// assert_eq!(layout.os, if cfg!(target_os = "macos") { Os::MacOs } else { Os::Linux });
+/// ```
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Os {
     Linux,
@@ -49,6 +130,19 @@ pub enum Os {
 }
 
 /// Where manifests go for one user.
+///
+/// # Examples
+///
+/// ```
+/// use std::path::Path;
+/// use pedelec_protocol::registration::{Browser, Layout, Os};
+///
+/// let layout = Layout { home: "/Users/ada".into(), config_home: "/Users/ada/.config".into(), os: Os::MacOs };
+/// assert_eq!(
+///     layout.manifest_dir(Browser::Firefox),
+///     Path::new("/Users/ada/Library/Application Support/Mozilla/NativeMessagingHosts"),
+/// );
+/// ```
 #[derive(Debug, Clone)]
 pub struct Layout {
     pub home: PathBuf,
@@ -60,6 +154,18 @@ pub struct Layout {
 impl Layout {
     /// The layout for the user whose environment `env` reads (`HOME`,
     /// `XDG_CONFIG_HOME`), on the OS this was built for.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use std::path::Path;
+    /// use pedelec_protocol::registration::Layout;
+    ///
+    /// // In a program: `Layout::from_env(|k| std::env::var(k).ok())`.
+    /// let layout = Layout::from_env(|k| (k == "HOME").then(|| "/home/ada".to_owned()));
+    /// assert_eq!(layout.home, Path::new("/home/ada"));
+    /// assert_eq!(layout.config_home, Path::new("/home/ada/.config"));
+    /// ```
     pub fn from_env(env: impl Fn(&str) -> Option<String>) -> Self {
         let home = env("HOME").filter(|v| !v.is_empty()).map(PathBuf::from).unwrap_or_else(|| PathBuf::from("/"));
         let config_home =
@@ -69,6 +175,18 @@ impl Layout {
     }
 
     /// The per-user manifest directory of a browser.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use std::path::Path;
+    /// use pedelec_protocol::registration::{Browser, Layout, Os};
+    ///
+    /// let layout = Layout { home: "/home/ada".into(), config_home: "/xdg".into(), os: Os::Linux };
+    /// assert_eq!(layout.manifest_dir(Browser::Chrome), Path::new("/xdg/google-chrome/NativeMessagingHosts"));
+    /// // Firefox looks below the home directory, not the config directory.
+    /// assert_eq!(layout.manifest_dir(Browser::Firefox), Path::new("/home/ada/.mozilla/native-messaging-hosts"));
+    /// ```
     pub fn manifest_dir(&self, browser: Browser) -> PathBuf {
         match self.os {
             Os::Linux => match browser {
@@ -93,6 +211,17 @@ impl Layout {
 }
 
 /// The manifest file of a browser in this layout.
+///
+/// # Examples
+///
+/// ```
+/// use pedelec_protocol::registration::{Browser, HOST_NAME, Layout, Os, manifest_path};
+///
+/// let layout = Layout { home: "/home/ada".into(), config_home: "/home/ada/.config".into(), os: Os::Linux };
+/// let path = manifest_path(&layout, Browser::Edge);
+/// assert_eq!(path.file_name().unwrap(), format!("{HOST_NAME}.json").as_str());
+/// assert!(path.starts_with(layout.manifest_dir(Browser::Edge)));
+/// ```
 pub fn manifest_path(layout: &Layout, browser: Browser) -> PathBuf {
     layout.manifest_dir(browser).join(format!("{HOST_NAME}.json"))
 }

@@ -1,8 +1,31 @@
 //! Session statuses, what each allows, and the legal transitions between them.
+//!
+//! # Examples
+//!
+//! ```
+//! use pedelec_protocol::SessionStatus::*;
+//!
+//! // A turn that waits for a frontend tool: every step is legal.
+//! let path = [Idle, Running, WaitingToolResult, Running, Idle];
+//! assert!(path.windows(2).all(|step| step[0].can_transition_to(step[1])));
+//! // An ended session only comes back through resume (ended → idle).
+//! assert!(Ended.transition(Running).is_err());
+//! ```
 
 use crate::pb;
 
 /// The lifecycle status of a session, as both Core and the SDK track it.
+///
+/// # Examples
+///
+/// ```
+/// use pedelec_protocol::SessionStatus;
+///
+/// let status = SessionStatus::WaitingToolResult;
+/// assert_eq!(status.to_string(), "waiting_tool_result");
+/// assert!(status.is_active_turn());
+/// assert!(!status.can_send_text());
+/// ```
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub enum SessionStatus {
     /// No active turn; ready for another prompt.
@@ -19,6 +42,15 @@ pub enum SessionStatus {
 
 impl SessionStatus {
     /// The seed's lower-case string (`"waiting_tool_result"`, …).
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use pedelec_protocol::SessionStatus;
+    ///
+    /// assert_eq!(SessionStatus::Idle.as_str(), "idle");
+    /// assert_eq!(SessionStatus::WaitingToolResult.as_str(), "waiting_tool_result");
+    /// ```
     pub const fn as_str(self) -> &'static str {
         match self {
             SessionStatus::Idle => "idle",
@@ -31,6 +63,16 @@ impl SessionStatus {
 
     /// Whether `sendText()` (and `prepare()`) may start from this status.
     /// The seed's table: only `idle`.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use pedelec_protocol::SessionStatus;
+    ///
+    /// assert!(SessionStatus::Idle.can_send_text());
+    /// assert!(!SessionStatus::Running.can_send_text());
+    /// assert!(!SessionStatus::Ended.can_send_text());
+    /// ```
     pub const fn can_send_text(self) -> bool {
         matches!(self, SessionStatus::Idle)
     }
@@ -38,6 +80,17 @@ impl SessionStatus {
     /// Why a new operation (`sendText()`/`prepare()`) may not start from this
     /// status, with its message; `None` when it may. `operation_in_flight`
     /// says whether another operation is already under way.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use pedelec_protocol::{ErrorCode, SessionStatus};
+    ///
+    /// assert_eq!(SessionStatus::Idle.refuse_start(false), None);
+    /// // Idle, but this handle's previous send is still on its way to Core.
+    /// assert_eq!(SessionStatus::Idle.refuse_start(true).map(|(code, _)| code), Some(ErrorCode::SessionBusy));
+    /// assert_eq!(SessionStatus::Ended.refuse_start(false).map(|(code, _)| code), Some(ErrorCode::SessionEnded));
+    /// ```
     pub fn refuse_start(self, operation_in_flight: bool) -> Option<(crate::ErrorCode, &'static str)> {
         use crate::ErrorCode;
         match self {
@@ -50,6 +103,17 @@ impl SessionStatus {
 
     /// Why assets may not be listed, uploaded or downloaded in this status,
     /// with its message; `None` when they may (every status but `ended`).
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use pedelec_protocol::{ErrorCode, SessionStatus};
+    ///
+    /// // Assets stay readable while a turn runs, even after an error.
+    /// assert_eq!(SessionStatus::Running.refuse_assets(), None);
+    /// assert_eq!(SessionStatus::Error.refuse_assets(), None);
+    /// assert_eq!(SessionStatus::Ended.refuse_assets().map(|(code, _)| code), Some(ErrorCode::SessionEnded));
+    /// ```
     pub fn refuse_assets(self) -> Option<(crate::ErrorCode, &'static str)> {
         match self {
             SessionStatus::Ended => Some((crate::ErrorCode::SessionEnded, "the session has ended")),
@@ -58,12 +122,33 @@ impl SessionStatus {
     }
 
     /// Whether a turn (preparation or user) is active.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use pedelec_protocol::SessionStatus;
+    ///
+    /// assert!(SessionStatus::Running.is_active_turn());
+    /// assert!(SessionStatus::WaitingToolResult.is_active_turn());
+    /// assert!(!SessionStatus::Idle.is_active_turn());
+    /// ```
     pub const fn is_active_turn(self) -> bool {
         matches!(self, SessionStatus::Running | SessionStatus::WaitingToolResult)
     }
 
     /// Whether moving from `self` to `next` is a legal transition. Staying in
     /// the same status is always legal (and is not a change).
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use pedelec_protocol::SessionStatus::*;
+    ///
+    /// assert!(Idle.can_transition_to(Running));
+    /// assert!(Ended.can_transition_to(Ended));
+    /// // A tool wait never jumps straight back to idle: the turn resumes first.
+    /// assert!(!WaitingToolResult.can_transition_to(Idle));
+    /// ```
     pub const fn can_transition_to(self, next: SessionStatus) -> bool {
         use SessionStatus::*;
         if self as u8 == next as u8 {
@@ -87,11 +172,33 @@ impl SessionStatus {
     }
 
     /// Checks a transition, naming both ends when it is illegal.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use pedelec_protocol::SessionStatus::*;
+    /// use pedelec_protocol::status::IllegalTransition;
+    ///
+    /// assert_eq!(Idle.transition(Running), Ok(Running));
+    /// let refused = Error.transition(Idle).unwrap_err();
+    /// assert_eq!(refused, IllegalTransition { from: Error, to: Idle });
+    /// assert_eq!(refused.to_string(), "illegal session status transition error → idle");
+    /// ```
     pub fn transition(self, next: SessionStatus) -> Result<SessionStatus, IllegalTransition> {
         if self.can_transition_to(next) { Ok(next) } else { Err(IllegalTransition { from: self, to: next }) }
     }
 
     /// From the wire enum; `UNSPECIFIED` and unknown values are `None`.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use pedelec_protocol::{SessionStatus, pb};
+    ///
+    /// assert_eq!(SessionStatus::from_pb(pb::SessionStatus::Running as i32), Some(SessionStatus::Running));
+    /// assert_eq!(SessionStatus::from_pb(pb::SessionStatus::Unspecified as i32), None);
+    /// assert_eq!(SessionStatus::from_pb(99), None);
+    /// ```
     pub fn from_pb(value: i32) -> Option<Self> {
         match pb::SessionStatus::try_from(value).ok()? {
             pb::SessionStatus::Unspecified => None,
@@ -104,6 +211,16 @@ impl SessionStatus {
     }
 
     /// To the wire enum.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use pedelec_protocol::{SessionStatus, pb};
+    ///
+    /// let wire = SessionStatus::Ended.to_pb();
+    /// assert_eq!(wire, pb::SessionStatus::Ended);
+    /// assert_eq!(SessionStatus::from_pb(wire as i32), Some(SessionStatus::Ended));
+    /// ```
     pub fn to_pb(self) -> pb::SessionStatus {
         match self {
             SessionStatus::Idle => pb::SessionStatus::Idle,
@@ -115,6 +232,15 @@ impl SessionStatus {
     }
 
     /// Parses the seed's lower-case string.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use pedelec_protocol::SessionStatus;
+    ///
+    /// assert_eq!(SessionStatus::parse("waiting_tool_result"), Some(SessionStatus::WaitingToolResult));
+    /// assert_eq!(SessionStatus::parse("Idle"), None);
+    /// ```
     pub fn parse(text: &str) -> Option<Self> {
         [
             SessionStatus::Idle,
@@ -135,6 +261,15 @@ impl std::fmt::Display for SessionStatus {
 }
 
 /// A transition the status table does not allow.
+///
+/// # Examples
+///
+/// ```
+/// use pedelec_protocol::SessionStatus;
+///
+/// let refused = SessionStatus::Ended.transition(SessionStatus::Running).unwrap_err();
+/// assert_eq!((refused.from, refused.to), (SessionStatus::Ended, SessionStatus::Running));
+/// ```
 #[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
 #[error("illegal session status transition {from} → {to}")]
 pub struct IllegalTransition {
@@ -144,6 +279,15 @@ pub struct IllegalTransition {
 
 impl pb::TurnKind {
     /// The seed's `turnKind` string, if any.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use pedelec_protocol::pb::TurnKind;
+    ///
+    /// assert_eq!(TurnKind::Prepare.seed_str(), Some("prepare"));
+    /// assert_eq!(TurnKind::Unspecified.seed_str(), None);
+    /// ```
     pub fn seed_str(self) -> Option<&'static str> {
         match self {
             pb::TurnKind::Unspecified => None,
@@ -155,6 +299,15 @@ impl pb::TurnKind {
 
 impl pb::EffortLevel {
     /// The seed's `effortLevel` string, if chosen.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use pedelec_protocol::pb::EffortLevel;
+    ///
+    /// assert_eq!(EffortLevel::High.seed_str(), Some("high"));
+    /// assert_eq!(EffortLevel::Unspecified.seed_str(), None);
+    /// ```
     pub fn seed_str(self) -> Option<&'static str> {
         match self {
             pb::EffortLevel::Unspecified => None,
@@ -165,6 +318,15 @@ impl pb::EffortLevel {
     }
 
     /// Parses the seed's `effortLevel` string.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use pedelec_protocol::pb::EffortLevel;
+    ///
+    /// assert_eq!(EffortLevel::parse_seed("low"), Some(EffortLevel::Low));
+    /// assert_eq!(EffortLevel::parse_seed("medium"), None);
+    /// ```
     pub fn parse_seed(text: &str) -> Option<Self> {
         match text {
             "default" => Some(pb::EffortLevel::Default),

@@ -1,10 +1,39 @@
 //! Tool manifest rules that need no JSON Schema engine: names and sizes.
 //! (Core additionally compiles each schema.)
+//!
+//! # Examples
+//!
+//! ```
+//! use pedelec_protocol::pb::ToolDefinition;
+//! use pedelec_protocol::tools::{ManifestRule, check_manifest};
+//!
+//! let tool = |name: &str| ToolDefinition {
+//!     name: name.into(),
+//!     description: "Adds delta to the page's counter".into(),
+//!     input_schema_json: r#"{"type":"object"}"#.into(),
+//!     timeout_ms: 0,
+//! };
+//! assert!(check_manifest(&[tool("update_counter")]).is_empty());
+//! // Every broken rule is reported, so an application can fix them at once.
+//! assert_eq!(
+//!     check_manifest(&[tool("9lives"), tool("a"), tool("a")]),
+//!     [ManifestRule::BadName("9lives".into()), ManifestRule::DuplicateName("a".into())],
+//! );
+//! ```
 
 use crate::limits::{MAX_TOOL_NAME_LEN, MAX_TOOL_SCHEMA_BYTES, MAX_TOOLS};
 use crate::pb;
 
 /// One broken manifest rule, naming the tool.
+///
+/// # Examples
+///
+/// ```
+/// use pedelec_protocol::tools::ManifestRule;
+///
+/// let rule = ManifestRule::EmptyDescription("update_counter".into());
+/// assert_eq!(rule.to_string(), r#"tool "update_counter" has an empty description"#);
+/// ```
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum ManifestRule {
     #[error("tool name {0:?} must match ^[A-Za-z][A-Za-z0-9_.-]*$ and be at most {MAX_TOOL_NAME_LEN} characters")]
@@ -27,10 +56,35 @@ pub enum ManifestRule {
 
 /// The MCP tool the bridge serves as claude's permission prompt
 /// (`PERMISSION_MODE_APP`); no manifest may use the name.
+///
+/// # Examples
+///
+/// ```
+/// use pedelec_protocol::pb::ToolDefinition;
+/// use pedelec_protocol::tools::{ManifestRule, PERMISSION_PROMPT_TOOL, check_manifest};
+///
+/// let tool = ToolDefinition {
+///     name: PERMISSION_PROMPT_TOOL.into(),
+///     description: "mine".into(),
+///     input_schema_json: "{}".into(),
+///     timeout_ms: 0,
+/// };
+/// assert_eq!(check_manifest(&[tool]), [ManifestRule::Reserved("pedelec_permission".into())]);
+/// ```
 pub const PERMISSION_PROMPT_TOOL: &str = "pedelec_permission";
 
 impl ManifestRule {
     /// The tool the rule is about, if one.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use pedelec_protocol::tools::ManifestRule;
+    ///
+    /// let rule = ManifestRule::BadSchema { name: "search".into(), reason: "not JSON".into() };
+    /// assert_eq!(rule.tool(), Some("search"));
+    /// assert_eq!(ManifestRule::TooMany.tool(), None);
+    /// ```
     pub fn tool(&self) -> Option<&str> {
         match self {
             ManifestRule::BadName(n)
@@ -46,6 +100,17 @@ impl ManifestRule {
 }
 
 /// Whether `name` is a legal tool name.
+///
+/// # Examples
+///
+/// ```
+/// use pedelec_protocol::tools::is_valid_tool_name;
+///
+/// assert!(is_valid_tool_name("ns.update_counter-2"));
+/// assert!(!is_valid_tool_name("_private"));
+/// assert!(!is_valid_tool_name("has space"));
+/// assert!(!is_valid_tool_name(&"a".repeat(65)));
+/// ```
 pub fn is_valid_tool_name(name: &str) -> bool {
     let mut chars = name.chars();
     name.len() <= MAX_TOOL_NAME_LEN
@@ -56,6 +121,22 @@ pub fn is_valid_tool_name(name: &str) -> bool {
 /// Checks names, uniqueness, descriptions, sizes and timeouts, and that each
 /// schema is a JSON object with `"type": "object"` (or no type). Returns every
 /// broken rule, in manifest order.
+///
+/// # Examples
+///
+/// ```
+/// use pedelec_protocol::pb::ToolDefinition;
+/// use pedelec_protocol::tools::{ManifestRule, check_manifest};
+///
+/// let tool = ToolDefinition {
+///     name: "lookup".into(),
+///     description: "Looks a word up".into(),
+///     input_schema_json: r#"{"type":"string"}"#.into(),
+///     timeout_ms: 0,
+/// };
+/// let broken = check_manifest(&[tool]);
+/// assert!(matches!(&broken[..], [ManifestRule::BadSchema { name, .. }] if name == "lookup"));
+/// ```
 pub fn check_manifest(tools: &[pb::ToolDefinition]) -> Vec<ManifestRule> {
     let mut broken = Vec::new();
     if tools.len() > MAX_TOOLS {
@@ -99,6 +180,20 @@ pub fn check_manifest(tools: &[pb::ToolDefinition]) -> Vec<ManifestRule> {
 }
 
 /// The effective timeout of a tool.
+///
+/// # Examples
+///
+/// ```
+/// use std::time::Duration;
+/// use pedelec_protocol::pb::ToolDefinition;
+/// use pedelec_protocol::tools::tool_timeout;
+///
+/// let mut tool = ToolDefinition::default();
+/// // No timeout set means the default of 60 s.
+/// assert_eq!(tool_timeout(&tool), Duration::from_secs(60));
+/// tool.timeout_ms = 1_500;
+/// assert_eq!(tool_timeout(&tool), Duration::from_millis(1_500));
+/// ```
 pub fn tool_timeout(tool: &pb::ToolDefinition) -> std::time::Duration {
     if tool.timeout_ms == 0 {
         crate::limits::DEFAULT_TOOL_TIMEOUT

@@ -1,5 +1,21 @@
 //! Session assets from the SDK: tickets come through the transport, bytes go
 //! over Core's 127.0.0.1 transfer server (HTTP/1.1), streamed both ways.
+//!
+//! # Examples
+//!
+//! ```no_run
+//! # async fn example() -> Result<(), pedelec_sdk::PedelecError> {
+//! use pedelec_sdk::assets::UploadSource;
+//! use pedelec_sdk::{Pedelec, SessionOptions};
+//!
+//! let pedelec = Pedelec::discover("app:my-tool").await?;
+//! let session = pedelec.create_session::<String>(SessionOptions::default()).await?;
+//! let source = UploadSource::from_path("report.json").await?;
+//! let path = session.upload_asset(source, Some("/results/report.json")).await?;
+//! let report: serde_json::Value = session.read_asset_json(&path).await?;
+//! # Ok(())
+//! # }
+//! ```
 
 use std::path::Path;
 
@@ -13,6 +29,15 @@ use tokio::io::{AsyncRead, AsyncReadExt};
 use crate::error::PedelecError;
 
 /// Something to upload: a name, a MIME type, its exact size and its bytes.
+///
+/// # Examples
+///
+/// ```
+/// use pedelec_sdk::assets::UploadSource;
+///
+/// let source = UploadSource::from_bytes("notes.txt", "text/plain", b"remember".to_vec());
+/// assert_eq!((source.name.as_str(), source.size), ("notes.txt", 8));
+/// ```
 pub struct UploadSource {
     pub name: String,
     pub mime_type: String,
@@ -22,6 +47,20 @@ pub struct UploadSource {
 
 impl UploadSource {
     /// A file on disk (name from its file name).
+    ///
+    /// # Examples
+    ///
+    /// ```no_run
+    /// # async fn example() -> Result<(), pedelec_sdk::PedelecError> {
+    /// use pedelec_sdk::assets::UploadSource;
+    ///
+    /// let source = UploadSource::from_path("screens/page.png").await?;
+    /// assert_eq!(source.name, "page.png");
+    /// // The type is not guessed from the name.
+    /// assert_eq!(source.mime_type, "application/octet-stream");
+    /// # Ok(())
+    /// # }
+    /// ```
     pub async fn from_path(path: impl AsRef<Path>) -> Result<Self, PedelecError> {
         let path = path.as_ref();
         let io =
@@ -33,6 +72,16 @@ impl UploadSource {
     }
 
     /// Bytes in memory.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use pedelec_sdk::assets::UploadSource;
+    ///
+    /// let json = serde_json::to_vec(&serde_json::json!({ "ok": true })).unwrap();
+    /// let source = UploadSource::from_bytes("result.json", "application/json", json);
+    /// assert_eq!(source.size, 11);
+    /// ```
     pub fn from_bytes(name: impl Into<String>, mime_type: impl Into<String>, bytes: Vec<u8>) -> Self {
         UploadSource {
             name: name.into(),
@@ -43,6 +92,17 @@ impl UploadSource {
     }
 
     /// Any async reader delivering exactly `size` bytes.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use pedelec_sdk::assets::UploadSource;
+    ///
+    /// // Core keeps the file only if exactly `size` bytes arrive.
+    /// let reader = std::io::Cursor::new(vec![0u8; 4096]);
+    /// let source = UploadSource::from_reader("zeros.bin", "application/octet-stream", 4096, reader);
+    /// assert_eq!(source.size, 4096);
+    /// ```
     pub fn from_reader(
         name: impl Into<String>,
         mime_type: impl Into<String>,
@@ -54,6 +114,20 @@ impl UploadSource {
 }
 
 /// A file read back from the assets (`readAsset(path, "file")`).
+///
+/// # Examples
+///
+/// ```no_run
+/// # async fn example() -> Result<(), pedelec_sdk::PedelecError> {
+/// use pedelec_sdk::{Pedelec, SessionOptions};
+///
+/// let pedelec = Pedelec::discover("app:my-tool").await?;
+/// let session = pedelec.create_session::<String>(SessionOptions::default()).await?;
+/// let file = session.read_asset_file("/results/report.json").await?;
+/// println!("{} ({}, {} bytes)", file.name, file.mime_type, file.bytes.len());
+/// # Ok(())
+/// # }
+/// ```
 #[derive(Debug, Clone, PartialEq)]
 pub struct AssetFile {
     pub name: String,
@@ -64,6 +138,17 @@ pub struct AssetFile {
 }
 
 /// Validates a public path before any request.
+///
+/// # Examples
+///
+/// ```
+/// use pedelec_sdk::ErrorCode;
+/// use pedelec_sdk::assets::check_path;
+///
+/// assert_eq!(check_path("/results/report.json").unwrap().file_name(), "report.json");
+/// let refused = check_path("results/report.json").unwrap_err();
+/// assert!(refused.is(ErrorCode::AssetPathInvalid));
+/// ```
 pub fn check_path(path: &str) -> Result<AssetPath, PedelecError> {
     AssetPath::parse(path).map_err(|e| PedelecError::new(ErrorCode::AssetPathInvalid, format!("{path:?}: {e}")))
 }
@@ -105,6 +190,37 @@ async fn error_from(response: hyper::Response<hyper::body::Incoming>, code: Erro
 const UPLOAD_CHUNK: usize = 1 << 20;
 
 /// PUTs the source to an upload ticket.
+///
+/// [`PedelecSession::upload_asset`](crate::PedelecSession::upload_asset)
+/// asks for the ticket and calls this; a program speaking to Core's API
+/// itself gets the ticket from `CreateAssetUpload`.
+///
+/// # Examples
+///
+/// ```no_run
+/// # async fn example() -> Result<(), pedelec_sdk::PedelecError> {
+/// use pedelec_sdk::assets::{UploadSource, put};
+/// use pedelec_sdk::grpc::GrpcTransport;
+/// use pedelec_sdk::pb::CreateAssetUploadRequest;
+/// use pedelec_sdk::transport::{Call, Reply, Transport, unexpected};
+///
+/// let transport = GrpcTransport::connect("/run/user/1000/pedelec/core.sock").await?;
+/// let request = CreateAssetUploadRequest {
+///     session_id: "sess-1".into(),
+///     caller_origin: "app:my-tool".into(),
+///     file_name: "notes.txt".into(),
+///     size: 5,
+///     target_path: String::new(),
+/// };
+/// let ticket = match transport.call(Call::CreateAssetUpload(request)).await? {
+///     Reply::CreateAssetUpload(ticket) => ticket,
+///     other => return Err(unexpected(&other)),
+/// };
+/// put(&ticket, UploadSource::from_bytes("notes.txt", "text/plain", b"hello".to_vec())).await?;
+/// println!("uploaded to {}", ticket.path);
+/// # Ok(())
+/// # }
+/// ```
 pub async fn put(ticket: &pb::AssetTicket, source: UploadSource) -> Result<(), PedelecError> {
     let code = ErrorCode::AssetUploadFailed;
     let (mut sender, uri) = connect(ticket, code).await?;
@@ -134,6 +250,34 @@ pub async fn put(ticket: &pb::AssetTicket, source: UploadSource) -> Result<(), P
 }
 
 /// GETs a download ticket's file, bounded by the 100 MiB read limit.
+///
+/// [`PedelecSession::read_asset_file`](crate::PedelecSession::read_asset_file)
+/// asks for the ticket and calls this.
+///
+/// # Examples
+///
+/// ```no_run
+/// # async fn example() -> Result<(), pedelec_sdk::PedelecError> {
+/// use pedelec_sdk::assets::get;
+/// use pedelec_sdk::grpc::GrpcTransport;
+/// use pedelec_sdk::pb::CreateAssetDownloadRequest;
+/// use pedelec_sdk::transport::{Call, Reply, Transport, unexpected};
+///
+/// let transport = GrpcTransport::connect("/run/user/1000/pedelec/core.sock").await?;
+/// let request = CreateAssetDownloadRequest {
+///     session_id: "sess-1".into(),
+///     caller_origin: "app:my-tool".into(),
+///     path: "/notes.txt".into(),
+/// };
+/// let ticket = match transport.call(Call::CreateAssetDownload(request)).await? {
+///     Reply::CreateAssetDownload(ticket) => ticket,
+///     other => return Err(unexpected(&other)),
+/// };
+/// let file = get(&ticket).await?;
+/// println!("{}: {} bytes of {}", file.name, file.bytes.len(), file.mime_type);
+/// # Ok(())
+/// # }
+/// ```
 pub async fn get(ticket: &pb::AssetTicket) -> Result<AssetFile, PedelecError> {
     let code = ErrorCode::AssetDownloadFailed;
     let (mut sender, uri) = connect(ticket, code).await?;

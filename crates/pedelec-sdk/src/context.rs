@@ -1,8 +1,36 @@
 //! The context objects handed to every callback, with the seed's field names.
+//!
+//! # Examples
+//!
+//! ```no_run
+//! # async fn example() -> Result<(), pedelec_sdk::PedelecError> {
+//! use pedelec_sdk::{Pedelec, SessionOptions};
+//!
+//! let pedelec = Pedelec::discover("app:my-tool").await?;
+//! let session = pedelec.create_session::<String>(SessionOptions::default()).await?;
+//! let _off = session.on_chat(|text, ctx| {
+//!     // Which turn a message belongs to, and when Core emitted it.
+//!     println!("[{:?} at {}] {text}", ctx.turn_id, ctx.event_emitted_at);
+//! });
+//! session.send_text("Hello").await?;
+//! # Ok(())
+//! # }
+//! ```
 
 use pedelec_protocol::{SessionStatus, pb};
 
 /// Where an event came from.
+///
+/// # Examples
+///
+/// ```
+/// use pedelec_sdk::context::{SessionMeta, Source};
+///
+/// let meta = SessionMeta::default();
+/// // The SDK's own status changes (an optimistic `running`) say so.
+/// assert_eq!(meta.sdk("sdk_status_changed", None).source, Source::Sdk);
+/// assert_eq!(meta.core("status_changed", None, 0, None).source, Source::Core);
+/// ```
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Source {
     Core,
@@ -10,6 +38,16 @@ pub enum Source {
 }
 
 impl Source {
+    /// The seed's `source` string.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use pedelec_sdk::Source;
+    ///
+    /// assert_eq!(Source::Core.as_str(), "core");
+    /// assert_eq!(Source::Sdk.as_str(), "sdk");
+    /// ```
     pub fn as_str(self) -> &'static str {
         match self {
             Source::Core => "core",
@@ -19,6 +57,19 @@ impl Source {
 }
 
 /// Fields common to every callback context (`PedelecEventContext`).
+///
+/// # Examples
+///
+/// ```
+/// use pedelec_sdk::context::SessionMeta;
+/// use pedelec_sdk::pb::{TurnInfo, TurnKind};
+///
+/// let meta = SessionMeta { session_id: "sess-1".into(), provider: "scripted".into(), ..Default::default() };
+/// let turn = TurnInfo { turn_id: "turn-1".into(), kind: TurnKind::User as i32, started_at_ms: 10 };
+/// let ctx = meta.core("chat", Some(&turn), 12, Some(13));
+/// assert_eq!((ctx.kind, ctx.session_id.as_str()), ("chat", "sess-1"));
+/// assert_eq!((ctx.turn_id.as_deref(), ctx.turn_kind), (Some("turn-1"), Some("user")));
+/// ```
 #[derive(Debug, Clone, PartialEq)]
 pub struct EventContext {
     /// `"status_changed" | "sdk_status_changed" | "chat" | "chat_delta" | "tool_call" | "error" | "sdk_error" | "ended" | "sdk_ended"`.
@@ -41,6 +92,19 @@ pub struct EventContext {
 }
 
 /// Status callback context: adds the status before the change.
+///
+/// # Examples
+///
+/// ```
+/// use pedelec_sdk::context::{SessionMeta, StatusContext};
+/// use pedelec_sdk::SessionStatus;
+///
+/// let meta = SessionMeta { session_id: "sess-1".into(), ..Default::default() };
+/// let ctx = StatusContext { base: meta.sdk("sdk_status_changed", None), previous_status: SessionStatus::Idle };
+/// // The common fields are reachable directly.
+/// assert_eq!(ctx.session_id, "sess-1");
+/// assert_eq!(ctx.previous_status, SessionStatus::Idle);
+/// ```
 #[derive(Debug, Clone, PartialEq)]
 pub struct StatusContext {
     pub base: EventContext,
@@ -48,6 +112,17 @@ pub struct StatusContext {
 }
 
 /// Tool handler context: adds the Core tool request id and the tool name.
+///
+/// # Examples
+///
+/// ```
+/// use pedelec_sdk::context::{SessionMeta, ToolCallContext};
+///
+/// let base = SessionMeta::default().core("tool_call", None, 0, None);
+/// let ctx = ToolCallContext { base, tool_request_id: "tool-1".into(), tool: "update_counter".into() };
+/// assert_eq!(ctx.kind, "tool_call");
+/// assert_eq!(ctx.tool, "update_counter");
+/// ```
 #[derive(Debug, Clone, PartialEq)]
 pub struct ToolCallContext {
     pub base: EventContext,
@@ -70,6 +145,15 @@ impl std::ops::Deref for ToolCallContext {
 }
 
 /// Handle metadata every context repeats.
+///
+/// # Examples
+///
+/// ```
+/// use pedelec_sdk::context::SessionMeta;
+///
+/// let meta = SessionMeta { session_id: "sess-1".into(), effort_level: Some("low"), ..Default::default() };
+/// assert_eq!(meta.core("chat", None, 0, None).effort_level, Some("low"));
+/// ```
 #[derive(Debug, Clone, PartialEq, Default)]
 pub struct SessionMeta {
     pub session_id: String,
@@ -86,6 +170,16 @@ pub fn now_ms() -> i64 {
 }
 
 /// Milliseconds since the epoch.
+///
+/// # Examples
+///
+/// ```
+/// use pedelec_sdk::context::now_ms;
+///
+/// let before = now_ms();
+/// assert!(before > 1_600_000_000_000);
+/// assert!(now_ms() >= before);
+/// ```
 #[cfg(not(all(target_arch = "wasm32", feature = "web")))]
 pub fn now_ms() -> i64 {
     std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map(|d| d.as_millis() as i64).unwrap_or(0)
@@ -93,6 +187,17 @@ pub fn now_ms() -> i64 {
 
 impl SessionMeta {
     /// Context of an SDK-originated event.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use pedelec_sdk::context::{SessionMeta, Source};
+    ///
+    /// let ctx = SessionMeta::default().sdk("sdk_error", None);
+    /// assert_eq!(ctx.source, Source::Sdk);
+    /// // Nothing was received from Core.
+    /// assert_eq!(ctx.event_received_at, None);
+    /// ```
     pub fn sdk(&self, kind: &'static str, turn: Option<&pb::TurnInfo>) -> EventContext {
         let mut ctx = self.core(kind, turn, now_ms(), None);
         ctx.source = Source::Sdk;
@@ -100,6 +205,19 @@ impl SessionMeta {
     }
 
     /// Context of a Core event.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use pedelec_sdk::context::SessionMeta;
+    /// use pedelec_sdk::pb::TurnInfo;
+    ///
+    /// let meta = SessionMeta::default();
+    /// let ctx = meta.core("chat_delta", None, 1_000, Some(1_004));
+    /// assert_eq!((ctx.event_emitted_at, ctx.event_received_at), (1_000, Some(1_004)));
+    /// // A turn without an id is no turn.
+    /// assert_eq!(meta.core("chat", Some(&TurnInfo::default()), 0, None).turn_id, None);
+    /// ```
     pub fn core(
         &self,
         kind: &'static str,

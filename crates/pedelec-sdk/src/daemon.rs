@@ -1,5 +1,24 @@
 //! Starting a Core daemon as a child process, for applications that bring
 //! their own Core, and for the demo, benchmarks and tests.
+//!
+//! # Examples
+//!
+//! ```no_run
+//! # async fn example() -> Result<(), pedelec_sdk::PedelecError> {
+//! use std::time::Duration;
+//! use pedelec_sdk::daemon::CoreProcess;
+//! use pedelec_sdk::{Pedelec, SessionOptions};
+//!
+//! let dir = std::env::temp_dir().join("pedelec-example");
+//! let mut core = CoreProcess::spawn(&dir.join("core.sock"), &dir, Duration::from_secs(5))?;
+//! let pedelec = Pedelec::connect(&core.socket, "app:my-tool").await?;
+//! let session = pedelec.create_session::<String>(SessionOptions::default()).await?;
+//! session.send_text("Hello").await?;
+//! // A clean shutdown; dropping `core` would kill it instead.
+//! assert!(core.terminate());
+//! # Ok(())
+//! # }
+//! ```
 
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
@@ -10,6 +29,22 @@ use pedelec_protocol::ErrorCode;
 use crate::error::PedelecError;
 
 /// A `pedelec-core serve` child process.
+///
+/// # Examples
+///
+/// ```no_run
+/// # async fn example() -> Result<(), pedelec_sdk::PedelecError> {
+/// use std::time::Duration;
+/// use pedelec_sdk::Pedelec;
+/// use pedelec_sdk::daemon::CoreProcess;
+///
+/// let dir = std::env::temp_dir().join("pedelec-example");
+/// let core = CoreProcess::spawn(&dir.join("core.sock"), &dir, Duration::from_secs(5))?;
+/// let pedelec = Pedelec::connect(&core.socket, "app:my-tool").await?;
+/// println!("Core {} answers", pedelec.ping().await?.version);
+/// # Ok(())
+/// # }
+/// ```
 pub struct CoreProcess {
     child: Option<Child>,
     pub socket: PathBuf,
@@ -18,6 +53,17 @@ pub struct CoreProcess {
 
 /// Finds one of Pedelec's binaries: `$<env_var>`, next to this executable
 /// (or up to two directories above it, as for cargo examples and tests), else `PATH`.
+///
+/// # Examples
+///
+/// ```
+/// use std::path::Path;
+/// use pedelec_sdk::daemon::find_binary;
+///
+/// // Not found anywhere: the bare name, for `PATH` to resolve.
+/// let bin = find_binary("pedelec-no-such-tool", "PEDELEC_NO_SUCH_TOOL_BIN");
+/// assert_eq!(bin, Path::new("pedelec-no-such-tool"));
+/// ```
 pub fn find_binary(name: &str, env_var: &str) -> PathBuf {
     if let Some(bin) = std::env::var_os(env_var) {
         return PathBuf::from(bin);
@@ -34,16 +80,60 @@ pub fn find_binary(name: &str, env_var: &str) -> PathBuf {
 }
 
 /// The `pedelec-core` binary (`$PEDELEC_CORE_BIN` overrides).
+///
+/// # Examples
+///
+/// ```
+/// use pedelec_sdk::daemon::find_core_binary;
+///
+/// let core = find_core_binary();
+/// if std::env::var_os("PEDELEC_CORE_BIN").is_none() {
+///     assert!(core.ends_with("pedelec-core"));
+/// }
+/// ```
 pub fn find_core_binary() -> PathBuf {
     find_binary("pedelec-core", "PEDELEC_CORE_BIN")
 }
 
 impl CoreProcess {
     /// Starts Core on `socket` with `state_dir`, and waits until it accepts connections.
+    ///
+    /// `disconnect_grace` is how long a session with `auto_end_on_disconnect`
+    /// waits for a subscriber to come back (`--disconnect-grace-ms`).
+    ///
+    /// # Examples
+    ///
+    /// ```no_run
+    /// # fn example() -> Result<(), pedelec_sdk::PedelecError> {
+    /// use std::time::Duration;
+    /// use pedelec_sdk::daemon::CoreProcess;
+    ///
+    /// let dir = std::env::temp_dir().join("pedelec-example");
+    /// let core = CoreProcess::spawn(&dir.join("core.sock"), &dir, Duration::from_secs(5))?;
+    /// assert!(core.pid().is_some());
+    /// # Ok(())
+    /// # }
+    /// ```
     pub fn spawn(socket: &Path, state_dir: &Path, disconnect_grace: Duration) -> Result<Self, PedelecError> {
         Self::spawn_with(&find_core_binary(), socket, state_dir, disconnect_grace)
     }
 
+    /// As [`CoreProcess::spawn`], with an explicit `pedelec-core` binary.
+    ///
+    /// # Examples
+    ///
+    /// ```no_run
+    /// # fn example() -> Result<(), pedelec_sdk::PedelecError> {
+    /// use std::path::Path;
+    /// use std::time::Duration;
+    /// use pedelec_sdk::daemon::CoreProcess;
+    ///
+    /// let dir = std::env::temp_dir().join("pedelec-example");
+    /// let binary = Path::new("/opt/pedelec/bin/pedelec-core");
+    /// let core = CoreProcess::spawn_with(binary, &dir.join("core.sock"), &dir, Duration::from_secs(5))?;
+    /// # Ok(())
+    /// # }
+    /// ```
     pub fn spawn_with(
         binary: &Path,
         socket: &Path,
@@ -54,6 +144,21 @@ impl CoreProcess {
     }
 
     /// As [`CoreProcess::spawn_with`], with extra `serve` arguments.
+    ///
+    /// # Examples
+    ///
+    /// ```no_run
+    /// # fn example() -> Result<(), pedelec_sdk::PedelecError> {
+    /// use std::time::Duration;
+    /// use pedelec_sdk::daemon::{CoreProcess, find_core_binary};
+    ///
+    /// let dir = std::env::temp_dir().join("pedelec-example");
+    /// let extra = ["--max-connections", "64"];
+    /// let grace = Duration::from_secs(5);
+    /// let core = CoreProcess::spawn_with_args(&find_core_binary(), &dir.join("core.sock"), &dir, grace, &extra)?;
+    /// # Ok(())
+    /// # }
+    /// ```
     pub fn spawn_with_args(
         binary: &Path,
         socket: &Path,
@@ -109,11 +214,43 @@ impl CoreProcess {
         Err(PedelecError::new(ErrorCode::CoreRuntimeUnavailable, "Core did not start listening in time"))
     }
 
+    /// Core's process id, while this handle still owns the process.
+    ///
+    /// # Examples
+    ///
+    /// ```no_run
+    /// # fn example() -> Result<(), pedelec_sdk::PedelecError> {
+    /// use std::time::Duration;
+    /// use pedelec_sdk::daemon::CoreProcess;
+    ///
+    /// let dir = std::env::temp_dir().join("pedelec-example");
+    /// let core = CoreProcess::spawn(&dir.join("core.sock"), &dir, Duration::from_secs(5))?;
+    /// let pid = core.pid().expect("running");
+    /// println!("Core runs as {pid}");
+    /// # Ok(())
+    /// # }
+    /// ```
     pub fn pid(&self) -> Option<u32> {
         self.child.as_ref().map(|c| c.id())
     }
 
     /// SIGKILL: a crash, as far as Core can tell.
+    ///
+    /// # Examples
+    ///
+    /// ```no_run
+    /// # fn example() -> Result<(), pedelec_sdk::PedelecError> {
+    /// use std::time::Duration;
+    /// use pedelec_sdk::daemon::CoreProcess;
+    ///
+    /// let dir = std::env::temp_dir().join("pedelec-example");
+    /// let mut core = CoreProcess::spawn(&dir.join("core.sock"), &dir, Duration::from_secs(5))?;
+    /// core.kill();
+    /// // The handle no longer owns a process.
+    /// assert_eq!(core.pid(), None);
+    /// # Ok(())
+    /// # }
+    /// ```
     pub fn kill(&mut self) {
         if let Some(mut child) = self.child.take() {
             let _ = child.kill();
@@ -122,6 +259,22 @@ impl CoreProcess {
     }
 
     /// SIGTERM and wait: a normal shutdown. Returns whether Core exited successfully.
+    ///
+    /// # Examples
+    ///
+    /// ```no_run
+    /// # fn example() -> Result<(), pedelec_sdk::PedelecError> {
+    /// use std::time::Duration;
+    /// use pedelec_sdk::daemon::CoreProcess;
+    ///
+    /// let dir = std::env::temp_dir().join("pedelec-example");
+    /// let mut core = CoreProcess::spawn(&dir.join("core.sock"), &dir, Duration::from_secs(5))?;
+    /// assert!(core.terminate(), "Core shut down cleanly");
+    /// // Only once: afterwards there is nothing to stop.
+    /// assert!(!core.terminate());
+    /// # Ok(())
+    /// # }
+    /// ```
     pub fn terminate(&mut self) -> bool {
         let Some(mut child) = self.child.take() else {
             return false;

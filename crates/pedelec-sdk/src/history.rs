@@ -1,6 +1,25 @@
 //! History entries in the shape the browser API returns (`getHistory`):
 //! plain JSON with a `kind` discriminator and numbers for ids and times, the
 //! same for every transport. Pure, so it is tested natively.
+//!
+//! # Examples
+//!
+//! ```
+//! use pedelec_sdk::history::page_json;
+//! use pedelec_sdk::pb::{self, history_entry::Kind};
+//!
+//! let said = pb::HistoryText { text: "hi".into(), ..Default::default() };
+//! let kind = Some(Kind::UserText(said));
+//! let entry = pb::HistoryEntry { id: 1, seq: 2, at_ms: 3, operation_id: "op-1".into(), kind };
+//! let page = pb::GetHistoryResponse { entries: vec![entry], has_more: false };
+//! assert_eq!(
+//!     page_json(&page),
+//!     serde_json::json!({
+//!         "entries": [{ "id": 1, "seq": 2, "at": 3, "operationId": "op-1", "kind": "user_text", "text": "hi" }],
+//!         "hasMore": false,
+//!     }),
+//! );
+//! ```
 
 use pedelec_protocol::pb::{self, history_entry::Kind};
 use serde_json::{Value, json};
@@ -8,6 +27,23 @@ use serde_json::{Value, json};
 /// One entry: `{ id, seq, at, operationId, kind, … }` with the kind's fields
 /// (`text`, `interrupted` when cut short by a cancel; `toolRequestId`, `tool`, `args`; `result` or `errorCode`;
 /// `activity`, `summary`; `reason`; `error`).
+///
+/// # Examples
+///
+/// ```
+/// use pedelec_sdk::history::entry_json;
+/// use pedelec_sdk::pb::{self, history_entry::Kind};
+///
+/// let args_json = r#"{"a":1}"#.into();
+/// let call = pb::HistoryToolCall { tool_request_id: "tool-1".into(), tool: "add".into(), args_json };
+/// let entry = pb::HistoryEntry { id: 7, seq: 9, kind: Some(Kind::ToolCall(call)), ..Default::default() };
+/// let json = entry_json(&entry);
+/// assert_eq!(json["kind"], "tool_call");
+/// // Arguments come back as JSON, not as the text Core recorded.
+/// assert_eq!(json["args"], serde_json::json!({ "a": 1 }));
+/// // No operation is `null`, not "".
+/// assert!(json["operationId"].is_null());
+/// ```
 pub fn entry_json(entry: &pb::HistoryEntry) -> Value {
     let mut out = json!({
         "id": entry.id,
@@ -62,6 +98,24 @@ pub fn entry_json(entry: &pb::HistoryEntry) -> Value {
 /// An activity as `onActivity` hands it to JS: `{ activityId, kind, title,
 /// status, command, paths, output, plan: [{ content, status }] }` with
 /// snake_case kinds and statuses (`status` null when it has none).
+///
+/// # Examples
+///
+/// ```
+/// use pedelec_sdk::history::activity_json;
+/// use pedelec_sdk::pb::{Activity, ActivityKind, ActivityStatus};
+///
+/// let activity = Activity {
+///     activity_id: "call-1".into(),
+///     kind: ActivityKind::Command as i32,
+///     status: ActivityStatus::InProgress as i32,
+///     command: "cargo test".into(),
+///     ..Default::default()
+/// };
+/// let json = activity_json(&activity);
+/// assert_eq!((json["kind"].as_str(), json["status"].as_str()), (Some("command"), Some("in_progress")));
+/// assert_eq!(json["command"], "cargo test");
+/// ```
 pub fn activity_json(activity: &pb::Activity) -> Value {
     use pedelec_protocol::activity::{kind_name, status_name};
     json!({
@@ -80,6 +134,28 @@ pub fn activity_json(activity: &pb::Activity) -> Value {
 /// activity, options: [{ optionId, name, kind }], policyOptionId,
 /// deadlineAt }`, kinds as `allow_once`, `allow_always`, `reject_once`,
 /// `reject_always`.
+///
+/// # Examples
+///
+/// ```
+/// use pedelec_sdk::history::permission_json;
+/// use pedelec_sdk::pb::{PermissionOption, PermissionOptionKind, PermissionRequest};
+///
+/// let request = PermissionRequest {
+///     permission_id: "perm-1".into(),
+///     options: vec![PermissionOption {
+///         option_id: "allow".into(),
+///         name: "Allow once".into(),
+///         kind: PermissionOptionKind::AllowOnce as i32,
+///     }],
+///     deadline_at_ms: 1_700_000_060_000,
+///     ..Default::default()
+/// };
+/// let json = permission_json(&request);
+/// assert_eq!(json["options"][0]["kind"], "allow_once");
+/// // No policy choice and no activity are `null`.
+/// assert!(json["policyOptionId"].is_null() && json["activity"].is_null());
+/// ```
 pub fn permission_json(request: &pb::PermissionRequest) -> Value {
     let kind = |k: i32| match pb::PermissionOptionKind::try_from(k).unwrap_or(pb::PermissionOptionKind::Unspecified) {
         pb::PermissionOptionKind::AllowOnce => "allow_once",
@@ -99,6 +175,22 @@ pub fn permission_json(request: &pb::PermissionRequest) -> Value {
 
 /// `listSessions()`: `[{ sessionId, provider, model, status, createdAt,
 /// lastActivityAt }]` in Core's order (newest created first).
+///
+/// # Examples
+///
+/// ```
+/// use pedelec_sdk::history::sessions_json;
+/// use pedelec_sdk::pb::{SessionInfo, SessionStatus, SessionSummary};
+///
+/// let summary = SessionSummary {
+///     session: Some(SessionInfo { session_id: "sess-1".into(), provider: "scripted".into(), ..Default::default() }),
+///     status: SessionStatus::Idle as i32,
+///     last_activity_at_ms: 5,
+/// };
+/// let json = sessions_json(&[summary]);
+/// assert_eq!(json[0]["sessionId"], "sess-1");
+/// assert_eq!(json[0]["status"], "idle");
+/// ```
 pub fn sessions_json(sessions: &[pb::SessionSummary]) -> Value {
     let one = |s: &pb::SessionSummary| {
         let info = s.session.clone().unwrap_or_default();
@@ -116,6 +208,16 @@ pub fn sessions_json(sessions: &[pb::SessionSummary]) -> Value {
 }
 
 /// A page: `{ entries, hasMore }`.
+///
+/// # Examples
+///
+/// ```
+/// use pedelec_sdk::history::page_json;
+/// use pedelec_sdk::pb::GetHistoryResponse;
+///
+/// let json = page_json(&GetHistoryResponse { entries: Vec::new(), has_more: true });
+/// assert_eq!(json, serde_json::json!({ "entries": [], "hasMore": true }));
+/// ```
 pub fn page_json(page: &pb::GetHistoryResponse) -> Value {
     json!({ "entries": page.entries.iter().map(entry_json).collect::<Vec<_>>(), "hasMore": page.has_more })
 }

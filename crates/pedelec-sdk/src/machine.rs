@@ -5,6 +5,38 @@
 //! `pedelec-protocol`, operation settlement, usage, the prepared flag and the
 //! queue of frontend tool calls that wait for a handler. It never blocks,
 //! sleeps or spawns, so its tests are exact and the same code runs in wasm.
+//!
+//! # Examples
+//!
+//! ```
+//! use pedelec_protocol::gate::build::{event, status};
+//! use pedelec_sdk::context::SessionMeta;
+//! use pedelec_sdk::machine::{Accepted, Effect, SessionMachine};
+//! use pedelec_sdk::pb::{self, session_event::Kind};
+//! use pedelec_sdk::SessionStatus::{Idle, Running};
+//!
+//! let mut machine = SessionMachine::new(SessionMeta::default());
+//! let no_handlers = &|_: &str| false;
+//! // `send_text`: the handle is `running` at once, before Core answers.
+//! machine.begin_local(pb::OperationKind::SendText).unwrap();
+//! let accepted = pb::OperationAccepted { operation_id: "op-1".into(), ..Default::default() };
+//! assert_eq!(machine.operation_accepted(&accepted).0, Accepted::Pending);
+//! // Core's events for that operation, as the subscription delivers them.
+//! let started = Kind::OperationStarted(pb::OperationStarted::default());
+//! let chat = Kind::Chat(pb::Chat { text: "You said: hi".into() });
+//! let completed = Kind::OperationCompleted(pb::OperationCompleted::default());
+//! let mut effects = Vec::new();
+//! let stream = [(1, "op-1", started), (2, "op-1", chat), (3, "", status(Idle, Running)), (4, "op-1", completed)];
+//! for (seq, op, kind) in stream {
+//!     effects.extend(machine.on_event(&event("s", seq, op, kind), 0, no_handlers));
+//! }
+//! // The shell runs the chat handlers, the status handlers, then settles `send_text`.
+//! assert!(matches!(&effects[..], [
+//!     Effect::Chat { .. },
+//!     Effect::Status { status: Idle, .. },
+//!     Effect::Settle { outcome: Ok(()), .. },
+//! ]));
+//! ```
 
 use std::collections::{HashMap, HashSet, VecDeque};
 
@@ -18,6 +50,24 @@ use crate::error::PedelecError;
 const EARLY_COMPLETIONS: usize = 32;
 
 /// A frontend tool call to hand to a handler.
+///
+/// # Examples
+///
+/// ```
+/// use pedelec_protocol::gate::build::event;
+/// use pedelec_sdk::context::SessionMeta;
+/// use pedelec_sdk::machine::SessionMachine;
+/// use pedelec_sdk::pb::{self, session_event::Kind};
+///
+/// let mut machine = SessionMachine::new(SessionMeta::default());
+/// let no_handlers = &|_: &str| false;
+/// let started = Kind::OperationStarted(pb::OperationStarted::default());
+/// machine.on_event(&event("s", 1, "op-1", started), 0, no_handlers);
+/// let call = pb::ToolCall { tool_request_id: "tool-1".into(), tool: "add".into(), ..Default::default() };
+/// machine.on_event(&event("s", 2, "op-1", Kind::ToolCall(call)), 0, no_handlers);
+/// let waiting: Vec<_> = machine.queued_tools().collect();
+/// assert_eq!((waiting[0].tool_request_id.as_str(), waiting[0].tool.as_str()), ("tool-1", "add"));
+/// ```
 #[derive(Debug, Clone, PartialEq)]
 pub struct ToolRequest {
     pub tool_request_id: ToolRequestId,
@@ -26,6 +76,24 @@ pub struct ToolRequest {
 }
 
 /// What the shell must do.
+///
+/// # Examples
+///
+/// ```
+/// use pedelec_sdk::context::SessionMeta;
+/// use pedelec_sdk::machine::{Effect, SessionMachine};
+/// use pedelec_sdk::{SessionStatus, pb};
+///
+/// let mut machine = SessionMachine::new(SessionMeta::default());
+/// for effect in machine.begin_local(pb::OperationKind::SendText).unwrap() {
+///     match effect {
+///         Effect::Status { status, ctx } => {
+///             assert_eq!((ctx.previous_status, status), (SessionStatus::Idle, SessionStatus::Running))
+///         }
+///         other => panic!("only a status change, not {other:?}"),
+///     }
+/// }
+/// ```
 #[derive(Debug, Clone, PartialEq)]
 pub enum Effect {
     /// Run status handlers (the value changed).
@@ -76,6 +144,21 @@ pub enum Effect {
 }
 
 /// What became of an accepted operation at the time its id was learnt.
+///
+/// # Examples
+///
+/// ```
+/// use pedelec_sdk::context::SessionMeta;
+/// use pedelec_sdk::pb;
+/// use pedelec_sdk::machine::{Accepted, SessionMachine};
+///
+/// let mut machine = SessionMachine::new(SessionMeta::default());
+/// machine.begin_local(pb::OperationKind::Prepare).unwrap();
+/// // Core says the session was prepared before: nothing to wait for.
+/// let done = pb::OperationAccepted { already_done: true, ..Default::default() };
+/// assert_eq!(machine.operation_accepted(&done).0, Accepted::Settled(Ok(())));
+/// assert!(machine.prepared());
+/// ```
 #[derive(Debug, Clone, PartialEq)]
 pub enum Accepted {
     /// Wait for [`Effect::Settle`].
@@ -84,6 +167,17 @@ pub enum Accepted {
     Settled(Result<(), PedelecError>),
 }
 
+/// One session handle's state: everything but I/O (see the module docs).
+///
+/// # Examples
+///
+/// ```
+/// use pedelec_sdk::context::SessionMeta;
+/// use pedelec_sdk::machine::SessionMachine;
+///
+/// let mut machine = SessionMachine::new(SessionMeta::default());
+/// assert_eq!(machine.status(), pedelec_sdk::SessionStatus::Idle);
+/// ```
 pub struct SessionMachine {
     meta: SessionMeta,
     gate: EventGate,
@@ -105,10 +199,30 @@ pub struct SessionMachine {
 }
 
 /// Whether a handler exists for a tool name.
+///
+/// # Examples
+///
+/// ```
+/// use pedelec_sdk::machine::HasHandler;
+///
+/// let only_add: HasHandler = &|tool| tool == "add";
+/// assert!(only_add("add") && !only_add("delete"));
+/// ```
 pub type HasHandler<'a> = &'a dyn Fn(&str) -> bool;
 
 impl SessionMachine {
     /// A new handle: `idle` locally until Core says otherwise.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use pedelec_sdk::context::SessionMeta;
+    /// use pedelec_sdk::machine::SessionMachine;
+    ///
+    /// let machine = SessionMachine::new(SessionMeta { session_id: "sess-1".into(), ..Default::default() });
+    /// assert_eq!(machine.status(), pedelec_sdk::SessionStatus::Idle);
+    /// assert_eq!((machine.usage(), machine.last_seq()), (None, 0));
+    /// ```
     pub fn new(meta: SessionMeta) -> Self {
         SessionMachine {
             meta,
@@ -127,30 +241,149 @@ impl SessionMachine {
         }
     }
 
+    /// The handle's status, as its handlers last heard it.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use pedelec_sdk::context::SessionMeta;
+    /// use pedelec_sdk::{SessionStatus, pb};
+    /// use pedelec_sdk::machine::SessionMachine;
+    ///
+    /// let mut machine = SessionMachine::new(SessionMeta::default());
+    /// machine.begin_local(pb::OperationKind::SendText).unwrap();
+    /// assert_eq!(machine.status(), SessionStatus::Running);
+    /// ```
     pub fn status(&self) -> SessionStatus {
         self.status
     }
+    /// The cumulative token total, once a provider reported one.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use pedelec_protocol::gate::build::event;
+    /// use pedelec_sdk::context::SessionMeta;
+    /// use pedelec_sdk::machine::SessionMachine;
+    /// use pedelec_sdk::pb::{self, session_event::Kind};
+    ///
+    /// let mut machine = SessionMachine::new(SessionMeta::default());
+    /// let no_handlers = &|_: &str| false;
+    /// let update = pb::UsageUpdated { usage: Some(pb::Usage { total_tokens: Some(120) }) };
+    /// machine.on_event(&event("s", 1, "", Kind::UsageUpdated(update)), 0, no_handlers);
+    /// assert_eq!(machine.usage(), Some(120));
+    /// ```
     pub fn usage(&self) -> Option<u64> {
         self.usage
     }
+    /// Whether the session's preparation succeeded.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use pedelec_protocol::gate::build::event;
+    /// use pedelec_sdk::context::SessionMeta;
+    /// use pedelec_sdk::machine::SessionMachine;
+    /// use pedelec_sdk::pb::{self, session_event::Kind};
+    ///
+    /// let mut machine = SessionMachine::new(SessionMeta::default());
+    /// let no_handlers = &|_: &str| false;
+    /// let snapshot = pb::Snapshot { prepared: true, status: pb::SessionStatus::Idle as i32, ..Default::default() };
+    /// machine.on_event(&event("s", 1, "", Kind::Snapshot(snapshot)), 0, no_handlers);
+    /// assert!(machine.prepared());
+    /// ```
     pub fn prepared(&self) -> bool {
         self.prepared
     }
+    /// What every context of this handle repeats.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use pedelec_sdk::context::SessionMeta;
+    /// use pedelec_sdk::machine::SessionMachine;
+    ///
+    /// let machine = SessionMachine::new(SessionMeta { session_id: "sess-1".into(), ..Default::default() });
+    /// assert_eq!(machine.meta().session_id, "sess-1");
+    /// ```
     pub fn meta(&self) -> &SessionMeta {
         &self.meta
     }
+    /// The metadata, to fill in what was learnt later (a resumed handle's provider).
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use pedelec_sdk::context::SessionMeta;
+    /// use pedelec_sdk::machine::SessionMachine;
+    ///
+    /// let mut machine = SessionMachine::new(SessionMeta::default());
+    /// machine.meta_mut().provider = "scripted".into();
+    /// // Every context made from now on names it.
+    /// assert_eq!(machine.meta().sdk("sdk_error", None).provider, "scripted");
+    /// ```
     pub fn meta_mut(&mut self) -> &mut SessionMeta {
         &mut self.meta
     }
+    /// The newest event `seq` the gate adopted.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use pedelec_protocol::gate::build::event;
+    /// use pedelec_sdk::context::SessionMeta;
+    /// use pedelec_sdk::machine::SessionMachine;
+    /// use pedelec_sdk::pb::{self, session_event::Kind};
+    ///
+    /// let mut machine = SessionMachine::new(SessionMeta::default());
+    /// let no_handlers = &|_: &str| false;
+    /// let delta = Kind::UsageUpdated(pb::UsageUpdated::default());
+    /// machine.on_event(&event("s", 5, "", delta.clone()), 0, no_handlers);
+    /// // An older event is ignored and does not move it back.
+    /// machine.on_event(&event("s", 2, "", delta), 0, no_handlers);
+    /// assert_eq!(machine.last_seq(), 5);
+    /// ```
     pub fn last_seq(&self) -> u64 {
         self.gate.last_seq()
     }
     /// Whether a local operation or an awaited one is in flight.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use pedelec_sdk::context::SessionMeta;
+    /// use pedelec_sdk::pb;
+    /// use pedelec_sdk::machine::SessionMachine;
+    ///
+    /// let mut machine = SessionMachine::new(SessionMeta::default());
+    /// machine.begin_local(pb::OperationKind::SendText).unwrap();
+    /// assert!(machine.has_operation_in_flight());
+    /// // So a second `send_text` is refused before it reaches Core.
+    /// assert!(machine.begin_local(pb::OperationKind::SendText).unwrap_err().is(pedelec_sdk::ErrorCode::SessionBusy));
+    /// ```
     pub fn has_operation_in_flight(&self) -> bool {
         self.local_operation.is_some() || !self.awaiting.is_empty()
     }
     /// The running turn's activities as last reported (what a handler
     /// registered mid-turn is told first).
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use pedelec_protocol::gate::build::event;
+    /// use pedelec_sdk::context::SessionMeta;
+    /// use pedelec_sdk::machine::SessionMachine;
+    /// use pedelec_sdk::pb::{self, session_event::Kind};
+    ///
+    /// let mut machine = SessionMachine::new(SessionMeta::default());
+    /// let no_handlers = &|_: &str| false;
+    /// let started = Kind::OperationStarted(pb::OperationStarted::default());
+    /// machine.on_event(&event("s", 1, "op-1", started), 0, no_handlers);
+    /// let activity = pb::Activity { activity_id: "call-1".into(), title: "Run tests".into(), ..Default::default() };
+    /// let update = pb::ActivityUpdated { activity: Some(activity) };
+    /// machine.on_event(&event("s", 2, "op-1", Kind::ActivityUpdated(update)), 0, no_handlers);
+    /// assert_eq!(machine.running_activities()[0].0.title, "Run tests");
+    /// ```
     pub fn running_activities(&self) -> &[(pb::Activity, EventContext)] {
         &self.activities
     }
@@ -177,10 +410,42 @@ impl SessionMachine {
 
     /// Whether a `send_text`/`prepare` of this handle was sent and Core's
     /// answer is not in yet.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use pedelec_sdk::context::SessionMeta;
+    /// use pedelec_sdk::pb;
+    /// use pedelec_sdk::machine::SessionMachine;
+    ///
+    /// let mut machine = SessionMachine::new(SessionMeta::default());
+    /// machine.begin_local(pb::OperationKind::SendText).unwrap();
+    /// assert!(machine.is_starting());
+    /// machine.operation_accepted(&pb::OperationAccepted { operation_id: "op-1".into(), ..Default::default() });
+    /// assert!(!machine.is_starting());
+    /// ```
     pub fn is_starting(&self) -> bool {
         self.local_operation.is_some()
     }
     /// Tool requests waiting for a handler.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use pedelec_protocol::gate::build::event;
+    /// use pedelec_sdk::context::SessionMeta;
+    /// use pedelec_sdk::machine::SessionMachine;
+    /// use pedelec_sdk::pb::{self, session_event::Kind};
+    ///
+    /// let mut machine = SessionMachine::new(SessionMeta::default());
+    /// let no_handlers = &|_: &str| false;
+    /// let started = Kind::OperationStarted(pb::OperationStarted::default());
+    /// machine.on_event(&event("s", 1, "op-1", started), 0, no_handlers);
+    /// let call = pb::ToolCall { tool_request_id: "tool-1".into(), tool: "add".into(), ..Default::default() };
+    /// machine.on_event(&event("s", 2, "op-1", Kind::ToolCall(call)), 0, no_handlers);
+    /// // Nobody handles `add` yet: the call waits instead of failing.
+    /// assert_eq!(machine.queued_tools().count(), 1);
+    /// ```
     pub fn queued_tools(&self) -> impl Iterator<Item = &ToolRequest> {
         self.queued_tools.iter().map(|(r, _)| r)
     }
@@ -224,6 +489,22 @@ impl SessionMachine {
     }
 
     /// `sendText()`/`prepare()` begin: local checks, then `running` locally.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use pedelec_sdk::context::SessionMeta;
+    /// use pedelec_sdk::{ErrorCode, pb};
+    /// use pedelec_sdk::machine::SessionMachine;
+    ///
+    /// let mut machine = SessionMachine::new(SessionMeta::default());
+    /// let effects = machine.begin_local(pb::OperationKind::SendText).unwrap();
+    /// assert_eq!(effects.len(), 1, "one status change to running");
+    /// machine.local_ended();
+    /// // An ended session refuses without asking Core.
+    /// let refused = machine.begin_local(pb::OperationKind::SendText).unwrap_err();
+    /// assert!(refused.is(ErrorCode::SessionEnded));
+    /// ```
     pub fn begin_local(&mut self, kind: pb::OperationKind) -> Result<Vec<Effect>, PedelecError> {
         if let Some((code, message)) = self.status.refuse_start(self.has_operation_in_flight()) {
             return Err(PedelecError::new(code, message));
@@ -236,6 +517,22 @@ impl SessionMachine {
     }
 
     /// Core returned the operation id (or said a preparation was already done).
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use pedelec_sdk::context::SessionMeta;
+    /// use pedelec_sdk::pb;
+    /// use pedelec_sdk::machine::{Accepted, SessionMachine};
+    ///
+    /// let mut machine = SessionMachine::new(SessionMeta::default());
+    /// machine.begin_local(pb::OperationKind::SendText).unwrap();
+    /// let accepted = pb::OperationAccepted { operation_id: "op-1".into(), ..Default::default() };
+    /// let (accepted, effects) = machine.operation_accepted(&accepted);
+    /// // Settled later by the operation's `OperationCompleted`.
+    /// assert_eq!(accepted, Accepted::Pending);
+    /// assert!(effects.is_empty());
+    /// ```
     pub fn operation_accepted(&mut self, accepted: &pb::OperationAccepted) -> (Accepted, Vec<Effect>) {
         let kind =
             self.local_operation.take().unwrap_or(pb::OperationKind::try_from(accepted.kind).unwrap_or_default());
@@ -257,6 +554,20 @@ impl SessionMachine {
     }
 
     /// The start request failed: undo the optimistic `running`.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use pedelec_sdk::context::SessionMeta;
+    /// use pedelec_sdk::{SessionStatus, pb};
+    /// use pedelec_sdk::machine::SessionMachine;
+    ///
+    /// let mut machine = SessionMachine::new(SessionMeta::default());
+    /// machine.begin_local(pb::OperationKind::SendText).unwrap();
+    /// machine.operation_failed_to_start();
+    /// assert_eq!(machine.status(), SessionStatus::Idle);
+    /// assert!(!machine.has_operation_in_flight());
+    /// ```
     pub fn operation_failed_to_start(&mut self) -> Vec<Effect> {
         self.local_operation = None;
         let mut out = Vec::new();
@@ -286,6 +597,18 @@ impl SessionMachine {
     }
 
     /// A successful local `end()`.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use pedelec_sdk::context::SessionMeta;
+    /// use pedelec_sdk::machine::{Effect, SessionMachine};
+    ///
+    /// let mut machine = SessionMachine::new(SessionMeta::default());
+    /// let effects = machine.local_ended();
+    /// assert!(matches!(&effects[..], [Effect::Status { .. }, Effect::Ended { .. }]));
+    /// assert_eq!(machine.status(), pedelec_sdk::SessionStatus::Ended);
+    /// ```
     pub fn local_ended(&mut self) -> Vec<Effect> {
         let mut out = Vec::new();
         let ctx = self.status_ctx(Source::Sdk, None, 0, None);
@@ -298,6 +621,23 @@ impl SessionMachine {
     /// `details.operationId`: how it really ended is not lost — a handle
     /// from `Pedelec::resume_session` reports it
     /// ([`SessionMachine::outcome`]), `CORE_RESTARTED` if Core crashed.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use pedelec_sdk::context::SessionMeta;
+    /// use pedelec_sdk::{ErrorCode, pb};
+    /// use pedelec_sdk::machine::{Effect, SessionMachine};
+    ///
+    /// let mut machine = SessionMachine::new(SessionMeta::default());
+    /// machine.begin_local(pb::OperationKind::SendText).unwrap();
+    /// machine.operation_accepted(&pb::OperationAccepted { operation_id: "op-1".into(), ..Default::default() });
+    /// let effects = machine.detached();
+    /// let [Effect::Settle { operation_id, outcome: Err(error) }] = &effects[..] else { panic!() };
+    /// assert!(error.is(ErrorCode::TransportDetached));
+    /// // The error names the operation, for `resume_session` to look up.
+    /// assert_eq!(error.details.as_ref().unwrap()["operationId"], operation_id.as_str());
+    /// ```
     pub fn detached(&mut self) -> Vec<Effect> {
         let mut out = Vec::new();
         self.settle_all(ErrorCode::TransportDetached, "the connection to Core was lost", &mut out);
@@ -308,6 +648,21 @@ impl SessionMachine {
     /// extension revoked this origin, ended its sessions and closed the
     /// port, so Core's `Ended` may never arrive. Every awaited operation
     /// rejects with `SESSION_ENDED` and the handle is ended.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use pedelec_sdk::context::SessionMeta;
+    /// use pedelec_sdk::{SessionStatus, pb};
+    /// use pedelec_sdk::machine::SessionMachine;
+    ///
+    /// let mut machine = SessionMachine::new(SessionMeta::default());
+    /// machine.begin_local(pb::OperationKind::SendText).unwrap();
+    /// machine.operation_accepted(&pb::OperationAccepted { operation_id: "op-1".into(), ..Default::default() });
+    /// machine.ended_elsewhere();
+    /// assert_eq!(machine.status(), SessionStatus::Ended);
+    /// assert!(!machine.has_operation_in_flight());
+    /// ```
     pub fn ended_elsewhere(&mut self) -> Vec<Effect> {
         let mut out = Vec::new();
         if self.status == SessionStatus::Ended {
@@ -332,6 +687,27 @@ impl SessionMachine {
 
     /// How a recent operation of this session ended, if this handle knows:
     /// from a completion it received or the snapshot's `recent_outcomes`.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use pedelec_protocol::gate::build::event;
+    /// use pedelec_sdk::context::SessionMeta;
+    /// use pedelec_sdk::machine::SessionMachine;
+    /// use pedelec_sdk::pb::{self, session_event::Kind};
+    ///
+    /// let mut machine = SessionMachine::new(SessionMeta::default());
+    /// let no_handlers = &|_: &str| false;
+    /// let failed = pb::Error::new(pedelec_sdk::ErrorCode::CoreRestarted, "Core restarted");
+    /// let snapshot = pb::Snapshot {
+    ///     status: pb::SessionStatus::Idle as i32,
+    ///     recent_outcomes: vec![pb::OperationOutcome { operation_id: "op-1".into(), kind: 2, error: Some(failed) }],
+    ///     ..Default::default()
+    /// };
+    /// machine.on_event(&event("s", 9, "", Kind::Snapshot(snapshot)), 0, no_handlers);
+    /// assert_eq!(machine.outcome("op-1").unwrap().unwrap_err().code, "CORE_RESTARTED");
+    /// assert_eq!(machine.outcome("op-2"), None);
+    /// ```
     pub fn outcome(&self, operation_id: &str) -> Option<Result<(), PedelecError>> {
         self.known_outcomes.iter().rev().find(|(id, _)| id == operation_id).map(|(_, outcome)| outcome.clone())
     }
@@ -348,11 +724,42 @@ impl SessionMachine {
     }
 
     /// An SDK-originated error for `onError`.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use pedelec_sdk::context::SessionMeta;
+    /// use pedelec_sdk::machine::{Effect, SessionMachine};
+    ///
+    /// let mut machine = SessionMachine::new(SessionMeta::default());
+    /// let error = pedelec_sdk::PedelecError::new(pedelec_sdk::ErrorCode::SubmitToolResultFailed, "Core is gone");
+    /// let Effect::Error { ctx, .. } = machine.sdk_error(error) else { panic!() };
+    /// assert_eq!(ctx.kind, "sdk_error");
+    /// ```
     pub fn sdk_error(&self, error: PedelecError) -> Effect {
         Effect::Error { error, ctx: self.meta.sdk("sdk_error", None) }
     }
 
     /// A handler was registered: queued requests it can answer are released.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use pedelec_protocol::gate::build::event;
+    /// use pedelec_sdk::context::SessionMeta;
+    /// use pedelec_sdk::machine::{Effect, SessionMachine};
+    /// use pedelec_sdk::pb::{self, session_event::Kind};
+    ///
+    /// let mut machine = SessionMachine::new(SessionMeta::default());
+    /// let no_handlers = &|_: &str| false;
+    /// let started = Kind::OperationStarted(pb::OperationStarted::default());
+    /// machine.on_event(&event("s", 1, "op-1", started), 0, no_handlers);
+    /// let call = pb::ToolCall { tool_request_id: "tool-1".into(), tool: "add".into(), ..Default::default() };
+    /// machine.on_event(&event("s", 2, "op-1", Kind::ToolCall(call)), 0, no_handlers);
+    /// let effects = machine.handler_registered(&|tool| tool == "add");
+    /// assert!(matches!(&effects[..], [Effect::InvokeTool { request, .. }] if request.tool == "add"));
+    /// assert_eq!(machine.queued_tools().count(), 0);
+    /// ```
     pub fn handler_registered(&mut self, has_handler: HasHandler<'_>) -> Vec<Effect> {
         let mut out = Vec::new();
         let (ready, waiting): (Vec<_>, Vec<_>) =
@@ -389,6 +796,26 @@ impl SessionMachine {
     }
 
     /// Feeds one Core event.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use pedelec_protocol::gate::build::event;
+    /// use pedelec_sdk::context::SessionMeta;
+    /// use pedelec_sdk::machine::{Effect, SessionMachine};
+    /// use pedelec_sdk::pb::{self, session_event::Kind};
+    ///
+    /// let mut machine = SessionMachine::new(SessionMeta::default());
+    /// let no_handlers = &|_: &str| false;
+    /// let started = Kind::OperationStarted(pb::OperationStarted::default());
+    /// machine.on_event(&event("s", 1, "op-1", started), 0, no_handlers);
+    /// let delta = event("s", 2, "op-1", Kind::ChatDelta(pb::ChatDelta { text: "Hel".into() }));
+    /// let effects = machine.on_event(&delta, 1_000, no_handlers);
+    /// let [Effect::ChatDelta { text, ctx }] = &effects[..] else { panic!("one delta") };
+    /// assert_eq!((text.as_str(), ctx.event_received_at), ("Hel", Some(1_000)));
+    /// // The same event again (a re-sync overlapping the stream) changes nothing.
+    /// assert!(machine.on_event(&delta, 1_001, no_handlers).is_empty());
+    /// ```
     pub fn on_event(&mut self, event: &pb::SessionEvent, received_at: i64, has_handler: HasHandler<'_>) -> Vec<Effect> {
         let verdict = self.gate.admit(event);
         if verdict != Verdict::Accept {

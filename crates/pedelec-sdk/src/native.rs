@@ -2,6 +2,25 @@
 //! browser does (argv `chrome-extension://<id>/`, frames on stdio) and speaks
 //! `NativeFrame`s with the protocol crate's codec. Requests pair with
 //! responses by `requestId`; events arrive tagged with their Subscribe's id.
+//!
+//! # Examples
+//!
+//! ```no_run
+//! # async fn example() -> Result<(), pedelec_sdk::PedelecError> {
+//! use std::sync::Arc;
+//! use pedelec_sdk::native::{NativeMessagingTransport, find_host_binary};
+//! use pedelec_sdk::{Pedelec, SessionOptions};
+//!
+//! // The host finds Core through the environment it is given, as from a browser.
+//! let envs = [("PEDELEC_CORE_SOCKET", "/tmp/pedelec-test/core.sock")];
+//! let extension = "chrome-extension://ighbaanpnpjegfpbhfnaekbncchadgfe/";
+//! let host = NativeMessagingTransport::spawn(&find_host_binary(), extension, &envs)?;
+//! let pedelec = Pedelec::with_transport(Arc::new(host), "https://app.example.com");
+//! let session = pedelec.create_session::<String>(SessionOptions::default()).await?;
+//! session.send_text("Hello").await?;
+//! # Ok(())
+//! # }
+//! ```
 
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};
@@ -21,7 +40,7 @@ use crate::error::PedelecError;
 use crate::transport::{BoxFuture, Call, EventStream, Reply, Transport};
 
 type Pending = oneshot::Sender<Result<Reply, PedelecError>>;
-type EventSender = mpsc::UnboundedSender<Result<pb::SessionEvent, PedelecError>>;
+use crate::delivery::{EventSender, deliver_batch};
 
 struct Shared {
     /// Set once the host's output ended; nothing can be answered after that.
@@ -33,12 +52,39 @@ struct Shared {
 }
 
 /// A transport through a `pedelec-native-host` child process.
+///
+/// # Examples
+///
+/// ```no_run
+/// # async fn example() -> Result<(), pedelec_sdk::PedelecError> {
+/// use std::sync::Arc;
+/// use pedelec_sdk::Pedelec;
+/// use pedelec_sdk::native::{NativeMessagingTransport, find_host_binary};
+///
+/// let extension = "chrome-extension://ighbaanpnpjegfpbhfnaekbncchadgfe/";
+/// let host = NativeMessagingTransport::spawn(&find_host_binary(), extension, &[])?;
+/// let pedelec = Pedelec::with_transport(Arc::new(host), "https://app.example.com");
+/// println!("Core {} via the native host", pedelec.ping().await?.version);
+/// # Ok(())
+/// # }
+/// ```
 pub struct NativeMessagingTransport {
     shared: Arc<Shared>,
     child: Mutex<Option<tokio::process::Child>>,
 }
 
 /// The `pedelec-native-host` binary (`$PEDELEC_NATIVE_HOST_BIN` overrides).
+///
+/// # Examples
+///
+/// ```
+/// use pedelec_sdk::native::find_host_binary;
+///
+/// let host = find_host_binary();
+/// if std::env::var_os("PEDELEC_NATIVE_HOST_BIN").is_none() {
+///     assert!(host.ends_with("pedelec-native-host"));
+/// }
+/// ```
 pub fn find_host_binary() -> PathBuf {
     crate::daemon::find_binary("pedelec-native-host", "PEDELEC_NATIVE_HOST_BIN")
 }
@@ -54,6 +100,21 @@ fn detached() -> PedelecError {
 impl NativeMessagingTransport {
     /// Starts the host with the extension's origin as its only argument, as
     /// Chrome does; `envs` are added to its environment (e.g. the Core socket).
+    ///
+    /// # Examples
+    ///
+    /// ```no_run
+    /// # async fn example() -> Result<(), pedelec_sdk::PedelecError> {
+    /// use std::path::Path;
+    /// use pedelec_sdk::native::NativeMessagingTransport;
+    ///
+    /// let host = Path::new("/opt/pedelec/bin/pedelec-native-host");
+    /// let envs = [("PEDELEC_CORE_SOCKET", "/tmp/pedelec-test/core.sock")];
+    /// let extension = "chrome-extension://ighbaanpnpjegfpbhfnaekbncchadgfe/";
+    /// let transport = NativeMessagingTransport::spawn(host, extension, &envs)?;
+    /// # Ok(())
+    /// # }
+    /// ```
     pub fn spawn(host: &Path, extension_origin: &str, envs: &[(&str, &str)]) -> Result<Self, PedelecError> {
         let mut command = tokio::process::Command::new(host);
         command.arg(extension_origin).stdin(Stdio::piped()).stdout(Stdio::piped()).stderr(Stdio::inherit());
@@ -128,6 +189,19 @@ impl NativeMessagingTransport {
     }
 
     /// The host's process id.
+    ///
+    /// # Examples
+    ///
+    /// ```no_run
+    /// # async fn example() -> Result<(), pedelec_sdk::PedelecError> {
+    /// use pedelec_sdk::native::{NativeMessagingTransport, find_host_binary};
+    ///
+    /// let extension = "chrome-extension://ighbaanpnpjegfpbhfnaekbncchadgfe/";
+    /// let transport = NativeMessagingTransport::spawn(&find_host_binary(), extension, &[])?;
+    /// println!("native host pid {:?}", transport.host_pid());
+    /// # Ok(())
+    /// # }
+    /// ```
     pub fn host_pid(&self) -> Option<u32> {
         lock(&self.child).as_ref().and_then(|c| c.id())
     }
@@ -144,18 +218,10 @@ impl Shared {
             }
             Some(Body::Batch(batch)) => {
                 let mut subscriptions = lock(&self.subscriptions);
-                match batch_events(&batch) {
-                    Ok(events) => {
-                        if let Some(tx) = subscriptions.get(&id) {
-                            events.into_iter().for_each(|event| drop(tx.unbounded_send(Ok(event))));
-                        }
-                    }
-                    // Events were lost: the subscription cannot go on as if not.
-                    Err(error) => {
-                        if let Some(tx) = subscriptions.remove(&id) {
-                            let _ = tx.unbounded_send(Err(PedelecError::new(error.code(), error.to_string())));
-                        }
-                    }
+                if let Some(tx) = subscriptions.get(&id)
+                    && !deliver_batch(tx, batch_events(&batch))
+                {
+                    subscriptions.remove(&id);
                 }
             }
             Some(Body::Response(response)) => {

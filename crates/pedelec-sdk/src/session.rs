@@ -1,6 +1,22 @@
 //! `PedelecSession<T>`: the application's handle on one Core session. It
 //! feeds the [`SessionMachine`] and carries out its effects: handlers,
 //! promise settlement, tool submission. All I/O goes through the transport.
+//!
+//! # Examples
+//!
+//! ```no_run
+//! # async fn example() -> Result<(), pedelec_sdk::PedelecError> {
+//! use pedelec_sdk::{Pedelec, SessionOptions, SessionStatus};
+//!
+//! let pedelec = Pedelec::discover("app:my-tool").await?;
+//! let session = pedelec.create_session::<String>(SessionOptions::default()).await?;
+//! let _off = session.on_chat(|text, _ctx| println!("{text}"));
+//! session.send_text("Analyze the current page.").await?;
+//! session.end().await?;
+//! assert_eq!(session.get_status(), SessionStatus::Ended);
+//! # Ok(())
+//! # }
+//! ```
 
 use std::collections::HashMap;
 use std::marker::PhantomData;
@@ -28,11 +44,39 @@ type EndedFn = Arc<dyn Fn(&EventContext) + Send + Sync>;
 type UsageFn = Arc<dyn Fn(u64) + Send + Sync>;
 type ActivityFn = Arc<dyn Fn(&pb::Activity, &EventContext) + Send + Sync>;
 /// A permission handler: the chosen option id, or `None` to reject.
+///
+/// # Examples
+///
+/// ```
+/// use std::sync::Arc;
+/// use pedelec_sdk::pb::{PermissionOption, PermissionRequest};
+/// use pedelec_sdk::session::PermissionFn;
+///
+/// // What `on_permission` makes of a closure: here, always the first option.
+/// let first: PermissionFn =
+///     Arc::new(|request, _ctx| Box::pin(async move { request.options.first().map(|o| o.option_id.clone()) }));
+/// let request = PermissionRequest {
+///     options: vec![PermissionOption { option_id: "allow".into(), ..Default::default() }],
+///     ..Default::default()
+/// };
+/// let ctx = pedelec_sdk::context::SessionMeta::default().core("permission_requested", None, 0, None);
+/// assert_eq!(futures::executor::block_on(first(request, ctx)), Some("allow".to_string()));
+/// ```
 pub type PermissionFn =
     Arc<dyn Fn(pb::PermissionRequest, EventContext) -> BoxFuture<'static, Option<String>> + Send + Sync>;
 type SharedOutcome = Shared<BoxFuture<'static, Result<(), PedelecError>>>;
 
 /// Cumulative token usage; `total_tokens` is `None` until a provider reports a valid total.
+///
+/// # Examples
+///
+/// ```
+/// use pedelec_sdk::PedelecSessionUsage;
+///
+/// // What a fresh handle reports before any provider counted tokens.
+/// let usage = PedelecSessionUsage::default();
+/// assert_eq!(usage.total_tokens, None);
+/// ```
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 pub struct PedelecSessionUsage {
     pub total_tokens: Option<u64>,
@@ -40,10 +84,43 @@ pub struct PedelecSessionUsage {
 
 /// Returned by every `on_*`: call [`Disposer::dispose`] to unregister.
 /// Dropping it keeps the handler registered; disposing never cancels running work.
+///
+/// # Examples
+///
+/// ```no_run
+/// # async fn example() -> Result<(), pedelec_sdk::PedelecError> {
+/// use pedelec_sdk::{Pedelec, SessionOptions};
+///
+/// let pedelec = Pedelec::discover("app:my-tool").await?;
+/// let session = pedelec.create_session::<String>(SessionOptions::default()).await?;
+/// let off = session.on_chat_delta(|delta, _ctx| print!("{delta}"));
+/// session.send_text("Stream this answer.").await?;
+/// // Later turns run without the handler.
+/// off.dispose();
+/// session.send_text("Not streamed.").await?;
+/// # Ok(())
+/// # }
+/// ```
 #[must_use = "keep the disposer to unregister the handler later"]
 pub struct Disposer(Option<Box<dyn FnOnce() + Send>>);
 
 impl Disposer {
+    /// Unregisters the handler; a call it is running finishes.
+    ///
+    /// # Examples
+    ///
+    /// ```no_run
+    /// # async fn example() -> Result<(), pedelec_sdk::PedelecError> {
+    /// use pedelec_sdk::{Pedelec, SessionOptions};
+    ///
+    /// let pedelec = Pedelec::discover("app:my-tool").await?;
+    /// let session = pedelec.create_session::<String>(SessionOptions::default()).await?;
+    /// let off = session.on_status(|status, ctx| println!("{} → {status}", ctx.previous_status));
+    /// session.send_text("Hello").await?;
+    /// off.dispose();
+    /// # Ok(())
+    /// # }
+    /// ```
     pub fn dispose(mut self) {
         if let Some(f) = self.0.take() {
             f();
@@ -133,6 +210,24 @@ fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
 }
 
 /// One Core agent session. Cheap to clone; clones share the handle.
+///
+/// # Examples
+///
+/// ```no_run
+/// # async fn example() -> Result<(), pedelec_sdk::PedelecError> {
+/// use pedelec_sdk::{Pedelec, SessionOptions};
+///
+/// let pedelec = Pedelec::discover("app:my-tool").await?;
+/// let session = pedelec.create_session::<String>(SessionOptions::default()).await?;
+/// let _off = session.on_chat(|text, _ctx| println!("{text}"));
+/// // A clone is the same handle, e.g. for another task.
+/// let background = session.clone();
+/// background.send_text("Hello").await?;
+/// assert_eq!(session.last_seq(), background.last_seq());
+/// session.end().await?;
+/// # Ok(())
+/// # }
+/// ```
 pub struct PedelecSession<T: ToolName = String> {
     inner: Arc<Inner>,
     _names: PhantomData<fn() -> T>,
@@ -187,35 +282,143 @@ impl<T: ToolName> PedelecSession<T> {
     }
 
     /// Core session/thread identifier.
+    ///
+    /// # Examples
+    ///
+    /// ```no_run
+    /// # async fn example() -> Result<(), pedelec_sdk::PedelecError> {
+    /// use pedelec_sdk::{Pedelec, SessionOptions};
+    ///
+    /// let pedelec = Pedelec::discover("app:my-tool").await?;
+    /// let session = pedelec.create_session::<String>(SessionOptions::default()).await?;
+    /// // The id is what re-attaches later, e.g. after a restart of the application.
+    /// let id = session.session_id().to_owned();
+    /// let again = pedelec.resume_session::<String>(&id).await?;
+    /// assert_eq!(again.session_id(), id);
+    /// # Ok(())
+    /// # }
+    /// ```
     pub fn session_id(&self) -> &str {
         &self.inner.session_id
     }
 
     /// Provider known to this handle (may be empty on a fresh resumed handle until its snapshot).
+    ///
+    /// # Examples
+    ///
+    /// ```no_run
+    /// # async fn example() -> Result<(), pedelec_sdk::PedelecError> {
+    /// use pedelec_sdk::{Pedelec, SessionOptions};
+    ///
+    /// let pedelec = Pedelec::discover("app:my-tool").await?;
+    /// let options = SessionOptions { provider: Some("scripted".into()), ..Default::default() };
+    /// let session = pedelec.create_session::<String>(options).await?;
+    /// assert_eq!(session.provider(), "scripted");
+    /// # Ok(())
+    /// # }
+    /// ```
     pub fn provider(&self) -> String {
         lock(&self.inner.machine).meta().provider.clone()
     }
 
     /// Normalised effort level (`"default" | "low" | "high"`).
+    ///
+    /// # Examples
+    ///
+    /// ```no_run
+    /// # async fn example() -> Result<(), pedelec_sdk::PedelecError> {
+    /// use pedelec_sdk::{Pedelec, SessionOptions, EffortLevel};
+    ///
+    /// let pedelec = Pedelec::discover("app:my-tool").await?;
+    /// let options = SessionOptions { effort_level: Some(EffortLevel::Low), ..Default::default() };
+    /// let session = pedelec.create_session::<String>(options).await?;
+    /// if let Some(effort) = session.effort_level() {
+    ///     println!("effort: {effort}");
+    /// }
+    /// # Ok(())
+    /// # }
+    /// ```
     pub fn effort_level(&self) -> Option<&'static str> {
         lock(&self.inner.machine).meta().effort_level
     }
 
     /// When this handle was constructed (ms since epoch).
+    ///
+    /// # Examples
+    ///
+    /// ```no_run
+    /// # async fn example() -> Result<(), pedelec_sdk::PedelecError> {
+    /// use pedelec_sdk::{Pedelec, SessionOptions};
+    ///
+    /// let pedelec = Pedelec::discover("app:my-tool").await?;
+    /// let session = pedelec.create_session::<String>(SessionOptions::default()).await?;
+    /// assert!(session.session_created_at() <= pedelec_sdk::context::now_ms());
+    /// # Ok(())
+    /// # }
+    /// ```
     pub fn session_created_at(&self) -> i64 {
         lock(&self.inner.machine).meta().session_created_at
     }
 
+    /// Cumulative token usage as far as this handle has heard.
+    ///
+    /// # Examples
+    ///
+    /// ```no_run
+    /// # async fn example() -> Result<(), pedelec_sdk::PedelecError> {
+    /// use pedelec_sdk::{Pedelec, SessionOptions};
+    ///
+    /// let pedelec = Pedelec::discover("app:my-tool").await?;
+    /// let session = pedelec.create_session::<String>(SessionOptions::default()).await?;
+    /// session.send_text("Hello").await?;
+    /// match session.usage().total_tokens {
+    ///     Some(total) => println!("{total} tokens so far"),
+    ///     None => println!("this provider reports no usage"),
+    /// }
+    /// # Ok(())
+    /// # }
+    /// ```
     pub fn usage(&self) -> PedelecSessionUsage {
         PedelecSessionUsage { total_tokens: lock(&self.inner.machine).usage() }
     }
 
     /// The current local status.
+    ///
+    /// # Examples
+    ///
+    /// ```no_run
+    /// # async fn example() -> Result<(), pedelec_sdk::PedelecError> {
+    /// use pedelec_sdk::{Pedelec, SessionOptions, SessionStatus};
+    ///
+    /// let pedelec = Pedelec::discover("app:my-tool").await?;
+    /// let session = pedelec.create_session::<String>(SessionOptions::default()).await?;
+    /// assert_eq!(session.get_status(), SessionStatus::Idle);
+    /// session.send_text("Hello").await?;
+    /// // The turn is over once `send_text` resolves.
+    /// assert_eq!(session.get_status(), SessionStatus::Idle);
+    /// # Ok(())
+    /// # }
+    /// ```
     pub fn get_status(&self) -> SessionStatus {
         lock(&self.inner.machine).status()
     }
 
     /// Sequence number of the newest Core event this handle adopted.
+    ///
+    /// # Examples
+    ///
+    /// ```no_run
+    /// # async fn example() -> Result<(), pedelec_sdk::PedelecError> {
+    /// use pedelec_sdk::{Pedelec, SessionOptions};
+    ///
+    /// let pedelec = Pedelec::discover("app:my-tool").await?;
+    /// let session = pedelec.create_session::<String>(SessionOptions::default()).await?;
+    /// let before = session.last_seq();
+    /// session.send_text("Hello").await?;
+    /// assert!(session.last_seq() > before);
+    /// # Ok(())
+    /// # }
+    /// ```
     pub fn last_seq(&self) -> u64 {
         lock(&self.inner.machine).last_seq()
     }
@@ -226,6 +429,25 @@ impl<T: ToolName> PedelecSession<T> {
     /// `TRANSPORT_DETACHED` rejection, whose `details.operationId` names the
     /// operation, a handle from `Pedelec::resume_session` tells how it
     /// really ended — `CORE_RESTARTED` when Core crashed during it.
+    ///
+    /// # Examples
+    ///
+    /// ```no_run
+    /// # async fn example() -> Result<(), pedelec_sdk::PedelecError> {
+    /// use pedelec_sdk::{Pedelec, SessionOptions, ErrorCode};
+    ///
+    /// let pedelec = Pedelec::discover("app:my-tool").await?;
+    /// let session = pedelec.create_session::<String>(SessionOptions::default()).await?;
+    /// if let Err(error) = session.send_text("Hello").await {
+    ///     if error.is(ErrorCode::TransportDetached) {
+    ///         let operation = error.details.as_ref().and_then(|d| d["operationId"].as_str()).unwrap_or_default();
+    ///         let again = pedelec.resume_session::<String>(session.session_id()).await?;
+    ///         println!("it ended as {:?}", again.operation_outcome(operation));
+    ///     }
+    /// }
+    /// # Ok(())
+    /// # }
+    /// ```
     pub fn operation_outcome(&self, operation_id: &str) -> Option<Result<(), PedelecError>> {
         lock(&self.inner.machine).outcome(operation_id)
     }
@@ -236,11 +458,39 @@ impl<T: ToolName> PedelecSession<T> {
     }
 
     /// Whether this handle lost its transport (use `Pedelec::resume_session`).
+    ///
+    /// # Examples
+    ///
+    /// ```no_run
+    /// # async fn example() -> Result<(), pedelec_sdk::PedelecError> {
+    /// use pedelec_sdk::{Pedelec, SessionOptions};
+    ///
+    /// let pedelec = Pedelec::discover("app:my-tool").await?;
+    /// let session = pedelec.create_session::<String>(SessionOptions::default()).await?;
+    /// let session = if session.is_detached() { pedelec.resume_session(session.session_id()).await? } else { session };
+    /// session.send_text("Hello").await?;
+    /// # Ok(())
+    /// # }
+    /// ```
     pub fn is_detached(&self) -> bool {
         self.inner.detached.load(Ordering::SeqCst)
     }
 
     /// Starts one user turn; resolves on its `OperationCompleted`.
+    ///
+    /// # Examples
+    ///
+    /// ```no_run
+    /// # async fn example() -> Result<(), pedelec_sdk::PedelecError> {
+    /// use pedelec_sdk::{Pedelec, SessionOptions};
+    ///
+    /// let pedelec = Pedelec::discover("app:my-tool").await?;
+    /// let session = pedelec.create_session::<String>(SessionOptions::default()).await?;
+    /// let _off = session.on_chat(|text, _ctx| println!("{text}"));
+    /// session.send_text("Analyze the current page.").await?;
+    /// # Ok(())
+    /// # }
+    /// ```
     pub async fn send_text(&self, text: impl Into<String>) -> Result<(), PedelecError> {
         self.send_text_with(text, SendOptions::default()).await
     }
@@ -253,6 +503,20 @@ impl<T: ToolName> PedelecSession<T> {
     /// links or paths in the workspace. A malformed list is refused here
     /// (`ASSET_PATH_INVALID`, `INVALID_ARGUMENT`), a missing file by Core
     /// (`ASSET_NOT_FOUND`), before anything starts.
+    ///
+    /// # Examples
+    ///
+    /// ```no_run
+    /// # async fn example() -> Result<(), pedelec_sdk::PedelecError> {
+    /// use pedelec_sdk::{Pedelec, SessionOptions, SendOptions, assets::UploadSource};
+    ///
+    /// let pedelec = Pedelec::discover("app:my-tool").await?;
+    /// let session = pedelec.create_session::<String>(SessionOptions::default()).await?;
+    /// let path = session.upload_asset(UploadSource::from_path("page.png").await?, Some("/screens/page.png")).await?;
+    /// session.send_text_with("What is on this page?", SendOptions { attachments: vec![path] }).await?;
+    /// # Ok(())
+    /// # }
+    /// ```
     pub async fn send_text_with(&self, text: impl Into<String>, options: SendOptions) -> Result<(), PedelecError> {
         if let Err((code, message)) = pedelec_protocol::asset_path::check_attachments(&options.attachments) {
             return Err(PedelecError::new(code, message));
@@ -267,6 +531,23 @@ impl<T: ToolName> PedelecSession<T> {
     }
 
     /// Optional preparation: idempotent after success; concurrent calls share one request.
+    ///
+    /// # Examples
+    ///
+    /// ```no_run
+    /// # async fn example() -> Result<(), pedelec_sdk::PedelecError> {
+    /// use pedelec_sdk::{Pedelec, SessionOptions};
+    ///
+    /// let pedelec = Pedelec::discover("app:my-tool").await?;
+    /// let session = pedelec.create_session::<String>(SessionOptions::default()).await?;
+    /// // Proves that the agent runs before the first real turn.
+    /// session.prepare().await?;
+    /// // Already prepared: resolves at once.
+    /// session.prepare().await?;
+    /// session.send_text("Hello").await?;
+    /// # Ok(())
+    /// # }
+    /// ```
     pub async fn prepare(&self) -> Result<(), PedelecError> {
         let shared = {
             let mut slot = lock(&self.inner.prepare);
@@ -301,6 +582,22 @@ impl<T: ToolName> PedelecSession<T> {
     }
 
     /// Ends the Core session. Resolves at once when already ended.
+    ///
+    /// # Examples
+    ///
+    /// ```no_run
+    /// # async fn example() -> Result<(), pedelec_sdk::PedelecError> {
+    /// use pedelec_sdk::{Pedelec, SessionOptions, SessionStatus};
+    ///
+    /// let pedelec = Pedelec::discover("app:my-tool").await?;
+    /// let session = pedelec.create_session::<String>(SessionOptions::default()).await?;
+    /// session.end().await?;
+    /// assert_eq!(session.get_status(), SessionStatus::Ended);
+    /// // Ending again is not an error.
+    /// session.end().await?;
+    /// # Ok(())
+    /// # }
+    /// ```
     pub async fn end(&self) -> Result<(), PedelecError> {
         if self.get_status() == SessionStatus::Ended {
             return Ok(());
@@ -329,6 +626,24 @@ impl<T: ToolName> PedelecSession<T> {
     /// [`PedelecSession::get_status`] is `idle` then). Works for an operation
     /// another handle or tab of the same origin started; nothing running
     /// (idle, ended) is a no-op.
+    ///
+    /// # Examples
+    ///
+    /// ```no_run
+    /// # async fn example() -> Result<(), pedelec_sdk::PedelecError> {
+    /// use pedelec_sdk::{Pedelec, SessionOptions, ErrorCode, SessionStatus};
+    ///
+    /// let pedelec = Pedelec::discover("app:my-tool").await?;
+    /// let session = pedelec.create_session::<String>(SessionOptions::default()).await?;
+    /// let (turn, cancelled) = futures::join!(session.send_text("Write a long essay."), session.cancel());
+    /// cancelled?;
+    /// if let Err(error) = turn {
+    ///     assert!(error.is(ErrorCode::OperationCancelled));
+    /// }
+    /// assert_eq!(session.get_status(), SessionStatus::Idle);
+    /// # Ok(())
+    /// # }
+    /// ```
     pub async fn cancel(&self) -> Result<(), PedelecError> {
         if self.get_status() == SessionStatus::Ended {
             return Ok(());
@@ -373,6 +688,24 @@ impl<T: ToolName> PedelecSession<T> {
     }
 
     /// Reactivates this handle after `end()` (ended → idle on the same thread).
+    ///
+    /// # Examples
+    ///
+    /// ```no_run
+    /// # async fn example() -> Result<(), pedelec_sdk::PedelecError> {
+    /// use pedelec_sdk::{Pedelec, SessionOptions, SessionStatus};
+    ///
+    /// let pedelec = Pedelec::discover("app:my-tool").await?;
+    /// let session = pedelec.create_session::<String>(SessionOptions::default()).await?;
+    /// session.send_text("Remember the number 7.").await?;
+    /// session.end().await?;
+    /// session.resume().await?;
+    /// assert_eq!(session.get_status(), SessionStatus::Idle);
+    /// // The agent's thread continues.
+    /// session.send_text("Which number was it?").await?;
+    /// # Ok(())
+    /// # }
+    /// ```
     pub async fn resume(&self) -> Result<(), PedelecError> {
         if self.is_detached() {
             return Err(detached_error());
@@ -421,6 +754,21 @@ impl<T: ToolName> PedelecSession<T> {
     /// completed/failed). A frontend tool call the agent could not make
     /// shows here as failed, with its reason in `output`. A handler
     /// registered mid-turn is first told the turn's activities so far.
+    ///
+    /// # Examples
+    ///
+    /// ```no_run
+    /// # async fn example() -> Result<(), pedelec_sdk::PedelecError> {
+    /// use pedelec_sdk::{Pedelec, SessionOptions};
+    /// use pedelec_sdk::activity::{kind_name, summary};
+    ///
+    /// let pedelec = Pedelec::discover("app:my-tool").await?;
+    /// let session = pedelec.create_session::<String>(SessionOptions::default()).await?;
+    /// let _off = session.on_activity(|a, _ctx| println!("{} {}", kind_name(a.kind), summary(a)));
+    /// session.send_text("Run the tests.").await?;
+    /// # Ok(())
+    /// # }
+    /// ```
     pub fn on_activity(&self, f: impl Fn(&pb::Activity, &EventContext) + Send + Sync + 'static) -> Disposer {
         let f: ActivityFn = Arc::new(f);
         // Registered, and the running turn's activities queued, under the
@@ -448,6 +796,25 @@ impl<T: ToolName> PedelecSession<T> {
     /// Core's policy would choose (`policy_option_id`); without an answer by
     /// its deadline Core rejects it. The first answer from any handle of the
     /// origin wins.
+    ///
+    /// # Examples
+    ///
+    /// ```no_run
+    /// # async fn example() -> Result<(), pedelec_sdk::PedelecError> {
+    /// use pedelec_sdk::{Pedelec, SessionOptions};
+    /// use pedelec_sdk::pb::{PermissionMode, PermissionOptionKind};
+    ///
+    /// let pedelec = Pedelec::discover("app:my-tool").await?;
+    /// let options = SessionOptions { permission_mode: PermissionMode::App, ..Default::default() };
+    /// let session = pedelec.create_session::<String>(options).await?;
+    /// let _off = session.on_permission(|request, _ctx| async move {
+    ///     let once = request.options.iter().find(|o| o.kind == PermissionOptionKind::AllowOnce as i32);
+    ///     once.map(|o| o.option_id.clone())
+    /// });
+    /// session.send_text("Deploy the site.").await?;
+    /// # Ok(())
+    /// # }
+    /// ```
     pub fn on_permission<F, Fut>(&self, f: F) -> Disposer
     where
         F: Fn(pb::PermissionRequest, EventContext) -> Fut + Send + Sync + 'static,
@@ -458,42 +825,154 @@ impl<T: ToolName> PedelecSession<T> {
     }
 
     /// Completed assistant messages.
+    ///
+    /// # Examples
+    ///
+    /// ```no_run
+    /// # async fn example() -> Result<(), pedelec_sdk::PedelecError> {
+    /// use pedelec_sdk::{Pedelec, SessionOptions};
+    ///
+    /// let pedelec = Pedelec::discover("app:my-tool").await?;
+    /// let session = pedelec.create_session::<String>(SessionOptions::default()).await?;
+    /// let _off = session.on_chat(|text, ctx| println!("[{}] {text}", ctx.session_id));
+    /// session.send_text("Hello").await?;
+    /// # Ok(())
+    /// # }
+    /// ```
     pub fn on_chat(&self, f: impl Fn(&str, &EventContext) + Send + Sync + 'static) -> Disposer {
         let f: ChatFn = Arc::new(f);
         self.register(move |h, id| h.chat.push((id, f)), |h, id| h.chat.retain(|(i, _)| *i != id))
     }
 
     /// Best-effort incremental assistant text.
+    ///
+    /// # Examples
+    ///
+    /// ```no_run
+    /// # async fn example() -> Result<(), pedelec_sdk::PedelecError> {
+    /// use pedelec_sdk::{Pedelec, SessionOptions};
+    /// use std::sync::{Arc, Mutex};
+    ///
+    /// let pedelec = Pedelec::discover("app:my-tool").await?;
+    /// let session = pedelec.create_session::<String>(SessionOptions::default()).await?;
+    /// let live = Arc::new(Mutex::new(String::new()));
+    /// let sink = live.clone();
+    /// let _off = session.on_chat_delta(move |delta, _ctx| sink.lock().unwrap().push_str(delta));
+    /// session.send_text("Hello").await?;
+    /// println!("streamed: {}", live.lock().unwrap());
+    /// # Ok(())
+    /// # }
+    /// ```
     pub fn on_chat_delta(&self, f: impl Fn(&str, &EventContext) + Send + Sync + 'static) -> Disposer {
         let f: ChatFn = Arc::new(f);
         self.register(move |h, id| h.delta.push((id, f)), |h, id| h.delta.retain(|(i, _)| *i != id))
     }
 
     /// Status changes (only when the value changes; never the initial value).
+    ///
+    /// # Examples
+    ///
+    /// ```no_run
+    /// # async fn example() -> Result<(), pedelec_sdk::PedelecError> {
+    /// use pedelec_sdk::{Pedelec, SessionOptions};
+    ///
+    /// let pedelec = Pedelec::discover("app:my-tool").await?;
+    /// let session = pedelec.create_session::<String>(SessionOptions::default()).await?;
+    /// let _off = session.on_status(|status, ctx| {
+    ///     println!("{} → {status} ({})", ctx.previous_status, ctx.source.as_str());
+    /// });
+    /// session.send_text("Hello").await?;
+    /// # Ok(())
+    /// # }
+    /// ```
     pub fn on_status(&self, f: impl Fn(SessionStatus, &StatusContext) + Send + Sync + 'static) -> Disposer {
         let f: StatusFn = Arc::new(f);
         self.register(move |h, id| h.status.push((id, f)), |h, id| h.status.retain(|(i, _)| *i != id))
     }
 
     /// Core and SDK errors.
+    ///
+    /// # Examples
+    ///
+    /// ```no_run
+    /// # async fn example() -> Result<(), pedelec_sdk::PedelecError> {
+    /// use pedelec_sdk::{Pedelec, SessionOptions};
+    ///
+    /// let pedelec = Pedelec::discover("app:my-tool").await?;
+    /// let session = pedelec.create_session::<String>(SessionOptions::default()).await?;
+    /// let _off = session.on_error(|error, ctx| eprintln!("{} ({}): {}", error.code, ctx.kind, error.message));
+    /// session.send_text("Hello").await?;
+    /// # Ok(())
+    /// # }
+    /// ```
     pub fn on_error(&self, f: impl Fn(&PedelecError, &EventContext) + Send + Sync + 'static) -> Disposer {
         let f: ErrorFn = Arc::new(f);
         self.register(move |h, id| h.error.push((id, f)), |h, id| h.error.retain(|(i, _)| *i != id))
     }
 
     /// Each transition into ended.
+    ///
+    /// # Examples
+    ///
+    /// ```no_run
+    /// # async fn example() -> Result<(), pedelec_sdk::PedelecError> {
+    /// use pedelec_sdk::{Pedelec, SessionOptions};
+    ///
+    /// let pedelec = Pedelec::discover("app:my-tool").await?;
+    /// let session = pedelec.create_session::<String>(SessionOptions::default()).await?;
+    /// let _off = session.on_ended(|ctx| println!("session {} ended ({})", ctx.session_id, ctx.kind));
+    /// session.end().await?;
+    /// # Ok(())
+    /// # }
+    /// ```
     pub fn on_ended(&self, f: impl Fn(&EventContext) + Send + Sync + 'static) -> Disposer {
         let f: EndedFn = Arc::new(f);
         self.register(move |h, id| h.ended.push((id, f)), |h, id| h.ended.retain(|(i, _)| *i != id))
     }
 
     /// Usage growth (never runs chat, status or error handlers).
+    ///
+    /// # Examples
+    ///
+    /// ```no_run
+    /// # async fn example() -> Result<(), pedelec_sdk::PedelecError> {
+    /// use pedelec_sdk::{Pedelec, SessionOptions};
+    ///
+    /// let pedelec = Pedelec::discover("app:my-tool").await?;
+    /// let session = pedelec.create_session::<String>(SessionOptions::default()).await?;
+    /// let _off = session.on_usage(|total| println!("{total} tokens"));
+    /// session.send_text("Hello").await?;
+    /// # Ok(())
+    /// # }
+    /// ```
     pub fn on_usage(&self, f: impl Fn(u64) + Send + Sync + 'static) -> Disposer {
         let f: UsageFn = Arc::new(f);
         self.register(move |h, id| h.usage.push((id, f)), |h, id| h.usage.retain(|(i, _)| *i != id))
     }
 
     /// Named async handler for one tool (overrides an inline handler).
+    ///
+    /// # Examples
+    ///
+    /// ```no_run
+    /// # async fn example() -> Result<(), pedelec_sdk::PedelecError> {
+    /// use pedelec_sdk::{Pedelec, SessionOptions, ToolSpec};
+    ///
+    /// let pedelec = Pedelec::discover("app:my-tool").await?;
+    /// let counter = ToolSpec::new("update_counter".to_string(), "Adds delta to the counter", serde_json::json!({}));
+    /// let session = pedelec.create_session(SessionOptions { tools: vec![counter], ..Default::default() }).await?;
+    /// #[derive(serde::Deserialize)]
+    /// struct Delta {
+    ///     delta: i64,
+    /// }
+    ///
+    /// let _off = session.on_tool("update_counter".to_string(), |args: Delta, _ctx| async move {
+    ///     Ok::<_, String>(serde_json::json!({ "value": 41 + args.delta }))
+    /// });
+    /// session.send_text("Add 1 to the counter.").await?;
+    /// # Ok(())
+    /// # }
+    /// ```
     pub fn on_tool<A, R, E, F, Fut>(&self, tool: T, f: F) -> Disposer
     where
         A: DeserializeOwned + Send + 'static,
@@ -506,6 +985,24 @@ impl<T: ToolName> PedelecSession<T> {
     }
 
     /// Named synchronous handler for one tool.
+    ///
+    /// # Examples
+    ///
+    /// ```no_run
+    /// # async fn example() -> Result<(), pedelec_sdk::PedelecError> {
+    /// use pedelec_sdk::{Pedelec, SessionOptions, ToolSpec};
+    ///
+    /// let pedelec = Pedelec::discover("app:my-tool").await?;
+    /// let counter = ToolSpec::new("update_counter".to_string(), "Adds delta to the counter", serde_json::json!({}));
+    /// let session = pedelec.create_session(SessionOptions { tools: vec![counter], ..Default::default() }).await?;
+    /// let _off = session.on_tool_sync("update_counter".to_string(), |args: serde_json::Value, ctx| {
+    ///     println!("call {} asks for {args}", ctx.tool_request_id);
+    ///     Ok::<_, String>(serde_json::json!({ "value": 1 }))
+    /// });
+    /// session.send_text("Add 1 to the counter.").await?;
+    /// # Ok(())
+    /// # }
+    /// ```
     pub fn on_tool_sync<A, R, E, F>(&self, tool: T, f: F) -> Disposer
     where
         A: DeserializeOwned + Send + 'static,
@@ -517,6 +1014,24 @@ impl<T: ToolName> PedelecSession<T> {
     }
 
     /// Named handler from an erased function.
+    ///
+    /// # Examples
+    ///
+    /// ```no_run
+    /// # async fn example() -> Result<(), pedelec_sdk::PedelecError> {
+    /// use pedelec_sdk::{Pedelec, SessionOptions, ToolSpec};
+    /// use pedelec_sdk::sync_handler;
+    ///
+    /// let pedelec = Pedelec::discover("app:my-tool").await?;
+    /// let counter = ToolSpec::new("update_counter".to_string(), "Adds delta to the counter", serde_json::json!({}));
+    /// let session = pedelec.create_session(SessionOptions { tools: vec![counter], ..Default::default() }).await?;
+    /// // A handler built once and registered for several sessions.
+    /// let counter = sync_handler(|_: serde_json::Value, _ctx| Ok::<_, String>(serde_json::json!({ "value": 1 })));
+    /// let _off = session.on_tool_fn("update_counter".to_string(), counter);
+    /// session.send_text("Add 1 to the counter.").await?;
+    /// # Ok(())
+    /// # }
+    /// ```
     pub fn on_tool_fn(&self, tool: T, f: ToolHandlerFn) -> Disposer {
         let name = tool.as_str().to_owned();
         let disposer =
@@ -526,6 +1041,23 @@ impl<T: ToolName> PedelecSession<T> {
     }
 
     /// Generic fallback for every tool without a named or inline handler.
+    ///
+    /// # Examples
+    ///
+    /// ```no_run
+    /// # async fn example() -> Result<(), pedelec_sdk::PedelecError> {
+    /// use pedelec_sdk::{Pedelec, SessionOptions, ToolSpec};
+    ///
+    /// let pedelec = Pedelec::discover("app:my-tool").await?;
+    /// let counter = ToolSpec::new("update_counter".to_string(), "Adds delta to the counter", serde_json::json!({}));
+    /// let session = pedelec.create_session(SessionOptions { tools: vec![counter], ..Default::default() }).await?;
+    /// let _off = session.on_any_tool(|tool: String, args, _ctx| async move {
+    ///     Err::<serde_json::Value, _>(format!("{tool} is not available here (got {args})"))
+    /// });
+    /// session.send_text("Use any tool you like.").await?;
+    /// # Ok(())
+    /// # }
+    /// ```
     pub fn on_any_tool<F, Fut>(&self, f: F) -> Disposer
     where
         F: Fn(T, serde_json::Value, ToolCallContext) -> Fut + Send + Sync + 'static,
@@ -555,6 +1087,9 @@ impl<T: ToolName> PedelecSession<T> {
 }
 
 /// One entry of a session's effects queue.
+// Nearly every entry is an effect; boxing them to shrink the rare marker
+// would allocate once per streamed delta.
+#[allow(clippy::large_enum_variant)]
 enum Queued {
     Effect(Effect),
     /// Wakes a caller once every effect queued before it has run.
@@ -1072,6 +1607,21 @@ impl<T: ToolName> PedelecSession<T> {
     }
 
     /// Completed regular files from every level, newest first then by name.
+    ///
+    /// # Examples
+    ///
+    /// ```no_run
+    /// # async fn example() -> Result<(), pedelec_sdk::PedelecError> {
+    /// use pedelec_sdk::{Pedelec, SessionOptions};
+    ///
+    /// let pedelec = Pedelec::discover("app:my-tool").await?;
+    /// let session = pedelec.create_session::<String>(SessionOptions::default()).await?;
+    /// for asset in session.list_assets().await? {
+    ///     println!("{} {} bytes", asset.path, asset.size);
+    /// }
+    /// # Ok(())
+    /// # }
+    /// ```
     pub async fn list_assets(&self) -> Result<Vec<pb::Asset>, PedelecError> {
         self.check_assets_usable()?;
         let request = pb::ListAssetsRequest {
@@ -1089,6 +1639,29 @@ impl<T: ToolName> PedelecSession<T> {
     /// `before_id` (0: no bound), oldest first, and whether older ones
     /// match too. Page back with `before_id` = the first entry's id; after a
     /// re-sync, `after_seq` = the last seq handled recovers what was missed.
+    ///
+    /// # Examples
+    ///
+    /// ```no_run
+    /// # async fn example() -> Result<(), pedelec_sdk::PedelecError> {
+    /// use pedelec_sdk::{Pedelec, SessionOptions};
+    /// use pedelec_sdk::HistoryQuery;
+    ///
+    /// let pedelec = Pedelec::discover("app:my-tool").await?;
+    /// let session = pedelec.create_session::<String>(SessionOptions::default()).await?;
+    /// session.send_text("Hello").await?;
+    /// let page = session.history(HistoryQuery { limit: 50, ..Default::default() }).await?;
+    /// for entry in &page.entries {
+    ///     println!("#{} {:?}", entry.seq, entry.kind);
+    /// }
+    /// // Older entries, one page further back.
+    /// if let (true, Some(first)) = (page.has_more, page.entries.first()) {
+    ///     let older = session.history(HistoryQuery { before_id: first.id, ..Default::default() }).await?;
+    ///     println!("{} older entries", older.entries.len());
+    /// }
+    /// # Ok(())
+    /// # }
+    /// ```
     pub async fn history(&self, query: HistoryQuery) -> Result<pb::GetHistoryResponse, PedelecError> {
         let request = pb::GetHistoryRequest {
             session_id: self.inner.session_id.clone(),
@@ -1105,6 +1678,17 @@ impl<T: ToolName> PedelecSession<T> {
 }
 
 /// Options of one [`PedelecSession::send_text_with`].
+///
+/// # Examples
+///
+/// ```
+/// use pedelec_sdk::SendOptions;
+///
+/// let options = SendOptions { attachments: vec!["/screens/page.png".into()] };
+/// // No attachments by default: `send_text_with(text, SendOptions::default())` is `send_text(text)`.
+/// assert!(SendOptions::default().attachments.is_empty());
+/// assert_eq!(options.attachments.len(), 1);
+/// ```
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct SendOptions {
     /// Public asset paths, e.g. `"/screens/page.png"` (at most 16).
@@ -1112,6 +1696,19 @@ pub struct SendOptions {
 }
 
 /// Which page of a session's history to read ([`PedelecSession::history`]).
+///
+/// # Examples
+///
+/// ```
+/// use pedelec_sdk::HistoryQuery;
+///
+/// // The newest 100 entries: every bound left at 0.
+/// let newest = HistoryQuery::default();
+/// assert_eq!((newest.after_seq, newest.before_id, newest.limit), (0, 0, 0));
+/// // What a re-synchronised view missed after the last seq it handled.
+/// let missed = HistoryQuery { after_seq: 41, ..Default::default() };
+/// assert_eq!(missed.limit, 0);
+/// ```
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub struct HistoryQuery {
     /// Only entries with seq > this (0: from the start).
@@ -1138,6 +1735,22 @@ pub(crate) fn asset_json<J: DeserializeOwned>(path: &str, text: &str) -> Result<
 impl<T: ToolName> PedelecSession<T> {
     /// Uploads one file; returns its public path. `target_path` writes exactly
     /// there (creating parents, replacing a regular file).
+    ///
+    /// # Examples
+    ///
+    /// ```no_run
+    /// # async fn example() -> Result<(), pedelec_sdk::PedelecError> {
+    /// use pedelec_sdk::{Pedelec, SessionOptions};
+    /// use pedelec_sdk::assets::UploadSource;
+    ///
+    /// let pedelec = Pedelec::discover("app:my-tool").await?;
+    /// let session = pedelec.create_session::<String>(SessionOptions::default()).await?;
+    /// let source = UploadSource::from_bytes("report.json", "application/json", br#"{"ok":true}"#.to_vec());
+    /// let path = session.upload_asset(source, Some("/results/report.json")).await?;
+    /// assert_eq!(path, "/results/report.json");
+    /// # Ok(())
+    /// # }
+    /// ```
     pub async fn upload_asset(
         &self,
         source: crate::assets::UploadSource,
@@ -1149,17 +1762,65 @@ impl<T: ToolName> PedelecSession<T> {
     }
 
     /// Reads a file (`readAsset(path, "file")`).
+    ///
+    /// # Examples
+    ///
+    /// ```no_run
+    /// # async fn example() -> Result<(), pedelec_sdk::PedelecError> {
+    /// use pedelec_sdk::{Pedelec, SessionOptions};
+    ///
+    /// let pedelec = Pedelec::discover("app:my-tool").await?;
+    /// let session = pedelec.create_session::<String>(SessionOptions::default()).await?;
+    /// let file = session.read_asset_file("/results/report.json").await?;
+    /// println!("{} is {} bytes of {}", file.name, file.bytes.len(), file.mime_type);
+    /// # Ok(())
+    /// # }
+    /// ```
     pub async fn read_asset_file(&self, path: &str) -> Result<crate::assets::AssetFile, PedelecError> {
         let ticket = self.download_ticket(path).await?;
         crate::assets::get(&ticket).await
     }
 
     /// Reads a file as strict UTF-8 (`ASSET_TEXT_DECODE_FAILED` otherwise).
+    ///
+    /// # Examples
+    ///
+    /// ```no_run
+    /// # async fn example() -> Result<(), pedelec_sdk::PedelecError> {
+    /// use pedelec_sdk::{Pedelec, SessionOptions};
+    ///
+    /// let pedelec = Pedelec::discover("app:my-tool").await?;
+    /// let session = pedelec.create_session::<String>(SessionOptions::default()).await?;
+    /// let notes = session.read_asset_text("/notes.md").await?;
+    /// println!("{notes}");
+    /// # Ok(())
+    /// # }
+    /// ```
     pub async fn read_asset_text(&self, path: &str) -> Result<String, PedelecError> {
         asset_text(path, self.read_asset_file(path).await?.bytes)
     }
 
     /// Reads and parses JSON (`ASSET_INVALID_JSON` otherwise); `J` is typing only.
+    ///
+    /// # Examples
+    ///
+    /// ```no_run
+    /// # async fn example() -> Result<(), pedelec_sdk::PedelecError> {
+    /// use pedelec_sdk::{Pedelec, SessionOptions};
+    ///
+    /// let pedelec = Pedelec::discover("app:my-tool").await?;
+    /// let session = pedelec.create_session::<String>(SessionOptions::default()).await?;
+    /// #[derive(serde::Deserialize)]
+    /// struct Report {
+    ///     passed: u32,
+    ///     failed: u32,
+    /// }
+    ///
+    /// let report: Report = session.read_asset_json("/results/report.json").await?;
+    /// println!("{} passed, {} failed", report.passed, report.failed);
+    /// # Ok(())
+    /// # }
+    /// ```
     pub async fn read_asset_json<J: DeserializeOwned>(&self, path: &str) -> Result<J, PedelecError> {
         asset_json(path, &self.read_asset_text(path).await?)
     }

@@ -4,6 +4,26 @@
 //!
 //! Tool calls and permission requests are not in the stream: they need an
 //! answer, so they stay with `on_tool` and `on_permission`.
+//!
+//! # Examples
+//!
+//! ```no_run
+//! # async fn example() -> Result<(), pedelec_sdk::PedelecError> {
+//! use futures::StreamExt;
+//! use pedelec_sdk::{Pedelec, SessionEvent, SessionOptions};
+//!
+//! let pedelec = Pedelec::discover("app:my-tool").await?;
+//! let session = pedelec.create_session::<String>(SessionOptions::default()).await?;
+//! let mut turn = session.send_text_turn("Summarise the workspace.");
+//! while let Some(event) = turn.next().await {
+//!     if let SessionEvent::ChatDelta { text, .. } = event {
+//!         print!("{text}");
+//!     }
+//! }
+//! turn.outcome().await?;
+//! # Ok(())
+//! # }
+//! ```
 
 use std::pin::Pin;
 use std::task::{Context, Poll};
@@ -18,6 +38,22 @@ use crate::session::{Disposer, PedelecSession};
 use crate::tool::ToolName;
 
 /// One thing that happened to a session.
+///
+/// # Examples
+///
+/// ```
+/// use pedelec_sdk::SessionEvent;
+///
+/// fn describe(event: &SessionEvent) -> String {
+///     match event {
+///         SessionEvent::Chat { text, .. } => format!("message: {text}"),
+///         SessionEvent::Status { status, context } => format!("{} → {status}", context.previous_status),
+///         SessionEvent::Usage { total_tokens } => format!("{total_tokens} tokens"),
+///         other => format!("{other:?}"),
+///     }
+/// }
+/// assert_eq!(describe(&SessionEvent::Usage { total_tokens: 120 }), "120 tokens");
+/// ```
 #[derive(Debug, Clone, PartialEq)]
 pub enum SessionEvent {
     /// A piece of the assistant's text as it streams.
@@ -38,6 +74,28 @@ pub enum SessionEvent {
 
 /// [`PedelecSession::events`]: a `Stream` of [`SessionEvent`]s. Dropping it
 /// unregisters its handlers. Events wait in memory until polled.
+///
+/// # Examples
+///
+/// ```no_run
+/// # async fn example() -> Result<(), pedelec_sdk::PedelecError> {
+/// use futures::StreamExt;
+/// use pedelec_sdk::{Pedelec, SessionEvent, SessionOptions};
+///
+/// let pedelec = Pedelec::discover("app:my-tool").await?;
+/// let session = pedelec.create_session::<String>(SessionOptions::default()).await?;
+/// let mut events = session.events();
+/// session.send_text("Hello").await?;
+/// session.end().await?;
+/// // Everything up to the end was kept for the stream.
+/// while let Some(event) = events.next().await {
+///     if let SessionEvent::Ended { .. } = event {
+///         break;
+///     }
+/// }
+/// # Ok(())
+/// # }
+/// ```
 pub struct SessionEvents {
     events: mpsc::UnboundedReceiver<SessionEvent>,
     disposers: Vec<Disposer>,
@@ -61,6 +119,30 @@ impl Drop for SessionEvents {
 
 /// One turn: a `Stream` of the events from its start to its end, then
 /// [`Turn::outcome`] says how it ended.
+///
+/// # Examples
+///
+/// ```no_run
+/// # async fn example() -> Result<(), pedelec_sdk::PedelecError> {
+/// use futures::StreamExt;
+/// use pedelec_sdk::{Pedelec, SessionEvent, SessionOptions};
+///
+/// let pedelec = Pedelec::discover("app:my-tool").await?;
+/// let session = pedelec.create_session::<String>(SessionOptions::default()).await?;
+/// let turn = session.send_text_turn("List the files.");
+/// let messages: Vec<String> = turn
+///     .filter_map(|event| async move {
+///         match event {
+///             SessionEvent::Chat { text, .. } => Some(text),
+///             _ => None,
+///         }
+///     })
+///     .collect()
+///     .await;
+/// println!("{} messages", messages.len());
+/// # Ok(())
+/// # }
+/// ```
 pub struct Turn {
     events: SessionEvents,
     outcome: oneshot::Receiver<Result<(), PedelecError>>,
@@ -71,6 +153,24 @@ pub struct Turn {
 impl Turn {
     /// How the turn ended (what `send_text` resolves with). Events not read
     /// yet are dropped.
+    ///
+    /// # Examples
+    ///
+    /// ```no_run
+    /// # async fn example() -> Result<(), pedelec_sdk::PedelecError> {
+    /// use pedelec_sdk::{ErrorCode, Pedelec, SessionOptions};
+    ///
+    /// let pedelec = Pedelec::discover("app:my-tool").await?;
+    /// let session = pedelec.create_session::<String>(SessionOptions::default()).await?;
+    /// // Only the outcome matters here: the events are not read.
+    /// match session.send_text_turn("Run the tests.").outcome().await {
+    ///     Ok(()) => println!("done"),
+    ///     Err(error) if error.is(ErrorCode::OperationCancelled) => println!("cancelled"),
+    ///     Err(error) => return Err(error),
+    /// }
+    /// # Ok(())
+    /// # }
+    /// ```
     pub async fn outcome(mut self) -> Result<(), PedelecError> {
         if let Some(settled) = self.settled.take() {
             return settled;
@@ -104,6 +204,8 @@ impl Stream for Turn {
 
 impl<T: ToolName> PedelecSession<T> {
     /// This session's events from now on, as a `Stream`.
+    ///
+    /// # Examples
     ///
     /// ```no_run
     /// # async fn demo(session: pedelec_sdk::PedelecSession<String>) {
@@ -144,6 +246,8 @@ impl<T: ToolName> PedelecSession<T> {
     /// [`Turn`]: a `Stream` of the turn's deltas, messages, status changes
     /// and activities, ending when the turn does; then
     /// [`Turn::outcome`] resolves with what `send_text` would have.
+    ///
+    /// # Examples
     ///
     /// ```no_run
     /// # async fn demo(session: pedelec_sdk::PedelecSession<String>) -> Result<(), pedelec_sdk::PedelecError> {

@@ -57,7 +57,7 @@ pub async fn sleep(ms: i32) {
 }
 
 type Pending = oneshot::Sender<Result<Reply, PedelecError>>;
-type EventSender = mpsc::UnboundedSender<Result<pb::SessionEvent, PedelecError>>;
+use crate::delivery::{EventSender, deliver_batch};
 
 /// What the extension says about this page (`{ type: "status", ... }`).
 #[derive(Debug, Clone, PartialEq, Default)]
@@ -256,18 +256,10 @@ impl Link {
     /// so its subscription fails rather than going on with a gap.
     fn route_batch(&self, id: u32, events: Result<Vec<pb::SessionEvent>, FrameError>) {
         let mut subscriptions = self.subscriptions.borrow_mut();
-        match events {
-            Ok(events) => {
-                if let Some(sub) = subscriptions.get(&id) {
-                    events.into_iter().for_each(|event| drop(sub.events.unbounded_send(Ok(event))));
-                }
-            }
-            Err(error) => {
-                tracing::warn!(%error, "bad batch from the extension");
-                if let Some(sub) = subscriptions.remove(&id) {
-                    let _ = sub.events.unbounded_send(Err(PedelecError::new(error.code(), error.to_string())));
-                }
-            }
+        if let Some(sub) = subscriptions.get(&id)
+            && !deliver_batch(&sub.events, events)
+        {
+            subscriptions.remove(&id);
         }
     }
 
