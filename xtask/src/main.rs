@@ -20,7 +20,8 @@ struct Cli {
 
 #[derive(Subcommand)]
 enum Task {
-    /// fmt --check, clippy -D warnings, every test, the wasm32 build of pedelec-protocol, and the chaos suite.
+    /// fmt --check, clippy -D warnings, every test, the wasm32 build of pedelec-protocol, doc tests, `cargo package`
+    /// of the SDK's crates, and the chaos suite.
     Ci,
     /// Run a real session against a fresh Core (scripted provider unless told otherwise).
     Demo {
@@ -139,6 +140,11 @@ fn ci() -> Result<()> {
     }
     // nextest does not run doc tests: the examples in the API docs compile (and run) here.
     cargo(&["test", "--doc", "--workspace"])?;
+    // The crates an application depends on package and build from their own
+    // tarballs: metadata, README, and the .proto files (through
+    // pedelec-protocol's `proto` symlink to the workspace's one copy).
+    // --allow-dirty: a local run has uncommitted work; CI's clone is clean.
+    cargo(&["package", "--allow-dirty", "-p", "pedelec-protocol", "-p", "pedelec-client", "-p", "pedelec-sdk"])?;
     // Once the tests showed each piece works: real faults against all of them together.
     chaos::run()
 }

@@ -498,8 +498,10 @@ async fn receive(request: Request<Incoming>, ticket: &Ticket, target: &AssetPath
             // hyper's chunks are already large (up to its ~400 KiB read
             // buffer); written as they come, they skip a copy into a BufWriter.
             let mut out = file;
+            let mut writeback = crate::writeback::Writeback::new();
             while let Some(chunk) = queue.blocking_recv() {
                 out.write_all(&chunk)?;
+                writeback.wrote(&out, chunk.len());
             }
             out.sync_all()
         });

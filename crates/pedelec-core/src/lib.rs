@@ -22,6 +22,7 @@ pub mod store;
 pub mod tools;
 pub mod workspace;
 pub mod workspace_policy;
+pub mod writeback;
 
 pub use config::CoreConfig;
 pub use error::{CoreError, CoreResult};
