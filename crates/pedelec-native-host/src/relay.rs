@@ -32,8 +32,13 @@ use tokio::sync::mpsc;
 
 /// Requests forwarded at once before the relay stops reading.
 pub const MAX_IN_FLIGHT: usize = 256;
-/// Frames queued for stdout before producers wait.
-const OUTGOING_QUEUE: usize = 1024;
+/// Frames queued for stdout before producers wait. A frame can be a batch
+/// of up to `NATIVE_BATCH_MAX_EVENTS` events and 704 KiB, so this bounds the
+/// host's memory (≈ 22 MiB at worst) and how far it reads ahead of a browser
+/// that stopped reading: past it, the host stops reading Core and Core
+/// re-synchronises the lagging subscriber instead of the host queueing a
+/// whole turn.
+const OUTGOING_QUEUE: usize = 32;
 
 /// Why the relay stopped.
 #[derive(Debug, PartialEq, Eq)]

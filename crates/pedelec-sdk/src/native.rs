@@ -36,11 +36,19 @@ use pedelec_protocol::pb::{self, native_frame::Body};
 use pedelec_protocol::{ErrorCode, limits};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 
+use crate::delivery::decoded_batch;
 use crate::error::PedelecError;
 use crate::transport::{BoxFuture, Call, EventStream, Reply, Transport};
 
 type Pending = oneshot::Sender<Result<Reply, PedelecError>>;
-use crate::delivery::{EventSender, deliver_batch};
+type EventSender = tokio::sync::mpsc::Sender<Result<pb::SessionEvent, PedelecError>>;
+
+/// Events queued for one subscription the session has not taken yet. When a
+/// subscription's queue is full the reader waits, and so does everything
+/// behind it: the host's output pipe fills, the host stops reading Core, and
+/// Core re-synchronises the lagging subscriber (as over gRPC) — memory stays
+/// bounded whatever a slow handler does.
+const SUBSCRIPTION_QUEUE: usize = 4096;
 
 struct Shared {
     /// Set once the host's output ended; nothing can be answered after that.
@@ -180,7 +188,7 @@ impl NativeMessagingTransport {
                             continue;
                         }
                     };
-                    reader.route(frame);
+                    reader.route(frame).await;
                 }
             }
             reader.close();
@@ -208,33 +216,48 @@ impl NativeMessagingTransport {
 }
 
 impl Shared {
-    fn route(&self, frame: pb::NativeFrame) {
+    /// Hands one frame on; waits while the subscription it is for has a full queue.
+    async fn route(&self, frame: pb::NativeFrame) {
         let id = frame.request_id;
+        let subscription = |id: &u32| lock(&self.subscriptions).get(id).cloned();
         match frame.body {
             Some(Body::Event(event)) => {
-                if let Some(tx) = lock(&self.subscriptions).get(&id) {
-                    let _ = tx.unbounded_send(Ok(event));
+                if let Some(tx) = subscription(&id) {
+                    let _ = tx.send(Ok(event)).await;
                 }
             }
-            Some(Body::Batch(batch)) => {
-                let mut subscriptions = lock(&self.subscriptions);
-                if let Some(tx) = subscriptions.get(&id)
-                    && !deliver_batch(tx, batch_events(&batch))
-                {
-                    subscriptions.remove(&id);
+            Some(Body::Batch(batch)) => match decoded_batch(batch_events(&batch)) {
+                Ok(events) => {
+                    if let Some(tx) = subscription(&id) {
+                        for event in events {
+                            if tx.send(Ok(event)).await.is_err() {
+                                break;
+                            }
+                        }
+                    }
                 }
-            }
+                Err(error) => {
+                    let removed = lock(&self.subscriptions).remove(&id);
+                    if let Some(tx) = removed {
+                        let _ = tx.send(Err(error)).await;
+                    }
+                }
+            },
             Some(Body::Response(response)) => {
                 if let (Some(tx), Some(result)) = (lock(&self.pending).remove(&id), response.result) {
                     let _ = tx.send(Ok(result));
                 }
             }
             Some(Body::Error(error)) => {
-                if let Some(tx) = lock(&self.pending).remove(&id) {
+                let pending = lock(&self.pending).remove(&id);
+                if let Some(tx) = pending {
                     let _ = tx.send(Err(error.into()));
-                } else if let Some(tx) = lock(&self.subscriptions).remove(&id) {
+                } else {
                     // A live subscription failed (e.g. Core went away).
-                    let _ = tx.unbounded_send(Err(error.into()));
+                    let removed = lock(&self.subscriptions).remove(&id);
+                    if let Some(tx) = removed {
+                        let _ = tx.send(Err(error.into())).await;
+                    }
                 }
             }
             _ => tracing::warn!(request_id = id, "unexpected frame from the native host"),
@@ -246,8 +269,10 @@ impl Shared {
         for (_, tx) in lock(&self.pending).drain() {
             let _ = tx.send(Err(detached()));
         }
+        // A full queue cannot take the error; its stream still ends when
+        // the sender goes, which the session reads as detached all the same.
         for (_, tx) in lock(&self.subscriptions).drain() {
-            let _ = tx.unbounded_send(Err(detached()));
+            let _ = tx.try_send(Err(detached()));
         }
     }
 
@@ -297,7 +322,7 @@ impl Transport for NativeMessagingTransport {
             let session_id = request.session_id.clone();
             let id = shared.next_id.fetch_add(1, Ordering::Relaxed);
             // Registered before the request goes out, so no event can slip past.
-            let (tx, rx) = mpsc::unbounded();
+            let (tx, rx) = tokio::sync::mpsc::channel(SUBSCRIPTION_QUEUE);
             lock(&shared.subscriptions).insert(id, tx);
             let (reply_tx, reply_rx) = oneshot::channel();
             lock(&shared.pending).insert(id, reply_tx);
@@ -321,7 +346,7 @@ impl Transport for NativeMessagingTransport {
                     return Err(error);
                 }
             };
-            let live = rx.map(move |item| {
+            let live = tokio_stream::wrappers::ReceiverStream::new(rx).map(move |item| {
                 let _ = &guard;
                 item
             });

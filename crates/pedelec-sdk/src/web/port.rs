@@ -57,7 +57,11 @@ pub async fn sleep(ms: i32) {
 }
 
 type Pending = oneshot::Sender<Result<Reply, PedelecError>>;
-use crate::delivery::{EventSender, deliver_batch};
+use crate::delivery::decoded_batch;
+
+// The page has no back-pressure to give: the extension's port delivers
+// whatever arrives, so the queue a subscription's events wait in is unbounded.
+type EventSender = mpsc::UnboundedSender<Result<pb::SessionEvent, PedelecError>>;
 
 /// What the extension says about this page (`{ type: "status", ... }`).
 #[derive(Debug, Clone, PartialEq, Default)]
@@ -256,10 +260,17 @@ impl Link {
     /// so its subscription fails rather than going on with a gap.
     fn route_batch(&self, id: u32, events: Result<Vec<pb::SessionEvent>, FrameError>) {
         let mut subscriptions = self.subscriptions.borrow_mut();
-        if let Some(sub) = subscriptions.get(&id)
-            && !deliver_batch(&sub.events, events)
-        {
-            subscriptions.remove(&id);
+        match decoded_batch(events) {
+            Ok(events) => {
+                if let Some(sub) = subscriptions.get(&id) {
+                    events.into_iter().for_each(|event| drop(sub.events.unbounded_send(Ok(event))));
+                }
+            }
+            Err(error) => {
+                if let Some(sub) = subscriptions.remove(&id) {
+                    let _ = sub.events.unbounded_send(Err(error));
+                }
+            }
         }
     }
 
