@@ -90,6 +90,7 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
         percentile(&timings, 0.5),
         percentile(&timings, 0.99)
     );
+    shell_round_trip(&token, &socket, 300).await?;
     session.end().await?;
     let _ = turn.await;
 
@@ -106,6 +107,53 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
         events.len(),
         elapsed.as_secs_f64() * 1e3,
         chunks as f64 / elapsed.as_secs_f64()
+    );
+    Ok(())
+}
+
+/// Spawn → exit of `program args…`, `n` times; sorted.
+async fn spawn_times(
+    program: &std::path::Path,
+    args: &[&str],
+    envs: &[(&str, &std::ffi::OsStr)],
+    n: usize,
+) -> Result<Vec<Duration>, Box<dyn std::error::Error>> {
+    let mut times = Vec::with_capacity(n);
+    for _ in 0..n {
+        let started = Instant::now();
+        let out = tokio::process::Command::new(program)
+            .args(args)
+            .envs(envs.iter().copied())
+            .stdin(Stdio::null())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .output()
+            .await?;
+        times.push(started.elapsed());
+        assert!(out.status.success(), "{} failed: {}", program.display(), String::from_utf8_lossy(&out.stderr));
+    }
+    times.sort();
+    Ok(times)
+}
+
+/// The shell tool path (an agent that runs `pedelec-core tool call` per
+/// call, as codex's and claude's shell tools do), beside its floors in the
+/// same run: spawning `/bin/true`, and spawning Core's binary to print its
+/// version (what the path costs before it does any work).
+async fn shell_round_trip(token: &str, socket: &std::path::Path, n: usize) -> Result<(), Box<dyn std::error::Error>> {
+    let core = find_core_binary();
+    let envs = [("PEDELEC_TOOL_TOKEN", std::ffi::OsStr::new(token)), ("PEDELEC_CORE_SOCKET", socket.as_os_str())];
+    let calls = spawn_times(&core, &["tool", "call", "t", r#"{"n": 1}"#], &envs, n).await?;
+    let truth = spawn_times(std::path::Path::new("/bin/true"), &[], &[], n).await?;
+    let version = spawn_times(&core, &["--version"], &[], n).await?;
+    let p50 = |t: &[Duration]| percentile(t, 0.5);
+    println!(
+        "shell tool path ({n} calls, agent spawns `pedelec-core tool call` → Core → SDK handler → exit): p50={}us p99={}us; floors: /bin/true p50={}us ({:.2}×), `pedelec-core --version` p50={}us",
+        p50(&calls),
+        percentile(&calls, 0.99),
+        p50(&truth),
+        p50(&calls) as f64 / p50(&truth) as f64,
+        p50(&version)
     );
     Ok(())
 }
