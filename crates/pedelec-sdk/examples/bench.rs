@@ -281,6 +281,7 @@ async fn assets(client: &Pedelec, pid: u32, dir: &std::path::Path) -> Result<(),
     // on whatever the previous left behind.
     const RUNS: usize = 5;
     let (mut cps, mut cp_syncs, mut ups, mut downs) = (Vec::new(), Vec::new(), Vec::new(), Vec::new());
+    let mut to_files = Vec::new();
     let before = rss_kib(pid);
     let (mut after_up, mut after_down) = (0, 0);
     for run in 0..RUNS {
@@ -305,6 +306,13 @@ async fn assets(client: &Pedelec, pid: u32, dir: &std::path::Path) -> Result<(),
         assert_eq!(file.bytes.len(), 100 * 1024 * 1024);
         drop(file);
         after_down = after_down.max(hwm_kib(pid));
+        // The same bytes into a file, as `cp` writes one.
+        let dest = dir.join("downloaded.bin");
+        let t = Instant::now();
+        let size = session.download_asset_to("/big.bin", &dest).await?;
+        to_files.push(t.elapsed().as_secs_f64());
+        assert_eq!(size, 100 * 1024 * 1024);
+        std::fs::remove_file(&dest)?;
     }
     // Throughputs, each run beside the floor measured just before it.
     let rate = |t: &f64| mb / t;
@@ -317,8 +325,9 @@ async fn assets(client: &Pedelec, pid: u32, dir: &std::path::Path) -> Result<(),
     let list = |v: &[f64]| v.iter().map(|x| format!("{x:.2}")).collect::<Vec<_>>().join(",");
     let up_ratio = ratios(&ups, &cp_syncs);
     let down_ratio = ratios(&downs, &cps);
+    let to_file_ratio = ratios(&to_files, &cps);
     println!(
-        "assets 100 MiB, {RUNS} runs each beside its floor: upload median {:.0} MB/s, ÷ cp+fsync median {:.2}× min {:.2}× [{}] (target ≥ 1.0×; cp+fsync median {:.0} MB/s); download median {:.0} MB/s, ÷ cp median {:.2}× min {:.2}× [{}] (target ≥ 0.8× in every run; cp median {:.0} MB/s); Core peak RSS growth: upload {}, download {}",
+        "assets 100 MiB, {RUNS} runs each beside its floor: upload median {:.0} MB/s, ÷ cp+fsync median {:.2}× min {:.2}× [{}] (target ≥ 1.0×; cp+fsync median {:.0} MB/s); download median {:.0} MB/s, ÷ cp median {:.2}× min {:.2}× [{}] (target ≥ 0.8× in every run; cp median {:.0} MB/s); download to a file median {:.0} MB/s, ÷ cp median {:.2}× min {:.2}× [{}]; Core peak RSS growth: upload {}, download {}",
         median(ups.iter().map(rate).collect()),
         median(up_ratio.clone()),
         min(&up_ratio),
@@ -329,6 +338,10 @@ async fn assets(client: &Pedelec, pid: u32, dir: &std::path::Path) -> Result<(),
         min(&down_ratio),
         list(&down_ratio),
         median(cps.iter().map(rate).collect()),
+        median(to_files.iter().map(rate).collect()),
+        median(to_file_ratio.clone()),
+        min(&to_file_ratio),
+        list(&to_file_ratio),
         mib(after_up.saturating_sub(before)),
         mib(after_down.saturating_sub(before))
     );

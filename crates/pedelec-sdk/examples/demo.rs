@@ -99,6 +99,11 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
     let report =
         pedelec_sdk::assets::UploadSource::from_bytes("report.json", "application/json", br#"{"counter": 5}"#.to_vec());
     let path = session.upload_asset(report, Some("/results/report.json")).await?;
+    // And comes back into a file of ours, whole or not at all.
+    let copy = std::env::temp_dir().join(format!("pedelec-demo-report-{}.json", std::process::id()));
+    let size = session.download_asset_to(&path, &copy).await?;
+    println!("▶ download_asset_to({path}) → {} ({size} bytes)", copy.display());
+    let _ = std::fs::remove_file(&copy);
     println!("▶ send_text_with(…, attachments [{path}])");
     session.send_text_with("Summarise the report.", pedelec_sdk::SendOptions { attachments: vec![path] }).await?;
     if provider == "scripted" {

@@ -1781,6 +1781,28 @@ impl<T: ToolName> PedelecSession<T> {
         crate::assets::get(&ticket).await
     }
 
+    /// Downloads a file into `dest` on this machine and returns its size:
+    /// whole or not at all (see [`crate::assets::get_to_file`]). Large
+    /// assets are best read this way rather than into memory.
+    ///
+    /// # Examples
+    ///
+    /// ```no_run
+    /// # async fn example() -> Result<(), pedelec_sdk::PedelecError> {
+    /// use pedelec_sdk::{Pedelec, SessionOptions};
+    ///
+    /// let pedelec = Pedelec::discover("app:my-tool").await?;
+    /// let session = pedelec.create_session::<String>(SessionOptions::default()).await?;
+    /// let size = session.download_asset_to("/results/big.bin", std::path::Path::new("big.bin")).await?;
+    /// println!("{size} bytes");
+    /// # Ok(())
+    /// # }
+    /// ```
+    pub async fn download_asset_to(&self, path: &str, dest: &std::path::Path) -> Result<u64, PedelecError> {
+        let ticket = self.download_ticket(path).await?;
+        crate::assets::get_to_file(&ticket, dest).await
+    }
+
     /// Reads a file as strict UTF-8 (`ASSET_TEXT_DECODE_FAILED` otherwise).
     ///
     /// # Examples

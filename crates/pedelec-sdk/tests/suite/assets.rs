@@ -117,7 +117,31 @@ async fn an_ended_session_refuses_every_asset_call(via: Via) {
     assert_eq!(error_from_status(&status).code, "SESSION_ENDED", "Core refuses too");
 }
 
+/// A download to a file is whole or not at all: it replaces what was there
+/// only once every byte arrived, and a failed one leaves no partial file.
+async fn a_download_to_a_file_is_whole_or_not_at_all(via: Via) {
+    let h = Harness::start_via(via);
+    let s = session(&h).await;
+    let data: Vec<u8> = (0..3u32 << 20).map(|i| (i.wrapping_mul(2654435761) >> 24) as u8).collect();
+    s.upload_asset(bytes("big.bin", &data), Some("/big.bin")).await.unwrap();
+    let out = tempfile::tempdir().unwrap();
+    let dest = out.path().join("big.bin");
+    std::fs::write(&dest, b"an older version").unwrap();
+    assert_eq!(s.download_asset_to("/big.bin", &dest).await.unwrap(), data.len() as u64);
+    assert!(std::fs::read(&dest).unwrap() == data, "the file holds exactly the asset's bytes");
+    // A missing asset: refused before anything is written.
+    let missing = s.download_asset_to("/nope.bin", &dest).await.unwrap_err();
+    assert_eq!(missing.code, ErrorCode::AssetNotFound.as_str(), "{missing:?}");
+    assert!(std::fs::read(&dest).unwrap() == data, "the earlier download is untouched");
+    // A destination whose directory does not exist: a clear error.
+    let nowhere = s.download_asset_to("/big.bin", &out.path().join("no/such/dir/x")).await.unwrap_err();
+    assert_eq!(nowhere.code, ErrorCode::AssetDownloadFailed.as_str(), "{nowhere:?}");
+    let left: Vec<_> = std::fs::read_dir(out.path()).unwrap().map(|e| e.unwrap().file_name()).collect();
+    assert_eq!(left, vec![std::ffi::OsString::from("big.bin")], "no temporary file is left behind");
+}
+
 super::over_both_transports!(
+    a_download_to_a_file_is_whole_or_not_at_all,
     upload_and_read_back_as_text_json_and_file,
     listing_follows_every_seed_rule,
     target_paths_replace_files_and_refuse_directories_and_symlinks,
