@@ -35,6 +35,8 @@ enum Task {
     Deps,
     /// tsc --noEmit over a usage file that calls every method pedelec.d.ts declares.
     WebTypecheck,
+    /// Mozilla's web-ext lint over extension/ (the extension as Firefox reads it).
+    LintExtension,
     /// Real faults against real Core and native-host processes (dev build); fails if a session is lost or an
     /// awaited operation never settles.
     Chaos,
@@ -70,6 +72,7 @@ fn main() -> Result<()> {
         Task::Bench => bench(),
         Task::Deps => deps::check(),
         Task::WebTypecheck => web::typecheck(),
+        Task::LintExtension => web::lint_extension(),
         Task::Chaos => chaos::run(),
         Task::Package => package().map(|_| ()),
         Task::Web => web::build().map(|_| ()),
@@ -125,6 +128,7 @@ fn ci() -> Result<()> {
     }
     web::clippy()?;
     web::typecheck()?;
+    web::lint_extension()?;
     // The browser test (crates/pedelec-web-e2e) loads the package and demo from target/web.
     web::build()?;
     // The conformance matrix in the suite runs the real agents (it fails under CI=true without them).

@@ -215,3 +215,44 @@ pub fn bench(calls: u32) -> Result<()> {
     cargo(&["build", "--release", "--quiet", "-p", "pedelec-core", "-p", "pedelec-native-host", "--bins"])?;
     cargo(&["run", "--release", "--quiet", "-p", "pedelec-web-e2e", "--bin", "web-bench", "--", &calls.to_string()])
 }
+
+/// Mozilla's `web-ext lint` (pinned by `xtask/npm/web-ext`'s lock, `npm ci`
+/// into `target/web-ext`) over `extension/`: the manifest and scripts as
+/// Firefox reads them. Any error fails, and so does any warning but the one
+/// a manifest for both browsers must carry: Firefox ignores
+/// `background.service_worker` (it runs `background.scripts`, which Chromium
+/// ignores in turn).
+pub fn lint_extension() -> Result<()> {
+    let source = root().join("xtask/npm/web-ext");
+    let work = target_dir().join("web-ext");
+    crate::agents::npm_ci(&source, &work, 600)?;
+    let web_ext = work.join("node_modules/.bin/web-ext");
+    let extension = root().join("extension");
+    let extension = extension.to_str().context("the extension path is not UTF-8")?;
+    eprintln!("$ web-ext lint --source-dir {extension} --output json");
+    // Its exit status only says whether it found errors; the report says which.
+    let out = Command::new("timeout")
+        .arg("300")
+        .arg(&web_ext)
+        .args(["lint", "--source-dir", extension, "--output", "json"])
+        .current_dir(&work)
+        .stderr(std::process::Stdio::inherit())
+        .output()
+        .context("running web-ext")?;
+    let report: serde_json::Value = serde_json::from_slice(&out.stdout)
+        .with_context(|| format!("web-ext lint printed no JSON report ({})", out.status))?;
+    let expected = |m: &serde_json::Value| {
+        m["code"] == "MANIFEST_FIELD_UNSUPPORTED" && m["message"].as_str().is_some_and(|t| t.contains("service_worker"))
+    };
+    let problems: Vec<String> = ["errors", "warnings"]
+        .iter()
+        .flat_map(|kind| report[*kind].as_array().cloned().unwrap_or_default().into_iter().map(move |m| (kind, m)))
+        .filter(|(_, m)| !expected(m))
+        .map(|(kind, m)| format!("{kind}: {} {} ({})", m["code"], m["message"], m["file"]))
+        .collect();
+    if !problems.is_empty() {
+        bail!("web-ext lint found problems in extension/:\n{}", problems.join("\n"));
+    }
+    eprintln!("web-ext lint: extension/ is clean for Firefox ({})", report["summary"]);
+    Ok(())
+}
