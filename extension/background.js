@@ -1,6 +1,7 @@
 // Pedelec extension service worker.
 //
-// Web pages connect with chrome.runtime.connect(EXTENSION_ID). Each page port
+// Web pages connect with chrome.runtime.connect(EXTENSION_ID), or through the
+// content script relay.js where the browser has no externally_connectable. Each page port
 // gets its own native port (one pedelec-native-host process), so request ids
 // never need remapping, events can only reach the page that subscribed, and a
 // closed page closes its host: the host sees EOF, Core sees the subscriptions
@@ -553,8 +554,29 @@ chrome.storage.onChanged.addListener((changes, area) => {
   }
 });
 
-chrome.runtime.onConnectExternal.addListener((port) => {
-  const origin = port.sender && port.sender.origin;
+chrome.runtime.onConnectExternal.addListener((port) => acceptPage(port, port.sender && port.sender.origin));
+
+// A page through this extension's content script (relay.js): Firefox has no
+// externally_connectable. The origin is the browser's, for the frame the
+// script runs in — never anything the page said.
+chrome.runtime.onConnect.addListener((port) => {
+  const sender = port.sender || {};
+  if (port.name !== "pedelec-page" || sender.id !== chrome.runtime.id || !sender.tab) {
+    port.disconnect();
+    return;
+  }
+  let origin = sender.origin;
+  if (!origin && sender.url) {
+    try {
+      origin = new URL(sender.url).origin;
+    } catch (_) {
+      origin = null;
+    }
+  }
+  acceptPage(port, origin);
+});
+
+function acceptPage(port, origin) {
   if (!origin || origin === "null") {
     port.disconnect();
     return;
@@ -566,7 +588,7 @@ chrome.runtime.onConnectExternal.addListener((port) => {
     ready.then(() => page.fromPage(message)).catch((e) => console.error("pedelec:", e));
   });
   port.onDisconnect.addListener(() => page.close());
-});
+}
 
 chrome.runtime.onMessage.addListener((message, sender, sendResponse) => {
   // Only the extension's own approval page may decide or revoke.

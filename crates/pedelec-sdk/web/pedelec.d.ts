@@ -256,7 +256,13 @@ export declare class PedelecSession<TToolName extends string = string> {
 }
 
 export declare class Pedelec {
-  constructor(options: { extensionId: string });
+  /**
+   * `channel`: how the page reaches the extension. `"auto"` (the default)
+   * uses `chrome.runtime.connect(extensionId)` where the browser offers it and
+   * the extension's content-script relay elsewhere (Firefox); `"relay"`
+   * always uses the relay.
+   */
+  constructor(options: { extensionId: string; channel?: "auto" | "relay" });
   createSession<TName extends string = string>(options?: CreateSessionOptions<TName>): Promise<PedelecSession<TName>>;
   resumeSession<TName extends string = string>(sessionId: string): Promise<PedelecSession<TName>>;
   /** This origin's sessions, newest created first (never another origin's). */

@@ -198,6 +198,21 @@ fn browser_end_to_end() {
     assert_eq!(bundled.eval_for("bundled.end()", TURN).unwrap()["ok"], json!(true));
     bundled.close().unwrap();
 
+    // Through the content-script relay (what Firefox uses, forced here): the
+    // same gate, the same session semantics.
+    let relayed = Page::open(&rig.browser, &format!("{origin}/demo/index.html?channel=relay")).expect("relay page");
+    relayed.wait_until("window.demo", Duration::from_secs(20)).expect("the relay page loads the SDK");
+    let status = relayed.eval("demo.pedelec.getApprovalStatus()").unwrap();
+    assert_eq!((status["installed"].clone(), status["approved"].clone()), (json!(true), json!(true)), "{status}");
+    assert_eq!(status["origin"], json!(origin), "the origin is the browser's, through the relay: {status}");
+    ok_value(attempt(&relayed, "return await demo.start()"));
+    ok_value(attempt(&relayed, r#"await demo.send('/tool update_counter {"delta": 4}')"#));
+    let state = relayed.eval("demo.state").unwrap();
+    assert_eq!((state["counter"].clone(), state["toolCalls"].clone()), (json!(4), json!(1)), "{state}");
+    assert_eq!(state["chats"][0], json!(r#"Tool update_counter returned {"value":4}."#), "{state}");
+    ok_value(attempt(&relayed, "await demo.session().end()"));
+    relayed.close().unwrap();
+
     // Usage arrives without touching chat or status handlers.
     assert!(page.eval("demo.session().usage.totalTokens").unwrap().as_u64().is_some_and(|n| n > 0));
 

@@ -14,7 +14,7 @@ use wasm_bindgen_futures::future_to_promise;
 
 use super::js::{self, get, get_string, set};
 use super::local::Local;
-use super::port::{Link, PortTransport};
+use super::port::{Channel, Link, PortTransport};
 use crate::client::SessionOptions;
 use crate::error::PedelecError;
 use crate::tool::{ToolHandlerFn, ToolSpec};
@@ -141,7 +141,12 @@ impl JsPedelec {
     pub fn new(options: JsValue) -> Result<JsPedelec, JsValue> {
         let extension_id =
             get_string(&options, "extensionId").ok_or_else(|| invalid("new Pedelec({ extensionId }) needs an id"))?;
-        let link = Link::new(extension_id);
+        let channel = match get_string(&options, "channel").as_deref() {
+            None | Some("auto") => Channel::Auto,
+            Some("relay") => Channel::Relay,
+            Some(other) => return Err(invalid(format!("channel must be \"auto\" or \"relay\", not {other:?}"))),
+        };
+        let link = Link::new(extension_id, channel);
         // The extension overwrites the origin with the browser's sender origin;
         // this one only labels the client.
         let client = crate::Pedelec::with_transport(Arc::new(PortTransport::new(link.clone())), page_origin());

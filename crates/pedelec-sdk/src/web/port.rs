@@ -56,6 +56,66 @@ pub async fn sleep(ms: i32) {
     let _ = wasm_bindgen_futures::JsFuture::from(promise).await;
 }
 
+#[wasm_bindgen(inline_js = r#"
+// A port to the extension through its content script (extension/relay.js),
+// for browsers without `externally_connectable` (Firefox): the same
+// postMessage / onMessage / onDisconnect as a `chrome.runtime.Port`, over
+// window messages of this page's own origin. No answer from the content
+// script within `timeoutMs` closes it, as a port to a missing extension does.
+export function relayConnect(timeoutMs) {
+  const id = 1 + Math.floor(Math.random() * 0x7ffffffe);
+  const messageListeners = [], disconnectListeners = [];
+  let open = true;
+  const post = (type, message) =>
+    window.postMessage({ channel: "pedelec:page", port: id, type, message }, location.origin);
+  const close = () => {
+    if (!open) return;
+    open = false;
+    window.removeEventListener("message", listener);
+    clearTimeout(timer);
+    for (const f of disconnectListeners) f(port);
+  };
+  const listener = (event) => {
+    if (event.source !== window || event.origin !== location.origin) return;
+    const data = event.data;
+    if (!data || data.channel !== "pedelec:extension" || data.port !== id) return;
+    if (data.type === "connected") clearTimeout(timer);
+    else if (data.type === "message") for (const f of messageListeners) f(data.message, port);
+    else if (data.type === "disconnect") close();
+  };
+  const port = {
+    postMessage(message) {
+      if (!open) throw new Error("the port to the extension is closed");
+      post("message", message);
+    },
+    onMessage: { addListener: (f) => messageListeners.push(f) },
+    onDisconnect: { addListener: (f) => disconnectListeners.push(f) },
+  };
+  window.addEventListener("message", listener);
+  const timer = setTimeout(close, timeoutMs);
+  post("connect");
+  return port;
+}
+"#)]
+extern "C" {
+    #[wasm_bindgen(js_name = relayConnect)]
+    fn relay_connect(timeout_ms: u32) -> Port;
+}
+
+/// How long the content-script relay may take to answer before the SDK
+/// reports the extension missing.
+const RELAY_ANSWER_MS: u32 = 1000;
+
+/// How a page reaches the extension.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Channel {
+    /// `chrome.runtime.connect(extensionId)` where the browser offers it
+    /// (`externally_connectable`), the content-script relay elsewhere.
+    Auto,
+    /// Always the content-script relay (what Firefox uses).
+    Relay,
+}
+
 type Pending = oneshot::Sender<Result<Reply, PedelecError>>;
 use crate::delivery::decoded_batch;
 
@@ -87,6 +147,7 @@ struct Connection {
 
 pub(crate) struct Link {
     extension_id: String,
+    channel: Channel,
     connection: RefCell<Option<Connection>>,
     /// Bumped per port so a stale port's disconnect is ignored.
     epoch: Cell<u32>,
@@ -122,9 +183,10 @@ fn not_installed(detail: &str) -> PedelecError {
 }
 
 impl Link {
-    pub(crate) fn new(extension_id: String) -> Rc<Self> {
+    pub(crate) fn new(extension_id: String, channel: Channel) -> Rc<Self> {
         Rc::new(Link {
             extension_id,
+            channel,
             connection: RefCell::new(None),
             epoch: Cell::new(0),
             heard: Cell::new(false),
@@ -152,15 +214,18 @@ impl Link {
         let global = js_sys::global();
         let runtime = js::get(&js::get(&global, "chrome"), "runtime");
         let connect = js::get(&runtime, "connect");
-        let Some(connect) = connect.dyn_ref::<Function>() else {
-            return Err(not_installed("chrome.runtime.connect is unavailable on this page"));
+        let port: Port = match connect.dyn_ref::<Function>() {
+            Some(connect) if self.channel == Channel::Auto => {
+                let info = Object::new();
+                js::set(&info, "name", "pedelec-sdk");
+                let port = connect
+                    .call2(&runtime, &JsValue::from_str(&self.extension_id), &info)
+                    .map_err(|e| not_installed(&js::thrown_message(&e)))?;
+                port.unchecked_into()
+            }
+            _ if js::get(&global, "window").is_object() => relay_connect(RELAY_ANSWER_MS),
+            _ => return Err(not_installed("chrome.runtime.connect is unavailable here")),
         };
-        let info = Object::new();
-        js::set(&info, "name", "pedelec-sdk");
-        let port = connect
-            .call2(&runtime, &JsValue::from_str(&self.extension_id), &info)
-            .map_err(|e| not_installed(&js::thrown_message(&e)))?;
-        let port: Port = port.unchecked_into();
         let epoch = self.epoch.get().wrapping_add(1);
         self.epoch.set(epoch);
         self.heard.set(false);

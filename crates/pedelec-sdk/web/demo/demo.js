@@ -13,7 +13,8 @@ let session = null;
 
 // The module's exports; `memory` is the SDK's linear memory (web-bench reads its size).
 const wasm = await init();
-const pedelec = new Pedelec({ extensionId: EXTENSION_ID });
+// `?channel=relay`: through the extension's content script, as in Firefox.
+const pedelec = new Pedelec({ extensionId: EXTENSION_ID, channel: params.get("channel") || "auto" });
 
 function log(text, cls) {
   const p = document.createElement("p");

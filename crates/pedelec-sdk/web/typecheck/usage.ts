@@ -20,6 +20,8 @@ type ToolName = "update_counter" | "read_page";
 export async function everyMethod(file: File): Promise<void> {
   await init();
   const pedelec = new Pedelec({ extensionId: "ighbaanpnpjegfpbhfnaekbncchadgfe" });
+  const relayed: Pedelec = new Pedelec({ extensionId: "ighbaanpnpjegfpbhfnaekbncchadgfe", channel: "relay" });
+  void relayed;
   const tools: ToolDefinition<ToolName>[] = [
     { name: "update_counter", description: "Adds delta to the counter", inputSchema: { type: "object" } },
     { name: "read_page", description: "Reads the page", timeoutMs: 5000, handler: () => "the page" },
