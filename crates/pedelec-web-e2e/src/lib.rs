@@ -8,6 +8,7 @@
 //! Needs `cargo xtask web` (the package in `target/web`) and Chromium
 //! (`/usr/lib/chromium/chromium`, or `$PEDELEC_CHROMIUM`).
 
+pub mod bidi;
 pub mod cdp;
 pub mod page;
 pub mod server;
@@ -72,6 +73,11 @@ pub fn missing_prerequisite() -> Option<String> {
             chromium().display()
         ));
     }
+    missing_web_build()
+}
+
+/// Whether `cargo xtask web` has laid out what the browser tests load.
+pub fn missing_web_build() -> Option<String> {
     let built = ["pkg/pedelec_sdk_bg.wasm", "demo/index.html", "bundled/index.html"];
     if !built.iter().all(|file| web_dir().join(file).is_file()) {
         return Some(format!("no web package in {} (run `cargo xtask web`)", web_dir().display()));

@@ -1,0 +1,126 @@
+//! The browser path in real headless Firefox: the same extension folder
+//! (installed as a temporary add-on over WebDriver BiDi), its content-script
+//! relay (Firefox has no `externally_connectable`), the native host
+//! registered in Firefox's per-user place under a temporary HOME, and Core.
+//! Approval, a tool turn and an asset round trip through the demo page.
+//!
+//! Skips without Firefox unless `CI=true`, where it fails instead.
+
+use std::path::Path;
+use std::process::Command;
+use std::time::Duration;
+
+use pedelec_sdk::daemon::CoreProcess;
+use pedelec_sdk::native::find_host_binary;
+use pedelec_web_e2e::bidi::{Firefox, firefox};
+use pedelec_web_e2e::server::StaticServer;
+use pedelec_web_e2e::{missing_web_build, web_dir, workspace_root};
+use serde_json::json;
+
+/// The add-on id in the manifest's `browser_specific_settings.gecko.id`.
+const ADDON_ID: &str = "extension@pedelec.dev";
+const TURN: Duration = Duration::from_secs(60);
+
+#[test]
+fn firefox_end_to_end() {
+    let missing =
+        if firefox().is_file() { missing_web_build() } else { Some(format!("no Firefox at {}", firefox().display())) };
+    if let Some(missing) = missing {
+        if std::env::var("CI").is_ok_and(|v| v == "true") {
+            panic!("the Firefox test cannot run under CI=true: {missing} (apt-get install -y firefox-esr)");
+        }
+        eprintln!("skipping the Firefox test: {missing}");
+        return;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let (home, config, profile) = (dir.path().join("home"), dir.path().join("config"), dir.path().join("profile"));
+    for d in [&home, &profile] {
+        std::fs::create_dir_all(d).unwrap();
+    }
+    let socket = dir.path().join("run/core.sock");
+    let state = dir.path().join("state");
+    let _core = CoreProcess::spawn(&socket, &state, Duration::from_millis(500)).expect("Core starts");
+    // Firefox reads host manifests from ~/.mozilla/native-messaging-hosts: HOME is the temp dir.
+    let host = std::fs::canonicalize(find_host_binary()).expect("pedelec-native-host is built");
+    let status = Command::new(&host)
+        .args(["install", "--browser", "firefox", "--firefox-addon-id", ADDON_ID, "--host-path"])
+        .arg(&host)
+        .env("HOME", &home)
+        .env("XDG_CONFIG_HOME", &config)
+        .status()
+        .unwrap();
+    assert!(status.success(), "registering the host for Firefox");
+    assert!(home.join(".mozilla/native-messaging-hosts/dev.pedelec.host.json").is_file());
+    let site = StaticServer::start(&web_dir()).unwrap();
+    let origin = site.origin();
+    let envs: [(&str, &Path); 4] = [
+        ("HOME", &home),
+        ("XDG_CONFIG_HOME", &config),
+        ("PEDELEC_CORE_SOCKET", &socket),
+        ("PEDELEC_STATE_DIR", &state),
+    ];
+    let mut ff = Firefox::launch(&profile, &envs).expect("Firefox starts with BiDi");
+    let installed = ff
+        .call(
+            "webExtension.install",
+            json!({ "extensionData": { "type": "path", "path": workspace_root().join("extension") } }),
+            TURN,
+        )
+        .expect("the extension folder installs as a temporary add-on");
+    assert_eq!(installed["extension"], json!(ADDON_ID));
+
+    let (page, _) = ff.contexts().unwrap().into_iter().next().expect("a tab");
+    ff.call(
+        "browsingContext.navigate",
+        json!({ "context": page, "url": format!("{origin}/demo/index.html"), "wait": "complete" }),
+        TURN,
+    )
+    .unwrap();
+    ff.wait_until(&page, "!!window.demo", Duration::from_secs(20)).expect("the demo page loads the wasm SDK");
+
+    // The page reaches the extension through its content script: installed, not yet approved.
+    let status = ff.eval(&page, "demo.pedelec.getApprovalStatus()").unwrap();
+    assert_eq!(
+        (status["installed"].clone(), status["approved"].clone(), status["origin"].clone()),
+        (json!(true), json!(false), json!(origin)),
+        "{status}"
+    );
+
+    // createSession waits on the approval tab the extension opens.
+    let started = ff.eval_later(&page, "demo.attempt(() => demo.start())").unwrap();
+    let approval = ff.wait_for_context("the approval page", |url| url.contains("/approve.html?origin=")).unwrap();
+    ff.wait_until(&approval, "!document.getElementById('request').hidden", Duration::from_secs(10))
+        .expect("the approval page shows the request");
+    ff.eval(&approval, "(document.querySelector('#approve').click(), true)").unwrap();
+    let started = ff.value(started, TURN).unwrap();
+    assert_eq!(started["ok"], json!(true), "{started}");
+    assert!(started["value"].as_str().is_some_and(|id| id.starts_with("sess-")), "{started}");
+    let status = ff.eval(&page, "demo.pedelec.getApprovalStatus()").unwrap();
+    assert_eq!((status["approved"].clone(), status["appConnected"].clone()), (json!(true), json!(true)), "{status}");
+
+    // A frontend tool call answered by the page.
+    let turn = ff.eval(&page, r#"demo.attempt(() => demo.send('/tool update_counter {"delta": 3}'))"#).unwrap();
+    assert_eq!(turn["ok"], json!(true), "{turn}");
+    let state = ff.eval(&page, "demo.state").unwrap();
+    assert_eq!((state["counter"].clone(), state["toolCalls"].clone()), (json!(3), json!(1)), "{state}");
+    assert_eq!(state["chats"], json!([r#"Tool update_counter returned {"value":3}."#]), "{state}");
+
+    // An asset uploaded from the page and read back (Core's loopback server, CORS for this origin).
+    let asset = ff
+        .eval(
+            &page,
+            "demo.attempt(async () => { const s = demo.session(); \
+             const file = new File(['hello from firefox'], 'hi.txt', { type: 'text/plain' }); \
+             const path = await s.uploadAsset(file, '/notes/hi.txt'); \
+             return { path, text: await s.readAsset('/notes/hi.txt', 'text'), listed: (await s.listAssets()).map((a) => a.path) }; })",
+        )
+        .unwrap();
+    assert_eq!(
+        asset,
+        json!({ "ok": true, "value": { "path": "/notes/hi.txt", "text": "hello from firefox", "listed": ["/notes/hi.txt"] } })
+    );
+
+    let ended = ff.eval(&page, "demo.attempt(() => demo.session().end())").unwrap();
+    assert_eq!(ended["ok"], json!(true), "{ended}");
+    assert_eq!(ff.eval(&page, "demo.session().getStatus()").unwrap(), json!("ended"));
+}
