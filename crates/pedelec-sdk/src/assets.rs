@@ -249,6 +249,25 @@ pub async fn put(ticket: &pb::AssetTicket, source: UploadSource) -> Result<(), P
     Ok(())
 }
 
+/// GETs a download ticket's file: the response whose body is its bytes, or
+/// the transfer server's error.
+async fn request_download(
+    ticket: &pb::AssetTicket,
+    code: ErrorCode,
+) -> Result<hyper::Response<hyper::body::Incoming>, PedelecError> {
+    let (mut sender, uri) = connect(ticket, code).await?;
+    let request = hyper::Request::get(uri.path())
+        .header(hyper::header::HOST, "127.0.0.1")
+        .header(hyper::header::AUTHORIZATION, format!("Bearer {}", ticket.token))
+        .body(BodyExt::boxed_unsync(http_body_util::Empty::new().map_err(|never| match never {})))
+        .map_err(|e| failed(code, e))?;
+    let response = sender.send_request(request).await.map_err(|e| failed(code, e))?;
+    if !response.status().is_success() {
+        return Err(error_from(response, code).await);
+    }
+    Ok(response)
+}
+
 /// GETs a download ticket's file, bounded by the 100 MiB read limit.
 ///
 /// [`PedelecSession::read_asset_file`](crate::PedelecSession::read_asset_file)
@@ -280,16 +299,7 @@ pub async fn put(ticket: &pb::AssetTicket, source: UploadSource) -> Result<(), P
 /// ```
 pub async fn get(ticket: &pb::AssetTicket) -> Result<AssetFile, PedelecError> {
     let code = ErrorCode::AssetDownloadFailed;
-    let (mut sender, uri) = connect(ticket, code).await?;
-    let request = hyper::Request::get(uri.path())
-        .header(hyper::header::HOST, "127.0.0.1")
-        .header(hyper::header::AUTHORIZATION, format!("Bearer {}", ticket.token))
-        .body(BodyExt::boxed_unsync(http_body_util::Empty::new().map_err(|never| match never {})))
-        .map_err(|e| failed(code, e))?;
-    let response = sender.send_request(request).await.map_err(|e| failed(code, e))?;
-    if !response.status().is_success() {
-        return Err(error_from(response, code).await);
-    }
+    let response = request_download(ticket, code).await?;
     let asset = ticket.asset.clone().unwrap_or_default();
     let mut bytes = download_buffer(asset.size.min(limits::MAX_ASSET_BYTES) as usize);
     let mut body = response.into_body().into_data_stream();
@@ -332,16 +342,7 @@ pub async fn get_to_file(ticket: &pb::AssetTicket, dest: &std::path::Path) -> Re
         .prefix(".pedelec-download-")
         .tempfile_in(&dir)
         .map_err(|e| failed(code, format!("cannot write beside {}: {e}", dest.display())))?;
-    let (mut sender, uri) = connect(ticket, code).await?;
-    let request = hyper::Request::get(uri.path())
-        .header(hyper::header::HOST, "127.0.0.1")
-        .header(hyper::header::AUTHORIZATION, format!("Bearer {}", ticket.token))
-        .body(BodyExt::boxed_unsync(http_body_util::Empty::new().map_err(|never| match never {})))
-        .map_err(|e| failed(code, e))?;
-    let response = sender.send_request(request).await.map_err(|e| failed(code, e))?;
-    if !response.status().is_success() {
-        return Err(error_from(response, code).await);
-    }
+    let response = request_download(ticket, code).await?;
     // Disk writes on a thread of their own through a short queue: the
     // network side never blocks the runtime on the disk, memory stays bounded.
     let (chunks, mut queue) = tokio::sync::mpsc::channel::<Bytes>(16);
