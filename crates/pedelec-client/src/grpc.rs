@@ -1,4 +1,24 @@
 //! The gRPC transport: tonic over Core's Unix socket.
+//!
+//! # Examples
+//!
+//! ```no_run
+//! # async fn example() -> Result<(), pedelec_client::PedelecError> {
+//! use pedelec_client::grpc::GrpcTransport;
+//! use pedelec_client::transport::{Call, Reply, Transport, unexpected};
+//! use pedelec_protocol::discovery::{default_socket, default_state_dir};
+//! use pedelec_protocol::pb;
+//!
+//! // Where Core listens unless the environment says otherwise.
+//! let env = |name: &str| std::env::var(name).ok();
+//! let transport = GrpcTransport::connect(default_socket(env, &default_state_dir(env))).await?;
+//! match transport.call(Call::Ping(pb::PingRequest {})).await? {
+//!     Reply::Ping(pong) => println!("Core {} (pid {})", pong.version, pong.pid),
+//!     other => return Err(unexpected(&other)),
+//! }
+//! # Ok(())
+//! # }
+//! ```
 
 use std::path::{Path, PathBuf};
 
@@ -11,6 +31,29 @@ use tonic::transport::Channel;
 use crate::error::PedelecError;
 use crate::transport::{BoxFuture, Call, EventStream, Reply, Transport};
 
+/// A [`Transport`] to Core over its Unix socket, with the message limits
+/// both ends use. Clones share one connection.
+///
+/// # Examples
+///
+/// ```no_run
+/// # async fn example() -> Result<(), pedelec_client::PedelecError> {
+/// use std::sync::Arc;
+///
+/// use pedelec_client::grpc::GrpcTransport;
+/// use pedelec_client::transport::{Call, Reply, Transport};
+/// use pedelec_protocol::pb;
+///
+/// let transport: Arc<dyn Transport> = Arc::new(GrpcTransport::connect("/run/user/1000/pedelec/core.sock").await?);
+/// let reply = transport.call(Call::ListProviders(pb::ListProvidersRequest {})).await?;
+/// if let Reply::ListProviders(list) = reply {
+///     for provider in list.providers {
+///         println!("{} ({})", provider.name, provider.code);
+///     }
+/// }
+/// # Ok(())
+/// # }
+/// ```
 #[derive(Clone)]
 pub struct GrpcTransport {
     client: CoreClient<Channel>,
@@ -20,6 +63,33 @@ pub struct GrpcTransport {
 
 impl GrpcTransport {
     /// Connects to Core's socket.
+    ///
+    /// Fails with `CORE_RUNTIME_UNAVAILABLE` when nothing listens there; it
+    /// does not start Core.
+    ///
+    /// # Examples
+    ///
+    /// ```no_run
+    /// # async fn example() -> Result<(), pedelec_client::PedelecError> {
+    /// use pedelec_client::grpc::GrpcTransport;
+    ///
+    /// let transport = GrpcTransport::connect("/run/user/1000/pedelec/core.sock").await?;
+    /// assert_eq!(transport.socket().file_name().unwrap(), "core.sock");
+    /// # Ok(())
+    /// # }
+    /// ```
+    ///
+    /// Without Core:
+    ///
+    /// ```
+    /// use pedelec_client::grpc::GrpcTransport;
+    /// use pedelec_protocol::ErrorCode;
+    ///
+    /// let runtime = tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap();
+    /// let refused = runtime.block_on(GrpcTransport::connect("/nonexistent/pedelec/core.sock")).err().unwrap();
+    /// assert_eq!(refused.error_code(), Some(ErrorCode::CoreRuntimeUnavailable));
+    /// assert!(refused.message.contains("/nonexistent/pedelec/core.sock"));
+    /// ```
     pub async fn connect(socket: impl AsRef<Path>) -> Result<Self, PedelecError> {
         let socket = socket.as_ref().to_path_buf();
         let channel = uds_channel(&socket).await.map_err(|e| {
@@ -32,6 +102,21 @@ impl GrpcTransport {
         Ok(GrpcTransport { client, channel, socket })
     }
 
+    /// The socket this transport connected to.
+    ///
+    /// # Examples
+    ///
+    /// ```no_run
+    /// # async fn example() -> Result<(), pedelec_client::PedelecError> {
+    /// use std::path::Path;
+    ///
+    /// use pedelec_client::grpc::GrpcTransport;
+    ///
+    /// let transport = GrpcTransport::connect("/run/user/1000/pedelec/core.sock").await?;
+    /// assert_eq!(transport.socket(), Path::new("/run/user/1000/pedelec/core.sock"));
+    /// # Ok(())
+    /// # }
+    /// ```
     pub fn socket(&self) -> &Path {
         &self.socket
     }
@@ -44,17 +129,63 @@ impl GrpcTransport {
     /// measured) stall every call on the connection, this transport's own
     /// included. Read what you open here, drop it, or open a channel of your
     /// own ([`uds_channel`]) for streams you may leave unread.
+    ///
+    /// # Examples
+    ///
+    /// ```no_run
+    /// # async fn example() -> Result<(), Box<dyn std::error::Error>> {
+    /// use pedelec_client::grpc::GrpcTransport;
+    /// use pedelec_protocol::pb::{PingRequest, core_client::CoreClient};
+    ///
+    /// let transport = GrpcTransport::connect("/run/user/1000/pedelec/core.sock").await?;
+    /// // A generated client on the transport's connection, with the same limits.
+    /// let mut core = pedelec_protocol::with_message_limits!(CoreClient::new(transport.channel()));
+    /// let pong = core.ping(PingRequest {}).await?.into_inner();
+    /// println!("Core {} (pid {})", pong.version, pong.pid);
+    /// # Ok(())
+    /// # }
+    /// ```
     pub fn channel(&self) -> Channel {
         self.channel.clone()
     }
 }
 
+/// Re-exported from [`pedelec_protocol::grpc`]: a connection of your own to
+/// Core's socket, apart from a [`GrpcTransport`]'s (see
+/// [`GrpcTransport::channel`]).
 pub use pedelec_protocol::grpc::uds_channel;
 
 fn status(e: tonic::Status) -> PedelecError {
     error_from_status(&e).into()
 }
 
+/// Calls are Core's unary methods; `Call::Subscribe` and `Call::Unsubscribe`
+/// are refused (`INVALID_ARGUMENT`: use [`Transport::subscribe`]). Work runs
+/// on tokio, so calls must be made inside a tokio runtime.
+///
+/// # Examples
+///
+/// ```no_run
+/// # async fn example() -> Result<(), pedelec_client::PedelecError> {
+/// use futures::StreamExt;
+/// use pedelec_client::grpc::GrpcTransport;
+/// use pedelec_client::transport::{Call, Reply, Transport, unexpected};
+/// use pedelec_protocol::pb;
+///
+/// let transport = GrpcTransport::connect("/run/user/1000/pedelec/core.sock").await?;
+/// let request = pb::CreateSessionRequest { caller_origin: "app:my-tool".into(), ..Default::default() };
+/// let session_id = match transport.call(Call::CreateSession(request)).await? {
+///     Reply::CreateSession(created) => created.session.unwrap_or_default().session_id,
+///     other => return Err(unexpected(&other)),
+/// };
+/// let request = pb::SubscribeRequest { session_id, caller_origin: "app:my-tool".into() };
+/// let mut events = transport.subscribe(request).await?;
+/// while let Some(event) = events.next().await {
+///     println!("event {}", event?.seq);
+/// }
+/// # Ok(())
+/// # }
+/// ```
 impl Transport for GrpcTransport {
     fn call(&self, call: Call) -> BoxFuture<'static, Result<Reply, PedelecError>> {
         let mut c = self.client.clone();
