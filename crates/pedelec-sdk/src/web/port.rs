@@ -103,8 +103,10 @@ extern "C" {
 }
 
 /// How long the content-script relay may take to answer before the SDK
-/// reports the extension missing.
-const RELAY_ANSWER_MS: u32 = 1000;
+/// reports the extension missing. The script answers at once when it is
+/// there; this only bounds how long a page without the extension waits to
+/// hear so, and leaves room for a busy machine.
+const RELAY_ANSWER_MS: u32 = 3000;
 
 /// How a page reaches the extension.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
