@@ -123,7 +123,8 @@ pub fn build() -> Result<PathBuf> {
     }
     copy_dir(&sources.join("demo"), &demo)?;
     let tarball = pack(&pkg, &out)?;
-    let bundled = bundle(&sources.join("bundled"), &tarball, &out.join("bundled"))?;
+    let bundled = out.join("bundled");
+    bundle(&sources.join("bundled"), &tarball, &bundled)?;
     println!(
         "web package: {}\nnpm tarball: {}\ndemo page:   {}\nbundled page: {}",
         pkg.display(),
@@ -137,19 +138,24 @@ pub fn build() -> Result<PathBuf> {
 /// Runs `program args…` in `dir`, bounded by `timeout_secs` (an unreachable
 /// registry must not hang CI); returns its stdout.
 fn run_bounded(dir: &Path, timeout_secs: u32, program: &Path, args: &[&str]) -> Result<String> {
+    let out = run_bounded_output(dir, timeout_secs, program, args)?;
+    if !out.status.success() {
+        bail!("{} {} failed ({})", program.display(), args.join(" "), out.status);
+    }
+    Ok(String::from_utf8_lossy(&out.stdout).into_owned())
+}
+
+/// [`run_bounded`] whatever the exit status: stdout and the status.
+fn run_bounded_output(dir: &Path, timeout_secs: u32, program: &Path, args: &[&str]) -> Result<std::process::Output> {
     eprintln!("$ {} {} (in {})", program.display(), args.join(" "), dir.display());
-    let out = Command::new("timeout")
+    Command::new("timeout")
         .arg(timeout_secs.to_string())
         .arg(program)
         .args(args)
         .current_dir(dir)
         .stderr(std::process::Stdio::inherit())
         .output()
-        .with_context(|| format!("running {}", program.display()))?;
-    if !out.status.success() {
-        bail!("{} {} failed ({})", program.display(), args.join(" "), out.status);
-    }
-    Ok(String::from_utf8_lossy(&out.stdout).into_owned())
+        .with_context(|| format!("running {}", program.display()))
 }
 
 /// `npm pack` of the package into `out`: the tarball a web developer's
@@ -165,7 +171,7 @@ fn pack(pkg: &Path, out: &Path) -> Result<PathBuf> {
 /// tarball, as an application would: `npm ci` of vite, `npm install` of the
 /// tarball, `vite build` into `dest`. The page's sources are copied next to
 /// their `node_modules`, since a bundler resolves packages from there.
-fn bundle(source: &Path, tarball: &Path, dest: &Path) -> Result<PathBuf> {
+fn bundle(source: &Path, tarball: &Path, dest: &Path) -> Result<()> {
     let work = target_dir().join("web-bundled");
     crate::agents::npm_ci(source, &work, 600)?;
     for file in ["index.html", "main.js", "vite.config.js"] {
@@ -182,7 +188,7 @@ fn bundle(source: &Path, tarball: &Path, dest: &Path) -> Result<PathBuf> {
     let vite = work.join("node_modules/.bin/vite");
     let dest_str = dest.to_str().context("target/web is not UTF-8")?;
     run_bounded(&work, 300, &vite, &["build", "--logLevel", "warn", "--outDir", dest_str, "--emptyOutDir"])?;
-    Ok(dest.to_path_buf())
+    Ok(())
 }
 
 /// `tsc --noEmit` over `web/typecheck/usage.ts`, which calls every method
@@ -229,16 +235,8 @@ pub fn lint_extension() -> Result<()> {
     let web_ext = work.join("node_modules/.bin/web-ext");
     let extension = root().join("extension");
     let extension = extension.to_str().context("the extension path is not UTF-8")?;
-    eprintln!("$ web-ext lint --source-dir {extension} --output json");
     // Its exit status only says whether it found errors; the report says which.
-    let out = Command::new("timeout")
-        .arg("300")
-        .arg(&web_ext)
-        .args(["lint", "--source-dir", extension, "--output", "json"])
-        .current_dir(&work)
-        .stderr(std::process::Stdio::inherit())
-        .output()
-        .context("running web-ext")?;
+    let out = run_bounded_output(&work, 300, &web_ext, &["lint", "--source-dir", extension, "--output", "json"])?;
     let report: serde_json::Value = serde_json::from_slice(&out.stdout)
         .with_context(|| format!("web-ext lint printed no JSON report ({})", out.status))?;
     let expected = |m: &serde_json::Value| {

@@ -236,12 +236,7 @@ impl Shared {
                         }
                     }
                 }
-                Err(error) => {
-                    let removed = lock(&self.subscriptions).remove(&id);
-                    if let Some(tx) = removed {
-                        let _ = tx.send(Err(error)).await;
-                    }
-                }
+                Err(error) => self.fail_subscription(id, error).await,
             },
             Some(Body::Response(response)) => {
                 if let (Some(tx), Some(result)) = (lock(&self.pending).remove(&id), response.result) {
@@ -254,13 +249,18 @@ impl Shared {
                     let _ = tx.send(Err(error.into()));
                 } else {
                     // A live subscription failed (e.g. Core went away).
-                    let removed = lock(&self.subscriptions).remove(&id);
-                    if let Some(tx) = removed {
-                        let _ = tx.send(Err(error.into())).await;
-                    }
+                    self.fail_subscription(id, error.into()).await;
                 }
             }
             _ => tracing::warn!(request_id = id, "unexpected frame from the native host"),
+        }
+    }
+
+    /// Ends subscription `id` with `error` (the last thing its stream yields).
+    async fn fail_subscription(&self, id: u32, error: PedelecError) {
+        let removed = lock(&self.subscriptions).remove(&id);
+        if let Some(tx) = removed {
+            let _ = tx.send(Err(error)).await;
         }
     }
 

@@ -1269,22 +1269,20 @@ impl Inner {
             let (state, effects) = machine.operation_accepted(&accepted);
             let receiver = match state {
                 Accepted::Pending => {
+                    // In place before the effects are queued, so no drainer
+                    // can run this operation's settling before it.
                     let (tx, rx) = oneshot::channel();
                     lock(&self.waiters).insert(OperationId::new(accepted.operation_id.clone()), tx);
+                    self.enqueue(effects);
                     Ok(rx)
                 }
                 Accepted::Settled(outcome) => {
                     // Settled already (its events came first): resolve once
                     // the handlers of those events have run.
-                    let (tx, rx) = oneshot::channel();
-                    Err((outcome, rx, tx))
+                    self.enqueue(effects);
+                    Err((outcome, self.flushed_marker()))
                 }
             };
-            self.enqueue(effects);
-            let receiver = receiver.map_err(|(outcome, rx, tx)| {
-                lock(&self.dispatch).queue.push(Queued::Flushed(tx));
-                (outcome, rx)
-            });
             drop(machine);
             self.drain();
             receiver
@@ -1347,14 +1345,22 @@ impl Inner {
     /// handlers ran. Await it outside any handler: a handler's own effects
     /// run only after it returns.
     fn step_flushed(self: &Arc<Self>, f: impl FnOnce(&mut SessionMachine) -> Vec<Effect>) -> oneshot::Receiver<()> {
-        let (tx, rx) = oneshot::channel();
-        {
+        let flushed = {
             let mut machine = lock(&self.machine);
             let effects = f(&mut machine);
             self.enqueue(effects);
-            lock(&self.dispatch).queue.push(Queued::Flushed(tx));
-        }
+            self.flushed_marker()
+        };
         self.drain();
+        flushed
+    }
+
+    /// Queues a marker after everything queued so far; its receiver
+    /// resolves once those effects have run. Call with the machine locked,
+    /// like [`Inner::enqueue`].
+    fn flushed_marker(&self) -> oneshot::Receiver<()> {
+        let (tx, rx) = oneshot::channel();
+        lock(&self.dispatch).queue.push(Queued::Flushed(tx));
         rx
     }
 

@@ -26,6 +26,7 @@ use wasm_bindgen::{JsCast, JsValue};
 
 use super::js;
 use super::local::Local;
+use crate::delivery::decoded_batch;
 use crate::error::PedelecError;
 use crate::transport::{BoxFuture, Call, EventStream, Reply, Transport};
 
@@ -119,7 +120,6 @@ pub(crate) enum Channel {
 }
 
 type Pending = oneshot::Sender<Result<Reply, PedelecError>>;
-use crate::delivery::decoded_batch;
 
 // The page has no back-pressure to give: the extension's port delivers
 // whatever arrives, so the queue a subscription's events wait in is unbounded.

@@ -73,19 +73,20 @@ function askUser(request) {
   });
 }
 
-let shownStatus = "disconnected";
-let statusFrame = 0;
-function paintStatus() {
-  statusFrame = 0;
-  renderStatus(shownStatus);
-}
-
-let unpainted = "";
+// What the next frame paints. A long turn streams far more deltas, and a turn
+// of quick tool calls changes the status far more often, than the screen
+// shows; painting each is DOM work on the thread that answers the next call.
+const unpainted = { deltas: "", status: null };
 let paintFrame = 0;
-function paintDeltas() {
+function paint() {
   paintFrame = 0;
-  $("live").append(unpainted);
-  unpainted = "";
+  if (unpainted.deltas) $("live").append(unpainted.deltas);
+  if (unpainted.status !== null) renderStatus(unpainted.status);
+  unpainted.deltas = "";
+  unpainted.status = null;
+}
+function paintSoon() {
+  if (!paintFrame) paintFrame = requestAnimationFrame(paint);
 }
 
 async function start(options = {}) {
@@ -101,26 +102,19 @@ async function start(options = {}) {
   });
   session.onChatDelta((delta) => {
     state.deltas += delta;
-    // Painted once per frame, not per delta: a long turn streams far more
-    // deltas a second than the screen shows.
-    unpainted += delta;
-    if (!paintFrame) paintFrame = requestAnimationFrame(paintDeltas);
+    unpainted.deltas += delta;
+    paintSoon();
   });
   session.onChat((text) => {
     state.chats.push(text);
-    cancelAnimationFrame(paintFrame);
-    paintFrame = 0;
-    unpainted = "";
+    unpainted.deltas = "";
     $("live").textContent = "";
     log(text);
   });
   session.onStatus((status, ctx) => {
     state.statuses.push(`${ctx.source}:${status}`);
-    // Painted once per frame too: a turn of many quick tool calls changes the
-    // status far more often than the screen shows, and each paint is DOM work
-    // on the thread that answers the next tool call.
-    shownStatus = status;
-    if (!statusFrame) statusFrame = requestAnimationFrame(paintStatus);
+    unpainted.status = status;
+    paintSoon();
   });
   session.onError((error, ctx) => {
     state.errors.push(`${ctx.source}:${error.code}`);
@@ -141,8 +135,8 @@ async function start(options = {}) {
     $("counter").textContent = String(state.counter);
     return { value: state.counter };
   });
-  shownStatus = session.getStatus();
-  renderStatus(shownStatus);
+  unpainted.status = null;
+  renderStatus(session.getStatus());
   renderApproval();
   return session.sessionId;
 }

@@ -187,15 +187,14 @@ fn round(page: &Page<'_>, worker: &Page<'_>, calls: u32) -> Result<Round, E2eErr
     if floor_ms.is_empty() {
         return Err(E2eError::Protocol("no floor timings".into()));
     }
-    let bare = json!([floor_ms[floor_ms.len() / 2], floor_ms[floor_ms.len() * 99 / 100]]);
+    let (bare_p50, bare_p99) = (floor_ms[floor_ms.len() / 2] * 1000.0, floor_ms[floor_ms.len() * 99 / 100] * 1000.0);
     // The agent reports each chunk's p50 and p99: the round's tool figures
     // are the median of the p50s and the worst p99.
     let tool_p50 = median(chunk_p50s);
     let tool_p99 = chunk_p99s.iter().copied().fold(0.0, f64::max);
     let calls = per_chunk * CHUNKS;
-    let us = |v: &Value| v.as_f64().unwrap_or(f64::NAN) * 1000.0;
 
-    let messages_before = worker.eval("pedelecStats.hostMessages")?.as_f64().unwrap_or(f64::NAN);
+    let messages_before = host_messages()?;
     let turn = page.eval_for(
         &format!(
             "(async () => {{ const before = demo.state.deltas.length; const t0 = performance.now(); \
@@ -204,7 +203,7 @@ fn round(page: &Page<'_>, worker: &Page<'_>, calls: u32) -> Result<Round, E2eErr
         ),
         Duration::from_secs(600),
     )?;
-    let messages = worker.eval("pedelecStats.hostMessages")?.as_f64().unwrap_or(f64::NAN) - messages_before;
+    let messages = host_messages()? - messages_before;
     if turn["ok"] != json!(true) || turn["n"].as_u64() != Some(DELTAS) {
         return Err(E2eError::Protocol(format!("the delta turn did not deliver {DELTAS} deltas: {turn}")));
     }
@@ -212,8 +211,8 @@ fn round(page: &Page<'_>, worker: &Page<'_>, calls: u32) -> Result<Round, E2eErr
     Ok(Round {
         tool_p50,
         tool_p99,
-        bare_p50: us(&bare[0]),
-        bare_p99: us(&bare[1]),
+        bare_p50,
+        bare_p99,
         deltas_per_s: DELTAS as f64 / (ms / 1000.0),
         messages_per_1000: messages / (DELTAS as f64 / 1000.0),
         messages_per_tool_call: tool_messages / f64::from(calls),
