@@ -92,7 +92,7 @@ impl GrpcTransport {
     /// ```
     pub async fn connect(socket: impl AsRef<Path>) -> Result<Self, PedelecError> {
         let socket = socket.as_ref().to_path_buf();
-        let channel = uds_channel(&socket).await.map_err(|e| {
+        let channel = local_channel(&socket).await.map_err(|e| {
             PedelecError::new(
                 ErrorCode::CoreRuntimeUnavailable,
                 format!("cannot reach Core at {}: {e}", socket.display()),
@@ -128,7 +128,7 @@ impl GrpcTransport {
     /// a few such streams (three `Subscribe` streams during a busy turn,
     /// measured) stall every call on the connection, this transport's own
     /// included. Read what you open here, drop it, or open a channel of your
-    /// own ([`uds_channel`]) for streams you may leave unread.
+    /// own ([`local_channel`]) for streams you may leave unread.
     ///
     /// # Examples
     ///
@@ -153,7 +153,7 @@ impl GrpcTransport {
 /// Re-exported from [`pedelec_protocol::grpc`]: a connection of your own to
 /// Core's socket, apart from a [`GrpcTransport`]'s (see
 /// [`GrpcTransport::channel`]).
-pub use pedelec_protocol::grpc::uds_channel;
+pub use pedelec_protocol::grpc::local_channel;
 
 fn status(e: tonic::Status) -> PedelecError {
     error_from_status(&e).into()

@@ -46,7 +46,7 @@ impl AgentToolsLink {
         let socket = std::env::var_os(SOCKET_ENV)
             .map(PathBuf::from)
             .unwrap_or_else(|| crate::config::default_socket(&crate::config::default_state_dir()));
-        let channel = pedelec_protocol::grpc::uds_channel(&socket)
+        let channel = pedelec_protocol::grpc::local_channel(&socket)
             .await
             .map_err(|source| BridgeError::Connect { socket: socket.display().to_string(), source })?;
         Ok(AgentToolsLink { client: pedelec_protocol::with_message_limits!(AgentToolsClient::new(channel)), token })

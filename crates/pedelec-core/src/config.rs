@@ -6,7 +6,7 @@ use std::time::Duration;
 /// Resolved daemon configuration.
 #[derive(Debug, Clone)]
 pub struct CoreConfig {
-    /// The gRPC Unix socket.
+    /// Core's endpoint: a Unix socket path, or on Windows a named pipe's name.
     pub socket: PathBuf,
     /// Database, discovery file and managed workspaces live here.
     pub state_dir: PathBuf,
@@ -21,8 +21,10 @@ pub struct CoreConfig {
 }
 
 impl CoreConfig {
-    /// Defaults: `$XDG_RUNTIME_DIR/pedelec/core.sock` (else `<state>/core.sock`)
-    /// and `$XDG_STATE_HOME/pedelec` (else `~/.local/state/pedelec`).
+    /// Defaults by the shared rule of `pedelec_protocol::discovery`: on Linux
+    /// `$XDG_RUNTIME_DIR/pedelec/core.sock` (else `<state>/core.sock`) and
+    /// `$XDG_STATE_HOME/pedelec` (else `~/.local/state/pedelec`); each OS's
+    /// own places elsewhere.
     pub fn resolve(socket: Option<PathBuf>, state_dir: Option<PathBuf>, disconnect_grace: Duration) -> Self {
         let state_dir = state_dir.unwrap_or_else(default_state_dir);
         let socket = socket.unwrap_or_else(|| default_socket(&state_dir));
@@ -45,15 +47,12 @@ impl CoreConfig {
         self.state_dir.join("workspaces")
     }
 
-    /// The discovery file next to the socket: `{"pid":…, "socket":…}`.
+    /// The discovery file, `{"pid":…, "socket":…}`, by the shared rule:
+    /// next to the socket, or in the state dir beside a named pipe.
     pub fn discovery_file(&self) -> PathBuf {
-        discovery_file_for(&self.socket)
+        use pedelec_protocol::discovery::{Platform, discovery_file_for};
+        discovery_file_for(Platform::current(), &self.socket, &self.state_dir)
     }
-}
-
-/// Discovery file path for a socket path.
-pub fn discovery_file_for(socket: &Path) -> PathBuf {
-    socket.with_file_name("core.json")
 }
 
 pub fn default_state_dir() -> PathBuf {

@@ -17,8 +17,9 @@ use std::task::{Context, Poll};
 use std::time::Duration;
 
 use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
-use tokio::net::{UnixListener, UnixStream};
 use tokio::sync::{OwnedSemaphorePermit, Semaphore};
+
+use crate::platform::endpoint::{self, Listener, Stream};
 
 /// The bounds of [`incoming`].
 #[derive(Debug, Clone, Copy)]
@@ -42,14 +43,14 @@ impl Default for Limits {
 /// A connection holding one of the slots until it is dropped; the bytes
 /// read to see that it speaks are handed on first.
 pub struct Connection {
-    stream: UnixStream,
+    stream: Stream,
     first: Vec<u8>,
     _slot: OwnedSemaphorePermit,
 }
 
 /// The accepted connections that spoke in time, within the bounds.
 pub fn incoming(
-    listener: UnixListener,
+    mut listener: Listener,
     limits: Limits,
 ) -> impl futures::Stream<Item = io::Result<Connection>> + Send + 'static {
     let slots = Arc::new(Semaphore::new(limits.max));
@@ -57,7 +58,7 @@ pub fn incoming(
     tokio::spawn(async move {
         loop {
             let stream = match listener.accept().await {
-                Ok((stream, _)) => stream,
+                Ok(stream) => stream,
                 Err(error) => {
                     // Out of descriptors and the like: say so, keep serving.
                     tracing::warn!(%error, "accepting a connection failed");
@@ -130,8 +131,8 @@ impl AsyncWrite for Connection {
 }
 
 impl tonic::transport::server::Connected for Connection {
-    type ConnectInfo = <UnixStream as tonic::transport::server::Connected>::ConnectInfo;
+    type ConnectInfo = endpoint::ConnectInfo;
     fn connect_info(&self) -> Self::ConnectInfo {
-        self.stream.connect_info()
+        endpoint::connect_info(&self.stream)
     }
 }

@@ -1,6 +1,5 @@
 //! `pedelec-core serve`: the socket, the discovery file, signals and clean shutdown.
 
-use std::os::unix::fs::PermissionsExt;
 use std::path::Path;
 use std::sync::Arc;
 
@@ -8,7 +7,6 @@ use pedelec_protocol::ErrorCode;
 use pedelec_protocol::pb::{
     agent_tools_server::AgentToolsServer, core_relay_server::CoreRelayServer, core_server::CoreServer,
 };
-use tokio::net::UnixListener;
 
 use crate::config::CoreConfig;
 use crate::error::{CoreError, CoreResult};
@@ -17,30 +15,6 @@ use crate::registry::Registry;
 use crate::service::{AgentToolsService, CoreService};
 use crate::session::Shared;
 use crate::store::Store;
-
-fn ensure_private_dir(dir: &Path) -> CoreResult<()> {
-    std::fs::create_dir_all(dir).map_err(|e| CoreError::io(format!("creating {}", dir.display()), e))?;
-    std::fs::set_permissions(dir, std::fs::Permissions::from_mode(0o700))
-        .map_err(|e| CoreError::io(format!("restricting {}", dir.display()), e))
-}
-
-/// Raises the soft limit on open files to the hard one. Every connection,
-/// subscription, agent pipe and SQLite file is a descriptor; the default
-/// soft limit (1 024 on most systems) is what a thousand idle connections
-/// exhaust, locking out new clients. Failing to raise it is not fatal.
-fn raise_open_file_limit() {
-    let mut limit = libc::rlimit { rlim_cur: 0, rlim_max: 0 };
-    // SAFETY: getrlimit/setrlimit only read and write the struct passed.
-    unsafe {
-        if libc::getrlimit(libc::RLIMIT_NOFILE, &mut limit) != 0 || limit.rlim_cur >= limit.rlim_max {
-            return;
-        }
-        let raised = libc::rlimit { rlim_cur: limit.rlim_max, rlim_max: limit.rlim_max };
-        if libc::setrlimit(libc::RLIMIT_NOFILE, &raised) != 0 {
-            tracing::warn!(soft = limit.rlim_cur, hard = limit.rlim_max, "could not raise the open-file limit");
-        }
-    }
-}
 
 /// Exactly one Core per state dir: an advisory lock on `state_dir/core.lock`,
 /// held for the life of the process (the kernel lets go of it when the
@@ -66,40 +40,19 @@ fn lock_state_dir(dir: &Path) -> CoreResult<std::fs::File> {
     }
 }
 
-/// Binds the socket: refuses when a live Core answers on it, takes over a stale one.
-async fn bind(socket: &Path) -> CoreResult<UnixListener> {
-    if let Some(parent) = socket.parent() {
-        ensure_private_dir(parent)?;
-    }
-    if socket.exists() {
-        if tokio::net::UnixStream::connect(socket).await.is_ok() {
-            return Err(CoreError::new(
-                ErrorCode::CoreRuntimeUnavailable,
-                format!("another Core is already serving on {}", socket.display()),
-            ));
-        }
-        tracing::info!(socket = %socket.display(), "taking over a stale socket");
-        std::fs::remove_file(socket).map_err(|e| CoreError::io("removing a stale socket", e))?;
-    }
-    let listener = UnixListener::bind(socket).map_err(|e| CoreError::io(format!("binding {}", socket.display()), e))?;
-    std::fs::set_permissions(socket, std::fs::Permissions::from_mode(0o600))
-        .map_err(|e| CoreError::io("restricting the socket", e))?;
-    Ok(listener)
-}
-
 /// Runs Core until SIGINT/SIGTERM, then shuts down cleanly.
 pub async fn serve(config: CoreConfig) -> CoreResult<()> {
     // Signal handlers first: a SIGTERM at any point after this is a clean shutdown.
-    let signals = Signals::install()?;
+    let signals = crate::platform::shutdown::Signals::install()?;
     // A bad settings file stops Core before it binds: better than running the wrong agent.
     let settings = crate::settings::Settings::load(&config.config_dir)?;
     let providers = Providers::from_settings(&settings)?;
-    raise_open_file_limit();
-    ensure_private_dir(&config.state_dir)?;
+    crate::platform::files::raise_open_file_limit();
+    crate::platform::files::ensure_private_dir(&config.state_dir)?;
     let _state_lock = lock_state_dir(&config.state_dir)?;
-    let listener = bind(&config.socket).await?;
+    let listener = crate::platform::endpoint::Listener::bind(&config.socket).await?;
     // Only now is this the state dir's one Core: agents a dead Core left are ours to end.
-    let leftovers = crate::providers::reaper::init(&config.state_dir);
+    let leftovers = crate::platform::process_tree::end_leftovers(&config.state_dir);
     if leftovers > 0 {
         tracing::info!(leftovers, "ended agent process groups a previous Core left running");
     }
@@ -140,6 +93,7 @@ pub async fn serve(config: CoreConfig) -> CoreResult<()> {
     tracing::info!(socket = %config.socket.display(), restored, elapsed_ms = started.elapsed().as_millis() as u64, "Core serving");
     println!("pedelec-core listening on {}", config.socket.display());
 
+    let remove_endpoint = listener.remover();
     let incoming = crate::connections::incoming(listener, config.connections);
     let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
     let server = tonic::transport::Server::builder()
@@ -171,7 +125,7 @@ pub async fn serve(config: CoreConfig) -> CoreResult<()> {
             tokio::time::timeout(std::time::Duration::from_secs(5), server).await.unwrap_or(Ok(()))
         }
     };
-    let _ = std::fs::remove_file(&config.socket);
+    remove_endpoint();
     let _ = std::fs::remove_file(&discovery);
     result.map_err(|e| CoreError::new(ErrorCode::Internal, format!("gRPC server failed: {e}")))
 }
@@ -208,27 +162,6 @@ async fn maintain(
                     Err(error) => tracing::warn!(%error, "could not delete expired sessions"),
                 }
             }
-        }
-    }
-}
-
-struct Signals {
-    term: tokio::signal::unix::Signal,
-    int: tokio::signal::unix::Signal,
-}
-
-impl Signals {
-    fn install() -> CoreResult<Self> {
-        use tokio::signal::unix::{SignalKind, signal};
-        let term = signal(SignalKind::terminate()).map_err(|e| CoreError::io("installing the SIGTERM handler", e))?;
-        let int = signal(SignalKind::interrupt()).map_err(|e| CoreError::io("installing the SIGINT handler", e))?;
-        Ok(Signals { term, int })
-    }
-
-    async fn wait(mut self) {
-        tokio::select! {
-            _ = self.term.recv() => {}
-            _ = self.int.recv() => {}
         }
     }
 }

@@ -8,7 +8,6 @@
 //! (Ping, ListProviders) with a short timeout.
 
 use std::fmt::Write as _;
-use std::os::unix::fs::PermissionsExt;
 use std::path::Path;
 use std::time::{Duration, Instant};
 
@@ -110,12 +109,15 @@ fn mark(ok: bool) -> &'static str {
 fn describe_dir(dir: &Path) -> String {
     match std::fs::metadata(dir) {
         Ok(meta) => {
-            let mode = meta.permissions().mode() & 0o777;
-            let private = if mode & 0o077 == 0 { "" } else { " (not private: others can read it)" };
+            let (mode, private) = match crate::platform::files::mode(&meta) {
+                Some(mode) if mode & 0o077 != 0 => (format!("{mode:o}"), " (not private: others can read it)"),
+                Some(mode) => (format!("{mode:o}"), ""),
+                None => ("the profile's access list".to_owned(), ""),
+            };
             let database = std::fs::metadata(dir.join("sessions.sqlite3"))
                 .map(|m| format!(", database {:.1} MiB", m.len() as f64 / (1024.0 * 1024.0)))
                 .unwrap_or_else(|_| ", no database yet".into());
-            format!("{} ({mode:o}{private}{database})", dir.display())
+            format!("{} ({mode}{private}{database})", dir.display())
         }
         Err(_) => format!("{} (absent: Core creates it at start)", dir.display()),
     }
@@ -127,7 +129,7 @@ async fn ask_core(socket: &Path) -> Result<(pb::PingResponse, Duration, Vec<pb::
         return Err("no socket: Core is not running (the SDK and the native host start it on demand)".into());
     }
     let started = Instant::now();
-    let channel = tokio::time::timeout(ASK, pedelec_protocol::grpc::uds_channel(socket))
+    let channel = tokio::time::timeout(ASK, pedelec_protocol::grpc::local_channel(socket))
         .await
         .map_err(|_| "no answer within 2 s".to_owned())?
         .map_err(|e| format!("cannot connect: {e} (a stale socket of a Core that died?)"))?;

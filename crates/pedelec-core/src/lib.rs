@@ -13,6 +13,7 @@ pub mod daemon;
 pub mod doctor;
 pub mod error;
 pub mod history;
+pub mod platform;
 pub mod providers;
 pub mod registry;
 pub mod service;

@@ -106,13 +106,12 @@ pub const DEFAULT_TURN_TIMEOUT: Duration = Duration::from_secs(600);
 pub const DEFAULT_RETENTION_DAYS: u32 = 30;
 
 impl Settings {
-    /// `--config-dir`, else `$PEDELEC_CONFIG_DIR`, else `$XDG_CONFIG_HOME/pedelec`, else `~/.config/pedelec`.
+    /// `--config-dir`, else the shared rule: `$PEDELEC_CONFIG_DIR`, else on
+    /// Linux `$XDG_CONFIG_HOME/pedelec`, else `~/.config/pedelec`; each OS's
+    /// own place elsewhere (`pedelec_protocol::discovery::config_dir_for`).
     pub fn default_dir() -> PathBuf {
-        let env = |k: &str| std::env::var_os(k).filter(|v| !v.is_empty()).map(PathBuf::from);
-        env("PEDELEC_CONFIG_DIR")
-            .or_else(|| env("XDG_CONFIG_HOME").map(|d| d.join("pedelec")))
-            .or_else(|| env("HOME").map(|h| h.join(".config/pedelec")))
-            .unwrap_or_else(|| PathBuf::from(".pedelec-config"))
+        use pedelec_protocol::discovery::{Platform, config_dir_for};
+        config_dir_for(Platform::current(), |k| std::env::var(k).ok())
     }
 
     pub fn file_in(dir: &Path) -> PathBuf {

@@ -48,9 +48,7 @@ pub async fn connect_or_start(socket: &Path, core: impl FnOnce() -> PathBuf) -> 
     tracing::info!(core = %core.display(), socket = %socket.display(), "starting Core");
     let mut command = Command::new(&core);
     command.arg("serve").arg("--socket").arg(socket).stdin(Stdio::null()).stdout(Stdio::null()).stderr(Stdio::null());
-    #[cfg(unix)]
-    std::os::unix::process::CommandExt::process_group(&mut command, 0);
-    if let Err(error) = command.spawn() {
+    if let Err(error) = spawn_detached(&mut command) {
         tracing::warn!(%error, "could not start Core");
         return None;
     }
@@ -62,6 +60,28 @@ pub async fn connect_or_start(socket: &Path, core: impl FnOnce() -> PathBuf) -> 
         tokio::time::sleep(Duration::from_millis(10)).await;
     }
     None
+}
+
+/// Core outlives this host: its own process group on Unix (the browser
+/// signals the host's); on Windows no console, and out of the job Chrome
+/// puts its native hosts in (Chrome's own advice for hosts that start a
+/// longer-lived process; a job that forbids leaving is stayed in).
+#[cfg(unix)]
+fn spawn_detached(command: &mut Command) -> std::io::Result<std::process::Child> {
+    std::os::unix::process::CommandExt::process_group(command, 0).spawn()
+}
+
+#[cfg(windows)]
+fn spawn_detached(command: &mut Command) -> std::io::Result<std::process::Child> {
+    use std::os::windows::process::CommandExt;
+    const CREATE_NEW_PROCESS_GROUP: u32 = 0x0000_0200;
+    const DETACHED_PROCESS: u32 = 0x0000_0008;
+    const CREATE_BREAKAWAY_FROM_JOB: u32 = 0x0100_0000;
+    let detached = CREATE_NEW_PROCESS_GROUP | DETACHED_PROCESS;
+    command
+        .creation_flags(detached | CREATE_BREAKAWAY_FROM_JOB)
+        .spawn()
+        .or_else(|_| command.creation_flags(detached).spawn())
 }
 
 type Waiter = oneshot::Sender<Result<Reply, PedelecError>>;

@@ -90,10 +90,10 @@ pub fn install(layout: &Layout, request: &Install) -> Result<Vec<PathBuf>, Regis
     if !request.host_path.is_absolute() {
         return Err(RegistrationError::RelativeHostPath(request.host_path.clone()));
     }
-    let mut targets: Vec<(PathBuf, Value)> = Vec::new();
+    let mut targets: Vec<(Option<Browser>, PathBuf, Value)> = Vec::new();
     let chromium = chromium_manifest(&request.host_path, &request.extension_ids);
     match &request.profile {
-        Some(profile) => targets.push((profile.join("NativeMessagingHosts"), chromium.clone())),
+        Some(profile) => targets.push((None, profile.join("NativeMessagingHosts"), chromium.clone())),
         None => {
             for browser in request.browser.expand() {
                 let manifest = match browser {
@@ -102,7 +102,7 @@ pub fn install(layout: &Layout, request: &Install) -> Result<Vec<PathBuf>, Regis
                     _ if request.extension_ids.is_empty() => continue,
                     _ => chromium.clone(),
                 };
-                targets.push((layout.manifest_dir(browser), manifest));
+                targets.push((Some(browser), layout.manifest_dir(browser), manifest));
             }
         }
     }
@@ -110,13 +110,14 @@ pub fn install(layout: &Layout, request: &Install) -> Result<Vec<PathBuf>, Regis
         return Err(RegistrationError::NothingToRegister);
     }
     let mut written = Vec::new();
-    for (dir, manifest) in targets {
+    for (browser, dir, manifest) in targets {
         std::fs::create_dir_all(&dir).map_err(io(format!("creating {}", dir.display())))?;
         let path = dir.join(format!("{HOST_NAME}.json"));
         let text = serde_json::to_string_pretty(&manifest).expect("JSON values serialize");
         std::fs::write(&path, text + "\n").map_err(io(format!("writing {}", path.display())))?;
-        #[cfg(windows)]
-        windows::register(&path)?;
+        if let Some(browser) = browser {
+            keys::register(browser, &path)?;
+        }
         written.push(path);
     }
     let allowed: Vec<&String> = request.extension_ids.iter().chain(&request.firefox_addon_ids).collect();
@@ -142,6 +143,9 @@ pub fn uninstall(layout: &Layout, browser: Browser, profile: Option<&Path>) -> V
             removed.push(path);
         }
     }
+    if profile.is_none() {
+        browser.expand().into_iter().for_each(keys::unregister);
+    }
     if profile.is_none() && browser == Browser::All {
         let _ = std::fs::remove_file(allowed_file(&layout.config_home));
     }
@@ -161,38 +165,52 @@ pub fn status(layout: &Layout) -> Vec<Registered> {
     Browser::EACH
         .iter()
         .map(|&browser| {
-            let manifest = manifest_path(layout, browser);
+            let manifest = keys::registered(browser).unwrap_or_else(|| manifest_path(layout, browser));
             let contents = std::fs::read_to_string(&manifest).ok().and_then(|t| serde_json::from_str(&t).ok());
             Registered { browser, manifest, contents }
         })
         .collect()
 }
 
+/// The registry keys that point Windows browsers at their manifests
+/// (`HKEY_CURRENT_USER\\<registry_key>`, default value = the manifest's
+/// path). Elsewhere browsers look in fixed directories, and these do nothing.
 #[cfg(windows)]
-mod windows {
+mod keys {
+    use super::*;
+    use pedelec_protocol::registration::registry_key;
+    use winreg::RegKey;
+    use winreg::enums::HKEY_CURRENT_USER;
+
+    pub fn register(browser: Browser, manifest: &Path) -> Result<(), RegistrationError> {
+        let key = registry_key(browser);
+        let (entry, _) =
+            RegKey::predef(HKEY_CURRENT_USER).create_subkey(&key).map_err(io(format!("creating HKCU\\{key}")))?;
+        entry.set_value("", &manifest.as_os_str()).map_err(io(format!("writing HKCU\\{key}")))
+    }
+
+    pub fn unregister(browser: Browser) {
+        let _ = RegKey::predef(HKEY_CURRENT_USER).delete_subkey(registry_key(browser));
+    }
+
+    /// The manifest path the browser's key names, if it has one.
+    pub fn registered(browser: Browser) -> Option<PathBuf> {
+        let entry = RegKey::predef(HKEY_CURRENT_USER).open_subkey(registry_key(browser)).ok()?;
+        entry.get_value::<std::ffi::OsString, _>("").ok().map(PathBuf::from)
+    }
+}
+
+#[cfg(not(windows))]
+mod keys {
     use super::*;
 
-    /// Points each browser's `HKCU\…\NativeMessagingHosts\<name>` default value at the manifest.
-    pub fn register(manifest: &Path) -> Result<(), RegistrationError> {
-        for key in [
-            "Software\\Google\\Chrome\\NativeMessagingHosts",
-            "Software\\Chromium\\NativeMessagingHosts",
-            "Software\\Microsoft\\Edge\\NativeMessagingHosts",
-            "Software\\Mozilla\\NativeMessagingHosts",
-        ] {
-            let status = std::process::Command::new("reg")
-                .args(["add", &format!("HKCU\\{key}\\{HOST_NAME}"), "/ve", "/t", "REG_SZ", "/d"])
-                .arg(manifest)
-                .arg("/f")
-                .status()
-                .map_err(io("running reg.exe"))?;
-            if !status.success() {
-                return Err(RegistrationError::Io {
-                    context: format!("reg add {key}"),
-                    source: std::io::Error::other(status.to_string()),
-                });
-            }
-        }
+    pub fn register(_browser: Browser, _manifest: &Path) -> Result<(), RegistrationError> {
         Ok(())
+    }
+
+    pub fn unregister(_browser: Browser) {}
+
+    pub fn registered(_browser: Browser) -> Option<PathBuf> {
+        None
     }
 }

@@ -13,9 +13,217 @@
 //! assert_eq!(socket, Path::new("/home/ada/.local/state/pedelec/core.sock"));
 //! ```
 
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 
-/// `$XDG_STATE_HOME/pedelec`, else `$HOME/.local/state/pedelec`.
+/// The operating systems whose conventions the rules below follow.
+///
+/// Every rule takes the platform as a value, so each OS's answer is
+/// checked by tests on any OS; programs pass [`Platform::current`].
+///
+/// # Examples
+///
+/// ```
+/// use pedelec_protocol::discovery::Platform;
+///
+/// #[cfg(target_os = "linux")]
+/// assert_eq!(Platform::current(), Platform::Linux);
+/// assert!(Platform::Windows.uses_named_pipes());
+/// assert!(!Platform::MacOs.uses_named_pipes());
+/// ```
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Platform {
+    /// Linux and the other Unixes: the XDG base directories.
+    Linux,
+    /// `~/Library/Application Support/Pedelec`.
+    MacOs,
+    /// `%LOCALAPPDATA%\Pedelec`, and a named pipe instead of a socket.
+    Windows,
+}
+
+impl Platform {
+    /// The platform this was built for.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use pedelec_protocol::discovery::Platform;
+    ///
+    /// assert_eq!(Platform::current().uses_named_pipes(), cfg!(windows));
+    /// ```
+    pub const fn current() -> Self {
+        if cfg!(windows) {
+            Platform::Windows
+        } else if cfg!(target_os = "macos") {
+            Platform::MacOs
+        } else {
+            Platform::Linux
+        }
+    }
+
+    /// Whether Core listens on a named pipe (Windows) rather than a Unix socket.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use pedelec_protocol::discovery::Platform;
+    ///
+    /// assert!(Platform::Windows.uses_named_pipes());
+    /// assert!(!Platform::Linux.uses_named_pipes());
+    /// ```
+    pub const fn uses_named_pipes(self) -> bool {
+        matches!(self, Platform::Windows)
+    }
+}
+
+/// Why the rules read environment values rather than asking the OS (as the
+/// `dirs` crate does through `SHGetKnownFolderPath` on Windows): Core and
+/// every client must reach the same answer from the same inputs, the rule
+/// must stay free of I/O to be shared and tested per platform, and a user
+/// overrides each location through the environment. `%LOCALAPPDATA%` and
+/// `$HOME` are set in every user session of their OS.
+fn set(env: &impl Fn(&str) -> Option<String>, key: &str) -> Option<String> {
+    env(key).filter(|v| !v.is_empty())
+}
+
+/// `$HOME`, else `%USERPROFILE%` (Windows), else the temporary directory's root.
+fn home(platform: Platform, env: &impl Fn(&str) -> Option<String>) -> PathBuf {
+    let fallback = if platform == Platform::Windows { "C:\\" } else { "/tmp" };
+    PathBuf::from(set(env, "HOME").or_else(|| set(env, "USERPROFILE")).unwrap_or_else(|| fallback.into()))
+}
+
+/// Where Core keeps its database, managed workspaces and lock on `platform`:
+/// `$PEDELEC_STATE_DIR`; else on Linux `$XDG_STATE_HOME/pedelec`, else
+/// `$HOME/.local/state/pedelec`; on macOS `$HOME/Library/Application
+/// Support/Pedelec`; on Windows `%LOCALAPPDATA%\Pedelec`, else
+/// `%USERPROFILE%\AppData\Local\Pedelec`.
+///
+/// # Examples
+///
+/// ```
+/// use std::path::Path;
+/// use pedelec_protocol::discovery::{Platform, state_dir_for};
+///
+/// let env = |k: &str| match k {
+///     "HOME" => Some("/Users/ada".to_owned()),
+///     "LOCALAPPDATA" => Some("C:\\Users\\ada\\AppData\\Local".to_owned()),
+///     _ => None,
+/// };
+/// assert_eq!(state_dir_for(Platform::MacOs, env), Path::new("/Users/ada/Library/Application Support/Pedelec"));
+/// assert_eq!(state_dir_for(Platform::Linux, env), Path::new("/Users/ada/.local/state/pedelec"));
+/// assert_eq!(
+///     state_dir_for(Platform::Windows, env),
+///     Path::new("C:\\Users\\ada\\AppData\\Local").join("Pedelec"),
+/// );
+/// ```
+pub fn state_dir_for(platform: Platform, env: impl Fn(&str) -> Option<String>) -> PathBuf {
+    if let Some(dir) = set(&env, "PEDELEC_STATE_DIR") {
+        return PathBuf::from(dir);
+    }
+    match platform {
+        Platform::Linux => match set(&env, "XDG_STATE_HOME") {
+            Some(dir) => PathBuf::from(dir).join("pedelec"),
+            None => home(platform, &env).join(".local/state/pedelec"),
+        },
+        Platform::MacOs => home(platform, &env).join("Library/Application Support/Pedelec"),
+        Platform::Windows => match set(&env, "LOCALAPPDATA") {
+            Some(dir) => PathBuf::from(dir).join("Pedelec"),
+            None => home(platform, &env).join("AppData").join("Local").join("Pedelec"),
+        },
+    }
+}
+
+/// Where Core reads `config.toml` on `platform`: `$PEDELEC_CONFIG_DIR`; else on
+/// Linux `$XDG_CONFIG_HOME/pedelec`, else `$HOME/.config/pedelec`; on macOS and
+/// Windows the state directory's place ([`state_dir_for`] without
+/// `$PEDELEC_STATE_DIR`), as each OS keeps an application's files together.
+///
+/// # Examples
+///
+/// ```
+/// use std::path::Path;
+/// use pedelec_protocol::discovery::{Platform, config_dir_for};
+///
+/// let env = |k: &str| (k == "HOME").then(|| "/home/ada".to_owned());
+/// assert_eq!(config_dir_for(Platform::Linux, env), Path::new("/home/ada/.config/pedelec"));
+/// let xdg = |k: &str| (k == "XDG_CONFIG_HOME").then(|| "/etc/xdg".to_owned());
+/// assert_eq!(config_dir_for(Platform::Linux, xdg), Path::new("/etc/xdg/pedelec"));
+/// ```
+pub fn config_dir_for(platform: Platform, env: impl Fn(&str) -> Option<String>) -> PathBuf {
+    if let Some(dir) = set(&env, "PEDELEC_CONFIG_DIR") {
+        return PathBuf::from(dir);
+    }
+    match platform {
+        Platform::Linux => match set(&env, "XDG_CONFIG_HOME") {
+            Some(dir) => PathBuf::from(dir).join("pedelec"),
+            None => home(platform, &env).join(".config/pedelec"),
+        },
+        Platform::MacOs | Platform::Windows => {
+            state_dir_for(platform, |k| if k == "PEDELEC_STATE_DIR" { None } else { env(k) })
+        }
+    }
+}
+
+/// Core's endpoint on `platform`: `$PEDELEC_CORE_SOCKET`; else on Windows the
+/// named pipe `\\.\pipe\pedelec-<user>-core` (one per user; the pipe's ACL
+/// admits only that user); elsewhere `$XDG_RUNTIME_DIR/pedelec/core.sock`
+/// (Linux), else `<state_dir>/core.sock`.
+///
+/// The user's name in a pipe name keeps only ASCII letters, digits, `.`,
+/// `_` and `-` (others become `_`), at most 64 of them.
+///
+/// # Examples
+///
+/// ```
+/// use std::path::Path;
+/// use pedelec_protocol::discovery::{Platform, endpoint_for};
+///
+/// let state = Path::new("/state");
+/// let env = |k: &str| (k == "USERNAME").then(|| "Ada Lovelace".to_owned());
+/// assert_eq!(endpoint_for(Platform::Windows, env, state), Path::new(r"\\.\pipe\pedelec-Ada_Lovelace-core"));
+/// assert_eq!(endpoint_for(Platform::MacOs, env, state), Path::new("/state/core.sock"));
+/// ```
+pub fn endpoint_for(platform: Platform, env: impl Fn(&str) -> Option<String>, state_dir: &Path) -> PathBuf {
+    if let Some(socket) = set(&env, "PEDELEC_CORE_SOCKET") {
+        return PathBuf::from(socket);
+    }
+    match platform {
+        Platform::Windows => {
+            let user: String = set(&env, "USERNAME")
+                .unwrap_or_else(|| "user".into())
+                .chars()
+                .take(64)
+                .map(|c| if c.is_ascii_alphanumeric() || matches!(c, '.' | '_' | '-') { c } else { '_' })
+                .collect();
+            PathBuf::from(format!(r"\\.\pipe\pedelec-{user}-core"))
+        }
+        Platform::Linux => match set(&env, "XDG_RUNTIME_DIR") {
+            Some(dir) => PathBuf::from(dir).join("pedelec/core.sock"),
+            None => state_dir.join("core.sock"),
+        },
+        Platform::MacOs => state_dir.join("core.sock"),
+    }
+}
+
+/// Where Core announces itself (`{"pid":…, "socket":…}`, written once it
+/// serves): beside its socket, or in the state directory when the endpoint
+/// is a named pipe (the pipe namespace holds no files).
+///
+/// # Examples
+///
+/// ```
+/// use std::path::Path;
+/// use pedelec_protocol::discovery::{Platform, discovery_file_for};
+///
+/// let file = discovery_file_for(Platform::Linux, Path::new("/run/u/pedelec/core.sock"), Path::new("/s"));
+/// assert_eq!(file, Path::new("/run/u/pedelec/core.json"));
+/// let pipe = Path::new(r"\\.\pipe\pedelec-ada-core");
+/// assert_eq!(discovery_file_for(Platform::Windows, pipe, Path::new("/s")), Path::new("/s/core.json"));
+/// ```
+pub fn discovery_file_for(platform: Platform, endpoint: &Path, state_dir: &Path) -> PathBuf {
+    if platform.uses_named_pipes() { state_dir.join("core.json") } else { endpoint.with_file_name("core.json") }
+}
+
+/// [`state_dir_for`] on the platform this was built for.
 ///
 /// # Examples
 ///
@@ -24,20 +232,19 @@ use std::path::PathBuf;
 /// use pedelec_protocol::discovery::default_state_dir;
 ///
 /// let xdg = |k: &str| (k == "XDG_STATE_HOME").then(|| "/var/state".to_owned());
+/// #[cfg(target_os = "linux")]
 /// assert_eq!(default_state_dir(xdg), Path::new("/var/state/pedelec"));
 /// // An empty variable counts as unset.
 /// let empty = |k: &str| Some(if k == "HOME" { "/home/ada" } else { "" }.to_owned());
+/// #[cfg(target_os = "linux")]
 /// assert_eq!(default_state_dir(empty), Path::new("/home/ada/.local/state/pedelec"));
 /// ```
 pub fn default_state_dir(env: impl Fn(&str) -> Option<String>) -> PathBuf {
-    let set = |k: &str| env(k).filter(|v| !v.is_empty());
-    if let Some(dir) = set("XDG_STATE_HOME") {
-        return PathBuf::from(dir).join("pedelec");
-    }
-    PathBuf::from(set("HOME").unwrap_or_else(|| "/tmp".into())).join(".local/state/pedelec")
+    state_dir_for(Platform::current(), env)
 }
 
-/// `$PEDELEC_CORE_SOCKET`, else `$XDG_RUNTIME_DIR/pedelec/core.sock`, else `<state_dir>/core.sock`.
+/// [`endpoint_for`] on the platform this was built for: the path of Core's
+/// socket, or on Windows the name of its pipe.
 ///
 /// # Examples
 ///
@@ -47,21 +254,16 @@ pub fn default_state_dir(env: impl Fn(&str) -> Option<String>) -> PathBuf {
 ///
 /// let state = Path::new("/home/ada/.local/state/pedelec");
 /// let runtime = |k: &str| (k == "XDG_RUNTIME_DIR").then(|| "/run/user/1000".to_owned());
+/// #[cfg(target_os = "linux")]
 /// assert_eq!(default_socket(runtime, state), Path::new("/run/user/1000/pedelec/core.sock"));
 /// // An explicit socket wins over everything else.
 /// let explicit = |k: &str| (k == "PEDELEC_CORE_SOCKET").then(|| "/tmp/core.sock".to_owned());
 /// assert_eq!(default_socket(explicit, state), Path::new("/tmp/core.sock"));
+/// #[cfg(unix)]
 /// assert_eq!(default_socket(|_| None, state), state.join("core.sock"));
 /// ```
-pub fn default_socket(env: impl Fn(&str) -> Option<String>, state_dir: &std::path::Path) -> PathBuf {
-    let set = |k: &str| env(k).filter(|v| !v.is_empty());
-    if let Some(socket) = set("PEDELEC_CORE_SOCKET") {
-        return PathBuf::from(socket);
-    }
-    match set("XDG_RUNTIME_DIR") {
-        Some(dir) => PathBuf::from(dir).join("pedelec/core.sock"),
-        None => state_dir.join("core.sock"),
-    }
+pub fn default_socket(env: impl Fn(&str) -> Option<String>, state_dir: &Path) -> PathBuf {
+    endpoint_for(Platform::current(), env, state_dir)
 }
 
 #[cfg(test)]
@@ -73,7 +275,46 @@ mod tests {
     }
 
     fn socket(pairs: &[(&str, &str)]) -> PathBuf {
-        default_socket(env(pairs), &default_state_dir(env(pairs)))
+        endpoint_for(Platform::Linux, env(pairs), &state_dir_for(Platform::Linux, env(pairs)))
+    }
+
+    #[test]
+    fn each_platform_keeps_its_conventional_places() {
+        let windows = [("LOCALAPPDATA", r"C:\Users\a\AppData\Local"), ("USERNAME", "a"), ("HOME", "")];
+        let state = state_dir_for(Platform::Windows, env(&windows));
+        assert_eq!(state, Path::new(r"C:\Users\a\AppData\Local").join("Pedelec"));
+        assert_eq!(config_dir_for(Platform::Windows, env(&windows)), state);
+        assert_eq!(endpoint_for(Platform::Windows, env(&windows), &state), Path::new(r"\\.\pipe\pedelec-a-core"));
+        // Without LOCALAPPDATA, the profile's own AppData\Local.
+        let profile = state_dir_for(Platform::Windows, env(&[("USERPROFILE", r"C:\Users\a")]));
+        assert_eq!(profile, Path::new(r"C:\Users\a").join("AppData").join("Local").join("Pedelec"));
+        let mac = [("HOME", "/Users/a"), ("XDG_STATE_HOME", "/ignored"), ("XDG_RUNTIME_DIR", "/ignored")];
+        let state = state_dir_for(Platform::MacOs, env(&mac));
+        assert_eq!(state, Path::new("/Users/a/Library/Application Support/Pedelec"));
+        assert_eq!(config_dir_for(Platform::MacOs, env(&mac)), state);
+        assert_eq!(endpoint_for(Platform::MacOs, env(&mac), &state), state.join("core.sock"));
+        // The overrides win on every platform; a state override moves no config.
+        for platform in [Platform::Linux, Platform::MacOs, Platform::Windows] {
+            let over = [("PEDELEC_STATE_DIR", "/s"), ("PEDELEC_CONFIG_DIR", "/c"), ("PEDELEC_CORE_SOCKET", "/e")];
+            assert_eq!(state_dir_for(platform, env(&over)), Path::new("/s"));
+            assert_eq!(config_dir_for(platform, env(&over)), Path::new("/c"));
+            assert_eq!(endpoint_for(platform, env(&over), Path::new("/s")), Path::new("/e"));
+            let state_only = [("PEDELEC_STATE_DIR", "/s"), ("HOME", "/h"), ("LOCALAPPDATA", "/l")];
+            assert_ne!(config_dir_for(platform, env(&state_only)), Path::new("/s"));
+        }
+    }
+
+    #[test]
+    fn a_pipe_name_keeps_only_safe_characters_of_the_user_name() {
+        let name = |user: &str| endpoint_for(Platform::Windows, env(&[("USERNAME", user)]), Path::new("/s"));
+        assert_eq!(name(r"DOMAIN\ada"), Path::new(r"\\.\pipe\pedelec-DOMAIN_ada-core"));
+        assert_eq!(name("ädä.x-y_z"), Path::new(r"\\.\pipe\pedelec-_d_.x-y_z-core"));
+        let long = name(&"a".repeat(500));
+        assert_eq!(long.as_os_str().len(), r"\\.\pipe\pedelec--core".len() + 64);
+        assert_eq!(
+            endpoint_for(Platform::Windows, |_| None, Path::new("/s")),
+            Path::new(r"\\.\pipe\pedelec-user-core")
+        );
     }
 
     #[test]

@@ -113,7 +113,8 @@ impl Browser {
     }
 }
 
-/// The operating systems whose manifest locations are known.
+/// The operating systems whose manifest locations are known: the same
+/// vocabulary as [`crate::discovery::Platform`].
 ///
 /// # Examples
 ///
@@ -121,13 +122,9 @@ impl Browser {
 /// use pedelec_protocol::registration::{Layout, Os};
 ///
 /// let layout = Layout::from_env(|_| None);
-/// assert_eq!(layout.os, if cfg!(target_os = "macos") { Os::MacOs } else { Os::Linux });
+/// assert_eq!(layout.os, Os::current());
 /// ```
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Os {
-    Linux,
-    MacOs,
-}
+pub use crate::discovery::Platform as Os;
 
 /// Where manifests go for one user.
 ///
@@ -146,14 +143,17 @@ pub enum Os {
 #[derive(Debug, Clone)]
 pub struct Layout {
     pub home: PathBuf,
-    /// `$XDG_CONFIG_HOME` (Linux), defaulting to `~/.config`.
+    /// `$XDG_CONFIG_HOME` (Linux, macOS), defaulting to `~/.config`;
+    /// `%LOCALAPPDATA%` on Windows. The host's list of allowed extensions
+    /// lives below it, and on Windows its manifests too.
     pub config_home: PathBuf,
     pub os: Os,
 }
 
 impl Layout {
     /// The layout for the user whose environment `env` reads (`HOME`,
-    /// `XDG_CONFIG_HOME`), on the OS this was built for.
+    /// `XDG_CONFIG_HOME`; on Windows `USERPROFILE`, `LOCALAPPDATA`), on the
+    /// OS this was built for.
     ///
     /// # Examples
     ///
@@ -167,10 +167,35 @@ impl Layout {
     /// assert_eq!(layout.config_home, Path::new("/home/ada/.config"));
     /// ```
     pub fn from_env(env: impl Fn(&str) -> Option<String>) -> Self {
-        let home = env("HOME").filter(|v| !v.is_empty()).map(PathBuf::from).unwrap_or_else(|| PathBuf::from("/"));
-        let config_home =
-            env("XDG_CONFIG_HOME").filter(|v| !v.is_empty()).map(PathBuf::from).unwrap_or_else(|| home.join(".config"));
-        let os = if cfg!(target_os = "macos") { Os::MacOs } else { Os::Linux };
+        Self::from_env_on(Os::current(), env)
+    }
+
+    /// As [`Layout::from_env`], for `os`.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use std::path::Path;
+    /// use pedelec_protocol::registration::{Layout, Os};
+    ///
+    /// let env = |k: &str| match k {
+    ///     "USERPROFILE" => Some(r"C:\Users\ada".to_owned()),
+    ///     "LOCALAPPDATA" => Some(r"C:\Users\ada\AppData\Local".to_owned()),
+    ///     _ => None,
+    /// };
+    /// let layout = Layout::from_env_on(Os::Windows, env);
+    /// assert_eq!(layout.home, Path::new(r"C:\Users\ada"));
+    /// assert_eq!(layout.config_home, Path::new(r"C:\Users\ada\AppData\Local"));
+    /// ```
+    pub fn from_env_on(os: Os, env: impl Fn(&str) -> Option<String>) -> Self {
+        let set = |k: &str| env(k).filter(|v| !v.is_empty()).map(PathBuf::from);
+        if os == Os::Windows {
+            let home = set("USERPROFILE").or_else(|| set("HOME")).unwrap_or_else(|| PathBuf::from("C:\\"));
+            let config_home = set("LOCALAPPDATA").unwrap_or_else(|| home.join("AppData").join("Local"));
+            return Layout { home, config_home, os };
+        }
+        let home = set("HOME").unwrap_or_else(|| PathBuf::from("/"));
+        let config_home = set("XDG_CONFIG_HOME").unwrap_or_else(|| home.join(".config"));
         Layout { home, config_home, os }
     }
 
@@ -196,6 +221,10 @@ impl Layout {
                 Browser::Edge => self.config_home.join("microsoft-edge/NativeMessagingHosts"),
                 Browser::Brave => self.config_home.join("BraveSoftware/Brave-Browser/NativeMessagingHosts"),
             },
+            // Windows browsers find a manifest through the registry
+            // ([`registry_key`]); it may live anywhere, so each browser's
+            // sits in a directory of its own below Pedelec's.
+            Os::Windows => self.config_home.join("Pedelec").join("NativeMessagingHosts").join(browser.name()),
             Os::MacOs => {
                 let support = self.home.join("Library/Application Support");
                 match browser {
@@ -224,4 +253,27 @@ impl Layout {
 /// ```
 pub fn manifest_path(layout: &Layout, browser: Browser) -> PathBuf {
     layout.manifest_dir(browser).join(format!("{HOST_NAME}.json"))
+}
+
+/// The per-user registry key (below `HKEY_CURRENT_USER`) whose default value
+/// Windows browsers read as the manifest's path; the host's name is its
+/// last part.
+///
+/// # Examples
+///
+/// ```
+/// use pedelec_protocol::registration::{Browser, registry_key};
+///
+/// assert_eq!(registry_key(Browser::Edge), r"Software\Microsoft\Edge\NativeMessagingHosts\dev.pedelec.host");
+/// assert_eq!(registry_key(Browser::Firefox), r"Software\Mozilla\NativeMessagingHosts\dev.pedelec.host");
+/// ```
+pub fn registry_key(browser: Browser) -> String {
+    let vendor = match browser {
+        Browser::Chrome => r"Google\Chrome",
+        Browser::Chromium | Browser::All => "Chromium",
+        Browser::Edge => r"Microsoft\Edge",
+        Browser::Brave => r"BraveSoftware\Brave-Browser",
+        Browser::Firefox => "Mozilla",
+    };
+    format!(r"Software\{vendor}\NativeMessagingHosts\{HOST_NAME}")
 }

@@ -948,7 +948,7 @@ async fn create_idle_session(client: &Pedelec, s: &mut Section) -> Result<Pedele
 
 /// A raw gRPC client on its own connection.
 async fn raw_client(socket: PathBuf, s: &mut Section) -> Result<CoreClient<Channel>, String> {
-    let channel = s.require(CALL, "a raw gRPC connect", pedelec_sdk::grpc::uds_channel(&socket)).await?;
+    let channel = s.require(CALL, "a raw gRPC connect", pedelec_sdk::grpc::local_channel(&socket)).await?;
     Ok(pedelec_protocol::with_message_limits!(CoreClient::new(channel)))
 }
 

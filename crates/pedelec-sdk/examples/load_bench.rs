@@ -150,7 +150,7 @@ async fn silent_subscribers(client: &Pedelec, socket: &std::path::Path) -> Resul
     }
     alone.sort();
     let alone = alone[1];
-    let raw = pb::core_client::CoreClient::new(pedelec_sdk::grpc::uds_channel(socket).await?);
+    let raw = pb::core_client::CoreClient::new(pedelec_sdk::grpc::local_channel(socket).await?);
     let request =
         pb::SubscribeRequest { session_id: session.session_id().into(), caller_origin: "app:load-bench".into() };
     let mut silent = Vec::new();

@@ -191,14 +191,18 @@ impl CoreProcess {
         let started = Instant::now();
         // Core writes its discovery file (with its pid) once it has restored
         // its sessions and is about to serve.
-        let discovery = self.socket.with_file_name("core.json");
+        let discovery = pedelec_protocol::discovery::discovery_file_for(
+            pedelec_protocol::discovery::Platform::current(),
+            &self.socket,
+            &self.state_dir,
+        );
         let pid = self.pid().unwrap_or(0);
         while started.elapsed() < limit {
             let announced = std::fs::read_to_string(&discovery)
                 .ok()
                 .and_then(|t| serde_json::from_str::<serde_json::Value>(&t).ok())
                 .is_some_and(|v| v["pid"] == pid);
-            if announced && std::os::unix::net::UnixStream::connect(&self.socket).is_ok() {
+            if announced && endpoint_answers(&self.socket) {
                 return Ok(());
             }
             if let Some(child) = self.child.as_mut()
@@ -279,15 +283,44 @@ impl CoreProcess {
         let Some(mut child) = self.child.take() else {
             return false;
         };
-        // SAFETY: kill(2) with a pid we own; no memory is touched.
-        unsafe { libc_kill(child.id() as i32, 15) };
+        ask_to_stop(&mut child);
         child.wait().map(|s| s.success()).unwrap_or(false)
     }
 }
 
-unsafe extern "C" {
-    #[link_name = "kill"]
-    fn libc_kill(pid: i32, signal: i32) -> i32;
+/// Whether something accepts connections on Core's endpoint.
+#[cfg(unix)]
+fn endpoint_answers(endpoint: &Path) -> bool {
+    std::os::unix::net::UnixStream::connect(endpoint).is_ok()
+}
+
+/// Whether a pipe of that name is served: a free instance opens, and a
+/// busy pipe (`ERROR_PIPE_BUSY`, every instance taken) is served too.
+#[cfg(windows)]
+fn endpoint_answers(endpoint: &Path) -> bool {
+    const ERROR_PIPE_BUSY: i32 = 231;
+    match std::fs::OpenOptions::new().read(true).write(true).open(endpoint) {
+        Ok(_) => true,
+        Err(e) => e.raw_os_error() == Some(ERROR_PIPE_BUSY),
+    }
+}
+
+/// SIGTERM: Core ends its sessions and exits cleanly.
+#[cfg(unix)]
+fn ask_to_stop(child: &mut Child) {
+    unsafe extern "C" {
+        #[link_name = "kill"]
+        fn libc_kill(pid: i32, signal: i32) -> i32;
+    }
+    // SAFETY: kill(2) with a pid we own; no memory is touched.
+    unsafe { libc_kill(child.id() as i32, 15) };
+}
+
+/// Windows has no signal a detached Core could receive, so it is ended;
+/// its agents' jobs end with it, and its sessions resume at the next start.
+#[cfg(windows)]
+fn ask_to_stop(child: &mut Child) {
+    let _ = child.kill();
 }
 
 impl Drop for CoreProcess {

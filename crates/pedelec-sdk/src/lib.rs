@@ -12,7 +12,7 @@
 pub mod assets;
 pub mod client;
 pub mod context;
-#[cfg(unix)]
+#[cfg(any(unix, windows))]
 pub mod daemon;
 #[cfg(any(feature = "grpc", all(feature = "web", target_arch = "wasm32")))]
 mod delivery;

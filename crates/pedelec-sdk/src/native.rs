@@ -126,6 +126,9 @@ impl NativeMessagingTransport {
     pub fn spawn(host: &Path, extension_origin: &str, envs: &[(&str, &str)]) -> Result<Self, PedelecError> {
         let mut command = tokio::process::Command::new(host);
         command.arg(extension_origin).stdin(Stdio::piped()).stdout(Stdio::piped()).stderr(Stdio::inherit());
+        // Chrome on Windows also passes the calling window's handle.
+        #[cfg(windows)]
+        command.arg("--parent-window=0");
         if let Some(dir) = host.parent().filter(|d| !d.as_os_str().is_empty()) {
             command.current_dir(dir);
         }

@@ -65,8 +65,7 @@ fn endpoint(code: &str, name: &str, base_url: Option<&str>, api_key_env: Option<
 /// request still reaches Core's policy.
 fn claude_acp() -> ProviderConfig {
     let mut config = preset("claude-acp", "Claude Code (ACP)", ProviderKind::Acp, &["claude-agent-acp"]);
-    // SAFETY: geteuid has no preconditions and cannot fail.
-    if unsafe { libc::geteuid() } == 0 {
+    if crate::platform::files::is_superuser() {
         config.env.insert("IS_SANDBOX".into(), "1".into());
     }
     config

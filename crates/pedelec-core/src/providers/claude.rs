@@ -15,7 +15,6 @@
 //! session total adds every run's input + cache + output tokens.
 
 use std::io::Write;
-use std::os::unix::fs::OpenOptionsExt;
 use std::path::PathBuf;
 
 use pedelec_protocol::{ErrorCode, pb};
@@ -75,7 +74,7 @@ fn write_mcp_config(setup: &ProviderSetup) -> Result<PathBuf, ProviderFailure> {
     let path = setup.runtime_dir.join(".pedelec-mcp.json");
     let write = || -> std::io::Result<()> {
         std::fs::create_dir_all(&setup.runtime_dir)?;
-        let mut file = std::fs::OpenOptions::new().write(true).create(true).truncate(true).mode(0o600).open(&path)?;
+        let mut file = crate::platform::files::create_private(&path)?;
         file.write_all(body.to_string().as_bytes())
     };
     write().map_err(|e| {

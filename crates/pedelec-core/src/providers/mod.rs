@@ -8,6 +8,7 @@ pub mod codex;
 mod events;
 pub mod openai;
 pub mod process;
+#[cfg(unix)]
 pub mod reaper;
 mod scripted;
 

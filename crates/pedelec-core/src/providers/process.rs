@@ -18,8 +18,6 @@ use super::ProviderFailure;
 pub const MAX_LINE_BYTES: usize = 1024 * 1024;
 /// How much of stderr an error report carries.
 const STDERR_TAIL_BYTES: usize = 4096;
-/// How long a process group gets between SIGTERM and SIGKILL.
-const KILL_GRACE: Duration = Duration::from_millis(1500);
 
 /// A program and its leading arguments, plus environment additions.
 #[derive(Debug, Clone, Default)]
@@ -45,26 +43,9 @@ impl CommandLine {
     }
 }
 
-/// Where `program` resolves on `PATH`, or why it does not.
+/// Where `program` resolves on `PATH` (and `PATHEXT` on Windows), or why it does not.
 pub fn resolve_program(program: &str) -> Result<PathBuf, String> {
-    let candidate = Path::new(program);
-    if candidate.components().count() > 1 {
-        return if is_executable(candidate) {
-            Ok(candidate.to_path_buf())
-        } else {
-            Err(format!("{program} is not an executable file"))
-        };
-    }
-    let path = std::env::var_os("PATH").unwrap_or_default();
-    std::env::split_paths(&path)
-        .map(|dir| dir.join(program))
-        .find(|p| is_executable(p))
-        .ok_or_else(|| format!("{program} is not on PATH"))
-}
-
-fn is_executable(path: &Path) -> bool {
-    use std::os::unix::fs::PermissionsExt;
-    std::fs::metadata(path).is_ok_and(|m| m.is_file() && m.permissions().mode() & 0o111 != 0)
+    crate::platform::command::resolve(program)
 }
 
 /// One line of agent output.
@@ -129,44 +110,13 @@ fn memchr(buf: &[u8]) -> Option<usize> {
     buf.iter().position(|&b| b == b'\n')
 }
 
-/// A running agent process in its own process group. Dropping it ends the group.
+/// A running agent process with its whole tree. Dropping it ends the tree.
 pub struct AgentProcess {
     child: Child,
-    group: Option<super::reaper::Group>,
+    tree: Option<crate::platform::process_tree::Tree>,
     stderr_tail: Arc<Mutex<VecDeque<u8>>>,
     program: String,
 }
-
-/// Linux: the agent's leader gets SIGTERM when Core dies. Ending a session
-/// signals the agent's group a moment later (and SIGKILLs it after a grace),
-/// from Core; if Core dies first — stopped right after `end()`, or `kill -9`
-/// — those signals never come, and ACP agents (codex-acp, claude-agent-acp,
-/// gemini) were seen living on. SIGTERM, not SIGKILL: an agent that saves its
-/// session on the way out (claude-agent-acp) must still be resumable by the
-/// next Core, which also ends whatever is left ([`super::reaper`]). The
-/// signal follows the spawning thread; Core spawns agents from its runtime's
-/// worker threads, which live as long as Core.
-#[cfg(target_os = "linux")]
-fn die_with_core(cmd: &mut tokio::process::Command) {
-    let core = std::process::id() as libc::pid_t;
-    // SAFETY: between fork and exec only async-signal-safe calls are made
-    // (prctl, getppid, _exit), with no allocation.
-    unsafe {
-        cmd.pre_exec(move || {
-            if libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGTERM) != 0 {
-                return Err(std::io::Error::last_os_error());
-            }
-            // Core died between fork and prctl: the signal will never come.
-            if libc::getppid() != core {
-                libc::_exit(1);
-            }
-            Ok(())
-        });
-    }
-}
-
-#[cfg(not(target_os = "linux"))]
-fn die_with_core(_cmd: &mut tokio::process::Command) {}
 
 impl AgentProcess {
     /// Starts `command` in `cwd` with piped stdio.
@@ -184,19 +134,15 @@ impl AgentProcess {
             .stdin(Stdio::piped())
             .stdout(Stdio::piped())
             .stderr(Stdio::piped())
-            .process_group(0)
             .kill_on_drop(true);
-        die_with_core(&mut cmd);
+        crate::platform::process_tree::prepare(&mut cmd);
         let mut child = cmd.spawn().map_err(|e| ProviderFailure {
             code: ErrorCode::ProviderUnavailable,
             message: format!("cannot start {}: {e}", program.display()),
             fatal: true,
             details: serde_json::json!({ "program": command.program }),
         })?;
-        let group = child.id().map(|pid| super::reaper::Group::of(pid as i32));
-        if let Some(group) = group {
-            super::reaper::record(group.pgid);
-        }
+        let tree = crate::platform::process_tree::adopt(&child);
         let stderr_tail = Arc::new(Mutex::new(VecDeque::with_capacity(STDERR_TAIL_BYTES)));
         if let Some(mut stderr) = child.stderr.take() {
             let tail = stderr_tail.clone();
@@ -215,7 +161,7 @@ impl AgentProcess {
                 }
             });
         }
-        Ok(AgentProcess { child, group, stderr_tail, program: command.program.clone() })
+        Ok(AgentProcess { child, tree, stderr_tail, program: command.program.clone() })
     }
 
     pub fn take_stdin(&mut self) -> Option<ChildStdin> {
@@ -248,16 +194,17 @@ impl AgentProcess {
         ExitReport {
             success: status.is_some_and(|s| s.success()),
             code: status.and_then(|s| s.code()),
-            signal: status.and_then(|s| std::os::unix::process::ExitStatusExt::signal(&s)),
+            signal: status.as_ref().and_then(crate::platform::process_tree::exit_signal),
             stderr_tail: self.stderr_tail(),
             program: self.program.clone(),
         }
     }
 
-    /// SIGTERM to the whole group now, SIGKILL after a grace period.
+    /// Ends the whole tree: SIGTERM to the group now, SIGKILL after a
+    /// grace period (Unix); the job at once (Windows).
     pub fn terminate_group(&mut self) {
-        if let Some(group) = self.group.take() {
-            kill_group(group);
+        if let Some(tree) = self.tree.take() {
+            tree.terminate();
         }
     }
 }
@@ -266,19 +213,6 @@ impl Drop for AgentProcess {
     fn drop(&mut self) {
         self.terminate_group();
     }
-}
-
-/// SIGTERM now, SIGKILL after [`KILL_GRACE`]; the SIGKILL only while the
-/// group id is still ours, so it never reaches a group that reused the id
-/// after ours was gone (`reaper::Group`).
-fn kill_group(group: super::reaper::Group) {
-    use nix::sys::signal::Signal;
-    group.signal(Signal::SIGTERM);
-    std::thread::spawn(move || {
-        std::thread::sleep(KILL_GRACE);
-        group.signal(Signal::SIGKILL);
-        super::reaper::forget(group.pgid);
-    });
 }
 
 /// How an agent process ended.

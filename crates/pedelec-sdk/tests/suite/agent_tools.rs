@@ -12,7 +12,7 @@ use serde_json::json;
 use super::*;
 
 async fn agent(h: &Harness) -> AgentToolsClient<tonic::transport::Channel> {
-    AgentToolsClient::new(pedelec_sdk::grpc::uds_channel(&h.socket()).await.unwrap())
+    AgentToolsClient::new(pedelec_sdk::grpc::local_channel(&h.socket()).await.unwrap())
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

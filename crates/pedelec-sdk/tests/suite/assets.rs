@@ -404,7 +404,7 @@ async fn an_expired_ticket_is_refused_and_frees_the_upload_slot() {
     let client = pedelec_sdk::Pedelec::connect(&socket, ORIGIN).await.unwrap();
     let s = client.create_session::<String>(SessionOptions::default()).await.unwrap();
     s.upload_asset(bytes("a", b"a"), Some("/a")).await.unwrap();
-    let mut raw = pb::core_client::CoreClient::new(pedelec_sdk::grpc::uds_channel(&socket).await.unwrap());
+    let mut raw = pb::core_client::CoreClient::new(pedelec_sdk::grpc::local_channel(&socket).await.unwrap());
     let ticket = upload_ticket(&mut raw, &s, "/late.txt", 1).await.unwrap();
     let download = download_ticket(&mut raw, &s, "/a").await;
     tokio::time::sleep(Duration::from_millis(400)).await;

@@ -198,7 +198,7 @@ async fn the_relay_stream_answers_each_call_by_id_and_refuses_what_it_cannot_car
 
     let h = Harness::start();
     let session = h.raw().await.create_session(create(vec![], "")).await.unwrap().into_inner().session.unwrap();
-    let channel = pedelec_sdk::grpc::uds_channel(&h.socket()).await.unwrap();
+    let channel = pedelec_sdk::grpc::local_channel(&h.socket()).await.unwrap();
     let mut relay = pb::core_relay_client::CoreRelayClient::new(channel)
         .max_encoding_message_size(limits::GRPC_MESSAGE_MAX)
         .max_decoding_message_size(limits::GRPC_MESSAGE_MAX);

@@ -147,7 +147,7 @@ impl Harness {
     }
 
     pub async fn raw(&self) -> CoreClient<tonic::transport::Channel> {
-        CoreClient::new(pedelec_sdk::grpc::uds_channel(&self.socket()).await.expect("raw connect"))
+        CoreClient::new(pedelec_sdk::grpc::local_channel(&self.socket()).await.expect("raw connect"))
     }
 
     /// `kill -9`, then a fresh Core on the same state.
