@@ -2,7 +2,10 @@
 //! and, for the Windows build, under wine: Core serves on this OS's endpoint
 //! (a Unix socket, or a named pipe), a scripted session answers a frontend
 //! tool over gRPC and through the native host, and `end()` ends an agent's
-//! whole process tree (the agent and the child it started).
+//! whole process tree (the agent and the child it started). The host's
+//! `install`, `status` and `uninstall` register it for Chrome where this OS
+//! looks (a manifest file; on Windows also the registry key naming it), in
+//! a temporary profile.
 //!
 //! The agent is this program itself: Core starts it (as a `claude`-kind
 //! provider, `PEDELEC_SMOKE_ROLE=agent`); it starts a copy of itself as its
@@ -182,9 +185,40 @@ async fn smoke() -> Result<(), Failure> {
     check(wait_counter(&agent_beat, false, Duration::from_secs(10)).await, "end() ended the agent")?;
     check(wait_counter(&child_beat, false, Duration::from_secs(10)).await, "end() ended the agent's child")?;
 
+    register(&host_bin, dir.path())?;
     core.kill();
     println!("platform smoke passed");
     Ok(())
+}
+
+/// The host's registration commands, in a profile of `home`'s own.
+fn register(host: &Path, home: &Path) -> Result<(), Failure> {
+    let profile: &[(&str, &Path)] = if cfg!(windows) {
+        &[("LOCALAPPDATA", home), ("USERPROFILE", home)]
+    } else {
+        &[("HOME", home), ("XDG_CONFIG_HOME", &home.join(".config"))]
+    };
+    let run = |args: &[&str]| -> Result<String, Failure> {
+        let out = std::process::Command::new(host).args(args).envs(profile.iter().copied()).output()?;
+        if !out.status.success() {
+            return Err(format!("{args:?} failed: {}", String::from_utf8_lossy(&out.stderr)).into());
+        }
+        Ok(String::from_utf8(out.stdout)?)
+    };
+    let host_arg = host.display().to_string();
+    let installed = run(&["install", "--extension-id", EXTENSION, "--browser", "chrome", "--host-path", &host_arg])?;
+    let manifest = installed.trim().strip_prefix("registered ").map(PathBuf::from).ok_or("no manifest path")?;
+    check(manifest.starts_with(home), &format!("install wrote Chrome's manifest in the profile: {}", manifest.display()))?;
+    let text: serde_json::Value = serde_json::from_str(&std::fs::read_to_string(&manifest)?)?;
+    check(text["path"] == host_arg.as_str(), "the manifest names the host binary")?;
+    let status = run(&["status"])?;
+    let chrome = status.lines().find(|l| l.starts_with("chrome ")).unwrap_or_default().to_owned();
+    // On Windows, status finds the manifest through the registry key.
+    check(chrome.contains("registered for") && chrome.contains(&manifest.display().to_string()), "status: registered")?;
+    let removed = run(&["uninstall", "--browser", "chrome"])?;
+    check(removed.contains("removed") && !manifest.exists(), "uninstall removed the manifest")?;
+    let status = run(&["status"])?;
+    check(status.lines().any(|l| l.starts_with("chrome ") && l.contains("not registered")), "status: not registered")
 }
 
 #[tokio::main]

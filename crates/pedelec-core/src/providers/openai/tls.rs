@@ -14,8 +14,7 @@ pub fn client_config(ca_file: Option<&Path>) -> Result<Arc<ClientConfig>, String
     let mut roots = RootCertStore::empty();
     // A system store that cannot be read, or holds certificates rustls
     // refuses, leaves the others (and the CA file) in force.
-    let native = rustls_native_certs::load_native_certs();
-    let (added, _ignored) = roots.add_parsable_certificates(native.certs);
+    let (added, _ignored) = roots.add_parsable_certificates(system_roots());
     if let Some(file) = ca_file {
         let certs: Vec<CertificateDer<'static>> = CertificateDer::pem_file_iter(file)
             .map_err(|e| format!("cannot read ca_file {}: {e}", file.display()))?
@@ -38,4 +37,22 @@ pub fn client_config(ca_file: Option<&Path>) -> Result<Arc<ClientConfig>, String
         .with_no_client_auth();
     config.alpn_protocols = vec![b"http/1.1".to_vec()];
     Ok(Arc::new(config))
+}
+
+/// The system's trusted roots (Linux: the distribution's bundle; Windows:
+/// the user's certificate store).
+#[cfg(not(target_os = "macos"))]
+fn system_roots() -> Vec<CertificateDer<'static>> {
+    rustls_native_certs::load_native_certs().certs
+}
+
+/// macOS: the PEM bundle the system keeps for its command-line tools
+/// (`/etc/ssl/cert.pem`, or `$SSL_CERT_FILE`). Reading the keychain instead
+/// would link the Security framework, which only Apple's SDK provides and
+/// which cross builds here cannot link; a CA added to the keychain alone
+/// (a company's) is given to a provider as `ca_file`.
+#[cfg(target_os = "macos")]
+fn system_roots() -> Vec<CertificateDer<'static>> {
+    let file = std::env::var_os("SSL_CERT_FILE").map_or_else(|| Path::new("/etc/ssl/cert.pem").to_owned(), Into::into);
+    CertificateDer::pem_file_iter(&file).map(|certs| certs.filter_map(Result::ok).collect()).unwrap_or_default()
 }
