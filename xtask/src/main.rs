@@ -7,6 +7,7 @@ use clap::{Parser, Subcommand};
 
 mod agents;
 mod chaos;
+mod cross;
 mod deps;
 mod interop;
 mod web;
@@ -40,8 +41,15 @@ enum Task {
     /// Real faults against real Core and native-host processes (dev build); fails if a session is lost or an
     /// awaited operation never settles.
     Chaos,
-    /// Build release binaries into dist/ (binaries, manifest template, instructions) and a tar.gz.
-    Package,
+    /// Build release binaries into dist/ (binaries, manifest template, install notes) and an archive per
+    /// platform: a tar.gz for Linux and macOS, a zip for Windows.
+    Package {
+        /// linux (this machine's), windows, macos-arm64, macos-x86_64 or all; repeatable.
+        #[arg(long = "target", default_value = "linux")]
+        targets: Vec<String>,
+    },
+    /// The Windows and macOS builds (clippy -D warnings, dev builds) and the Windows smoke test under wine.
+    Cross,
     /// Build the browser package (wasm-bindgen, at the crate's pinned version) and the demo page into target/web.
     Web,
     /// The browser path in headless Chromium, median of 3 rounds: tool round trip and its floor (a bare
@@ -74,7 +82,8 @@ fn main() -> Result<()> {
         Task::WebTypecheck => web::typecheck(),
         Task::LintExtension => web::lint_extension(),
         Task::Chaos => chaos::run(),
-        Task::Package => package().map(|_| ()),
+        Task::Package { targets } => package(&targets).map(|_| ()),
+        Task::Cross => cross::check(),
         Task::Web => web::build().map(|_| ()),
         Task::WebBench { calls } => web::bench(calls),
         Task::Agents => agents_matrix(),
@@ -149,6 +158,10 @@ fn ci() -> Result<()> {
     // pedelec-protocol's `proto` symlink to the workspace's one copy).
     // --allow-dirty: a local run has uncommitted work; CI's clone is clean.
     cargo(&["package", "--allow-dirty", "-p", "pedelec-protocol", "-p", "pedelec-client", "-p", "pedelec-sdk"])?;
+    // The platform smoke test natively, then the Windows and macOS builds
+    // (dev profile) and the Windows one under wine.
+    cargo(&["run", "--quiet", "-p", "pedelec-sdk", "--example", "platform_smoke"])?;
+    cross::check()?;
     // Once the tests showed each piece works: real faults against all of them together.
     chaos::run()
 }
@@ -244,49 +257,141 @@ const MANIFEST_TEMPLATE: &str = r#"{
 }
 "#;
 
-const INSTALL_TEXT: &str = "# Installing Pedelec
+const INSTALL_LINUX: &str = "# Installing Pedelec on Linux
 
 1. Put this folder somewhere permanent (e.g. ~/.local/share/pedelec).
 2. Register the native host for your browser(s):
 
        bin/pedelec-native-host install --extension-id <your extension id> [--browser chrome|chromium|edge|brave|firefox|all]
 
+   It writes each browser's manifest under ~/.config (Firefox: ~/.mozilla).
    (`--profile <user-data-dir>` registers into one browser profile instead;
    `bin/pedelec-native-host status` shows what is registered, `uninstall` removes it.)
 3. The host starts `bin/pedelec-core serve` on demand; you can also run it yourself.
+   Core listens on `$XDG_RUNTIME_DIR/pedelec/core.sock`, keeps its state in
+   `$XDG_STATE_HOME/pedelec` (`~/.local/state/pedelec`) and reads its settings
+   from `~/.config/pedelec/config.toml`.
 
 `dev.pedelec.host.json.template` is the manifest the install command writes,
 for registering by hand.
 ";
 
-/// Builds release binaries and lays out dist/pedelec-<version>/ plus a tar.gz.
-fn package() -> Result<std::path::PathBuf> {
-    cargo(&["build", "--release", "-p", "pedelec-core", "--bin", "pedelec-core"])?;
-    let host = release_host()?;
-    let root = root();
-    let name = format!("pedelec-{}", env!("CARGO_PKG_VERSION"));
-    let dist = root.join("dist");
+const INSTALL_MACOS: &str = "# Installing Pedelec on macOS
+
+1. Put this folder somewhere permanent (e.g. ~/Applications/Pedelec). The
+   binaries are not notarised: clear the quarantine flag a download sets,
+   `xattr -dr com.apple.quarantine ~/Applications/Pedelec`.
+2. Register the native host for your browser(s):
+
+       bin/pedelec-native-host install --extension-id <your extension id> [--browser chrome|chromium|edge|brave|firefox|all]
+
+   It writes each browser's manifest under ~/Library/Application Support
+   (`<browser>/NativeMessagingHosts`). `status` shows what is registered,
+   `uninstall` removes it.
+3. The host starts `bin/pedelec-core serve` on demand. Core keeps its socket,
+   state and `config.toml` in `~/Library/Application Support/Pedelec`.
+   https model endpoints trust the roots in /etc/ssl/cert.pem; give a CA that
+   lives only in your keychain to the provider as `ca_file`.
+
+`dev.pedelec.host.json.template` is the manifest the install command writes,
+for registering by hand.
+";
+
+const INSTALL_WINDOWS: &str = r"# Installing Pedelec on Windows
+
+1. Put this folder somewhere permanent, e.g. `%LOCALAPPDATA%\Pedelec\app`.
+2. Register the native host for your browser(s), in a terminal in that folder:
+
+       bin\pedelec-native-host.exe install --extension-id <your extension id> [--browser chrome|chromium|edge|brave|firefox|all]
+
+   It writes each browser's manifest under `%LOCALAPPDATA%\Pedelec\NativeMessagingHosts`
+   and the per-user registry key the browser reads
+   (`HKEY_CURRENT_USER\Software\<vendor>\NativeMessagingHosts\dev.pedelec.host`).
+   `status` shows what is registered, `uninstall` removes both.
+3. The host starts `bin\pedelec-core.exe serve` on demand. Core listens on the
+   named pipe `\\.\pipe\pedelec-<user>-core`, which only your user may open,
+   and keeps its state and `config.toml` in `%LOCALAPPDATA%\Pedelec`. Agents
+   installed by npm (`codex.cmd`) are found on PATH through PATHEXT.
+";
+
+/// The platforms `cargo xtask package --target` names (`None`: this Linux machine's).
+fn package_targets(names: &[String]) -> Result<Vec<Option<cross::Target>>> {
+    let mut targets = Vec::new();
+    for name in names {
+        match name.as_str() {
+            "all" => targets.extend(std::iter::once(None).chain(cross::Target::EACH.map(Some))),
+            "linux" => targets.push(None),
+            other => targets.push(Some(cross::Target::parse(other).with_context(|| {
+                format!("unknown target {other:?} (linux, windows, macos-arm64, macos-x86_64, all)")
+            })?)),
+        }
+    }
+    targets.dedup();
+    Ok(targets)
+}
+
+/// Builds release binaries and lays out dist/pedelec-<version>-<platform>/
+/// plus its archive, for each target; the folders.
+fn package(names: &[String]) -> Result<Vec<std::path::PathBuf>> {
+    let mut folders = Vec::new();
+    for target in package_targets(names)? {
+        let (platform, bins, install) = match target {
+            None => {
+                cargo(&["build", "--release", "-p", "pedelec-core", "--bin", "pedelec-core"])?;
+                let core = root().join("target/release/pedelec-core");
+                let arch = host_triple()?.split('-').next().unwrap_or("x86_64").to_owned();
+                let bins = vec![("pedelec-core".to_owned(), core), ("pedelec-native-host".to_owned(), release_host()?)];
+                (format!("linux-{arch}"), bins, INSTALL_LINUX)
+            }
+            Some(target) => {
+                let built = cross::release(target)?;
+                let bins = ["pedelec-core", "pedelec-native-host"].map(|b| (target.exe(b), built.join(target.exe(b))));
+                let install = if target == cross::Target::Windows { INSTALL_WINDOWS } else { INSTALL_MACOS };
+                (target.os_name().to_owned(), bins.to_vec(), install)
+            }
+        };
+        folders.push(lay_out(&platform, &bins, install, target == Some(cross::Target::Windows))?);
+    }
+    Ok(folders)
+}
+
+/// dist/pedelec-<version>-<platform>/ with bin/, the install notes and the
+/// manifest template, and its archive beside it (a zip for Windows).
+fn lay_out(
+    platform: &str,
+    bins: &[(String, std::path::PathBuf)],
+    install: &str,
+    zip: bool,
+) -> Result<std::path::PathBuf> {
+    let name = format!("pedelec-{}-{platform}", env!("CARGO_PKG_VERSION"));
+    let dist = root().join("dist");
     let folder = dist.join(&name);
     if folder.exists() {
         std::fs::remove_dir_all(&folder)?;
     }
     std::fs::create_dir_all(folder.join("bin"))?;
-    for (bin, built) in [("pedelec-core", root.join("target/release/pedelec-core")), ("pedelec-native-host", host)] {
-        std::fs::copy(&built, folder.join("bin").join(bin)).with_context(|| format!("copying {}", built.display()))?;
+    for (bin, built) in bins {
+        std::fs::copy(built, folder.join("bin").join(bin)).with_context(|| format!("copying {}", built.display()))?;
     }
     std::fs::write(folder.join("dev.pedelec.host.json.template"), MANIFEST_TEMPLATE)?;
-    std::fs::write(folder.join("INSTALL.md"), INSTALL_TEXT)?;
-    let tarball = dist.join(format!("{name}.tar.gz"));
-    let status = Command::new("tar").arg("-czf").arg(&tarball).arg("-C").arg(&dist).arg(&name).status()?;
+    std::fs::write(folder.join("INSTALL.md"), install)?;
+    let archive = dist.join(format!("{name}.{}", if zip { "zip" } else { "tar.gz" }));
+    let _ = std::fs::remove_file(&archive);
+    let status = if zip {
+        // Python's zipfile: on every machine here, and Windows opens a zip itself.
+        Command::new("python3").args(["-m", "zipfile", "-c"]).arg(&archive).arg(&name).current_dir(&dist).status()?
+    } else {
+        Command::new("tar").arg("-czf").arg(&archive).arg("-C").arg(&dist).arg(&name).status()?
+    };
     if !status.success() {
-        bail!("tar failed ({status})");
+        bail!("archiving {name} failed ({status})");
     }
-    println!("packaged {} and {}", folder.display(), tarball.display());
+    println!("packaged {} and {}", folder.display(), archive.display());
     Ok(folder)
 }
 
 fn install(extension_id: &str, browser: &str) -> Result<()> {
-    let folder = package()?;
+    let folder = package(&["linux".to_owned()])?.remove(0);
     let host = folder.join("bin/pedelec-native-host");
     let status = Command::new(&host)
         .args(["install", "--extension-id", extension_id, "--browser", browser, "--host-path"])

@@ -69,7 +69,7 @@ fn main() -> ExitCode {
         Command::Install { extension_ids, firefox_addon_ids, browser, profile, host_path } => {
             let host_path = host_path
                 .or_else(|| std::env::current_exe().ok())
-                .map(|p| p.canonicalize().unwrap_or(p))
+                .map(registration::manifest_host_path)
                 .unwrap_or_default();
             let request = Install { host_path, extension_ids, firefox_addon_ids, browser, profile };
             match registration::install(&registration::current_layout(), &request) {

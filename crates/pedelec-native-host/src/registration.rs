@@ -15,6 +15,14 @@ pub fn current_layout() -> Layout {
     Layout::from_env(|k| std::env::var(k).ok())
 }
 
+/// The host's path as a manifest names it: absolute, and on Unix with its
+/// symlinks resolved (the manifest keeps working when a link moves). Not
+/// canonical on Windows, where that is a verbatim `\\?\C:\…` path that
+/// browsers do not promise to start.
+pub fn manifest_host_path(path: PathBuf) -> PathBuf {
+    if cfg!(windows) { std::path::absolute(&path).unwrap_or(path) } else { path.canonicalize().unwrap_or(path) }
+}
+
 const DESCRIPTION: &str = "Pedelec: drive a local AI coding agent from web pages";
 
 /// Parses `--browser` (a browser's name or `all`).

@@ -208,7 +208,10 @@ fn register(host: &Path, home: &Path) -> Result<(), Failure> {
     let host_arg = host.display().to_string();
     let installed = run(&["install", "--extension-id", EXTENSION, "--browser", "chrome", "--host-path", &host_arg])?;
     let manifest = installed.trim().strip_prefix("registered ").map(PathBuf::from).ok_or("no manifest path")?;
-    check(manifest.starts_with(home), &format!("install wrote Chrome's manifest in the profile: {}", manifest.display()))?;
+    check(
+        manifest.starts_with(home),
+        &format!("install wrote Chrome's manifest in the profile: {}", manifest.display()),
+    )?;
     let text: serde_json::Value = serde_json::from_str(&std::fs::read_to_string(&manifest)?)?;
     check(text["path"] == host_arg.as_str(), "the manifest names the host binary")?;
     let status = run(&["status"])?;

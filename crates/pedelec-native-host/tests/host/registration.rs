@@ -79,3 +79,36 @@ fn bad_registrations_are_refused() {
     }
     assert!(!home.path().join(".config/google-chrome").exists(), "nothing written");
 }
+
+/// Windows browsers find a manifest through the registry, so each one gets
+/// its own file below `%LOCALAPPDATA%\Pedelec` (Firefox's differs from the
+/// Chromium family's); the keys themselves are written only by a Windows
+/// build (the wine smoke test of `cargo xtask cross` checks them).
+#[test]
+fn windows_keeps_one_manifest_per_browser_below_local_app_data() {
+    let home = tempfile::tempdir().unwrap();
+    let local = home.path().join("AppData/Local");
+    let env = |k: &str| match k {
+        "USERPROFILE" => Some(home.path().display().to_string()),
+        "LOCALAPPDATA" => Some(local.display().to_string()),
+        _ => None,
+    };
+    let l = Layout::from_env_on(Os::Windows, env);
+    assert_eq!(l.config_home, local);
+    let request = Install {
+        host_path: "/opt/pedelec/pedelec-native-host.exe".into(),
+        extension_ids: vec![ID.into()],
+        firefox_addon_ids: vec!["pedelec@example.org".into()],
+        browser: Browser::All,
+        profile: None,
+    };
+    let written = registration::install(&l, &request).unwrap();
+    let relative: Vec<String> =
+        written.iter().map(|p| p.strip_prefix(home.path()).unwrap().display().to_string()).collect();
+    insta::assert_debug_snapshot!("windows_locations", relative);
+    let firefox: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(written.last().unwrap()).unwrap()).unwrap();
+    assert_eq!(firefox["allowed_extensions"], serde_json::json!(["pedelec@example.org"]));
+    assert!(registration::status(&l).iter().all(|r| r.contents.is_some()));
+    assert_eq!(registration::uninstall(&l, Browser::All, None).len(), 5);
+}
