@@ -7,7 +7,8 @@
 //! looks (a manifest file; on Windows also the registry key naming it), in
 //! a temporary profile.
 //!
-//! The agent is this program itself: Core starts it (as a `claude`-kind
+//! The agent is this program itself, behind a shim script as npm installs
+//! agents (`tree-agent.cmd` on Windows): Core starts it (as a `claude`-kind
 //! provider, `PEDELEC_SMOKE_ROLE=agent`); it starts a copy of itself as its
 //! own child (`heartbeat`) and both write a growing counter to a file of
 //! their own until they are ended. Once the counters stop, the tree is gone.
@@ -59,6 +60,21 @@ fn agent() -> ! {
         std::process::exit(1);
     }
     beat(&file.with_extension("agent"))
+}
+
+/// The agent's command as npm installs one: a shim script that runs the
+/// program (`tree-agent.cmd` on Windows, found through `PATHEXT` from the
+/// extensionless name the settings give; a shell script elsewhere).
+fn write_shim(dir: &Path, exe: &Path) -> std::io::Result<PathBuf> {
+    let name = dir.join("tree-agent");
+    if cfg!(windows) {
+        std::fs::write(name.with_extension("cmd"), format!("@\"{}\" %*\r\n", exe.display()))?;
+    } else {
+        std::fs::write(&name, format!("#!/bin/sh\nexec '{}' \"$@\"\n", exe.display()))?;
+        #[cfg(unix)]
+        std::fs::set_permissions(&name, std::os::unix::fs::PermissionsExt::from_mode(0o755))?;
+    }
+    Ok(name)
 }
 
 fn counter(file: &Path) -> Option<u64> {
@@ -132,10 +148,10 @@ async fn smoke() -> Result<(), Failure> {
     let config = dir.path().join("config");
     std::fs::create_dir_all(&config)?;
     let beat_file = dir.path().join("beat");
-    let exe = std::env::current_exe()?;
+    let shim = write_shim(dir.path(), &std::env::current_exe()?)?;
     let settings = format!(
-        "[providers.tree]\nkind = \"claude\"\ncommand = [{exe:?}]\nenv = {{ {ROLE} = \"agent\", {BEAT_FILE} = {beat:?} }}\n",
-        exe = exe.display().to_string(),
+        "[providers.tree]\nkind = \"claude\"\ncommand = [{shim:?}]\nenv = {{ {ROLE} = \"agent\", {BEAT_FILE} = {beat:?} }}\n",
+        shim = shim.display().to_string(),
         beat = beat_file.display().to_string(),
     );
     std::fs::write(config.join("config.toml"), settings)?;
