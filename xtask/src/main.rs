@@ -299,7 +299,7 @@ for registering by hand.
 
 const INSTALL_WINDOWS: &str = r"# Installing Pedelec on Windows
 
-1. Put this folder somewhere permanent, e.g. `%LOCALAPPDATA%\Pedelec\app`.
+1. Put this folder somewhere permanent, e.g. `%LOCALAPPDATA%\Programs\Pedelec` (where per-user programs go).
 2. Register the native host for your browser(s), in a terminal in that folder:
 
        bin\pedelec-native-host.exe install --extension-id <your extension id> [--browser chrome|chromium|edge|brave|firefox|all]

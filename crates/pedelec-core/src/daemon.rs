@@ -71,7 +71,8 @@ pub async fn serve(config: CoreConfig) -> CoreResult<()> {
         socket: config.socket.clone(),
         released: released_tx,
     });
-    let home = std::env::var_os("HOME").filter(|h| !h.is_empty()).map(std::path::PathBuf::from);
+    use pedelec_protocol::discovery::{Platform, home_dir_for};
+    let home = home_dir_for(Platform::current(), |k| std::env::var(k).ok());
     let policy = crate::workspace_policy::WorkspacePolicy::new(
         home.as_deref(),
         &settings.allowed_workspace_roots,

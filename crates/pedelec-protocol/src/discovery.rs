@@ -85,10 +85,37 @@ fn set(env: &impl Fn(&str) -> Option<String>, key: &str) -> Option<String> {
     env(key).filter(|v| !v.is_empty())
 }
 
-/// `$HOME`, else `%USERPROFILE%` (Windows), else the temporary directory's root.
+/// The user's home directory on `platform`: `$HOME`; on Windows
+/// `%USERPROFILE%` first (`HOME` there is only set by some shells).
+///
+/// # Examples
+///
+/// ```
+/// use std::path::Path;
+/// use pedelec_protocol::discovery::{Platform, home_dir_for};
+///
+/// let env = |k: &str| match k {
+///     "HOME" => Some("/home/ada".to_owned()),
+///     "USERPROFILE" => Some(r"C:\Users\ada".to_owned()),
+///     _ => None,
+/// };
+/// assert_eq!(home_dir_for(Platform::Linux, env).as_deref(), Some(Path::new("/home/ada")));
+/// assert_eq!(home_dir_for(Platform::Windows, env).as_deref(), Some(Path::new(r"C:\Users\ada")));
+/// assert_eq!(home_dir_for(Platform::MacOs, |_| None), None);
+/// ```
+pub fn home_dir_for(platform: Platform, env: impl Fn(&str) -> Option<String>) -> Option<PathBuf> {
+    let home = if platform == Platform::Windows {
+        set(&env, "USERPROFILE").or_else(|| set(&env, "HOME"))
+    } else {
+        set(&env, "HOME")
+    };
+    home.map(PathBuf::from)
+}
+
+/// [`home_dir_for`], else the temporary directory's root.
 fn home(platform: Platform, env: &impl Fn(&str) -> Option<String>) -> PathBuf {
     let fallback = if platform == Platform::Windows { "C:\\" } else { "/tmp" };
-    PathBuf::from(set(env, "HOME").or_else(|| set(env, "USERPROFILE")).unwrap_or_else(|| fallback.into()))
+    home_dir_for(platform, env).unwrap_or_else(|| fallback.into())
 }
 
 /// Where Core keeps its database, managed workspaces and lock on `platform`:

@@ -45,9 +45,37 @@ fn beat(file: &Path) -> ! {
     unreachable!()
 }
 
-/// The agent: starts its heartbeat child, then beats itself; never answers.
+/// Calls the session's frontend tool as an agent that only runs shell
+/// commands does: the bridge command and environment (tool token, Core's
+/// endpoint) from the `--mcp-config` file Core gave it, as
+/// `<bridge> tool call update_counter {"delta":7}`; the printed result goes
+/// to `out`.
+fn call_tool_through_the_bridge(out: &Path) -> Result<(), Failure> {
+    let args: Vec<String> = std::env::args().collect();
+    let config =
+        args.iter().position(|a| a == "--mcp-config").and_then(|i| args.get(i + 1)).ok_or("no --mcp-config")?;
+    let config: serde_json::Value = serde_json::from_str(&std::fs::read_to_string(config)?)?;
+    let server = config["mcpServers"].as_object().and_then(|s| s.values().next()).ok_or("no MCP server")?;
+    let env = server["env"].as_object().ok_or("no bridge environment")?;
+    let output = std::process::Command::new(server["command"].as_str().ok_or("no bridge command")?)
+        .args(["tool", "call", "update_counter", r#"{"delta":7}"#])
+        .envs(env.iter().map(|(k, v)| (k.as_str(), v.as_str().unwrap_or_default())))
+        .output()?;
+    if !output.status.success() {
+        return Err(format!("tool call failed: {}", String::from_utf8_lossy(&output.stderr)).into());
+    }
+    std::fs::write(out, output.stdout)?;
+    Ok(())
+}
+
+/// The agent: calls the frontend tool through the bridge, starts its
+/// heartbeat child, then beats itself; never answers.
 fn agent() -> ! {
     let file = PathBuf::from(std::env::var_os(BEAT_FILE).expect("the beat file is set"));
+    if let Err(error) = call_tool_through_the_bridge(&file.with_extension("tool")) {
+        eprintln!("the smoke agent's tool call failed: {error}");
+        std::process::exit(1);
+    }
     let exe = std::env::current_exe().expect("own path");
     let child = std::process::Command::new(exe)
         .env(ROLE, "heartbeat")
@@ -186,15 +214,22 @@ async fn smoke() -> Result<(), Failure> {
     check(through_host.ping().await?.pid == pong.pid, "the native host relays framed requests to Core")?;
     tool_turn(&through_host, "through the native host").await?;
 
-    // The agent's whole tree ends with the session.
-    let session = pedelec
-        .create_session::<String>(SessionOptions { provider: Some("tree".into()), ..Default::default() })
-        .await?;
+    // The agent calls the frontend tool through the bridge, then its whole
+    // tree ends with the session.
+    let seen = Arc::new(std::sync::Mutex::new(Vec::new()));
+    let options =
+        SessionOptions { tools: vec![counter_tool(seen.clone())], provider: Some("tree".into()), ..Default::default() };
+    let session = pedelec.create_session(options).await?;
     let running = session.clone();
     let turn = tokio::spawn(async move { running.send_text("start your child").await });
     let (agent_beat, child_beat) = (beat_file.with_extension("agent"), beat_file.with_extension("child"));
     check(wait_counter(&agent_beat, true, Duration::from_secs(20)).await, "the agent runs")?;
     check(wait_counter(&child_beat, true, Duration::from_secs(20)).await, "the agent's child runs")?;
+    let answer = std::fs::read_to_string(beat_file.with_extension("tool")).unwrap_or_default();
+    check(
+        *seen.lock().unwrap() == [7] && answer.contains(r#""value":7"#),
+        &format!("the agent's `pedelec-core tool call` reached the frontend tool over the endpoint: {}", answer.trim()),
+    )?;
     session.end().await?;
     let settled = tokio::time::timeout(Duration::from_secs(10), turn).await;
     check(matches!(settled, Ok(Ok(Err(_)))), "the running turn settled with an error at end()")?;

@@ -10,6 +10,11 @@ fn layout(home: &Path, os: Os) -> Layout {
     Layout { home: home.into(), config_home: home.join(".config"), os }
 }
 
+/// The written paths relative to the temporary home.
+fn below(home: &Path, written: &[std::path::PathBuf]) -> Vec<String> {
+    written.iter().map(|p| p.strip_prefix(home).unwrap().display().to_string()).collect()
+}
+
 fn normalised(home: &Path, path: &Path) -> String {
     std::fs::read_to_string(path).unwrap().replace(&home.display().to_string(), "$HOME")
 }
@@ -26,8 +31,7 @@ fn install_writes_each_browsers_manifest_and_uninstall_removes_them() {
         profile: None,
     };
     let written = registration::install(&l, &request).unwrap();
-    let relative: Vec<String> =
-        written.iter().map(|p| p.strip_prefix(home.path()).unwrap().display().to_string()).collect();
+    let relative = below(home.path(), &written);
     insta::assert_debug_snapshot!("linux_locations", relative);
     insta::assert_snapshot!("chromium_manifest", normalised(home.path(), &written[0]));
     insta::assert_snapshot!("firefox_manifest", normalised(home.path(), written.last().unwrap()));
@@ -49,8 +53,7 @@ fn macos_locations_and_profile_registration() {
         profile: None,
     };
     let written = registration::install(&l, &request).unwrap();
-    let relative: Vec<String> =
-        written.iter().map(|p| p.strip_prefix(home.path()).unwrap().display().to_string()).collect();
+    let relative = below(home.path(), &written);
     insta::assert_debug_snapshot!("macos_locations", relative);
     request.profile = Some(home.path().join("profile"));
     let written = registration::install(&l, &request).unwrap();
@@ -103,8 +106,7 @@ fn windows_keeps_one_manifest_per_browser_below_local_app_data() {
         profile: None,
     };
     let written = registration::install(&l, &request).unwrap();
-    let relative: Vec<String> =
-        written.iter().map(|p| p.strip_prefix(home.path()).unwrap().display().to_string()).collect();
+    let relative = below(home.path(), &written);
     insta::assert_debug_snapshot!("windows_locations", relative);
     let firefox: serde_json::Value =
         serde_json::from_str(&std::fs::read_to_string(written.last().unwrap()).unwrap()).unwrap();
