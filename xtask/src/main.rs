@@ -157,6 +157,7 @@ fn ci() -> Result<()> {
     // tarballs: metadata, README, and the .proto files (through
     // pedelec-protocol's `proto` symlink to the workspace's one copy).
     // --allow-dirty: a local run has uncommitted work; CI's clone is clean.
+    forget_packaged_crates()?;
     cargo(&["package", "--allow-dirty", "-p", "pedelec-protocol", "-p", "pedelec-client", "-p", "pedelec-sdk"])?;
     // The platform smoke test natively, then the Windows and macOS builds
     // (dev profile) and the Windows one under wine.
@@ -164,6 +165,33 @@ fn ci() -> Result<()> {
     cross::check()?;
     // Once the tests showed each piece works: real faults against all of them together.
     chaos::run()
+}
+
+/// `cargo package` verifies each crate against its siblings' tarballs
+/// through a local registry, which cargo unpacks into
+/// `$CARGO_HOME/registry/src/-<hash>/`. A registry crate is taken as
+/// immutable, so one unpacked by an earlier run (same version, older code)
+/// is used again as it is; a change to pedelec-protocol then fails the
+/// SDK's verification against the previous protocol. So those unpacked
+/// copies go first. Only directories of that unnamed local registry (a
+/// leading `-`) are touched, never crates.io's.
+fn forget_packaged_crates() -> Result<()> {
+    let home = std::env::var_os("CARGO_HOME")
+        .map(std::path::PathBuf::from)
+        .unwrap_or_else(|| std::path::PathBuf::from(std::env::var_os("HOME").unwrap_or_default()).join(".cargo"));
+    for kind in ["src", "cache"] {
+        let Ok(registries) = std::fs::read_dir(home.join("registry").join(kind)) else { continue };
+        for registry in registries.flatten().filter(|r| r.file_name().to_string_lossy().starts_with('-')) {
+            for entry in std::fs::read_dir(registry.path())?.flatten() {
+                let name = entry.file_name().to_string_lossy().into_owned();
+                if ["pedelec-protocol-", "pedelec-client-", "pedelec-sdk-"].iter().any(|p| name.starts_with(p)) {
+                    let path = entry.path();
+                    if path.is_dir() { std::fs::remove_dir_all(&path)? } else { std::fs::remove_file(&path)? }
+                }
+            }
+        }
+    }
+    Ok(())
 }
 
 fn agents_matrix() -> Result<()> {

@@ -8,9 +8,9 @@
 //! - **Windows**: the agent is put in a Job Object of its own that kills
 //!   every process in it when its last handle closes, so Core's exit, even
 //!   a killed Core, takes the tree with it. Windows has no SIGTERM for a
-//!   process without a console, so ending it is at once. The child is
-//!   assigned right after it is created: a grandchild started in that
-//!   first instant (before the agent's runtime has loaded) would escape.
+//!   process without a console, so ending it is at once. The agent is
+//!   created suspended and only resumed once it is in its job, so not even
+//!   a child it starts at once can escape.
 
 use std::process::ExitStatus;
 
@@ -123,13 +123,18 @@ mod windows {
     use std::ffi::c_void;
     use std::ptr::null;
 
-    use windows_sys::Win32::Foundation::{CloseHandle, HANDLE};
+    use windows_sys::Win32::Foundation::{CloseHandle, HANDLE, INVALID_HANDLE_VALUE};
+    use windows_sys::Win32::System::Diagnostics::ToolHelp::{
+        CreateToolhelp32Snapshot, TH32CS_SNAPTHREAD, THREADENTRY32, Thread32First, Thread32Next,
+    };
     use windows_sys::Win32::System::JobObjects::{
         AssignProcessToJobObject, CreateJobObjectW, JOB_OBJECT_LIMIT_KILL_ON_JOB_CLOSE,
         JOBOBJECT_EXTENDED_LIMIT_INFORMATION, JobObjectExtendedLimitInformation, SetInformationJobObject,
         TerminateJobObject,
     };
-    use windows_sys::Win32::System::Threading::CREATE_NO_WINDOW;
+    use windows_sys::Win32::System::Threading::{
+        CREATE_NO_WINDOW, CREATE_SUSPENDED, OpenThread, ResumeThread, THREAD_SUSPEND_RESUME,
+    };
 
     /// An agent's Job Object; dropping it (its only handle) kills the tree.
     pub struct Tree(HANDLE);
@@ -138,14 +143,52 @@ mod windows {
     unsafe impl Send for Tree {}
     unsafe impl Sync for Tree {}
 
-    /// No console window for the agent (Core has none to share).
+    /// No console window for the agent (Core has none to share), and
+    /// created suspended: nothing of it runs before [`adopt`] put it in
+    /// its job.
     pub fn prepare(cmd: &mut tokio::process::Command) {
-        cmd.creation_flags(CREATE_NO_WINDOW);
+        cmd.creation_flags(CREATE_NO_WINDOW | CREATE_SUSPENDED);
     }
 
-    /// A fresh kill-on-close job holding the started agent.
+    /// A fresh kill-on-close job holding the started agent, which is then
+    /// resumed (in every case: a process left suspended would hang its turn).
     pub fn adopt(child: &tokio::process::Child) -> Option<Tree> {
-        let process = child.raw_handle()?;
+        let tree = child.raw_handle().and_then(|process| job_holding(process as HANDLE));
+        if let Some(pid) = child.id() {
+            resume(pid);
+        }
+        tree
+    }
+
+    /// Resumes the threads of process `pid` (one, for a process created
+    /// suspended), found through a thread snapshot: std keeps the thread
+    /// handle CreateProcess returned to itself.
+    fn resume(pid: u32) {
+        // SAFETY: the snapshot and each thread handle are owned here and
+        // closed; the entry is a plain struct of the size it declares.
+        unsafe {
+            let snapshot = CreateToolhelp32Snapshot(TH32CS_SNAPTHREAD, 0);
+            if snapshot == INVALID_HANDLE_VALUE {
+                tracing::warn!(error = %std::io::Error::last_os_error(), pid, "cannot resume an agent");
+                return;
+            }
+            let mut entry = THREADENTRY32 { dwSize: std::mem::size_of::<THREADENTRY32>() as u32, ..Default::default() };
+            let mut more = Thread32First(snapshot, &mut entry) != 0;
+            while more {
+                if entry.th32OwnerProcessID == pid {
+                    let thread = OpenThread(THREAD_SUSPEND_RESUME, 0, entry.th32ThreadID);
+                    if !thread.is_null() {
+                        ResumeThread(thread);
+                        CloseHandle(thread);
+                    }
+                }
+                more = Thread32Next(snapshot, &mut entry) != 0;
+            }
+            CloseHandle(snapshot);
+        }
+    }
+
+    fn job_holding(process: HANDLE) -> Option<Tree> {
         // SAFETY: plain Win32 calls on handles this function owns or borrows
         // for the call; the job is closed on every failure path.
         unsafe {
@@ -163,7 +206,7 @@ mod windows {
                 (&limits as *const JOBOBJECT_EXTENDED_LIMIT_INFORMATION).cast::<c_void>(),
                 std::mem::size_of::<JOBOBJECT_EXTENDED_LIMIT_INFORMATION>() as u32,
             );
-            if set == 0 || AssignProcessToJobObject(job, process as HANDLE) == 0 {
+            if set == 0 || AssignProcessToJobObject(job, process) == 0 {
                 tracing::warn!(error = %std::io::Error::last_os_error(), "cannot put an agent in its job");
                 return None;
             }
