@@ -157,8 +157,7 @@ fn ci() -> Result<()> {
     // tarballs: metadata, README, and the .proto files (through
     // pedelec-protocol's `proto` symlink to the workspace's one copy).
     // --allow-dirty: a local run has uncommitted work; CI's clone is clean.
-    forget_packaged_crates()?;
-    cargo(&["package", "--allow-dirty", "-p", "pedelec-protocol", "-p", "pedelec-client", "-p", "pedelec-sdk"])?;
+    package_crates()?;
     // The platform smoke test natively, then the Windows and macOS builds
     // (dev profile) and the Windows one under wine.
     cargo(&["run", "--quiet", "-p", "pedelec-sdk", "--example", "platform_smoke"])?;
@@ -168,14 +167,21 @@ fn ci() -> Result<()> {
 }
 
 /// `cargo package` verifies each crate against its siblings' tarballs
-/// through a local registry, which cargo unpacks into
-/// `$CARGO_HOME/registry/src/-<hash>/`. A registry crate is taken as
-/// immutable, so one unpacked by an earlier run (same version, older code)
-/// is used again as it is; a change to pedelec-protocol then fails the
-/// SDK's verification against the previous protocol. So those unpacked
-/// copies go first. Only directories of that unnamed local registry (a
-/// leading `-`) are touched, never crates.io's.
-fn forget_packaged_crates() -> Result<()> {
+/// through a local registry, and cargo takes a registry crate as immutable:
+/// one unpacked and compiled by an earlier run (same version, older code)
+/// is used again as it is, so a change to pedelec-protocol failed the SDK's
+/// verification against the previous protocol. So verification gets a
+/// target dir of its own, `target/package-verify` (where every artifact of
+/// ours is such a registry copy), cleared of our crates first, and the
+/// unpacked copies in `$CARGO_HOME/registry/src/-<hash>/` (the unnamed
+/// local registries, never crates.io's) go too.
+fn package_crates() -> Result<()> {
+    const CRATES: [&str; 3] = ["pedelec-protocol", "pedelec-client", "pedelec-sdk"];
+    let verify = root().join("target/package-verify");
+    let verify = verify.to_str().context("a UTF-8 target path")?;
+    let mut clean = vec!["clean", "--quiet", "--target-dir", verify];
+    CRATES.iter().for_each(|c| clean.extend(["-p", c]));
+    cargo(&clean)?;
     let home = std::env::var_os("CARGO_HOME")
         .map(std::path::PathBuf::from)
         .unwrap_or_else(|| std::path::PathBuf::from(std::env::var_os("HOME").unwrap_or_default()).join(".cargo"));
@@ -184,14 +190,16 @@ fn forget_packaged_crates() -> Result<()> {
         for registry in registries.flatten().filter(|r| r.file_name().to_string_lossy().starts_with('-')) {
             for entry in std::fs::read_dir(registry.path())?.flatten() {
                 let name = entry.file_name().to_string_lossy().into_owned();
-                if ["pedelec-protocol-", "pedelec-client-", "pedelec-sdk-"].iter().any(|p| name.starts_with(p)) {
+                if CRATES.iter().any(|c| name.starts_with(&format!("{c}-"))) {
                     let path = entry.path();
                     if path.is_dir() { std::fs::remove_dir_all(&path)? } else { std::fs::remove_file(&path)? }
                 }
             }
         }
     }
-    Ok(())
+    let mut package = vec!["package", "--allow-dirty", "--target-dir", verify];
+    CRATES.iter().for_each(|c| package.extend(["-p", c]));
+    cargo(&package)
 }
 
 fn agents_matrix() -> Result<()> {

@@ -262,7 +262,9 @@ impl CoreProcess {
         }
     }
 
-    /// SIGTERM and wait: a normal shutdown. Returns whether Core exited successfully.
+    /// SIGTERM and wait: a normal shutdown. Returns whether Core exited
+    /// successfully. On Windows, where no signal reaches a detached Core,
+    /// it is ended instead (and this returns false).
     ///
     /// # Examples
     ///

@@ -1,5 +1,5 @@
-//! Agent child processes: spawned in their own process group so `end()`
-//! reaches the whole tree, read line by line with a bound on line length,
+//! Agent child processes: spawned as a tree Core can end whole (a process
+//! group, or a Job Object on Windows: `platform::process_tree`), read line by line with a bound on line length,
 //! with the tail of stderr kept for error reports.
 
 use std::collections::VecDeque;
