@@ -10,6 +10,17 @@ fn layout(home: &Path, os: Os) -> Layout {
     Layout { home: home.into(), config_home: home.join(".config"), os }
 }
 
+/// A registration for every browser, Firefox included.
+fn every_browser(host_path: &str) -> Install {
+    Install {
+        host_path: host_path.into(),
+        extension_ids: vec![ID.into()],
+        firefox_addon_ids: vec!["pedelec@example.org".into()],
+        browser: Browser::All,
+        profile: None,
+    }
+}
+
 /// The written paths relative to the temporary home.
 fn below(home: &Path, written: &[std::path::PathBuf]) -> Vec<String> {
     written.iter().map(|p| p.strip_prefix(home).unwrap().display().to_string()).collect()
@@ -23,13 +34,7 @@ fn normalised(home: &Path, path: &Path) -> String {
 fn install_writes_each_browsers_manifest_and_uninstall_removes_them() {
     let home = tempfile::tempdir().unwrap();
     let l = layout(home.path(), Os::Linux);
-    let request = Install {
-        host_path: "/opt/pedelec/pedelec-native-host".into(),
-        extension_ids: vec![ID.into()],
-        firefox_addon_ids: vec!["pedelec@example.org".into()],
-        browser: Browser::All,
-        profile: None,
-    };
+    let request = every_browser("/opt/pedelec/pedelec-native-host");
     let written = registration::install(&l, &request).unwrap();
     let relative = below(home.path(), &written);
     insta::assert_debug_snapshot!("linux_locations", relative);
@@ -98,13 +103,7 @@ fn windows_keeps_one_manifest_per_browser_below_local_app_data() {
     };
     let l = Layout::from_env_on(Os::Windows, env);
     assert_eq!(l.config_home, local);
-    let request = Install {
-        host_path: "/opt/pedelec/pedelec-native-host.exe".into(),
-        extension_ids: vec![ID.into()],
-        firefox_addon_ids: vec!["pedelec@example.org".into()],
-        browser: Browser::All,
-        profile: None,
-    };
+    let request = every_browser("/opt/pedelec/pedelec-native-host.exe");
     let written = registration::install(&l, &request).unwrap();
     let relative = below(home.path(), &written);
     insta::assert_debug_snapshot!("windows_locations", relative);
