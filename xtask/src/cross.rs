@@ -80,7 +80,8 @@ impl Target {
         }
     }
 
-    /// What building for it needs and lacks, if anything.
+    /// What building for it needs and lacks, if anything; the Rust target
+    /// itself is added on the way when rustup can fetch it.
     fn missing(self) -> Option<String> {
         let installed = Command::new("rustup").args(["target", "list", "--installed"]).output();
         let has_target =

@@ -189,13 +189,12 @@ impl Layout {
     /// ```
     pub fn from_env_on(os: Os, env: impl Fn(&str) -> Option<String>) -> Self {
         let set = |k: &str| env(k).filter(|v| !v.is_empty()).map(PathBuf::from);
-        if os == Os::Windows {
-            let home = set("USERPROFILE").or_else(|| set("HOME")).unwrap_or_else(|| PathBuf::from("C:\\"));
-            let config_home = set("LOCALAPPDATA").unwrap_or_else(|| home.join("AppData").join("Local"));
-            return Layout { home, config_home, os };
-        }
-        let home = set("HOME").unwrap_or_else(|| PathBuf::from("/"));
-        let config_home = set("XDG_CONFIG_HOME").unwrap_or_else(|| home.join(".config"));
+        let fallback = if os == Os::Windows { "C:\\" } else { "/" };
+        let home = crate::discovery::home_dir_for(os, &env).unwrap_or_else(|| PathBuf::from(fallback));
+        let config_home = match os {
+            Os::Windows => set("LOCALAPPDATA").unwrap_or_else(|| home.join("AppData").join("Local")),
+            Os::Linux | Os::MacOs => set("XDG_CONFIG_HOME").unwrap_or_else(|| home.join(".config")),
+        };
         Layout { home, config_home, os }
     }
 
