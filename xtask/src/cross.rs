@@ -119,13 +119,15 @@ fn in_ci() -> bool {
     std::env::var("CI").is_ok_and(|v| v == "true" || v == "1")
 }
 
-/// The shipped crates, as each target builds them: both binaries, the SDK
+/// The shipped crates, as each target builds them: the three binaries, the SDK
 /// (with its Rust demo) and the smoke test the wine run executes.
-const SHIPPED: [&str; 12] = [
+const SHIPPED: [&str; 14] = [
     "-p",
     "pedelec-core",
     "-p",
     "pedelec-native-host",
+    "-p",
+    "pedelec-tool",
     "--bins",
     "-p",
     "pedelec-sdk",
@@ -227,6 +229,9 @@ pub fn release(target: Target) -> Result<PathBuf> {
     }
     // The windows-gnu target links libgcc and winpthread in itself: the
     // binaries need no MinGW DLL (the wine run has none).
-    target.run("build", &["--release", "-p", "pedelec-core", "-p", "pedelec-native-host", "--bins"])?;
+    target.run(
+        "build",
+        &["--release", "-p", "pedelec-core", "-p", "pedelec-native-host", "-p", "pedelec-tool", "--bins"],
+    )?;
     Ok(root().join("target").join(target.triple()).join("release"))
 }

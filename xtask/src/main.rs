@@ -234,42 +234,46 @@ fn bench() -> Result<()> {
     // The benches measure the host as it is shipped.
     let host = release_host()?;
     let host = host.to_str().context("a UTF-8 target path")?;
-    let envs = [("PEDELEC_NATIVE_HOST_BIN", host)];
+    let tool = release_tool()?;
+    let tool = tool.to_str().context("a UTF-8 target path")?;
+    let envs = [("PEDELEC_NATIVE_HOST_BIN", host), ("PEDELEC_TOOL_BIN", tool)];
     cargo_with_env(&["run", "--release", "--quiet", "-p", "pedelec-sdk", "--example", "bench"], &envs)?;
     cargo_with_env(&["run", "--release", "--quiet", "-p", "pedelec-sdk", "--example", "load_bench"], &envs)?;
     cargo_with_env(&["run", "--release", "--quiet", "-p", "pedelec-core", "--example", "provider_bench"], &envs)?;
     cargo_with_env(&["run", "--release", "--quiet", "-p", "pedelec-native-host", "--example", "host_bench"], &envs)
 }
 
-/// The release native host as shipped. On x86_64/aarch64 Linux with glibc it
-/// is linked statically: a browser starts one host per port, and loading the
-/// shared libraries took half of its start-up (spawn → first reply 2.2 → 1.3
-/// ms here). The target is named explicitly so the flag reaches only the
-/// host's own code and dependencies, not build scripts or proc-macros (which
-/// cannot be static).
+/// The release native host as shipped (see [`release_static`]).
 fn release_host() -> Result<std::path::PathBuf> {
+    release_static("pedelec-native-host")
+}
+
+/// The release tool client as shipped (see [`release_static`]): agents start
+/// it once per tool call.
+fn release_tool() -> Result<std::path::PathBuf> {
+    release_static("pedelec-tool")
+}
+
+/// A release binary that is started per use, as shipped. On x86_64/aarch64
+/// Linux with glibc it is linked statically: a browser starts one host per
+/// port, an agent one tool client per call, and loading the shared libraries
+/// took half of the host's start-up (spawn → first reply 2.2 → 1.3 ms here).
+/// The target is named explicitly so the flag reaches only the binary's own
+/// code and dependencies, not build scripts or proc-macros (which cannot be
+/// static).
+fn release_static(package: &str) -> Result<std::path::PathBuf> {
     let root = root();
     let triple = host_triple()?;
     if !(triple.ends_with("-linux-gnu") && (triple.starts_with("x86_64") || triple.starts_with("aarch64"))) {
-        cargo(&["build", "--release", "-p", "pedelec-native-host", "--bin", "pedelec-native-host"])?;
-        return Ok(root.join("target/release/pedelec-native-host"));
+        cargo(&["build", "--release", "-p", package, "--bin", package])?;
+        return Ok(root.join("target/release").join(package));
     }
     let flags_var = format!("CARGO_TARGET_{}_RUSTFLAGS", triple.to_uppercase().replace('-', "_"));
     cargo_with_env(
-        &[
-            "build",
-            "--release",
-            "--quiet",
-            "--target",
-            &triple,
-            "-p",
-            "pedelec-native-host",
-            "--bin",
-            "pedelec-native-host",
-        ],
+        &["build", "--release", "--quiet", "--target", &triple, "-p", package, "--bin", package],
         &[(&flags_var, "-C target-feature=+crt-static")],
     )?;
-    Ok(root.join("target").join(&triple).join("release/pedelec-native-host"))
+    Ok(root.join("target").join(&triple).join("release").join(package))
 }
 
 fn host_triple() -> Result<String> {
@@ -376,12 +380,17 @@ fn package(names: &[String]) -> Result<Vec<std::path::PathBuf>> {
                 cargo(&["build", "--release", "-p", "pedelec-core", "--bin", "pedelec-core"])?;
                 let core = root().join("target/release/pedelec-core");
                 let arch = host_triple()?.split('-').next().unwrap_or("x86_64").to_owned();
-                let bins = vec![("pedelec-core".to_owned(), core), ("pedelec-native-host".to_owned(), release_host()?)];
+                let bins = vec![
+                    ("pedelec-core".to_owned(), core),
+                    ("pedelec-native-host".to_owned(), release_host()?),
+                    ("pedelec-tool".to_owned(), release_tool()?),
+                ];
                 (format!("linux-{arch}"), bins, INSTALL_LINUX)
             }
             Some(target) => {
                 let built = cross::release(target)?;
-                let bins = ["pedelec-core", "pedelec-native-host"].map(|b| (target.exe(b), built.join(target.exe(b))));
+                let bins = ["pedelec-core", "pedelec-native-host", "pedelec-tool"]
+                    .map(|b| (target.exe(b), built.join(target.exe(b))));
                 let install = if target == cross::Target::Windows { INSTALL_WINDOWS } else { INSTALL_MACOS };
                 (target.os_name().to_owned(), bins.to_vec(), install)
             }

@@ -1,60 +1,111 @@
-//! The agent side of the tool broker: `pedelec-core mcp` (a stdio MCP
-//! server) and `pedelec-core tool call NAME JSON` (for agents that only run
-//! shell commands). Both reach Core's `AgentTools` service over the socket
-//! with the session's tool token, read from the environment so it never
-//! shows on a command line.
+//! The agent side of the tool broker: `pedelec-core mcp`, a stdio MCP
+//! server. It reaches Core over the tool socket (`crate::tool_socket`) with
+//! the session's tool token, read from the environment so it never shows on
+//! a command line. (`pedelec-core tool call` is the `pedelec-tool` client's
+//! code: see that crate.)
 
-use std::path::PathBuf;
-use std::sync::Arc;
+use std::collections::HashMap;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
 
-use pedelec_protocol::pb::{self, agent_tools_client::AgentToolsClient, call_tool_response::Outcome};
-use pedelec_protocol::{ErrorCode, grpc::error_from_status};
+use pedelec_protocol::ErrorCode;
+use pedelec_protocol::discovery::{self, Platform};
+use pedelec_protocol::pb::{
+    self, call_tool_response::Outcome, tool_socket_request::Call, tool_socket_response::Result as Answer,
+};
+use pedelec_protocol::tool_socket::{self, HEADER_LEN, decode_body, encode_frame, frame_len};
 use rmcp::model::{
     CallToolRequestParams, CallToolResponse, CallToolResult, ContentBlock, Implementation, InitializeResult,
     ListToolsResult, PaginatedRequestParams, ServerCapabilities, Tool,
 };
 use rmcp::service::{RequestContext, RoleServer};
 use rmcp::{ErrorData as McpError, ServerHandler, ServiceExt};
-use tonic::transport::Channel;
+use tokio::io::{AsyncRead, AsyncReadExt, AsyncWriteExt};
+use tokio::sync::oneshot;
 
-use crate::providers::{PERMISSION_PROMPT_ENV, SOCKET_ENV, TOOL_TOKEN_ENV};
+use crate::providers::{PERMISSION_PROMPT_ENV, TOOL_TOKEN_ENV};
 
 /// Why the bridge cannot serve.
 #[derive(Debug, thiserror::Error)]
 pub enum BridgeError {
     #[error("{0} is not set; the bridge is started by Core with the session's tool token")]
     MissingEnv(&'static str),
-    #[error("cannot reach Core at {socket}: {source}")]
-    Connect { socket: String, source: tonic::transport::Error },
+    #[error("cannot reach Core's tool socket at {endpoint}: {source}")]
+    Connect { endpoint: String, source: std::io::Error },
     #[error("{}: {}", .0.code, .0.message)]
     Refused(pb::Error),
     #[error("the MCP transport failed: {0}")]
     Mcp(String),
 }
 
-/// A connection to `AgentTools`, authenticated by one session's token.
+type Waiting = Arc<Mutex<Option<HashMap<u64, oneshot::Sender<Answer>>>>>;
+
+/// One tool-socket connection, authenticated by one session's token. MCP
+/// clients call tools concurrently, so requests are told apart by id: each
+/// waits for its own answer, and a reader task hands answers out. When the
+/// connection ends, every waiting call fails (the map becomes `None`).
 #[derive(Clone)]
 pub struct AgentToolsLink {
-    client: AgentToolsClient<Channel>,
+    writer: Arc<tokio::sync::Mutex<Box<dyn tokio::io::AsyncWrite + Send + Unpin>>>,
+    waiting: Waiting,
+    next_id: Arc<AtomicU64>,
     token: String,
 }
 
+fn core_gone() -> pb::Error {
+    pb::Error::new(ErrorCode::CoreRuntimeUnavailable, "the connection to Core's tool socket ended")
+}
+
 impl AgentToolsLink {
-    /// Connects with the socket and token from the environment.
+    /// Connects with the token and endpoint from the environment (the rule
+    /// is `pedelec_protocol::tool_socket::endpoint_from_env`).
     pub async fn from_env() -> Result<Self, BridgeError> {
-        let token = std::env::var(TOOL_TOKEN_ENV).map_err(|_| BridgeError::MissingEnv(TOOL_TOKEN_ENV))?;
-        let socket = std::env::var_os(SOCKET_ENV)
-            .map(PathBuf::from)
-            .unwrap_or_else(|| crate::config::default_socket(&crate::config::default_state_dir()));
-        let channel = pedelec_protocol::grpc::local_channel(&socket)
+        let env = |k: &str| std::env::var(k).ok();
+        let token = env(TOOL_TOKEN_ENV).ok_or(BridgeError::MissingEnv(TOOL_TOKEN_ENV))?;
+        let endpoint = tool_socket::endpoint_from_env(Platform::current(), env).unwrap_or_else(|| {
+            let core = discovery::default_socket(env, &discovery::default_state_dir(env));
+            tool_socket::endpoint_for(Platform::current(), &core)
+        });
+        let stream = pedelec_protocol::grpc::connect_local(&endpoint)
             .await
-            .map_err(|source| BridgeError::Connect { socket: socket.display().to_string(), source })?;
-        Ok(AgentToolsLink { client: pedelec_protocol::with_message_limits!(AgentToolsClient::new(channel)), token })
+            .map_err(|source| BridgeError::Connect { endpoint: endpoint.display().to_string(), source })?;
+        let (reader, writer) = tokio::io::split(stream);
+        let waiting: Waiting = Arc::new(Mutex::new(Some(HashMap::new())));
+        tokio::spawn(hand_out_answers(reader, waiting.clone()));
+        Ok(AgentToolsLink {
+            writer: Arc::new(tokio::sync::Mutex::new(Box::new(writer))),
+            waiting,
+            next_id: Arc::new(AtomicU64::new(1)),
+            token,
+        })
+    }
+
+    async fn round_trip(&self, call: Call) -> Result<Answer, pb::Error> {
+        let id = self.next_id.fetch_add(1, Ordering::Relaxed);
+        let (tx, rx) = oneshot::channel();
+        match self.waiting.lock().expect("waiting lock").as_mut() {
+            Some(waiting) => waiting.insert(id, tx),
+            None => return Err(core_gone()),
+        };
+        let frame = encode_frame(&pb::ToolSocketRequest { id, call: Some(call) });
+        if self.writer.lock().await.write_all(&frame).await.is_err() {
+            if let Some(waiting) = self.waiting.lock().expect("waiting lock").as_mut() {
+                waiting.remove(&id);
+            }
+            return Err(core_gone());
+        }
+        match rx.await {
+            Ok(Answer::Error(error)) => Err(error),
+            Ok(answer) => Ok(answer),
+            Err(_) => Err(core_gone()),
+        }
     }
 
     pub async fn list(&self) -> Result<pb::ListToolsResponse, pb::Error> {
-        let request = pb::ListToolsRequest { tool_token: self.token.clone() };
-        self.client.clone().list_tools(request).await.map(|r| r.into_inner()).map_err(|s| error_from_status(&s))
+        match self.round_trip(Call::ListTools(pb::ListToolsRequest { tool_token: self.token.clone() })).await? {
+            Answer::ListTools(listed) => Ok(listed),
+            _ => Err(wrong_answer()),
+        }
     }
 
     /// Asks whether claude may run `tool` with `input_json` (the permission prompt).
@@ -64,19 +115,48 @@ impl AgentToolsLink {
         input_json: String,
     ) -> Result<pb::AgentPermissionResponse, pb::Error> {
         let request = pb::AgentPermissionRequest { tool_token: self.token.clone(), tool: tool.to_owned(), input_json };
-        self.client.clone().request_permission(request).await.map(|r| r.into_inner()).map_err(|s| error_from_status(&s))
+        match self.round_trip(Call::RequestPermission(request)).await? {
+            Answer::RequestPermission(answer) => Ok(answer),
+            _ => Err(wrong_answer()),
+        }
     }
 
     /// Calls a tool; `Ok` is the result JSON text, `Err` the broker's or the handler's error.
     pub async fn call(&self, tool: &str, args_json: String) -> Result<String, pb::Error> {
         let request = pb::CallToolRequest { tool_token: self.token.clone(), tool: tool.to_owned(), args_json };
-        let response = self.client.clone().call_tool(request).await.map_err(|s| error_from_status(&s))?;
-        match response.into_inner().outcome {
-            Some(Outcome::ResultJson(json)) => Ok(json),
-            Some(Outcome::Error(error)) => Err(error),
-            None => Err(pb::Error::new(ErrorCode::Internal, "Core answered a tool call with no outcome")),
+        match self.round_trip(Call::CallTool(request)).await? {
+            Answer::CallTool(pb::CallToolResponse { outcome: Some(Outcome::ResultJson(json)) }) => Ok(json),
+            Answer::CallTool(pb::CallToolResponse { outcome: Some(Outcome::Error(error)) }) => Err(error),
+            _ => Err(wrong_answer()),
         }
     }
+}
+
+fn wrong_answer() -> pb::Error {
+    pb::Error::new(ErrorCode::Internal, "Core answered a different call")
+}
+
+/// Reads answers until the connection ends, then fails whatever still waits.
+async fn hand_out_answers(mut reader: impl AsyncRead + Unpin, waiting: Waiting) {
+    let mut reader = tokio::io::BufReader::new(&mut reader);
+    loop {
+        let mut header = [0u8; HEADER_LEN];
+        if reader.read_exact(&mut header).await.is_err() {
+            break;
+        }
+        let Ok(len) = frame_len(header) else { break };
+        let mut body = vec![0u8; len];
+        if reader.read_exact(&mut body).await.is_err() {
+            break;
+        }
+        let Ok(response) = decode_body::<pb::ToolSocketResponse>(&body) else { break };
+        let waiter = waiting.lock().expect("waiting lock").as_mut().and_then(|w| w.remove(&response.id));
+        if let (Some(waiter), Some(result)) = (waiter, response.result) {
+            let _ = waiter.send(result);
+        }
+    }
+    // Dropping the senders fails each waiting call with `core_gone`.
+    waiting.lock().expect("waiting lock").take();
 }
 
 /// The MCP server: lists the session's tools and forwards calls to the broker.
@@ -203,51 +283,4 @@ pub async fn serve_mcp() -> Result<(), BridgeError> {
     let running = bridge.serve(rmcp::transport::stdio()).await.map_err(|e| BridgeError::Mcp(e.to_string()))?;
     running.waiting().await.map_err(|e| BridgeError::Mcp(e.to_string()))?;
     Ok(())
-}
-
-/// `pedelec-core tool call NAME JSON`: prints the result JSON on stdout (exit 0)
-/// or `{"code","message"}` on stderr (exit 1; 2 when the token is refused).
-pub async fn tool_call(name: &str, args_json: &str) -> i32 {
-    if let Err(e) = serde_json::from_str::<serde_json::Map<String, serde_json::Value>>(args_json) {
-        let error = pb::Error::new(ErrorCode::ToolArgsInvalid, format!("the arguments must be a JSON object: {e}"));
-        return report(&error, 1);
-    }
-    let link = match AgentToolsLink::from_env().await {
-        Ok(link) => link,
-        Err(e) => return report(&pb::Error::new(ErrorCode::CoreRuntimeUnavailable, e.to_string()), 2),
-    };
-    match link.call(name, args_json.to_owned()).await {
-        Ok(json) => {
-            println!("{json}");
-            0
-        }
-        Err(error) if error.code == ErrorCode::ToolTokenInvalid.as_str() => report(&error, 2),
-        Err(error) => report(&error, 1),
-    }
-}
-
-/// `pedelec-core tool list`: the session's tools as JSON lines.
-pub async fn tool_list() -> i32 {
-    let link = match AgentToolsLink::from_env().await {
-        Ok(link) => link,
-        Err(e) => return report(&pb::Error::new(ErrorCode::CoreRuntimeUnavailable, e.to_string()), 2),
-    };
-    match link.list().await {
-        Ok(listed) => {
-            for tool in listed.tools {
-                let schema: serde_json::Value = serde_json::from_str(&tool.input_schema_json).unwrap_or_default();
-                println!(
-                    "{}",
-                    serde_json::json!({ "name": tool.name, "description": tool.description, "inputSchema": schema })
-                );
-            }
-            0
-        }
-        Err(error) => report(&error, 2),
-    }
-}
-
-fn report(error: &pb::Error, exit: i32) -> i32 {
-    eprintln!("{}", serde_json::json!({ "code": error.code, "message": error.message }));
-    exit
 }

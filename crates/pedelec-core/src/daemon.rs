@@ -51,6 +51,11 @@ pub async fn serve(config: CoreConfig) -> CoreResult<()> {
     crate::platform::files::ensure_private_dir(&config.state_dir)?;
     let _state_lock = lock_state_dir(&config.state_dir)?;
     let listener = crate::platform::endpoint::Listener::bind(&config.socket).await?;
+    // The tool socket goes with the gRPC endpoint; binding it second means
+    // the check above already refused a live Core.
+    let tool_endpoint =
+        pedelec_protocol::tool_socket::endpoint_for(pedelec_protocol::discovery::Platform::current(), &config.socket);
+    let tool_listener = crate::platform::endpoint::Listener::bind(&tool_endpoint).await?;
     // Only now is this the state dir's one Core: agents a dead Core left are ours to end.
     let leftovers = crate::platform::process_tree::end_leftovers(&config.state_dir);
     if leftovers > 0 {
@@ -95,6 +100,12 @@ pub async fn serve(config: CoreConfig) -> CoreResult<()> {
     println!("pedelec-core listening on {}", config.socket.display());
 
     let remove_endpoint = listener.remover();
+    let remove_tool_endpoint = tool_listener.remover();
+    let tool_server = tokio::spawn(crate::tool_socket::serve(
+        tool_listener,
+        AgentToolsService { registry: registry.clone() },
+        config.connections.max,
+    ));
     let incoming = crate::connections::incoming(listener, config.connections);
     let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
     let server = tonic::transport::Server::builder()
@@ -126,7 +137,9 @@ pub async fn serve(config: CoreConfig) -> CoreResult<()> {
             tokio::time::timeout(std::time::Duration::from_secs(5), server).await.unwrap_or(Ok(()))
         }
     };
+    tool_server.abort();
     remove_endpoint();
+    remove_tool_endpoint();
     let _ = std::fs::remove_file(&discovery);
     result.map_err(|e| CoreError::new(ErrorCode::Internal, format!("gRPC server failed: {e}")))
 }

@@ -20,6 +20,7 @@ pub mod service;
 pub mod session;
 pub mod settings;
 pub mod store;
+pub mod tool_socket;
 pub mod tools;
 pub mod workspace;
 pub mod workspace_policy;

@@ -66,8 +66,9 @@ enum Command {
 
 #[derive(Subcommand)]
 enum ToolAction {
-    /// Call tool NAME with a JSON object of arguments; prints the result JSON.
-    Call { name: String, args_json: String },
+    /// Call tool NAME with a JSON object of arguments (`{}` when omitted, `-` reads standard input);
+    /// prints the result JSON. The `pedelec-tool` binary does the same and starts faster.
+    Call { name: String, args_json: Option<String> },
     /// List the session's tools as JSON lines.
     List,
 }
@@ -115,23 +116,10 @@ fn main() -> std::process::ExitCode {
         Command::Mcp => run(tokio::runtime::Builder::new_current_thread(), async {
             pedelec_core::bridge::serve_mcp().await.map_err(|e| e.to_string())
         }),
-        Command::Tool { action } => {
-            let code = match tokio::runtime::Builder::new_current_thread().enable_all().build() {
-                Ok(rt) => rt.block_on(async {
-                    match action {
-                        ToolAction::Call { name, args_json } => {
-                            pedelec_core::bridge::tool_call(&name, &args_json).await
-                        }
-                        ToolAction::List => pedelec_core::bridge::tool_list().await,
-                    }
-                }),
-                Err(error) => {
-                    eprintln!("pedelec-core: cannot start the async runtime: {error}");
-                    2
-                }
-            };
-            std::process::ExitCode::from(code as u8)
-        }
+        Command::Tool { action } => std::process::ExitCode::from(match action {
+            ToolAction::Call { name, args_json } => pedelec_tool::run_call(&name, args_json.as_deref()),
+            ToolAction::List => pedelec_tool::run_list(),
+        }),
     }
 }
 

@@ -285,32 +285,45 @@ pub struct AgentToolsService {
 #[tonic::async_trait]
 impl AgentTools for AgentToolsService {
     async fn list_tools(&self, request: Request<pb::ListToolsRequest>) -> Reply<pb::ListToolsResponse> {
-        let session = self.registry.by_token(&request.into_inner().tool_token)?;
-        Ok(Response::new(pb::ListToolsResponse {
-            tools: session.tools.definitions.clone(),
-            guidance: session.guidance.clone(),
-        }))
+        Ok(Response::new(self.list(&request.into_inner().tool_token)?))
     }
 
     async fn call_tool(&self, request: Request<pb::CallToolRequest>) -> Reply<pb::CallToolResponse> {
-        use pb::call_tool_response::Outcome;
-        let request = request.into_inner();
-        let session = self.registry.by_token(&request.tool_token)?;
-        let outcome = match session.call_tool(None, &request.tool, request.args_json).await {
-            Ok(json) => Outcome::ResultJson(json),
-            Err(error) => Outcome::Error(error),
-        };
-        Ok(Response::new(pb::CallToolResponse { outcome: Some(outcome) }))
+        Ok(Response::new(self.call(request.into_inner()).await?))
     }
 
     async fn request_permission(
         &self,
         request: Request<pb::AgentPermissionRequest>,
     ) -> Reply<pb::AgentPermissionResponse> {
-        let request = request.into_inner();
+        Ok(Response::new(self.permission(request.into_inner()).await?))
+    }
+}
+
+/// The calls themselves, shared by the gRPC service and the tool socket
+/// (`crate::tool_socket`): an `Err` is a refusal before the call ran.
+impl AgentToolsService {
+    pub fn list(&self, tool_token: &str) -> Result<pb::ListToolsResponse, CoreError> {
+        let session = self.registry.by_token(tool_token)?;
+        Ok(pb::ListToolsResponse { tools: session.tools.definitions.clone(), guidance: session.guidance.clone() })
+    }
+
+    pub async fn call(&self, request: pb::CallToolRequest) -> Result<pb::CallToolResponse, CoreError> {
+        use pb::call_tool_response::Outcome;
         let session = self.registry.by_token(&request.tool_token)?;
-        let answer = crate::providers::claude::ask_permission(&session, &request.tool, &request.input_json).await;
-        Ok(Response::new(answer))
+        let outcome = match session.call_tool(None, &request.tool, request.args_json).await {
+            Ok(json) => Outcome::ResultJson(json),
+            Err(error) => Outcome::Error(error),
+        };
+        Ok(pb::CallToolResponse { outcome: Some(outcome) })
+    }
+
+    pub async fn permission(
+        &self,
+        request: pb::AgentPermissionRequest,
+    ) -> Result<pb::AgentPermissionResponse, CoreError> {
+        let session = self.registry.by_token(&request.tool_token)?;
+        Ok(crate::providers::claude::ask_permission(&session, &request.tool, &request.input_json).await)
     }
 }
 

@@ -8,7 +8,8 @@
 //! per-session event gate ([`gate`]), asset paths ([`asset_path`]), error
 //! codes ([`error_code`]), limits ([`limits`]), tool manifest rules
 //! ([`tools`]), the preparation handshake ([`prepare`]), id newtypes ([`ids`]), usage growth ([`usage`]), agent activities ([`activity`]), native-messaging
-//! framing ([`native`]) and event batches ([`event_batch`]).
+//! framing ([`native`]), event batches ([`event_batch`]) and the tool socket's
+//! endpoint and frames ([`tool_socket`]).
 
 pub mod activity;
 pub mod asset_path;
@@ -25,6 +26,7 @@ pub mod native;
 pub mod prepare;
 pub mod registration;
 pub mod status;
+pub mod tool_socket;
 pub mod tools;
 pub mod usage;
 

@@ -163,9 +163,9 @@ pub struct ToolBridge {
 }
 
 /// Environment variable carrying the session's tool token to the bridge.
-pub const TOOL_TOKEN_ENV: &str = "PEDELEC_TOOL_TOKEN";
+pub const TOOL_TOKEN_ENV: &str = pedelec_protocol::tool_socket::TOKEN_ENV;
 /// Environment variable carrying Core's socket to the bridge.
-pub const SOCKET_ENV: &str = "PEDELEC_CORE_SOCKET";
+pub const SOCKET_ENV: &str = pedelec_protocol::tool_socket::CORE_ENDPOINT_ENV;
 /// Set (to `1`) in the bridge's environment when it serves the
 /// permission-prompt tool as well (claude with `PERMISSION_MODE_APP`).
 pub const PERMISSION_PROMPT_ENV: &str = "PEDELEC_PERMISSION_PROMPT";

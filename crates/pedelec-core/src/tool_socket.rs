@@ -1,0 +1,107 @@
+//! Core's tool socket: the `AgentTools` calls as length-prefixed protobuf
+//! frames on a second local endpoint (the layout and its rules are in
+//! `pedelec_protocol::tool_socket`). The calls run the same code as the gRPC
+//! service ([`AgentToolsService`]); only the transport differs, so a tool
+//! client needs no HTTP/2 and no async runtime to start.
+
+use std::sync::Arc;
+
+use pedelec_protocol::ErrorCode;
+use pedelec_protocol::pb::{self, tool_socket_request::Call, tool_socket_response::Result as Answer};
+use pedelec_protocol::tool_socket::{FrameError, HEADER_LEN, decode_body, encode_frame, frame_len};
+use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt, BufReader};
+use tokio::sync::{Semaphore, mpsc};
+
+use crate::platform::endpoint::Listener;
+use crate::service::AgentToolsService;
+
+/// Requests one connection may have in flight; past it Core stops reading
+/// that connection until one completes, so a client that floods it is held
+/// back instead of growing Core's memory.
+pub const MAX_IN_FLIGHT: usize = 64;
+
+/// Accepts connections until the task is dropped, at most `max_connections`
+/// at once (the rest wait in the backlog).
+pub async fn serve(mut listener: Listener, tools: AgentToolsService, max_connections: usize) {
+    let slots = Arc::new(Semaphore::new(max_connections.max(1)));
+    loop {
+        let Ok(slot) = slots.clone().acquire_owned().await else { return };
+        match listener.accept().await {
+            Ok(stream) => {
+                let tools = tools.clone();
+                tokio::spawn(async move {
+                    connection(stream, tools).await;
+                    drop(slot);
+                });
+            }
+            Err(error) => {
+                // Out of descriptors, most often: a short pause lets some close.
+                tracing::warn!(%error, "the tool socket could not accept a connection");
+                tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+            }
+        }
+    }
+}
+
+/// Serves one connection until the client closes it or sends a frame that
+/// cannot be read; its calls still in flight are then abandoned.
+pub async fn connection<S: AsyncRead + AsyncWrite + Send + 'static>(stream: S, tools: AgentToolsService) {
+    let (reader, mut writer) = tokio::io::split(stream);
+    let mut reader = BufReader::new(reader);
+    let (answers, mut outgoing) = mpsc::channel::<Vec<u8>>(MAX_IN_FLIGHT);
+    let write = tokio::spawn(async move {
+        while let Some(frame) = outgoing.recv().await {
+            if writer.write_all(&frame).await.is_err() {
+                return;
+            }
+        }
+    });
+    let in_flight = Arc::new(Semaphore::new(MAX_IN_FLIGHT));
+    loop {
+        let request = match read_request(&mut reader).await {
+            Ok(Some(request)) => request,
+            Ok(None) => break,
+            Err(error) => {
+                tracing::debug!(%error, "ending a tool-socket connection");
+                break;
+            }
+        };
+        let Ok(permit) = in_flight.clone().acquire_owned().await else { break };
+        let (tools, answers) = (tools.clone(), answers.clone());
+        tokio::spawn(async move {
+            let id = request.id;
+            // The writer goes when the connection does: stop the call then,
+            // as a dropped gRPC request stops it.
+            let result = tokio::select! {
+                result = answer(&tools, request.call) => result,
+                () = answers.closed() => return,
+            };
+            let _ = answers.send(encode_frame(&pb::ToolSocketResponse { id, result: Some(result) })).await;
+            drop(permit);
+        });
+    }
+    write.abort();
+}
+
+/// The next request; `None` at a clean end of the stream.
+async fn read_request<R: AsyncRead + Unpin>(reader: &mut R) -> Result<Option<pb::ToolSocketRequest>, FrameError> {
+    let mut header = [0u8; HEADER_LEN];
+    match reader.read_exact(&mut header).await {
+        Ok(_) => {}
+        Err(e) if e.kind() == std::io::ErrorKind::UnexpectedEof => return Ok(None),
+        Err(e) => return Err(FrameError::Malformed(e.to_string())),
+    }
+    let mut body = vec![0u8; frame_len(header)?];
+    reader.read_exact(&mut body).await.map_err(|e| FrameError::Malformed(e.to_string()))?;
+    decode_body(&body).map(Some)
+}
+
+async fn answer(tools: &AgentToolsService, call: Option<Call>) -> Answer {
+    let refused = |e: crate::error::CoreError| Answer::Error(e.to_pb());
+    match call {
+        Some(Call::ListTools(r)) => tools.list(&r.tool_token).map_or_else(refused, Answer::ListTools),
+        Some(Call::CallTool(r)) => tools.call(r).await.map_or_else(refused, Answer::CallTool),
+        Some(Call::RequestPermission(r)) => tools.permission(r).await.map_or_else(refused, Answer::RequestPermission),
+        None => Answer::Error(pb::Error::new(ErrorCode::InvalidArgument, "the request names no call")),
+    }
+}
