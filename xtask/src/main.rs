@@ -144,8 +144,20 @@ fn ci() -> Result<()> {
     agents::install()?;
     // The Python client of the interop test (fails under CI=true without it).
     interop::install()?;
-    // The SDK's tests start the real Core and native-host binaries, and the fake ACP agent.
-    cargo(&["build", "-p", "pedelec-core", "-p", "pedelec-native-host", "-p", "pedelec-test-agents", "--bins"])?;
+    // The SDK's tests start the real Core, native-host and tool-client
+    // binaries, and the fake agents.
+    cargo(&[
+        "build",
+        "-p",
+        "pedelec-core",
+        "-p",
+        "pedelec-native-host",
+        "-p",
+        "pedelec-tool",
+        "-p",
+        "pedelec-test-agents",
+        "--bins",
+    ])?;
     if has_nextest() {
         cargo(&["nextest", "run", "--workspace", "--no-fail-fast"])?;
     } else {

@@ -48,10 +48,11 @@ pub async fn serve(mut listener: Listener, tools: AgentToolsService, max_connect
 pub async fn connection<S: AsyncRead + AsyncWrite + Send + 'static>(stream: S, tools: AgentToolsService) {
     let (reader, mut writer) = tokio::io::split(stream);
     let mut reader = BufReader::new(reader);
-    let (answers, mut outgoing) = mpsc::channel::<Vec<u8>>(MAX_IN_FLIGHT);
+    let (answers, mut outgoing) = mpsc::channel::<Outgoing>(MAX_IN_FLIGHT);
     let write = tokio::spawn(async move {
-        while let Some(frame) = outgoing.recv().await {
-            if writer.write_all(&frame).await.is_err() {
+        while let Some(Outgoing { frame, last }) = outgoing.recv().await {
+            if writer.write_all(&frame).await.is_err() || last {
+                let _ = writer.shutdown().await;
                 return;
             }
         }
@@ -62,7 +63,15 @@ pub async fn connection<S: AsyncRead + AsyncWrite + Send + 'static>(stream: S, t
             Ok(Some(request)) => request,
             Ok(None) => break,
             Err(error) => {
+                // The stream has no next frame to find: say why, once, then
+                // end the connection (its calls in flight go with it).
                 tracing::debug!(%error, "ending a tool-socket connection");
+                let refusal = Answer::Error(pb::Error::new(ErrorCode::InvalidArgument, error.to_string()));
+                let frame = encode_frame(&pb::ToolSocketResponse { id: 0, result: Some(refusal) });
+                if answers.send(Outgoing { frame, last: true }).await.is_ok() {
+                    let _ = tokio::time::timeout(LAST_WORD, write).await;
+                    return;
+                }
                 break;
             }
         };
@@ -76,12 +85,27 @@ pub async fn connection<S: AsyncRead + AsyncWrite + Send + 'static>(stream: S, t
                 result = answer(&tools, request.call) => result,
                 () = answers.closed() => return,
             };
-            let _ = answers.send(encode_frame(&pb::ToolSocketResponse { id, result: Some(result) })).await;
+            let frame = encode_frame(&pb::ToolSocketResponse { id, result: Some(result) });
+            let _ = answers.send(Outgoing { frame, last: false }).await;
             drop(permit);
         });
     }
     write.abort();
 }
+
+/// A frame for the writer; after the `last` one it closes the connection.
+struct Outgoing {
+    frame: Vec<u8>,
+    last: bool,
+}
+
+/// How long the refusal of a bad frame may take to leave before the
+/// connection is dropped anyway (a client that does not read).
+const LAST_WORD: std::time::Duration = std::time::Duration::from_secs(2);
+
+/// What a body buffer starts at: it grows as bytes arrive, so a length
+/// prefix alone (up to `MAX_FRAME`) reserves no memory.
+const FIRST_READ: usize = 64 * 1024;
 
 /// The next request; `None` at a clean end of the stream.
 async fn read_request<R: AsyncRead + Unpin>(reader: &mut R) -> Result<Option<pb::ToolSocketRequest>, FrameError> {
@@ -91,8 +115,16 @@ async fn read_request<R: AsyncRead + Unpin>(reader: &mut R) -> Result<Option<pb:
         Err(e) if e.kind() == std::io::ErrorKind::UnexpectedEof => return Ok(None),
         Err(e) => return Err(FrameError::Malformed(e.to_string())),
     }
-    let mut body = vec![0u8; frame_len(header)?];
-    reader.read_exact(&mut body).await.map_err(|e| FrameError::Malformed(e.to_string()))?;
+    let len = frame_len(header)?;
+    let mut body = Vec::with_capacity(len.min(FIRST_READ));
+    let read = reader.take(len as u64).read_to_end(&mut body).await;
+    read.map_err(|e| FrameError::Malformed(e.to_string()))?;
+    if body.len() < len {
+        return Err(FrameError::Malformed(format!(
+            "the connection ended {} bytes into a {len}-byte frame",
+            body.len()
+        )));
+    }
     decode_body(&body).map(Some)
 }
 

@@ -115,6 +115,10 @@ error_codes! {
     ToolCallFailed = "TOOL_CALL_FAILED",
     /// No result arrived within the tool's timeout.
     ToolTimeout = "TOOL_TIMEOUT",
+    /// The agent stopped waiting for a frontend tool call before it was
+    /// answered (its tool client went away); the call is withdrawn and a
+    /// late answer is refused as `TOOL_REQUEST_NOT_FOUND`.
+    ToolCallAbandoned = "TOOL_CALL_ABANDONED",
     /// The application cancelled the operation (`Cancel`): it ended early,
     /// its pending tool calls were withdrawn, the text so far is kept.
     OperationCancelled = "OPERATION_CANCELLED",

@@ -831,7 +831,12 @@ impl Session {
             self.apply(&mut inner, effects);
             (rx, started)
         };
-        match tokio::time::timeout(started.timeout, receiver).await {
+        // Dropped before an answer (the agent's request went away): the
+        // call is withdrawn rather than left pending until the turn ends.
+        let mut abandon = Abandon { session: self, request: Some(started.request.clone()) };
+        let waited = tokio::time::timeout(started.timeout, receiver).await;
+        abandon.disarm();
+        match waited {
             Ok(Ok(answer)) => answer,
             Ok(Err(_)) => Err(pb::Error::new(ErrorCode::SessionEnded, "the session ended before the tool answered")),
             Err(_) => {
@@ -841,6 +846,27 @@ impl Session {
                     format!("{tool} did not answer within {} ms", started.timeout.as_millis()),
                 ))
             }
+        }
+    }
+}
+
+/// Withdraws a frontend tool call from the machine when the future waiting
+/// for its answer is dropped before [`Abandon::disarm`].
+struct Abandon<'a> {
+    session: &'a Arc<Session>,
+    request: Option<ToolRequestId>,
+}
+
+impl Abandon<'_> {
+    fn disarm(&mut self) {
+        self.request = None;
+    }
+}
+
+impl Drop for Abandon<'_> {
+    fn drop(&mut self) {
+        if let Some(request) = self.request.take() {
+            self.session.step(|m, now, out| m.tool_abandoned(&request, now, out));
         }
     }
 }

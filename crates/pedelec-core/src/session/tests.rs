@@ -356,6 +356,34 @@ fn the_status_returns_to_running_only_when_the_last_pending_call_settles() {
 }
 
 #[test]
+fn an_abandoned_call_is_settled_at_once_and_its_late_answer_refused() {
+    let mut m = SessionState::new(identity(false));
+    let operation = running(&mut m, 1);
+    call(&mut m, &operation, "tool-1", t0());
+    let mut out = Vec::new();
+    m.tool_abandoned(&"tool-1".into(), t0(), &mut out);
+    assert_eq!(
+        render(&out),
+        [
+            "answer tool-1 error TOOL_CALL_ABANDONED",
+            "emit #5 [op-1] tool_settled tool-1 \"TOOL_CALL_ABANDONED\"",
+            "emit #6 [op-1] status waiting_tool_result -> running",
+        ]
+    );
+    assert!(snapshot(&m).pending_tools.is_empty());
+    out.clear();
+    m.tool_abandoned(&"tool-1".into(), t0(), &mut out);
+    assert!(out.is_empty(), "abandoning a settled call is nothing");
+    let late = pb::SubmitToolResultRequest {
+        tool_request_id: "tool-1".into(),
+        outcome: Some(pb::submit_tool_result_request::Outcome::ResultJson("1".into())),
+        ..Default::default()
+    };
+    assert_eq!(code(m.submit_tool_result(late, t0(), &mut out).unwrap_err()), ErrorCode::ToolRequestNotFound);
+    assert!(out.is_empty());
+}
+
+#[test]
 fn a_turn_that_ends_while_waiting_for_a_tool_answers_the_agent_and_passes_through_running() {
     let mut m = SessionState::new(identity(false));
     let operation = running(&mut m, 1);

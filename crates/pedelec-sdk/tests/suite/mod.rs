@@ -20,6 +20,7 @@ mod providers_openai;
 mod readme;
 mod real_agents;
 mod status_and_events;
+mod tool_socket;
 mod tools;
 mod workspace_grants;
 

@@ -118,13 +118,25 @@ impl SessionState {
 
     /// A tool call's own timeout ran out before the application answered.
     pub fn tool_timed_out(&mut self, request: &ToolRequestId, now: Now, out: &mut Vec<Effect>) {
+        self.withdraw_tool(request, ErrorCode::ToolTimeout, "the application did not answer in time", now, out);
+    }
+
+    /// The agent stopped waiting for a call (its tool client closed the
+    /// connection, or the request was dropped): the call is settled now, so
+    /// the session does not wait on an answer nobody will read.
+    pub fn tool_abandoned(&mut self, request: &ToolRequestId, now: Now, out: &mut Vec<Effect>) {
+        self.withdraw_tool(request, ErrorCode::ToolCallAbandoned, "the agent stopped waiting for the call", now, out);
+    }
+
+    /// Settles a pending call that no answer came for, with `code`; nothing
+    /// when it is no longer pending.
+    fn withdraw_tool(&mut self, request: &ToolRequestId, code: ErrorCode, why: &str, now: Now, out: &mut Vec<Effect>) {
         let Some(index) = self.pending.iter().position(|p| p.call.tool_request_id == request.as_str()) else {
             return;
         };
         let pending = self.pending.remove(index);
-        let error = pb::Error::new(ErrorCode::ToolTimeout, "the application did not answer in time");
-        out.push(Effect::AnswerTool { request: request.clone(), answer: Err(error) });
-        self.settle_tool(&pending.operation, request.clone(), ErrorCode::ToolTimeout.as_str(), None, now, out);
+        out.push(Effect::AnswerTool { request: request.clone(), answer: Err(pb::Error::new(code, why)) });
+        self.settle_tool(&pending.operation, request.clone(), code.as_str(), None, now, out);
     }
 
     /// Announces a settled tool call (recording `entry`, the application's
