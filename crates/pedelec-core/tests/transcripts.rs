@@ -84,3 +84,32 @@ fn claude_refused_frontend_tool_is_a_tool_failure() {
     let events = parser.line(r#"{"type":"user","message":{"content":[{"type":"tool_result","tool_use_id":"toolu_1","is_error":true,"content":"Claude requested permissions to use mcp__pedelec__explode, but you haven't granted it yet."}]},"session_id":"s"}"#);
     assert!(events.iter().any(|e| matches!(e, AgentEvent::ToolFailed { tool, .. } if tool == "explode")), "{events:?}");
 }
+
+/// The stream-event reading that skips the JSON tree agrees with the full
+/// one on the shapes it does not expect.
+#[test]
+fn claude_stream_events_of_every_shape() {
+    let mut parser = ClaudeParser::new(0);
+    let transcript = [
+        r#"{"type":"stream_event","event":{"type":"content_block_delta","index":0,"delta":{"type":"text_delta","text":"a\"b\n"}},"session_id":"s1","parent_tool_use_id":null}"#,
+        // A subagent's stream is not chat.
+        r#"{"type":"stream_event","event":{"type":"content_block_delta","delta":{"type":"text_delta","text":"sub"}},"session_id":"s1","parent_tool_use_id":"toolu_1"}"#,
+        r#"{"type":"stream_event","event":{"type":"content_block_delta","delta":{"type":"input_json_delta","partial_json":"{"}},"session_id":"s1"}"#,
+        r#"{"type":"stream_event","event":{"type":"content_block_delta","delta":null},"session_id":"s1"}"#,
+        r#"{"type":"stream_event","event":{"type":"content_block_delta","delta":{"type":"text_delta","text":7}},"session_id":"s1"}"#,
+        r#"{"type":"stream_event","event":{"type":"message_stop"},"session_id":"s2"}"#,
+        r#"{"type":"stream_event","event":"odd","session_id":"s2"}"#,
+        r#"{"type":"stream_event","event":{"type":"content_block_delta","delta":{"type":"text_delta","text":"c"}}}"#,
+    ]
+    .join("\n");
+    let events = parse_transcript(&mut parser, &transcript);
+    assert_eq!(
+        events,
+        [
+            AgentEvent::SessionId { id: "s1".into() },
+            AgentEvent::Delta { text: "a\"b\n".into() },
+            AgentEvent::SessionId { id: "s2".into() },
+            AgentEvent::Delta { text: "c".into() },
+        ]
+    );
+}

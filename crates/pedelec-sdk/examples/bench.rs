@@ -48,11 +48,17 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
     session.send_text("/deltas 100000").await?;
     let elapsed = started.elapsed();
     let n = deltas.load(Ordering::SeqCst);
+    let scripted_rate = n as f64 / elapsed.as_secs_f64();
     println!(
-        "chat deltas: {n} delivered to the SDK in {:.1} ms = {:.0} deltas/s",
+        "chat deltas (in-process scripted provider, the floor): {n} delivered to the SDK in {:.1} ms = {:.0} deltas/s",
         elapsed.as_secs_f64() * 1e3,
         n as f64 / elapsed.as_secs_f64()
     );
+
+    // `PEDELEC_BENCH_ONLY=providers`: the floor above, then the provider processes only.
+    if std::env::var("PEDELEC_BENCH_ONLY").as_deref() == Ok("providers") {
+        return provider_deltas(dir.path(), scripted_rate).await;
+    }
 
     // 2b. Cancel → idle: a turn streaming slowly is cancelled midway; the
     //     time from calling cancel() until it resolves (the SDK has seen the
@@ -137,6 +143,7 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
     // 6. The same round trip from an ACP agent: pedelec-fake-acp → `pedelec-core mcp`
     //    → Core → SDK handler → back, timed inside the agent.
     acp_round_trip(dir.path()).await?;
+    provider_deltas(dir.path(), scripted_rate).await?;
     Ok(())
 }
 
@@ -346,5 +353,93 @@ async fn assets(client: &Pedelec, pid: u32, dir: &std::path::Path) -> Result<(),
         mib(after_down.saturating_sub(before))
     );
     session.end().await?;
+    Ok(())
+}
+
+/// 6b. Chat deltas of one 100 000-delta turn through a provider process, in
+/// each wire format Core reads, beside the in-process scripted provider
+/// (`floor`, measured above in this run). The processes print the real
+/// formats: `pedelec-fake-stream` claude stream-json and codex exec --json
+/// (codex streams no text deltas there: its 100 000 `agent_message` items
+/// are whole messages, counted as chat messages), `pedelec-fake-acp` ACP
+/// `agent_message_chunk`s, and the model server OpenAI chat-completions SSE
+/// over loopback HTTP (on a thread and runtime of its own, so it does not
+/// share this one's). Each turn includes starting its process.
+async fn provider_deltas(dir: &std::path::Path, floor: f64) -> Result<(), Box<dyn std::error::Error>> {
+    use pedelec_test_agents::model_server::{Answer, ModelRequest, ModelServer, Reply, Script};
+    const N: usize = 100_000;
+    let stream = pedelec_sdk::daemon::find_binary("pedelec-fake-stream", "PEDELEC_FAKE_STREAM_BIN");
+    let acp = pedelec_sdk::daemon::find_binary("pedelec-fake-acp", "PEDELEC_FAKE_ACP_BIN");
+    if !stream.is_file() || !acp.is_file() {
+        println!("deltas through a provider process: skipped (build pedelec-test-agents first)");
+        return Ok(());
+    }
+    let (addr_tx, addr_rx) = std::sync::mpsc::channel();
+    std::thread::spawn(move || {
+        let runtime = tokio::runtime::Builder::new_current_thread().enable_all().build().expect("a runtime");
+        runtime.block_on(async move {
+            let script: Script =
+                Arc::new(|_: &ModelRequest| Answer::new(Reply::Text { text: "w ".repeat(N), chunks: N }));
+            let model = ModelServer::start(script).await.expect("the model server starts");
+            let _ = addr_tx.send(model.addr);
+            std::future::pending::<()>().await
+        })
+    });
+    let addr = addr_rx.recv()?;
+    let config = dir.join("stream-config");
+    std::fs::create_dir_all(&config)?;
+    let count = format!("env = {{ PEDELEC_FAKE_STREAM_DELTAS = \"{N}\" }}\n");
+    let (stream, acp) = (stream.display().to_string(), acp.display().to_string());
+    std::fs::write(
+        config.join("config.toml"),
+        format!(
+            "[providers.claude]\ncommand = [{stream:?}, \"claude\"]\n{count}\
+             [providers.codex]\ncommand = [{stream:?}, \"codex\"]\n{count}\
+             [providers.fake]\nkind = \"acp\"\ncommand = [{acp:?}]\n\
+             [providers.ollama]\nbase_url = \"http://{addr}/v1\"\nmodel = \"bench\"\napi_key_env = \"PATH\"\n"
+        ),
+    )?;
+    let socket = dir.join("stream.sock");
+    let config_arg = config.display().to_string();
+    let _core = CoreProcess::spawn_with_args(
+        &pedelec_sdk::daemon::find_core_binary(),
+        &socket,
+        &dir.join("state-stream"),
+        Duration::from_secs(3),
+        &["--config-dir", &config_arg],
+    )?;
+    let client = Pedelec::connect(&socket, "app:bench").await?;
+    let acp_prompt = format!("deltas {N}");
+    for (provider, prompt, format) in [
+        ("claude", "go", "claude stream-json"),
+        ("codex", "go", "codex exec --json: agent_message items, each a chat message"),
+        ("fake", acp_prompt.as_str(), "ACP agent_message_chunk"),
+        ("ollama", "go", "OpenAI chat-completions SSE over loopback HTTP"),
+    ] {
+        let session = client
+            .create_session::<String>(SessionOptions { provider: Some(provider.into()), ..Default::default() })
+            .await?;
+        let seen = Arc::new(AtomicU64::new(0));
+        let (d, c) = (seen.clone(), seen.clone());
+        let _d = session.on_chat_delta(move |_, _| {
+            d.fetch_add(1, Ordering::Relaxed);
+        });
+        let _c = (provider == "codex").then(|| {
+            session.on_chat(move |_, _| {
+                c.fetch_add(1, Ordering::Relaxed);
+            })
+        });
+        let started = Instant::now();
+        session.send_text(prompt).await?;
+        let elapsed = started.elapsed();
+        let n = seen.load(Ordering::SeqCst);
+        let rate = n as f64 / elapsed.as_secs_f64();
+        println!(
+            "deltas through a provider process ({format}): {n} in {:.1} ms = {rate:.0}/s ({:.2}× the in-process floor of {floor:.0}/s; target ≥ 500000/s)",
+            elapsed.as_secs_f64() * 1e3,
+            rate / floor,
+        );
+        session.end().await?;
+    }
     Ok(())
 }

@@ -1,5 +1,15 @@
 //! Fake agents for Pedelec's integration tests. Nothing here talks to a network.
 //!
+//! # `pedelec-fake-stream`
+//!
+//! `pedelec-fake-stream claude|codex`: one CLI turn printed in the real wire
+//! format of `claude -p --output-format stream-json --include-partial-messages`
+//! (N text deltas, the assistant message, the result) or of `codex exec
+//! --json` (N `agent_message` items: codex's exec mode streams no text
+//! deltas), N from `PEDELEC_FAKE_STREAM_DELTAS` (100 000 by default), as
+//! fast as the pipe takes it. `cargo xtask bench` runs Core's claude and
+//! codex adapters on it.
+//!
 //! # `pedelec-fake-acp`
 //!
 //! An Agent Client Protocol agent (built with the `agent-client-protocol`
@@ -34,6 +44,7 @@
 //! | `fail` | answers the prompt with a JSON-RPC internal error |
 //! | `crash` | one message chunk, a line on stderr, then exit status 3 mid-turn |
 //! | `hang` | never answers the prompt (it still logs a `session/cancel`) |
+//! | `deltas N` | N `agent_message_chunk`s of a few bytes each, as fast as stdout takes them (for the benchmark of deltas through a provider process) |
 //!
 //! If `PEDELEC_FAKE_ACP_LOG` names a file, every step is appended to it as
 //! one JSON object per line (`{"event": "start" | "initialize" |

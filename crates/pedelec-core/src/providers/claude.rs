@@ -310,13 +310,33 @@ impl ClaudeParser {
         format!("{what}-{}", self.unnamed)
     }
 
-    fn identity(&mut self, value: &Value) -> Option<AgentEvent> {
-        let id = text(value, "session_id");
-        if id.is_empty() || self.session_id.as_deref() == Some(&id) {
+    fn identity(&mut self, id: &str) -> Option<AgentEvent> {
+        if id.is_empty() || self.session_id.as_deref() == Some(id) {
             return None;
         }
-        self.session_id = Some(id.clone());
-        Some(AgentEvent::SessionId { id })
+        self.session_id = Some(id.to_owned());
+        Some(AgentEvent::SessionId { id: id.to_owned() })
+    }
+
+    /// A `stream_event` line, read without building a JSON tree; `None` when
+    /// the line is some other kind (or an odd shape), for the full reading.
+    fn stream_event(&mut self, line: &str) -> Option<Vec<AgentEvent>> {
+        let event: StreamLine<'_> = serde_json::from_str(line).ok()?;
+        if event.kind != "stream_event" {
+            return None;
+        }
+        let mut events: Vec<AgentEvent> =
+            self.identity(event.session_id.as_deref().unwrap_or_default()).into_iter().collect();
+        let top_level = event.parent_tool_use_id.is_none();
+        if let Some(StreamInner { kind, delta: Some(Delta { kind: delta_kind, text: Some(fragment) }) }) = event.event
+            && top_level
+            && kind == "content_block_delta"
+            && delta_kind == "text_delta"
+            && !fragment.is_empty()
+        {
+            events.push(AgentEvent::Delta { text: fragment.into_owned() });
+        }
+        Some(events)
     }
 
     fn assistant(&mut self, value: &Value) -> Vec<AgentEvent> {
@@ -394,14 +414,51 @@ impl ClaudeParser {
     }
 }
 
+/// The part of a `stream_event` line a text delta needs, borrowed from the
+/// line. Most of a turn's lines are these, and reading each into a
+/// `serde_json::Value` tree (every key and string allocated) cost most of
+/// the parser's time. Unknown fields are skipped; a field of another type
+/// fails this reading, and the line then takes the full one.
+#[derive(serde::Deserialize)]
+struct StreamLine<'a> {
+    #[serde(rename = "type", borrow)]
+    kind: std::borrow::Cow<'a, str>,
+    #[serde(default, borrow)]
+    session_id: Option<std::borrow::Cow<'a, str>>,
+    /// A string for a subagent's stream (not chat), null at top level.
+    #[serde(default, borrow)]
+    parent_tool_use_id: Option<std::borrow::Cow<'a, str>>,
+    #[serde(default, borrow)]
+    event: Option<StreamInner<'a>>,
+}
+
+#[derive(serde::Deserialize)]
+struct StreamInner<'a> {
+    #[serde(rename = "type", borrow)]
+    kind: std::borrow::Cow<'a, str>,
+    #[serde(default, borrow)]
+    delta: Option<Delta<'a>>,
+}
+
+#[derive(serde::Deserialize)]
+struct Delta<'a> {
+    #[serde(rename = "type", borrow)]
+    kind: std::borrow::Cow<'a, str>,
+    #[serde(default, borrow)]
+    text: Option<std::borrow::Cow<'a, str>>,
+}
+
 impl LineParser for ClaudeParser {
     fn line(&mut self, line: &str) -> Vec<AgentEvent> {
+        if let Some(events) = self.stream_event(line) {
+            return events;
+        }
         let value: Value = match serde_json::from_str(line) {
             Ok(value @ Value::Object(_)) => value,
             Ok(_) => return vec![skipped(line, "not a JSON object")],
             Err(e) => return vec![skipped(line, format!("not JSON ({e})"))],
         };
-        let mut events: Vec<AgentEvent> = self.identity(&value).into_iter().collect();
+        let mut events: Vec<AgentEvent> = self.identity(&text(&value, "session_id")).into_iter().collect();
         match value.get("type").and_then(Value::as_str).unwrap_or_default() {
             "stream_event" => {
                 let top_level = value.get("parent_tool_use_id").is_none_or(Value::is_null);

@@ -323,6 +323,22 @@ async fn run_prompt(
             std::process::exit(3);
         }
         "hang" => std::future::pending::<String>().await,
+        // For the benchmark of deltas through a provider process: N short
+        // `agent_message_chunk`s in ACP's wire format, written as lines of
+        // their own (the crate's per-message dispatch would make this
+        // process, not the client, what the benchmark measures). They go
+        // into stdout's queue before the prompt's response does.
+        "deltas" => {
+            let session = serde_json::to_string(session).unwrap_or_default();
+            for i in 0..rest.parse::<usize>().unwrap_or(0) {
+                let line = format!(
+                    r#"{{"jsonrpc":"2.0","method":"session/update","params":{{"sessionId":{session},"update":{{"sessionUpdate":"agent_message_chunk","content":{{"type":"text","text":"w{} "}}}}}}}}"#,
+                    i % 10
+                );
+                let _ = fake.raw.unbounded_send(line.into_bytes());
+            }
+            String::new()
+        }
         _ => {
             cx.send_notification(SessionNotification::new(
                 session.to_owned(),
@@ -361,11 +377,21 @@ async fn main() -> agent_client_protocol::Result<()> {
     let (raw, mut out) = futures::channel::mpsc::unbounded::<Vec<u8>>();
     tokio::spawn(async move {
         let mut stdout = tokio::io::stdout();
-        while let Some(mut line) = out.next().await {
-            line.push(b'\n');
-            if stdout.write_all(&line).await.is_err() || stdout.flush().await.is_err() {
+        let mut batch = Vec::new();
+        while let Some(line) = out.next().await {
+            // What is already queued goes out in the same write.
+            batch.extend_from_slice(&line);
+            batch.push(b'\n');
+            while batch.len() < 64 * 1024
+                && let Ok(line) = out.try_recv()
+            {
+                batch.extend_from_slice(&line);
+                batch.push(b'\n');
+            }
+            if stdout.write_all(&batch).await.is_err() || stdout.flush().await.is_err() {
                 break;
             }
+            batch.clear();
         }
     });
     let outgoing = raw

@@ -48,20 +48,51 @@ pub struct Runtime {
 }
 
 /// The agent's stdout as lines for the crate: blank, over-long and
-/// non-UTF-8 lines are dropped (logged), never buffered whole.
-fn incoming(stdout: tokio::process::ChildStdout) -> impl futures::Stream<Item = std::io::Result<String>> + Send {
-    futures::stream::unfold(LineReader::new(stdout, MAX_LINE_BYTES), |mut reader| async move {
+/// non-UTF-8 lines are dropped (logged), never buffered whole. A
+/// `session/update` notification goes straight into `updates` instead: it
+/// is most of a turn's traffic, and the crate's dispatch of each one cost
+/// ~70 µs of Core's CPU (10 000 chunks/s), against one JSON parse here.
+/// Order is kept: an update is in the channel before any later line (a
+/// prompt's response among them) reaches the crate.
+fn incoming(
+    stdout: tokio::process::ChildStdout,
+    updates: mpsc::UnboundedSender<Inbound>,
+) -> impl futures::Stream<Item = std::io::Result<String>> + Send {
+    let reader = LineReader::new(stdout, MAX_LINE_BYTES);
+    futures::stream::unfold((reader, updates), |(mut reader, updates)| async move {
         loop {
             match reader.next_line().await {
                 Ok(Some(Line::Text(text))) if text.trim().is_empty() => continue,
-                Ok(Some(Line::Text(text))) => return Some((Ok(text), reader)),
+                Ok(Some(Line::Text(text))) => match session_update(&text) {
+                    Some(params) => {
+                        let _ = updates.send(Inbound::Update(params));
+                    }
+                    None => return Some((Ok(text), (reader, updates))),
+                },
                 Ok(Some(Line::TooLong(len))) => tracing::warn!(len, "skipped an over-long line from the ACP agent"),
                 Ok(Some(Line::NotUtf8)) => tracing::warn!("skipped a non-UTF-8 line from the ACP agent"),
                 Ok(None) => return None,
-                Err(error) => return Some((Err(error), reader)),
+                Err(error) => return Some((Err(error), (reader, updates))),
             }
         }
     })
+}
+
+/// The params of a JSON-RPC 2.0 `session/update` notification (no `id`
+/// member), or `None` for any other line, which the crate then reads.
+fn session_update(line: &str) -> Option<serde_json::Value> {
+    // Most lines that are not updates are told apart without parsing.
+    if !line.contains("\"session/update\"") {
+        return None;
+    }
+    let serde_json::Value::Object(mut message) = serde_json::from_str(line).ok()? else { return None };
+    let notification = message.get("jsonrpc").and_then(serde_json::Value::as_str) == Some("2.0")
+        && message.get("method").and_then(serde_json::Value::as_str) == Some("session/update")
+        && !message.contains_key("id");
+    if !notification {
+        return None;
+    }
+    Some(message.remove("params").unwrap_or(serde_json::Value::Null))
 }
 
 impl Runtime {
@@ -82,9 +113,9 @@ impl Runtime {
             stdin.flush().await?;
             Ok::<_, std::io::Error>(stdin)
         }));
-        let transport = Lines::new(outgoing, Box::pin(incoming(stdout)));
-
         let (tx, inbound) = mpsc::unbounded_channel();
+        let transport = Lines::new(outgoing, Box::pin(incoming(stdout, tx.clone())));
+
         let (cx_tx, cx_rx) = oneshot::channel();
         let (stop, stopped) = oneshot::channel::<()>();
         let updates = tx.clone();
@@ -276,5 +307,29 @@ impl Drop for Runtime {
         // would otherwise linger on a dead pipe.
         self.process.terminate_group();
         self.driver.abort();
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::session_update;
+    use serde_json::json;
+
+    #[test]
+    fn only_update_notifications_skip_the_crate() {
+        let update = r#"{"jsonrpc":"2.0","method":"session/update","params":{"sessionId":"s","update":{"sessionUpdate":"agent_message_chunk","content":{"type":"text","text":"hi"}}}}"#;
+        assert_eq!(session_update(update).unwrap()["update"]["content"]["text"], json!("hi"));
+        for other in [
+            // A request (it has an id) is the crate's to answer, even by this name.
+            r#"{"jsonrpc":"2.0","id":1,"method":"session/update","params":{}}"#,
+            r#"{"jsonrpc":"2.0","id":null,"method":"session/update","params":{}}"#,
+            r#"{"method":"session/update","params":{}}"#,
+            r#"{"jsonrpc":"2.0","method":"session/request_permission","params":{"note":"session/update"}}"#,
+            r#"{"jsonrpc":"2.0","id":3,"result":{"text":"\"session/update\""}}"#,
+            r#"["session/update"]"#,
+            "not json \"session/update\"",
+        ] {
+            assert_eq!(session_update(other), None, "{other}");
+        }
     }
 }

@@ -64,6 +64,39 @@ pub struct RequestedCall {
     pub arguments: String,
 }
 
+/// The shape of most chunks of a streamed answer: text in `choices[].delta`.
+/// Reading a chunk into a `serde_json::Value` tree allocated every key and
+/// string of it; this borrows from the payload and skips what it does not
+/// name. A field of another type fails this reading, and the chunk then
+/// takes the full one.
+#[derive(serde::Deserialize)]
+struct TextChunk<'a> {
+    #[serde(default)]
+    error: Option<serde::de::IgnoredAny>,
+    #[serde(default)]
+    usage: Option<serde::de::IgnoredAny>,
+    #[serde(default, borrow)]
+    choices: Option<Vec<TextChoice<'a>>>,
+}
+
+#[derive(serde::Deserialize)]
+struct TextChoice<'a> {
+    #[serde(default)]
+    index: u64,
+    #[serde(default, borrow)]
+    delta: TextDelta<'a>,
+    #[serde(default, borrow)]
+    finish_reason: Option<std::borrow::Cow<'a, str>>,
+}
+
+#[derive(serde::Deserialize, Default)]
+struct TextDelta<'a> {
+    #[serde(default, borrow)]
+    content: Option<std::borrow::Cow<'a, str>>,
+    #[serde(default)]
+    tool_calls: Option<serde::de::IgnoredAny>,
+}
+
 /// Accumulates one streamed completion.
 #[derive(Default)]
 pub struct Completion {
@@ -82,6 +115,9 @@ impl Completion {
         if payload.trim() == "[DONE]" {
             self.done = true;
             return Vec::new();
+        }
+        if let Some(events) = self.text_chunk(payload) {
+            return events;
         }
         let chunk: Value = match serde_json::from_str(payload) {
             Ok(chunk) => chunk,
@@ -114,6 +150,27 @@ impl Completion {
             }
         }
         events
+    }
+
+    /// A chunk of text only (no error, usage or tool calls), read without
+    /// building a JSON tree; `None` sends the chunk to the full reading.
+    fn text_chunk(&mut self, payload: &str) -> Option<Vec<AgentEvent>> {
+        let chunk: TextChunk<'_> = serde_json::from_str(payload).ok()?;
+        let choices = chunk.choices.unwrap_or_default();
+        if chunk.error.is_some() || chunk.usage.is_some() || choices.iter().any(|c| c.delta.tool_calls.is_some()) {
+            return None;
+        }
+        let mut events = Vec::new();
+        for choice in choices.into_iter().filter(|c| c.index == 0) {
+            if let Some(text) = choice.delta.content.filter(|t| !t.is_empty()) {
+                self.content.push_str(&text);
+                events.push(AgentEvent::Delta { text: text.into_owned() });
+            }
+            if let Some(reason) = choice.finish_reason {
+                self.finish_reason = Some(reason.into_owned());
+            }
+        }
+        Some(events)
     }
 
     fn tool_delta(&mut self, call: &Value) {
@@ -174,6 +231,33 @@ mod tests {
             got.extend(decoder.feed(&stream[split..]).unwrap());
             assert_eq!(got, vec!["{\"a\":1}", "line1\nline2", "[DONE]"], "split at {split}");
         }
+    }
+
+    /// The text-only reading and the full one agree: what the first takes,
+    /// and what it leaves to the second (usage, tool calls, errors, odd types).
+    #[test]
+    fn text_chunks_and_the_rest_read_alike() {
+        let mut c = Completion::default();
+        let text = |t: &str| AgentEvent::Delta { text: t.into() };
+        assert_eq!(c.apply(r#"{"choices":[{"index":0,"delta":{"content":"a\"b\n"}}]}"#), [text("a\"b\n")]);
+        assert_eq!(c.apply(r#"{"choices":[{"delta":{"content":"c"},"finish_reason":null}]}"#), [text("c")]);
+        assert!(c.apply(r#"{"choices":[{"index":1,"delta":{"content":"other choice"}}]}"#).is_empty());
+        assert!(c.apply(r#"{"choices":[{"index":0,"delta":{"content":""}}]}"#).is_empty());
+        assert!(c.apply(r#"{"choices":null}"#).is_empty());
+        assert_eq!(c.apply(r#"{"choices":[{"index":0,"delta":null}]}"#), []);
+        let call = r#"{"choices":[{"index":0,"delta":{"content":"d","tool_calls":[{"index":0,"id":"call_1","function":{"name":"t","arguments":"{}"}}]}}]}"#;
+        assert_eq!(c.apply(call), [text("d")]);
+        assert_eq!(c.apply(r#"{"choices":[],"usage":{"total_tokens":42}}"#), []);
+        assert_eq!(c.apply(r#"{"choices":[{"index":0,"delta":{},"finish_reason":"tool_calls"}]}"#), []);
+        assert_eq!(c.content, "a\"b\ncd");
+        assert_eq!(c.total_tokens, Some(42));
+        assert_eq!(c.finish_reason.as_deref(), Some("tool_calls"));
+        assert_eq!(
+            c.finished_calls(),
+            [RequestedCall { id: "call_1".into(), name: "t".into(), arguments: "{}".into() }]
+        );
+        let failed = c.apply(r#"{"error":{"message":"overloaded"}}"#);
+        assert_eq!(failed, [AgentEvent::Failed { message: "overloaded".into() }]);
     }
 
     #[test]
