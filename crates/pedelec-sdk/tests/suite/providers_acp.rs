@@ -478,3 +478,32 @@ async fn acp_attachments_are_links_and_images_need_the_capability() {
     assert_eq!(fake.events("prompt").len(), 1, "the agent never saw that turn");
     session.send_text("still here").await.unwrap();
 }
+
+/// An agent that streams faster than the application reads is held back by
+/// Core's flow control (it waits in its stdout pipe), so a reader that keeps
+/// reading sees every delta and is never re-synchronised past some of them.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn acp_a_fast_agent_waits_for_a_slow_reader_and_no_delta_is_lost() {
+    const N: usize = 60_000;
+    let fake = Fake::start("");
+    let session = fake.session(vec![], "").await;
+    let deltas = Arc::new(Mutex::new(String::new()));
+    let seen = deltas.clone();
+    let count = Arc::new(std::sync::atomic::AtomicUsize::new(0));
+    let counted = count.clone();
+    let _off = session.on_chat_delta(move |delta, _| {
+        seen.lock().unwrap().push_str(delta);
+        // A reader slower than the agent, at most 50 000 deltas/s: 1 ms
+        // every 50 deltas. The SDK runs the handlers of what it read in one
+        // go, so it is silent towards Core for a batch's sleeps (~20 ms for
+        // 1 000 events), well under the 100 ms after which Core counts it as
+        // stalled and stops waiting for it.
+        if counted.fetch_add(1, std::sync::atomic::Ordering::SeqCst) % 50 == 49 {
+            std::thread::sleep(std::time::Duration::from_millis(1));
+        }
+    });
+    session.send_text(&format!("deltas {N}")).await.unwrap();
+    assert_eq!(count.load(std::sync::atomic::Ordering::SeqCst), N, "every delta reached the handler");
+    let expected: String = (0..N).map(|i| format!("w{} ", i % 10)).collect();
+    assert_eq!(*deltas.lock().unwrap(), expected, "in order, none twice");
+}

@@ -334,6 +334,7 @@ impl AcpSession {
                 prompt,
                 |item: Inbound| apply(mapper.apply(item), sink, &mut outcome, total),
                 Some((&turn.cancel, &session_id)),
+                Some(sink),
             )
             .await?;
         live.prompting = false;

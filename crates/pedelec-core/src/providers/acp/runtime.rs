@@ -27,8 +27,8 @@ use tokio::sync::{mpsc, oneshot};
 
 use super::permission::{self, PermissionPolicy};
 use super::updates::Inbound;
-use crate::providers::ProviderFailure;
 use crate::providers::process::{AgentProcess, CommandLine, Line, LineReader, MAX_LINE_BYTES};
+use crate::providers::{ProviderFailure, TurnSink};
 
 /// How long a process that closed its stdout gets to exit before we end it.
 const EXIT_WAIT: Duration = Duration::from_secs(2);
@@ -41,11 +41,22 @@ pub type Answer<T> = Result<Result<T, agent_client_protocol::Error>, ProviderFai
 pub struct Runtime {
     process: AgentProcess,
     cx: ConnectionTo<Agent>,
-    inbound: mpsc::UnboundedReceiver<Inbound>,
+    inbound: mpsc::UnboundedReceiver<Routed>,
     /// Ends the connection future (which closes the agent's stdin).
     stop: Option<oneshot::Sender<()>>,
     driver: tokio::task::JoinHandle<()>,
 }
+
+/// How many `session/update`s read from the agent may wait for a turn to
+/// take them. Beyond that Core stops reading the agent's stdout, so an agent
+/// that streams faster than the application reads (see
+/// [`Runtime::request_cancellable`]'s `flow`) waits in its pipe instead of
+/// in Core's memory.
+const QUEUED_UPDATES: usize = 1024;
+
+/// An inbound item, with the room it holds in [`QUEUED_UPDATES`] when it
+/// came from [`incoming`] (freed once the item is taken).
+type Routed = (Inbound, Option<tokio::sync::OwnedSemaphorePermit>);
 
 /// The agent's stdout as lines for the crate: blank, over-long and
 /// non-UTF-8 lines are dropped (logged), never buffered whole. A
@@ -53,26 +64,29 @@ pub struct Runtime {
 /// is most of a turn's traffic, and the crate's dispatch of each one cost
 /// ~70 µs of Core's CPU (10 000 chunks/s), against one JSON parse here.
 /// Order is kept: an update is in the channel before any later line (a
-/// prompt's response among them) reaches the crate.
+/// prompt's response among them) reaches the crate. Reading pauses while
+/// [`QUEUED_UPDATES`] of them wait to be taken.
 fn incoming(
     stdout: tokio::process::ChildStdout,
-    updates: mpsc::UnboundedSender<Inbound>,
+    updates: mpsc::UnboundedSender<Routed>,
 ) -> impl futures::Stream<Item = std::io::Result<String>> + Send {
     let reader = LineReader::new(stdout, MAX_LINE_BYTES);
-    futures::stream::unfold((reader, updates), |(mut reader, updates)| async move {
+    let room = std::sync::Arc::new(tokio::sync::Semaphore::new(QUEUED_UPDATES));
+    futures::stream::unfold((reader, updates, room), |(mut reader, updates, room)| async move {
         loop {
             match reader.next_line().await {
                 Ok(Some(Line::Text(text))) if text.trim().is_empty() => continue,
                 Ok(Some(Line::Text(text))) => match session_update(&text) {
                     Some(params) => {
-                        let _ = updates.send(Inbound::Update(params));
+                        let Ok(permit) = room.clone().acquire_owned().await else { return None };
+                        let _ = updates.send((Inbound::Update(params), Some(permit)));
                     }
-                    None => return Some((Ok(text), (reader, updates))),
+                    None => return Some((Ok(text), (reader, updates, room))),
                 },
                 Ok(Some(Line::TooLong(len))) => tracing::warn!(len, "skipped an over-long line from the ACP agent"),
                 Ok(Some(Line::NotUtf8)) => tracing::warn!("skipped a non-UTF-8 line from the ACP agent"),
                 Ok(None) => return None,
-                Err(error) => return Some((Err(error), (reader, updates))),
+                Err(error) => return Some((Err(error), (reader, updates, room))),
             }
         }
     })
@@ -129,7 +143,7 @@ impl Runtime {
                 .on_receive_notification(
                     async move |message: UntypedMessage, _cx| {
                         if message.method() == "session/update" {
-                            let _ = updates.send(Inbound::Update(message.params().clone()));
+                            let _ = updates.send((Inbound::Update(message.params().clone()), None));
                         } else {
                             tracing::debug!(method = message.method(), "ignored an ACP notification");
                         }
@@ -142,7 +156,7 @@ impl Runtime {
                         let decision = policy.decide(&request);
                         let Some(asker) = asker.clone() else {
                             tracing::info!(title = %decision.title, outcome = %decision.outcome, "answered an ACP permission request");
-                            let _ = decisions.send(Inbound::Permission { title: decision.title, outcome: decision.outcome });
+                            let _ = decisions.send((Inbound::Permission { title: decision.title, outcome: decision.outcome }, None));
                             return responder.respond(decision.response);
                         };
                         // The application answers: off the dispatch loop, so
@@ -153,7 +167,7 @@ impl Runtime {
                             let answer = asker.ask(ask).await;
                             let decision = permission::from_app(&request, answer, decision);
                             tracing::info!(title = %decision.title, outcome = %decision.outcome, "the application answered an ACP permission request");
-                            let _ = decisions.send(Inbound::Permission { title: decision.title, outcome: decision.outcome });
+                            let _ = decisions.send((Inbound::Permission { title: decision.title, outcome: decision.outcome }, None));
                             responder.respond(decision.response)
                         })
                     },
@@ -182,7 +196,7 @@ impl Runtime {
     /// Everything received and not yet taken.
     pub fn drain(&mut self) -> Vec<Inbound> {
         let mut out = Vec::new();
-        while let Ok(item) = self.inbound.try_recv() {
+        while let Ok((item, _room)) = self.inbound.try_recv() {
             out.push(item);
         }
         out
@@ -215,22 +229,28 @@ impl Runtime {
         request: Req,
         on_inbound: impl FnMut(Inbound),
     ) -> Answer<Req::Response> {
-        self.request_cancellable(what, request, on_inbound, None).await
+        self.request_cancellable(what, request, on_inbound, None, None).await
     }
 
     /// [`Runtime::request`] for `session/prompt`: once `cancel` trips,
     /// `session/cancel` for its session goes to the agent (once) and the
-    /// wait goes on for the agent's answer (`stopReason: cancelled`).
+    /// wait goes on for the agent's answer (`stopReason: cancelled`). With
+    /// `flow`, the next inbound item is taken only once the session's
+    /// subscribers have room ([`TurnSink::ready`]): an agent that streams
+    /// faster than the application reads waits in its stdout pipe instead
+    /// of overrunning (and re-synchronising) the readers.
     pub async fn request_cancellable<Req: JsonRpcRequest>(
         &mut self,
         what: &str,
         request: Req,
         mut on_inbound: impl FnMut(Inbound),
         cancel: Option<(&tokio_util::sync::CancellationToken, &SessionId)>,
+        flow: Option<&dyn TurnSink>,
     ) -> Answer<Req::Response> {
         let response = self.cx.send_request(request).block_task();
         tokio::pin!(response);
         let mut cancel_sent = cancel.is_none();
+        let mut room: Option<futures::future::BoxFuture<'_, ()>> = None;
         let gone = loop {
             tokio::select! {
                 biased;
@@ -239,8 +259,15 @@ impl Runtime {
                     let session = cancel.expect("checked above").1.clone();
                     self.notify(CancelNotification::new(session));
                 }
-                result = &mut response => {
-                    self.drain().into_iter().for_each(&mut on_inbound);
+                () = async { room.as_mut().expect("only while waiting").await }, if room.is_some() => room = None,
+                result = &mut response, if room.is_none() => {
+                    // Everything routed before the answer, still at the readers' pace.
+                    while let Ok((item, _room)) = self.inbound.try_recv() {
+                        on_inbound(item);
+                        if let Some(sink) = flow {
+                            sink.ready().await;
+                        }
+                    }
                     match result {
                         Err(error)
                             if agent_client_protocol::is_connection_terminated(&error)
@@ -251,7 +278,10 @@ impl Runtime {
                         answer => return Ok(answer),
                     }
                 }
-                Some(item) = self.inbound.recv() => on_inbound(item),
+                Some((item, _room)) = self.inbound.recv(), if room.is_none() => {
+                    on_inbound(item);
+                    room = flow.map(TurnSink::ready);
+                }
                 _ = self.cx.incoming_closed() => break None,
                 report = self.process.wait() => break Some(report),
             }
