@@ -85,8 +85,8 @@ fn claude_refused_frontend_tool_is_a_tool_failure() {
     assert!(events.iter().any(|e| matches!(e, AgentEvent::ToolFailed { tool, .. } if tool == "explode")), "{events:?}");
 }
 
-/// The stream-event reading that skips the JSON tree agrees with the full
-/// one on the shapes it does not expect.
+/// Stream events of every shape: only a top-level text delta is chat, and
+/// one with a field of an unexpected type is not.
 #[test]
 fn claude_stream_events_of_every_shape() {
     let mut parser = ClaudeParser::new(0);

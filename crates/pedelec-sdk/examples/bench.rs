@@ -233,28 +233,37 @@ async fn ended_sessions(dir: &std::path::Path) -> Result<(), Box<dyn std::error:
     Ok(())
 }
 
+/// A Core of its own under `dir` (socket, state and config dir named after
+/// `name`) whose `config.toml` is `settings`, and a client of it.
+async fn core_with_settings(
+    dir: &std::path::Path,
+    name: &str,
+    settings: &str,
+) -> Result<(CoreProcess, Pedelec), Box<dyn std::error::Error>> {
+    let config = dir.join(format!("{name}-config"));
+    std::fs::create_dir_all(&config)?;
+    std::fs::write(config.join("config.toml"), settings)?;
+    let socket = dir.join(format!("{name}.sock"));
+    let config_arg = config.display().to_string();
+    let core = CoreProcess::spawn_with_args(
+        &pedelec_sdk::daemon::find_core_binary(),
+        &socket,
+        &dir.join(format!("state-{name}")),
+        Duration::from_secs(3),
+        &["--config-dir", &config_arg],
+    )?;
+    let client = Pedelec::connect(&socket, "app:bench").await?;
+    Ok((core, client))
+}
+
 async fn acp_round_trip(dir: &std::path::Path) -> Result<(), Box<dyn std::error::Error>> {
     let agent = pedelec_sdk::daemon::find_binary("pedelec-fake-acp", "PEDELEC_FAKE_ACP_BIN");
     if !agent.is_file() {
         println!("ACP tool-call round trip: skipped (build pedelec-test-agents first)");
         return Ok(());
     }
-    let config = dir.join("acp-config");
-    std::fs::create_dir_all(&config)?;
-    std::fs::write(
-        config.join("config.toml"),
-        format!("[providers.fake]\nkind = \"acp\"\ncommand = [\"{}\"]\n", agent.display()),
-    )?;
-    let socket = dir.join("acp.sock");
-    let config_arg = config.display().to_string();
-    let _core = CoreProcess::spawn_with_args(
-        &pedelec_sdk::daemon::find_core_binary(),
-        &socket,
-        &dir.join("state-acp"),
-        Duration::from_secs(3),
-        &["--config-dir", &config_arg],
-    )?;
-    let client = Pedelec::connect(&socket, "app:bench").await?;
+    let settings = format!("[providers.fake]\nkind = \"acp\"\ncommand = [\"{}\"]\n", agent.display());
+    let (_core, client) = core_with_settings(dir, "acp", &settings).await?;
     let tool = ToolSpec::new("t".to_string(), "echo", json!({"type": "object"}));
     let session = client
         .create_session(SessionOptions { provider: Some("fake".into()), tools: vec![tool], ..Default::default() })
@@ -386,29 +395,15 @@ async fn provider_deltas(dir: &std::path::Path, floor: f64) -> Result<(), Box<dy
         })
     });
     let addr = addr_rx.recv()?;
-    let config = dir.join("stream-config");
-    std::fs::create_dir_all(&config)?;
     let count = format!("env = {{ PEDELEC_FAKE_STREAM_DELTAS = \"{N}\" }}\n");
     let (stream, acp) = (stream.display().to_string(), acp.display().to_string());
-    std::fs::write(
-        config.join("config.toml"),
-        format!(
-            "[providers.claude]\ncommand = [{stream:?}, \"claude\"]\n{count}\
-             [providers.codex]\ncommand = [{stream:?}, \"codex\"]\n{count}\
-             [providers.fake]\nkind = \"acp\"\ncommand = [{acp:?}]\n\
-             [providers.ollama]\nbase_url = \"http://{addr}/v1\"\nmodel = \"bench\"\napi_key_env = \"PATH\"\n"
-        ),
-    )?;
-    let socket = dir.join("stream.sock");
-    let config_arg = config.display().to_string();
-    let _core = CoreProcess::spawn_with_args(
-        &pedelec_sdk::daemon::find_core_binary(),
-        &socket,
-        &dir.join("state-stream"),
-        Duration::from_secs(3),
-        &["--config-dir", &config_arg],
-    )?;
-    let client = Pedelec::connect(&socket, "app:bench").await?;
+    let settings = format!(
+        "[providers.claude]\ncommand = [{stream:?}, \"claude\"]\n{count}\
+         [providers.codex]\ncommand = [{stream:?}, \"codex\"]\n{count}\
+         [providers.fake]\nkind = \"acp\"\ncommand = [{acp:?}]\n\
+         [providers.ollama]\nbase_url = \"http://{addr}/v1\"\nmodel = \"bench\"\napi_key_env = \"PATH\"\n"
+    );
+    let (_core, client) = core_with_settings(dir, "stream", &settings).await?;
     let acp_prompt = format!("deltas {N}");
     for (provider, prompt, format) in [
         ("claude", "go", "claude stream-json"),

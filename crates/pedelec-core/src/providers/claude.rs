@@ -418,7 +418,8 @@ impl ClaudeParser {
 /// line. Most of a turn's lines are these, and reading each into a
 /// `serde_json::Value` tree (every key and string allocated) cost most of
 /// the parser's time. Unknown fields are skipped; a field of another type
-/// fails this reading, and the line then takes the full one.
+/// fails this reading, and the full one then takes only the line's session
+/// id from it.
 #[derive(serde::Deserialize)]
 struct StreamLine<'a> {
     #[serde(rename = "type", borrow)]
@@ -460,19 +461,10 @@ impl LineParser for ClaudeParser {
         };
         let mut events: Vec<AgentEvent> = self.identity(&text(&value, "session_id")).into_iter().collect();
         match value.get("type").and_then(Value::as_str).unwrap_or_default() {
-            "stream_event" => {
-                let top_level = value.get("parent_tool_use_id").is_none_or(Value::is_null);
-                let delta = value.pointer("/event/delta");
-                if top_level
-                    && value.pointer("/event/type").and_then(Value::as_str) == Some("content_block_delta")
-                    && delta.and_then(|d| d.get("type")).and_then(Value::as_str) == Some("text_delta")
-                {
-                    let fragment = delta.map(|d| text(d, "text")).unwrap_or_default();
-                    if !fragment.is_empty() {
-                        events.push(AgentEvent::Delta { text: fragment });
-                    }
-                }
-            }
+            // Text deltas are read by `stream_event` alone; a stream event
+            // that fails that reading has a field of an unexpected type, so
+            // it carries no text delta we could trust.
+            "stream_event" => {}
             "assistant" => events.extend(self.assistant(&value)),
             "user" => {
                 let blocks =
