@@ -411,6 +411,10 @@ async fn provider_deltas(dir: &std::path::Path, floor: f64) -> Result<(), Box<dy
         ("fake", acp_prompt.as_str(), "ACP agent_message_chunk"),
         ("ollama", "go", "OpenAI chat-completions SSE over loopback HTTP"),
     ] {
+        // `PEDELEC_BENCH_PROVIDER=ollama` runs one format alone (to profile it).
+        if std::env::var("PEDELEC_BENCH_PROVIDER").is_ok_and(|only| only != provider) {
+            continue;
+        }
         let session = client
             .create_session::<String>(SessionOptions { provider: Some(provider.into()), ..Default::default() })
             .await?;

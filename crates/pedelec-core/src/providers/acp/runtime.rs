@@ -77,9 +77,9 @@ fn incoming(
             match reader.next_line().await {
                 Ok(Some(Line::Text(text))) if text.trim().is_empty() => continue,
                 Ok(Some(Line::Text(text))) => match session_update(&text) {
-                    Some(params) => {
+                    Some(update) => {
                         let Ok(permit) = room.clone().acquire_owned().await else { return None };
-                        let _ = updates.send((Inbound::Update(params), Some(permit)));
+                        let _ = updates.send((update, Some(permit)));
                     }
                     None => return Some((Ok(text), (reader, updates, room))),
                 },
@@ -92,12 +92,15 @@ fn incoming(
     })
 }
 
-/// The params of a JSON-RPC 2.0 `session/update` notification (no `id`
-/// member), or `None` for any other line, which the crate then reads.
-fn session_update(line: &str) -> Option<serde_json::Value> {
+/// A JSON-RPC 2.0 `session/update` notification (no `id` member), or
+/// `None` for any other line, which the crate then reads.
+fn session_update(line: &str) -> Option<Inbound> {
     // Most lines that are not updates are told apart without parsing.
     if !line.contains("\"session/update\"") {
         return None;
+    }
+    if let Some(text) = super::updates::read_message_text(line) {
+        return Some(text);
     }
     let serde_json::Value::Object(mut message) = serde_json::from_str(line).ok()? else { return None };
     let notification = message.get("jsonrpc").and_then(serde_json::Value::as_str) == Some("2.0")
@@ -106,7 +109,7 @@ fn session_update(line: &str) -> Option<serde_json::Value> {
     if !notification {
         return None;
     }
-    Some(message.remove("params").unwrap_or(serde_json::Value::Null))
+    Some(Inbound::Update(message.remove("params").unwrap_or(serde_json::Value::Null)))
 }
 
 impl Runtime {
@@ -343,16 +346,23 @@ impl Drop for Runtime {
 #[cfg(test)]
 mod tests {
     use super::session_update;
+    use crate::providers::acp::updates::Inbound;
     use serde_json::json;
 
     #[test]
     fn only_update_notifications_skip_the_crate() {
-        let update = r#"{"jsonrpc":"2.0","method":"session/update","params":{"sessionId":"s","update":{"sessionUpdate":"agent_message_chunk","content":{"type":"text","text":"hi"}}}}"#;
-        assert_eq!(session_update(update).unwrap()["update"]["content"]["text"], json!("hi"));
+        let text = r#"{"jsonrpc":"2.0","method":"session/update","params":{"sessionId":"s","update":{"sessionUpdate":"agent_message_chunk","content":{"type":"text","text":"hi"}}}}"#;
+        let text_inbound = Inbound::MessageText { session_id: "s".into(), message_id: None, text: "hi".into() };
+        assert_eq!(session_update(text), Some(text_inbound));
+        let thought = r#"{"jsonrpc":"2.0","method":"session/update","params":{"sessionId":"s","update":{"sessionUpdate":"agent_thought_chunk","content":{"type":"text","text":"hm"}}}}"#;
+        let Some(Inbound::Update(params)) = session_update(thought) else { panic!("a thought is an update") };
+        assert_eq!(params["update"]["content"]["text"], json!("hm"));
         for other in [
             // A request (it has an id) is the crate's to answer, even by this name.
             r#"{"jsonrpc":"2.0","id":1,"method":"session/update","params":{}}"#,
             r#"{"jsonrpc":"2.0","id":null,"method":"session/update","params":{}}"#,
+            r#"{"jsonrpc":"2.0","id":null,"method":"session/update","params":{"sessionId":"s","update":{"sessionUpdate":"agent_message_chunk","content":{"type":"text","text":"hi"}}}}"#,
+            r#"{"jsonrpc":"1.0","method":"session/update","params":{"sessionId":"s","update":{"sessionUpdate":"agent_message_chunk","content":{"type":"text","text":"hi"}}}}"#,
             r#"{"method":"session/update","params":{}}"#,
             r#"{"jsonrpc":"2.0","method":"session/request_permission","params":{"note":"session/update"}}"#,
             r#"{"jsonrpc":"2.0","id":3,"result":{"text":"\"session/update\""}}"#,

@@ -18,12 +18,83 @@ use crate::providers::{AgentEvent, activity};
 const SUMMARY_CHARS: usize = 300;
 
 /// Something the connection received during a turn, in arrival order.
-#[derive(Debug, Clone)]
+#[derive(Debug, Clone, PartialEq)]
 pub enum Inbound {
     /// The params of a `session/update` notification, as the agent sent them.
     Update(Value),
+    /// A `session/update` that is an `agent_message_chunk` of text, read by
+    /// [`read_message_text`] without a JSON tree: most of a turn's traffic.
+    MessageText { session_id: String, message_id: Option<String>, text: String },
     /// How we answered a `session/request_permission` (see `permission`).
     Permission { title: String, outcome: String },
+}
+
+fn another_session(id: &str) -> AgentEvent {
+    AgentEvent::Skipped { reason: format!("session/update for another session {id}") }
+}
+
+/// A JSON-RPC 2.0 `session/update` notification whose update is an
+/// `agent_message_chunk` with a text block, read borrowing from the line.
+/// Reading it into a `serde_json::Value` first, then into the ACP crate's
+/// types, cost more of Core's CPU than everything else a delta does. Any
+/// other line (another update, another block type, a field of another type,
+/// an `id` member) is `None`, and takes the full reading; the crate ignores
+/// the fields this skips (`annotations`, `_meta`) when they do not read.
+pub fn read_message_text(line: &str) -> Option<Inbound> {
+    use std::borrow::Cow;
+    #[derive(serde::Deserialize)]
+    struct Notification<'a> {
+        #[serde(borrow)]
+        jsonrpc: Cow<'a, str>,
+        #[serde(borrow)]
+        method: Cow<'a, str>,
+        // A request (any `id`, `null` too) is never a notification.
+        #[serde(default, deserialize_with = "present")]
+        id: bool,
+        #[serde(borrow)]
+        params: Params<'a>,
+    }
+    #[derive(serde::Deserialize)]
+    #[serde(rename_all = "camelCase")]
+    struct Params<'a> {
+        #[serde(borrow)]
+        session_id: Cow<'a, str>,
+        #[serde(borrow)]
+        update: Update<'a>,
+    }
+    #[derive(serde::Deserialize)]
+    #[serde(rename_all = "camelCase")]
+    struct Update<'a> {
+        #[serde(borrow)]
+        session_update: Cow<'a, str>,
+        #[serde(borrow)]
+        content: Block<'a>,
+        #[serde(default, borrow)]
+        message_id: Option<Cow<'a, str>>,
+    }
+    #[derive(serde::Deserialize)]
+    struct Block<'a> {
+        #[serde(rename = "type", borrow)]
+        kind: Cow<'a, str>,
+        #[serde(borrow)]
+        text: Cow<'a, str>,
+    }
+    fn present<'de, D: serde::Deserializer<'de>>(value: D) -> Result<bool, D::Error> {
+        serde::de::IgnoredAny::deserialize(value).map(|_| true)
+    }
+    use serde::Deserialize;
+    let message: Notification<'_> = serde_json::from_str(line).ok()?;
+    let update = message.params.update;
+    let ours = message.jsonrpc == "2.0"
+        && message.method == "session/update"
+        && !message.id
+        && update.session_update == "agent_message_chunk"
+        && update.content.kind == "text";
+    ours.then(|| Inbound::MessageText {
+        session_id: message.params.session_id.into_owned(),
+        message_id: update.message_id.map(Cow::into_owned),
+        text: update.content.text.into_owned(),
+    })
 }
 
 /// The tokens one prompt turn used: `PromptResponse.usage.totalTokens` (the
@@ -144,6 +215,14 @@ impl TurnMapper {
     pub fn apply(&mut self, inbound: Inbound) -> Vec<AgentEvent> {
         match inbound {
             Inbound::Update(params) => self.update(params),
+            Inbound::MessageText { session_id, message_id, text } => {
+                if session_id != self.session_id {
+                    return vec![another_session(&session_id)];
+                }
+                let mut events = self.flush_thought();
+                events.extend(self.message_text(message_id, text));
+                events
+            }
             Inbound::Permission { title, outcome } => {
                 let mut events = self.flush_thought();
                 // A permission round is a tool call too: the text before it is a message of its own.
@@ -181,9 +260,7 @@ impl TurnMapper {
             }
         };
         if notification.session_id.0.as_ref() != self.session_id {
-            return vec![AgentEvent::Skipped {
-                reason: format!("session/update for another session {}", notification.session_id.0),
-            }];
+            return vec![another_session(&notification.session_id.0)];
         }
         let mut events = Vec::new();
         if !matches!(notification.update, SessionUpdate::AgentThoughtChunk(_)) {
@@ -275,13 +352,9 @@ impl TurnMapper {
     }
 
     fn message_chunk(&mut self, chunk: ContentChunk) -> Vec<AgentEvent> {
-        let mut events = Vec::new();
         let id = chunk.message_id.map(|id| id.0.to_string());
-        if id.is_some() && id != self.message_id {
-            events.extend(self.flush_message());
-            self.message_id = id;
-        }
         let ContentBlock::Text(text) = chunk.content else {
+            let mut events = self.next_message(id);
             events.push(AgentEvent::Notice {
                 message: format!(
                     "the agent sent content of type {}; only text reaches the chat",
@@ -290,11 +363,26 @@ impl TurnMapper {
             });
             return events;
         };
-        if !text.text.is_empty() {
-            self.message.push_str(&text.text);
-            events.push(AgentEvent::Delta { text: text.text });
+        self.message_text(id, text.text)
+    }
+
+    /// Text of message `id` (`None`: the agent gives no ids).
+    fn message_text(&mut self, id: Option<String>, text: String) -> Vec<AgentEvent> {
+        let mut events = self.next_message(id);
+        if !text.is_empty() {
+            self.message.push_str(&text);
+            events.push(AgentEvent::Delta { text });
         }
         events
+    }
+
+    /// A chunk of another message id ends the message before it.
+    fn next_message(&mut self, id: Option<String>) -> Vec<AgentEvent> {
+        if id.is_some() && id != self.message_id {
+            self.message_id = id;
+            return self.flush_message();
+        }
+        Vec::new()
     }
 
     fn flush_thought(&mut self) -> Vec<AgentEvent> {
@@ -355,6 +443,57 @@ mod tests {
         let response: PromptResponse = serde_json::from_value(response).expect("a PromptResponse");
         events.extend(mapper.finish(&response, prior));
         events
+    }
+
+    /// The borrowing reading of text chunks and the full one give the same
+    /// events, and what the borrowing one does not take goes to the full one.
+    #[test]
+    fn text_chunks_read_alike_both_ways() {
+        let line = |update: Value| {
+            json!({"jsonrpc": "2.0", "method": "session/update", "params": {"sessionId": "sess_1", "update": update}})
+                .to_string()
+        };
+        let text = |t: &str| json!({"type": "text", "text": t});
+        let lines = [
+            line(json!({"sessionUpdate": "agent_thought_chunk", "content": text("thinking")})),
+            line(json!({"sessionUpdate": "agent_message_chunk", "content": text("plain, ")})),
+            line(json!({"sessionUpdate": "agent_message_chunk", "content": text("esc\"aped \u{e9}\n")})),
+            line(json!({"sessionUpdate": "agent_message_chunk", "messageId": "m1", "content": text("one")})),
+            line(json!({"sessionUpdate": "agent_message_chunk", "messageId": "m2", "_meta": {"x": 1},
+                        "content": {"type": "text", "text": "two", "annotations": {"priority": 0.5}}})),
+            line(json!({"sessionUpdate": "agent_message_chunk", "messageId": "m2", "content": text("")})),
+            json!({"jsonrpc": "2.0", "method": "session/update", "params": {"sessionId": "sess_other",
+                   "update": {"sessionUpdate": "agent_message_chunk", "content": text("not ours")}}})
+            .to_string(),
+        ];
+        let fast: Vec<Inbound> = lines.iter().filter_map(|l| read_message_text(l)).collect();
+        assert_eq!(fast.len(), lines.len() - 1, "all but the thought read the borrowing way");
+        let full = |l: &String| {
+            let mut message: Value = serde_json::from_str(l).unwrap();
+            Inbound::Update(message["params"].take())
+        };
+        let events = |inbound: Vec<Inbound>| {
+            let mut mapper = TurnMapper::new("sess_1");
+            let mut events: Vec<AgentEvent> = inbound.into_iter().flat_map(|i| mapper.apply(i)).collect();
+            events.extend(mapper.finish(&PromptResponse::new(StopReason::EndTurn), None));
+            events
+        };
+        let mixed = lines.iter().map(|l| read_message_text(l).unwrap_or_else(|| full(l))).collect();
+        let slow = lines.iter().map(full).collect();
+        let (mixed, slow) = (events(mixed), events(slow));
+        assert_eq!(serde_json::to_value(&mixed).unwrap(), serde_json::to_value(&slow).unwrap());
+        assert!(mixed.iter().any(|e| matches!(e, AgentEvent::Delta { text } if text == "esc\"aped é\n")), "{mixed:?}");
+        // Non-text blocks, other field types and other updates are not taken.
+        for other in [
+            line(
+                json!({"sessionUpdate": "agent_message_chunk", "content": {"type": "image", "data": "AA", "mimeType": "image/png"}}),
+            ),
+            line(json!({"sessionUpdate": "agent_message_chunk", "messageId": 7, "content": text("x")})),
+            line(json!({"sessionUpdate": "agent_message_chunk", "content": {"type": "text", "text": 5}})),
+            line(json!({"sessionUpdate": "user_message_chunk", "content": text("x")})),
+        ] {
+            assert_eq!(read_message_text(&other), None, "{other}");
+        }
     }
 
     /// A turn as claude-agent-acp / gemini send it: thoughts, a plan, an MCP
