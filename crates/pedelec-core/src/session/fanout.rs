@@ -5,7 +5,8 @@
 //! - A provider awaits [`Fanout::pressure`]-driven flow control between the
 //!   events it produces in bulk. It never runs more than
 //!   [`limits::SUBSCRIBER_QUEUE_EVENTS`] (the *bound*) ahead of a reader
-//!   that is reading, so a slow reader slows the agent.
+//!   that is reading, so a slow reader slows the agent; held back, it goes
+//!   on once that reader has taken half of its queue ([`RESUME`]).
 //! - A reader that has read nothing for [`STALL`] while it has a backlog is
 //!   *stalled*: it no longer holds the provider back. Its queue may grow to
 //!   [`HARD_BOUND_FACTOR`] times the bound; beyond that, or after
@@ -35,6 +36,12 @@ pub const STALL: Duration = Duration::from_millis(100);
 const BOUND: usize = limits::SUBSCRIBER_QUEUE_EVENTS;
 const HARD_BOUND: usize = BOUND * HARD_BOUND_FACTOR;
 
+/// A provider held back by a full queue goes on once the queue is half
+/// drained: going on below the bound itself woke it for every single event
+/// the reader took, a thread switch per event while the reader was the
+/// slower side.
+const RESUME: usize = BOUND / 2;
+
 /// What a subscriber's queue and its reader share.
 #[derive(Default)]
 pub struct Queue {
@@ -42,7 +49,7 @@ pub struct Queue {
     depth: AtomicUsize,
     /// Events received so far (progress, for stall and lag judgement).
     reads: AtomicU64,
-    /// Signalled when the depth falls below the bound.
+    /// Signalled when the depth falls below [`RESUME`].
     room: Notify,
     /// Set when Core dropped the subscriber for falling behind.
     lagged: AtomicBool,
@@ -85,7 +92,7 @@ impl Receiver {
         let event = Arc::unwrap_or_clone(self.rx.recv().await?);
         self.queue.reads.fetch_add(1, Ordering::Relaxed);
         let before = self.queue.depth.fetch_sub(1, Ordering::AcqRel);
-        if before == BOUND {
+        if before == RESUME {
             self.queue.room.notify_waiters();
         }
         Some(event)
@@ -184,7 +191,7 @@ impl Fanout {
                 return false;
             }
             if !stalled && depth >= BOUND {
-                waiting_for.push((s.queue.clone(), BOUND));
+                waiting_for.push((s.queue.clone(), RESUME));
                 // Look again when this reader would count as stalled.
                 let at = s.progress_at + STALL;
                 until = Some(until.map_or(at, |u| u.min(at)));

@@ -278,7 +278,13 @@ impl Session {
                 Effect::ArmDisconnectTimer { epoch } => self.arm_disconnect_timer(epoch),
             }
         }
-        if effects.capacity() > inner.effects.capacity() {
+        // The buffer is kept for the next step while a turn runs (a step per
+        // delta); a session that is not running gives it back. Effects are a
+        // few hundred bytes each, so a kept buffer was ~2.6 KB, most of an
+        // idle session's memory.
+        if inner.machine.status() != SessionStatus::Running {
+            inner.effects = Vec::new();
+        } else if effects.capacity() > inner.effects.capacity() {
             inner.effects = effects;
         }
     }
