@@ -285,7 +285,10 @@ impl Store {
     /// Appends a transcript entry without waiting.
     pub fn append(&self, session_id: &str, entry: TranscriptEntry) {
         let id = session_id.to_owned();
-        self.submit(Box::new(move |c| insert_entry(c, &id, &entry)));
+        // Serialised here, on the caller's thread: the one writer thread is
+        // the bound of a turn of many messages, and the callers have room.
+        let body = entry.body.to_string();
+        self.submit(Box::new(move |c| insert_row(c, &id, &entry, &body)));
     }
 
     /// A page of `session_id`'s transcript: the newest `query.limit` entries
@@ -490,8 +493,13 @@ fn run_isolated(conn: &Connection, job: Job, faults: &Faults) -> Result<(), Stri
 }
 
 fn insert_entry(c: &Connection, session_id: &str, entry: &TranscriptEntry) -> rusqlite::Result<()> {
+    insert_row(c, session_id, entry, &entry.body.to_string())
+}
+
+/// `entry` with its body already serialised.
+fn insert_row(c: &Connection, session_id: &str, entry: &TranscriptEntry, body: &str) -> rusqlite::Result<()> {
     c.prepare_cached("INSERT INTO transcript(session_id, seq, at_ms, kind, body) VALUES (?1, ?2, ?3, ?4, ?5)")?
-        .execute(params![session_id, entry.seq as i64, entry.at_ms, entry.kind, entry.body.to_string()])?;
+        .execute(params![session_id, entry.seq as i64, entry.at_ms, entry.kind, body])?;
     Ok(())
 }
 
