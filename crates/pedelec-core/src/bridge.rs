@@ -280,7 +280,13 @@ pub async fn serve_mcp() -> Result<(), BridgeError> {
     let listed = link.list().await.map_err(BridgeError::Refused)?;
     let permission_prompt = std::env::var(PERMISSION_PROMPT_ENV).is_ok_and(|v| v == "1");
     let bridge = McpBridge { link, guidance: listed.guidance.into(), permission_prompt };
-    let running = bridge.serve(rmcp::transport::stdio()).await.map_err(|e| BridgeError::Mcp(e.to_string()))?;
+    // Where the agent starts the bridge with pipes (codex does), they are
+    // read and written on the reactor: tokio's blocking stdio cost a thread
+    // hand-off per message each way (~60 µs of a tool call's round trip
+    // here). Anything else (the socketpairs Node's libuv passes, a
+    // terminal, another OS) gets the blocking handles, as before.
+    let stdio = rmcp::transport::stdio_pipes();
+    let running = bridge.serve(stdio).await.map_err(|e| BridgeError::Mcp(e.to_string()))?;
     running.waiting().await.map_err(|e| BridgeError::Mcp(e.to_string()))?;
     Ok(())
 }
