@@ -280,13 +280,91 @@ pub async fn serve_mcp() -> Result<(), BridgeError> {
     let listed = link.list().await.map_err(BridgeError::Refused)?;
     let permission_prompt = std::env::var(PERMISSION_PROMPT_ENV).is_ok_and(|v| v == "1");
     let bridge = McpBridge { link, guidance: listed.guidance.into(), permission_prompt };
-    // Where the agent starts the bridge with pipes (codex does), they are
-    // read and written on the reactor: tokio's blocking stdio cost a thread
-    // hand-off per message each way (~60 µs of a tool call's round trip
-    // here). Anything else (the socketpairs Node's libuv passes, a
-    // terminal, another OS) gets the blocking handles, as before.
-    let stdio = rmcp::transport::stdio_pipes();
-    let running = bridge.serve(stdio).await.map_err(|e| BridgeError::Mcp(e.to_string()))?;
+    let running = bridge.serve(stdio()).await.map_err(|e| BridgeError::Mcp(e.to_string()))?;
     running.waiting().await.map_err(|e| BridgeError::Mcp(e.to_string()))?;
     Ok(())
+}
+
+type StdioReader = Box<dyn tokio::io::AsyncRead + Send + Unpin>;
+type StdioWriter = Box<dyn tokio::io::AsyncWrite + Send + Unpin>;
+
+/// The bridge's stdio, read and written on the reactor where the agent
+/// passed something pollable: tokio's blocking stdio costs a thread
+/// hand-off per message each way (~60 µs of a tool call's round trip here
+/// with pipes). Pipes (codex, Rust agents) go through rmcp's
+/// `stdio_pipes`; sockets (Node's libuv passes a socketpair for each of
+/// stdin and stdout: claude, gemini, opencode) become Unix streams. A
+/// terminal, a file or a mix gets the blocking handles, as before.
+fn stdio() -> (StdioReader, StdioWriter) {
+    #[cfg(unix)]
+    if let Some((read, write)) = socket_stdio() {
+        return (Box::new(read), Box::new(write));
+    }
+    let (read, write) = rmcp::transport::stdio_pipes();
+    (Box::new(read), Box::new(write))
+}
+
+/// stdin and stdout as non-blocking streams, when both are sockets. Only
+/// then is anything changed: `O_NONBLOCK` is set on descriptions that
+/// nothing else in this process reads or writes, and that no child inherits
+/// (the bridge starts none).
+#[cfg(unix)]
+fn socket_stdio() -> Option<(tokio::net::UnixStream, tokio::net::UnixStream)> {
+    use std::os::fd::AsFd;
+    socket_streams(std::io::stdin().as_fd(), std::io::stdout().as_fd())
+}
+
+#[cfg(unix)]
+fn socket_streams(
+    read: std::os::fd::BorrowedFd<'_>,
+    write: std::os::fd::BorrowedFd<'_>,
+) -> Option<(tokio::net::UnixStream, tokio::net::UnixStream)> {
+    use std::os::unix::fs::FileTypeExt;
+    let dup = |fd: std::os::fd::BorrowedFd<'_>| -> Option<std::fs::File> {
+        let file = std::fs::File::from(fd.try_clone_to_owned().ok()?);
+        file.metadata().ok()?.file_type().is_socket().then_some(file)
+    };
+    let (read, write) = (dup(read)?, dup(write)?);
+    let stream = |file: std::fs::File| -> Option<tokio::net::UnixStream> {
+        let stream = std::os::unix::net::UnixStream::from(std::os::fd::OwnedFd::from(file));
+        stream.set_nonblocking(true).ok()?;
+        tokio::net::UnixStream::from_std(stream).ok()
+    };
+    Some((stream(read)?, stream(write)?))
+}
+
+#[cfg(all(test, unix))]
+mod tests {
+    use std::io::{Read, Write};
+    use std::os::fd::AsFd;
+    use std::os::unix::net::UnixStream;
+
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+
+    #[tokio::test]
+    async fn socket_stdio_is_polled_and_anything_else_is_left_alone() {
+        let (mut agent_in, bridge_in) = UnixStream::pair().unwrap();
+        let (mut agent_out, bridge_out) = UnixStream::pair().unwrap();
+        let (mut read, mut write) = super::socket_streams(bridge_in.as_fd(), bridge_out.as_fd()).expect("two sockets");
+        agent_in.write_all(b"{\"jsonrpc\":\"2.0\"}\n").unwrap();
+        let mut line = [0u8; 18];
+        read.read_exact(&mut line).await.unwrap();
+        assert_eq!(&line, b"{\"jsonrpc\":\"2.0\"}\n");
+        write.write_all(b"ok\n").await.unwrap();
+        let mut answer = [0u8; 3];
+        agent_out.read_exact(&mut answer).unwrap();
+        assert_eq!(&answer, b"ok\n");
+
+        // A pipe (or a file, a terminal) beside a socket: nothing is taken,
+        // and the socket stays blocking for the blocking handles.
+        let (pipe_read, _pipe_write) = std::io::pipe().unwrap();
+        let (_other, lone) = UnixStream::pair().unwrap();
+        assert!(super::socket_streams(pipe_read.as_fd(), lone.as_fd()).is_none());
+        assert!(super::socket_streams(lone.as_fd(), pipe_read.as_fd()).is_none());
+        // Still blocking: a read waits out its timeout instead of failing at once.
+        lone.set_read_timeout(Some(std::time::Duration::from_millis(50))).unwrap();
+        let started = std::time::Instant::now();
+        assert!((&lone).read(&mut [0u8; 1]).is_err());
+        assert!(started.elapsed() >= std::time::Duration::from_millis(40), "{:?}", started.elapsed());
+    }
 }
