@@ -287,8 +287,10 @@ impl Store {
         let id = session_id.to_owned();
         // Serialised here, on the caller's thread: the one writer thread is
         // the bound of a turn of many messages, and the callers have room.
-        let body = entry.body.to_string();
-        self.submit(Box::new(move |c| insert_row(c, &id, &entry, &body)));
+        // The job keeps the text only, not the JSON tree beside it.
+        let TranscriptEntry { seq, at_ms, kind, body } = entry;
+        let row = Row { seq, at_ms, kind, body: body.to_string() };
+        self.submit(Box::new(move |c| insert_row(c, &id, &row)));
     }
 
     /// A page of `session_id`'s transcript: the newest `query.limit` entries
@@ -493,13 +495,21 @@ fn run_isolated(conn: &Connection, job: Job, faults: &Faults) -> Result<(), Stri
 }
 
 fn insert_entry(c: &Connection, session_id: &str, entry: &TranscriptEntry) -> rusqlite::Result<()> {
-    insert_row(c, session_id, entry, &entry.body.to_string())
+    let row = Row { seq: entry.seq, at_ms: entry.at_ms, kind: entry.kind.clone(), body: entry.body.to_string() };
+    insert_row(c, session_id, &row)
 }
 
-/// `entry` with its body already serialised.
-fn insert_row(c: &Connection, session_id: &str, entry: &TranscriptEntry, body: &str) -> rusqlite::Result<()> {
+/// A transcript entry as stored: its body serialised.
+struct Row {
+    seq: u64,
+    at_ms: i64,
+    kind: String,
+    body: String,
+}
+
+fn insert_row(c: &Connection, session_id: &str, row: &Row) -> rusqlite::Result<()> {
     c.prepare_cached("INSERT INTO transcript(session_id, seq, at_ms, kind, body) VALUES (?1, ?2, ?3, ?4, ?5)")?
-        .execute(params![session_id, entry.seq as i64, entry.at_ms, entry.kind, body])?;
+        .execute(params![session_id, row.seq as i64, row.at_ms, row.kind, row.body])?;
     Ok(())
 }
 

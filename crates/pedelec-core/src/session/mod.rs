@@ -278,11 +278,12 @@ impl Session {
                 Effect::ArmDisconnectTimer { epoch } => self.arm_disconnect_timer(epoch),
             }
         }
-        // The buffer is kept for the next step while a turn runs (a step per
-        // delta); a session that is not running gives it back. Effects are a
-        // few hundred bytes each, so a kept buffer was ~2.6 KB per idle
-        // session, about 40 % of its live heap.
-        if inner.machine.status() != SessionStatus::Running {
+        // The buffer is kept for the next step while a turn is active (a step
+        // per delta, two per tool call); a session without one gives it back.
+        // Effects are a few hundred bytes each, so a kept buffer was ~2.6 KB
+        // per idle session, about 40 % of its live heap.
+        let turn_active = matches!(inner.machine.status(), SessionStatus::Running | SessionStatus::WaitingToolResult);
+        if !turn_active {
             inner.effects = Vec::new();
         } else if effects.capacity() > inner.effects.capacity() {
             inner.effects = effects;

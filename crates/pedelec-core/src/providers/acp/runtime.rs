@@ -99,7 +99,7 @@ fn session_update(line: &str) -> Option<Inbound> {
     if !line.contains("\"session/update\"") {
         return None;
     }
-    if let Some(text) = super::updates::read_message_text(line) {
+    if let Some(text) = super::updates::read_text_chunk(line) {
         return Some(text);
     }
     let serde_json::Value::Object(mut message) = serde_json::from_str(line).ok()? else { return None };
@@ -346,17 +346,22 @@ impl Drop for Runtime {
 #[cfg(test)]
 mod tests {
     use super::session_update;
-    use crate::providers::acp::updates::Inbound;
+    use crate::providers::acp::updates::{ChunkKind, Inbound};
     use serde_json::json;
 
     #[test]
     fn only_update_notifications_skip_the_crate() {
         let text = r#"{"jsonrpc":"2.0","method":"session/update","params":{"sessionId":"s","update":{"sessionUpdate":"agent_message_chunk","content":{"type":"text","text":"hi"}}}}"#;
-        let text_inbound = Inbound::MessageText { session_id: "s".into(), message_id: None, text: "hi".into() };
+        let text_inbound = Inbound::TextChunk {
+            session_id: "s".into(),
+            kind: ChunkKind::Message,
+            message_id: None,
+            text: "hi".into(),
+        };
         assert_eq!(session_update(text), Some(text_inbound));
-        let thought = r#"{"jsonrpc":"2.0","method":"session/update","params":{"sessionId":"s","update":{"sessionUpdate":"agent_thought_chunk","content":{"type":"text","text":"hm"}}}}"#;
-        let Some(Inbound::Update(params)) = session_update(thought) else { panic!("a thought is an update") };
-        assert_eq!(params["update"]["content"]["text"], json!("hm"));
+        let plan = r#"{"jsonrpc":"2.0","method":"session/update","params":{"sessionId":"s","update":{"sessionUpdate":"plan","entries":[]}}}"#;
+        let Some(Inbound::Update(params)) = session_update(plan) else { panic!("a plan is an update") };
+        assert_eq!(params["update"]["entries"], json!([]));
         for other in [
             // A request (it has an id) is the crate's to answer, even by this name.
             r#"{"jsonrpc":"2.0","id":1,"method":"session/update","params":{}}"#,

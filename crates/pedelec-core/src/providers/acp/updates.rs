@@ -22,11 +22,21 @@ const SUMMARY_CHARS: usize = 300;
 pub enum Inbound {
     /// The params of a `session/update` notification, as the agent sent them.
     Update(Value),
-    /// A `session/update` that is an `agent_message_chunk` of text, read by
-    /// [`read_message_text`] without a JSON tree: most of a turn's traffic.
-    MessageText { session_id: String, message_id: Option<String>, text: String },
+    /// A `session/update` that is an `agent_message_chunk` or an
+    /// `agent_thought_chunk` of text, read by [`read_text_chunk`] without a
+    /// JSON tree: most of a turn's traffic.
+    TextChunk { session_id: String, kind: ChunkKind, message_id: Option<String>, text: String },
     /// How we answered a `session/request_permission` (see `permission`).
     Permission { title: String, outcome: String },
+}
+
+/// Which text a [`Inbound::TextChunk`] adds to.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ChunkKind {
+    /// The agent's reply (`agent_message_chunk`).
+    Message,
+    /// The agent's reasoning (`agent_thought_chunk`); its `messageId` is not used.
+    Thought,
 }
 
 fn another_session(id: &str) -> AgentEvent {
@@ -34,13 +44,14 @@ fn another_session(id: &str) -> AgentEvent {
 }
 
 /// A JSON-RPC 2.0 `session/update` notification whose update is an
-/// `agent_message_chunk` with a text block, read borrowing from the line.
+/// `agent_message_chunk` or `agent_thought_chunk` with a text block, read
+/// borrowing from the line.
 /// Reading it into a `serde_json::Value` first, then into the ACP crate's
 /// types, cost more of Core's CPU than everything else a delta does. Any
 /// other line (another update, another block type, a field of another type,
 /// an `id` member) is `None`, and takes the full reading; the crate ignores
 /// the fields this skips (`annotations`, `_meta`) when they do not read.
-pub fn read_message_text(line: &str) -> Option<Inbound> {
+pub fn read_text_chunk(line: &str) -> Option<Inbound> {
     use std::borrow::Cow;
     #[derive(serde::Deserialize)]
     struct Notification<'a> {
@@ -85,13 +96,15 @@ pub fn read_message_text(line: &str) -> Option<Inbound> {
     use serde::Deserialize;
     let message: Notification<'_> = serde_json::from_str(line).ok()?;
     let update = message.params.update;
-    let ours = message.jsonrpc == "2.0"
-        && message.method == "session/update"
-        && !message.id
-        && update.session_update == "agent_message_chunk"
-        && update.content.kind == "text";
-    ours.then(|| Inbound::MessageText {
+    let kind = match update.session_update.as_ref() {
+        "agent_message_chunk" => ChunkKind::Message,
+        "agent_thought_chunk" => ChunkKind::Thought,
+        _ => return None,
+    };
+    let ours = message.jsonrpc == "2.0" && message.method == "session/update" && !message.id;
+    (ours && update.content.kind == "text").then(|| Inbound::TextChunk {
         session_id: message.params.session_id.into_owned(),
+        kind,
         message_id: update.message_id.map(Cow::into_owned),
         text: update.content.text.into_owned(),
     })
@@ -215,10 +228,14 @@ impl TurnMapper {
     pub fn apply(&mut self, inbound: Inbound) -> Vec<AgentEvent> {
         match inbound {
             Inbound::Update(params) => self.update(params),
-            Inbound::MessageText { session_id, message_id, text } => {
-                if session_id != self.session_id {
-                    return vec![another_session(&session_id)];
-                }
+            Inbound::TextChunk { session_id, .. } if session_id != self.session_id => {
+                vec![another_session(&session_id)]
+            }
+            Inbound::TextChunk { kind: ChunkKind::Thought, text, .. } => {
+                self.thought.push_str(&text);
+                Vec::new()
+            }
+            Inbound::TextChunk { kind: ChunkKind::Message, message_id, text, .. } => {
                 let mut events = self.flush_thought();
                 events.extend(self.message_text(message_id, text));
                 events
@@ -457,6 +474,8 @@ mod tests {
         let lines = [
             line(json!({"sessionUpdate": "agent_thought_chunk", "content": text("thinking")})),
             line(json!({"sessionUpdate": "agent_message_chunk", "content": text("plain, ")})),
+            line(json!({"sessionUpdate": "agent_thought_chunk", "messageId": "t1", "content": text("more ")})),
+            line(json!({"sessionUpdate": "agent_thought_chunk", "content": text("thought")})),
             line(json!({"sessionUpdate": "agent_message_chunk", "content": text("esc\"aped \u{e9}\n")})),
             line(json!({"sessionUpdate": "agent_message_chunk", "messageId": "m1", "content": text("one")})),
             line(json!({"sessionUpdate": "agent_message_chunk", "messageId": "m2", "_meta": {"x": 1},
@@ -466,8 +485,8 @@ mod tests {
                    "update": {"sessionUpdate": "agent_message_chunk", "content": text("not ours")}}})
             .to_string(),
         ];
-        let fast: Vec<Inbound> = lines.iter().filter_map(|l| read_message_text(l)).collect();
-        assert_eq!(fast.len(), lines.len() - 1, "all but the thought read the borrowing way");
+        let fast: Vec<Inbound> = lines.iter().filter_map(|l| read_text_chunk(l)).collect();
+        assert_eq!(fast.len(), lines.len(), "every text chunk reads the borrowing way");
         let full = |l: &String| {
             let mut message: Value = serde_json::from_str(l).unwrap();
             Inbound::Update(message["params"].take())
@@ -478,11 +497,13 @@ mod tests {
             events.extend(mapper.finish(&PromptResponse::new(StopReason::EndTurn), None));
             events
         };
-        let mixed = lines.iter().map(|l| read_message_text(l).unwrap_or_else(|| full(l))).collect();
+        let mixed = lines.iter().map(|l| read_text_chunk(l).unwrap_or_else(|| full(l))).collect();
         let slow = lines.iter().map(full).collect();
         let (mixed, slow) = (events(mixed), events(slow));
         assert_eq!(serde_json::to_value(&mixed).unwrap(), serde_json::to_value(&slow).unwrap());
         assert!(mixed.iter().any(|e| matches!(e, AgentEvent::Delta { text } if text == "esc\"aped é\n")), "{mixed:?}");
+        let thinking = |e: &AgentEvent| matches!(e, AgentEvent::Activity(a) if a.output == "more thought");
+        assert!(mixed.iter().any(thinking), "thought chunks join into one activity: {mixed:?}");
         // Non-text blocks, other field types and other updates are not taken.
         for other in [
             line(
@@ -491,8 +512,11 @@ mod tests {
             line(json!({"sessionUpdate": "agent_message_chunk", "messageId": 7, "content": text("x")})),
             line(json!({"sessionUpdate": "agent_message_chunk", "content": {"type": "text", "text": 5}})),
             line(json!({"sessionUpdate": "user_message_chunk", "content": text("x")})),
+            line(
+                json!({"sessionUpdate": "agent_thought_chunk", "content": {"type": "image", "data": "AA", "mimeType": "image/png"}}),
+            ),
         ] {
-            assert_eq!(read_message_text(&other), None, "{other}");
+            assert_eq!(read_text_chunk(&other), None, "{other}");
         }
     }
 
