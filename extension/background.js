@@ -135,6 +135,8 @@ class PageLink {
     /** Subscriptions re-sent on a fresh host: their snapshot reply becomes an event. */
     this.resubscribing = new Set();
     this.chunks = new Map();
+    /** Acknowledgements of the host frame being relayed, for the next frame to the page. */
+    this.acks = null;
     this.reconnectAttempt = 0;
     this.reconnectTimer = null;
     this.pingWaiters = [];
@@ -154,6 +156,12 @@ class PageLink {
   }
 
   sendFrame(frame) {
+    // Acknowledgements the host frame being handled carried ride on the
+    // first frame this port sends (see fromHost).
+    if (this.acks) {
+      frame.acks = this.acks;
+      this.acks = null;
+    }
     this.toPage({ type: "frame", frame });
   }
 
@@ -289,6 +297,25 @@ class PageLink {
       this.acceptChunk(frame.chunk);
       return;
     }
+    // Requests sent with `deferAck` that succeeded (native.proto): only
+    // this port's own pending ones, settled here and passed on with the
+    // frame they came in, or alone when that frame goes nowhere.
+    if (Array.isArray(frame.acks)) {
+      const acks = frame.acks.filter((id) => this.pending.delete(id));
+      delete frame.acks;
+      this.acks = acks.length > 0 ? acks : null;
+      this.relayFromHost(frame);
+      if (this.acks) {
+        const alone = { acks: this.acks };
+        this.acks = null;
+        this.toPage({ type: "frame", frame: alone });
+      }
+      return;
+    }
+    this.relayFromHost(frame);
+  }
+
+  relayFromHost(frame) {
     this.hostAnswered = true;
     const id = frame.requestId || 0;
     if (id >= INTERNAL_IDS) {

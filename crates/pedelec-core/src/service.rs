@@ -244,7 +244,7 @@ impl CoreService {
             Ok(reply) => Body::Response(pb::NativeResponse { result: Some(reply) }),
             Err(status) => Body::Error(error_from_status(&status)),
         };
-        pb::NativeFrame { request_id, body: Some(body) }
+        pb::NativeFrame { request_id, body: Some(body), ..Default::default() }
     }
 }
 

@@ -18,6 +18,7 @@ fn ping(id: u32) -> Vec<u8> {
     let frame = pb::NativeFrame {
         request_id: id,
         body: Some(Body::Request(pb::NativeRequest { call: Some(Call::Ping(pb::PingRequest {})) })),
+        ..Default::default()
     };
     encode_frame(&json::to_json(&frame), usize::MAX).unwrap()
 }
@@ -185,6 +186,7 @@ async fn main() {
                     ..Default::default()
                 })),
             })),
+            ..Default::default()
         };
         i.write_all(&encode_frame(&json::to_json(&create), usize::MAX).unwrap()).unwrap();
         let reply: pb::NativeFrame = json::from_json(&read_frames(&mut o, 1)[0]).unwrap();
@@ -201,6 +203,7 @@ async fn main() {
                     caller_origin: "https://app.example".into(),
                 })),
             })),
+            ..Default::default()
         };
         i.write_all(&encode_frame(&json::to_json(&sub), usize::MAX).unwrap()).unwrap();
         read_frames(&mut o, 1);
@@ -220,6 +223,7 @@ async fn main() {
                 kind: Some(pb::session_event::Kind::Chat(pb::Chat { text: "a".repeat(size) })),
                 ..Default::default()
             })),
+            ..Default::default()
         };
         let rounds = if size == 1024 { 50_000 } else { 200 };
         let t = Instant::now();

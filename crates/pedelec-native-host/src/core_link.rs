@@ -134,8 +134,11 @@ impl CoreLink {
         *next_id = next_id.checked_add(1).unwrap_or(1);
         let id = *next_id;
         waiters.insert(id, tx);
-        let frame =
-            pb::NativeFrame { request_id: id, body: Some(Body::Request(pb::NativeRequest { call: Some(call) })) };
+        let frame = pb::NativeFrame {
+            request_id: id,
+            body: Some(Body::Request(pb::NativeRequest { call: Some(call) })),
+            ..Default::default()
+        };
         if self.requests.send(frame).is_err() {
             waiters.remove(&id);
             return Err(lost_error());

@@ -111,6 +111,7 @@ fn refuse(message: &str) -> ExitCode {
     let frame = pb::NativeFrame {
         request_id: 0,
         body: Some(pb::native_frame::Body::Error(pb::Error::new(ErrorCode::OriginNotAllowed, message))),
+        ..Default::default()
     };
     let mut out = std::io::stdout().lock();
     for bytes in encode_native_frame(&frame, limits::NATIVE_HOST_TO_BROWSER_MAX, 0) {

@@ -5,7 +5,11 @@
 //! are written in request order. A Subscribe is answered with its snapshot,
 //! then its events follow as frames tagged with the Subscribe's request id,
 //! in Core's order; events that are ready together share one batch frame.
-//! Every frame written is ≤ 1 MiB; larger ones become chunks.
+//! Every frame written is ≤ 1 MiB; larger ones become chunks. The success of
+//! a request sent with `defer_ack` (a tool result, a permission answer) is
+//! not a frame of its own: it rides in `acks` on the next frame written — in
+//! a tool loop, the batch with the agent's next call — or, when nothing else
+//! is written within `NATIVE_ACK_DELAY`, in a frame of acks alone.
 //!
 //! When Core goes away, every live subscription gets an error frame
 //! (`CORE_RUNTIME_UNAVAILABLE`) and the relay ends, so the host exits and the
@@ -21,7 +25,8 @@ use pedelec_client::PedelecError;
 use pedelec_client::transport::{BoxFuture, Call, EventStream, Reply, Transport};
 use pedelec_protocol::event_batch::EventBatcher;
 use pedelec_protocol::native::{
-    ChunkAssembler, FrameDecoder, FrameError, decode_native_frame, encode_native_frame, error_frame, request_call,
+    ChunkAssembler, FrameDecoder, FrameError, acknowledged_reply, decode_native_frame, encode_native_frame,
+    error_frame, request_call,
 };
 use pedelec_protocol::pb::{self, native_frame::Body};
 use pedelec_protocol::{ErrorCode, limits};
@@ -53,27 +58,85 @@ pub enum Exit {
     OutputClosed,
 }
 
-type Outcome = (u32, Result<(Reply, Option<EventStream>), PedelecError>);
+/// A request's outcome, and whether its success may be acknowledged later.
+type Outcome = (u32, bool, Result<(Reply, Option<EventStream>), PedelecError>);
+
+/// What goes to stdout, in order.
+// Frames are what the queue mostly holds, as it did before acks went in
+// beside them; boxing each would cost an allocation per frame.
+#[allow(clippy::large_enum_variant)]
+#[derive(Debug)]
+enum Outgoing {
+    Frame(pb::NativeFrame),
+    /// The success of a `defer_ack` request: rides on the next frame.
+    Ack(u32),
+}
+
+impl From<pb::NativeFrame> for Outgoing {
+    fn from(frame: pb::NativeFrame) -> Self {
+        Outgoing::Frame(frame)
+    }
+}
 
 /// Writes frames in order, chunking anything over Chrome's 1 MiB limit.
-async fn write_frames<W: AsyncWrite + Unpin>(mut output: W, mut frames: mpsc::Receiver<pb::NativeFrame>) {
+/// Acknowledgements are held until the next frame, which carries them (its
+/// receiver settles them before its body, so the order of answers holds);
+/// none is held longer than `NATIVE_ACK_DELAY`, nor more than
+/// `NATIVE_MAX_HELD_ACKS` at once, and the last ones go out before the
+/// writer ends.
+async fn write_frames<W: AsyncWrite + Unpin>(mut output: W, mut queue: mpsc::Receiver<Outgoing>) {
     let mut message_id = 0u32;
     let mut bytes = Vec::new();
-    while let Some(frame) = frames.recv().await {
-        let mut next = Some(frame);
-        while let Some(frame) = next.take() {
-            message_id = message_id.wrapping_add(1);
-            for piece in encode_native_frame(&frame, limits::NATIVE_HOST_TO_BROWSER_MAX, message_id) {
-                bytes.extend_from_slice(&piece);
+    let mut acks: Vec<u32> = Vec::new();
+    // When the oldest held acknowledgement is due.
+    let mut due = tokio::time::Instant::now();
+    loop {
+        let first = if acks.is_empty() {
+            queue.recv().await
+        } else {
+            match tokio::time::timeout_at(due, queue.recv()).await {
+                Ok(item) => item,
+                // Nothing to ride on: the acknowledgements go alone.
+                Err(_) => Some(Outgoing::Frame(pb::NativeFrame::default())),
+            }
+        };
+        let Some(first) = first else { break };
+        let mut next = Some(first);
+        while let Some(item) = next.take() {
+            let frame = match item {
+                Outgoing::Ack(request_id) => {
+                    if acks.is_empty() {
+                        due = tokio::time::Instant::now() + limits::NATIVE_ACK_DELAY;
+                    }
+                    acks.push(request_id);
+                    (acks.len() >= limits::NATIVE_MAX_HELD_ACKS).then(pb::NativeFrame::default)
+                }
+                Outgoing::Frame(frame) => Some(frame),
+            };
+            if let Some(mut frame) = frame {
+                frame.acks = std::mem::take(&mut acks);
+                message_id = message_id.wrapping_add(1);
+                for piece in encode_native_frame(&frame, limits::NATIVE_HOST_TO_BROWSER_MAX, message_id) {
+                    bytes.extend_from_slice(&piece);
+                }
             }
             if bytes.len() < 256 * 1024 {
-                next = frames.try_recv().ok();
+                next = queue.try_recv().ok();
             }
         }
-        if output.write_all(&bytes).await.is_err() || output.flush().await.is_err() {
+        if !bytes.is_empty() && (output.write_all(&bytes).await.is_err() || output.flush().await.is_err()) {
             return;
         }
         bytes.clear();
+    }
+    if !acks.is_empty() {
+        let frame = pb::NativeFrame { acks, ..Default::default() };
+        let mut bytes = Vec::new();
+        for piece in encode_native_frame(&frame, limits::NATIVE_HOST_TO_BROWSER_MAX, message_id.wrapping_add(1)) {
+            bytes.extend_from_slice(&piece);
+        }
+        let _ = output.write_all(&bytes).await;
+        let _ = output.flush().await;
     }
 }
 
@@ -94,7 +157,7 @@ where
     R: AsyncRead + Unpin,
     W: AsyncWrite + Unpin + Send + 'static,
 {
-    let (out, frames) = mpsc::channel::<pb::NativeFrame>(OUTGOING_QUEUE);
+    let (out, frames) = mpsc::channel::<Outgoing>(OUTGOING_QUEUE);
     let writer = tokio::spawn(write_frames(output, frames));
     let subscriptions: Arc<Mutex<HashMap<u32, AbortHandle>>> = Arc::default();
     let (lost_tx, mut lost_rx) = mpsc::channel::<()>(1);
@@ -115,17 +178,19 @@ where
             biased;
             _ = lost_rx.recv() => break Exit::CoreLost,
             () = &mut link_lost => break Exit::CoreLost,
-            Some((request_id, outcome)) = in_flight.next(), if !in_flight.is_empty() => {
-                let frame = match outcome {
+            Some((request_id, defer_ack, outcome)) = in_flight.next(), if !in_flight.is_empty() => {
+                let item = match outcome {
+                    Ok(_) if defer_ack => Outgoing::Ack(request_id),
                     Ok((reply, stream)) => {
                         if let Some(stream) = stream {
                             start_forwarding(request_id, stream, out.clone(), subscriptions.clone(), lost_tx.clone());
                         }
-                        pb::NativeFrame { request_id, body: Some(Body::Response(pb::NativeResponse { result: Some(reply) })) }
+                        let body = Some(Body::Response(pb::NativeResponse { result: Some(reply) }));
+                        pb::NativeFrame { request_id, body, ..Default::default() }.into()
                     }
-                    Err(error) => pb::NativeFrame { request_id, body: Some(Body::Error(error.to_pb())) },
+                    Err(error) => pb::NativeFrame { request_id, body: Some(Body::Error(error.to_pb())), ..Default::default() }.into(),
                 };
-                if out.send(frame).await.is_err() {
+                if out.send(item).await.is_err() {
                     break Exit::OutputClosed;
                 }
             }
@@ -162,7 +227,7 @@ where
                         },
                     };
                     if let Some(frame) = reply
-                        && out.send(frame).await.is_err() {
+                        && out.send(frame.into()).await.is_err() {
                             fatal = Some(ErrorCode::TransportError);
                         }
                     if fatal.is_some() {
@@ -181,7 +246,10 @@ where
         if exit == Exit::CoreLost {
             // Every affected subscription hears about it, not only the first to notice.
             let _ = out
-                .send(error_frame(request_id, ErrorCode::CoreRuntimeUnavailable, "the connection to Core was lost"))
+                .send(
+                    error_frame(request_id, ErrorCode::CoreRuntimeUnavailable, "the connection to Core was lost")
+                        .into(),
+                )
                 .await;
         }
     }
@@ -206,14 +274,17 @@ fn accept(
     core: &CoreFuture,
     subscriptions: &Arc<Mutex<HashMap<u32, AbortHandle>>>,
 ) -> Result<BoxFuture<'static, Outcome>, Box<pb::NativeFrame>> {
+    let asks_defer = frame.defer_ack;
     let (request_id, call) = request_call(frame)?;
+    // Only a request whose success carries nothing is acknowledged later.
+    let defer_ack = asks_defer && acknowledged_reply(&call).is_some();
     if let Call::Unsubscribe(unsubscribe) = &call {
         let handle = subscriptions.lock().unwrap_or_else(|p| p.into_inner()).remove(&unsubscribe.subscription_id);
         if let Some(handle) = handle {
             handle.abort();
         }
         let reply = Ok((Reply::Unsubscribe(pb::UnsubscribeResponse {}), None));
-        return Ok(Box::pin(async move { (request_id, reply) }));
+        return Ok(Box::pin(async move { (request_id, false, reply) }));
     }
     // While Core is still being reached, the answer waits for the connection.
     let core = core.clone();
@@ -234,7 +305,7 @@ fn accept(
             call => core.call(call).await.map(|reply| (reply, None)),
         }
     };
-    Ok(Box::pin(future.map(move |outcome| (request_id, outcome))))
+    Ok(Box::pin(future.map(move |outcome| (request_id, defer_ack, outcome))))
 }
 
 /// Forwards one subscription's live events, in order, tagged with its
@@ -242,7 +313,7 @@ fn accept(
 fn start_forwarding(
     request_id: u32,
     mut stream: EventStream,
-    out: mpsc::Sender<pb::NativeFrame>,
+    out: mpsc::Sender<Outgoing>,
     subscriptions: Arc<Mutex<HashMap<u32, AbortHandle>>>,
     lost: mpsc::Sender<()>,
 ) {
@@ -255,7 +326,7 @@ fn start_forwarding(
             match next {
                 Some(Ok(event)) => {
                     if let Some(full) = batch.push(event)
-                        && out.send(full).await.is_err()
+                        && out.send(full.into()).await.is_err()
                     {
                         return;
                     }
@@ -272,7 +343,7 @@ fn start_forwarding(
                 Some(item) => item,
                 None => {
                     if let Some(frame) = batch.finish()
-                        && out.send(frame).await.is_err()
+                        && out.send(frame.into()).await.is_err()
                     {
                         return;
                     }
@@ -281,12 +352,12 @@ fn start_forwarding(
             };
         }
         if let Some(frame) = batch.finish()
-            && out.send(frame).await.is_err()
+            && out.send(frame.into()).await.is_err()
         {
             return;
         }
         let _ = out
-            .send(error_frame(request_id, ErrorCode::CoreRuntimeUnavailable, "the connection to Core was lost"))
+            .send(error_frame(request_id, ErrorCode::CoreRuntimeUnavailable, "the connection to Core was lost").into())
             .await;
         subscriptions.lock().unwrap_or_else(|p| p.into_inner()).remove(&request_id);
         let _ = lost.try_send(());

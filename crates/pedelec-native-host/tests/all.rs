@@ -96,6 +96,7 @@ impl Env {
             raw_sizes: Vec::new(),
             unbatched: VecDeque::new(),
             batches: 0,
+            acks: Vec::new(),
         }
     }
 }
@@ -113,10 +114,17 @@ pub struct Host {
     unbatched: VecDeque<pb::NativeFrame>,
     /// Batch frames read.
     pub batches: usize,
+    /// Every acknowledgement read (`NativeFrame.acks`), in order, with
+    /// whether the frame carrying it had a body of its own.
+    pub acks: Vec<(u32, bool)>,
 }
 
 pub fn request(id: u32, call: Call) -> pb::NativeFrame {
-    pb::NativeFrame { request_id: id, body: Some(Body::Request(pb::NativeRequest { call: Some(call) })) }
+    pb::NativeFrame {
+        request_id: id,
+        body: Some(Body::Request(pb::NativeRequest { call: Some(call) })),
+        ..Default::default()
+    }
 }
 
 impl Host {
@@ -154,14 +162,33 @@ impl Host {
             else {
                 continue;
             };
+            self.acks.extend(frame.acks.iter().map(|id| (*id, frame.body.is_some())));
+            if frame.body.is_none() {
+                continue;
+            }
             let Some(Body::Batch(batch)) = &frame.body else { return Some(frame) };
             self.batches += 1;
             let request_id = frame.request_id;
             let events = batch_events(batch).expect("a valid batch");
-            self.unbatched
-                .extend(events.into_iter().map(|e| pb::NativeFrame { request_id, body: Some(Body::Event(e)) }));
+            self.unbatched.extend(events.into_iter().map(|e| pb::NativeFrame {
+                request_id,
+                body: Some(Body::Event(e)),
+                ..Default::default()
+            }));
             return self.unbatched.pop_front();
         }
+    }
+
+    /// Reads until an acknowledgement has come (a host that answers
+    /// nothing else meanwhile); any frame with a body fails the test.
+    pub fn recv_acks(&mut self) -> Vec<(u32, bool)> {
+        while self.acks.is_empty() {
+            let text = self.frames.recv_timeout(Duration::from_secs(20)).expect("an acknowledgement comes");
+            let frame = decode_native_frame(&text).expect("valid JSON");
+            assert!(frame.body.is_none(), "only an acknowledgement was due: {frame:?}");
+            self.acks.extend(frame.acks.iter().map(|id| (*id, false)));
+        }
+        std::mem::take(&mut self.acks)
     }
 
     /// Sends a request and returns its response or error, skipping event frames.

@@ -51,7 +51,7 @@ use crate::pb::{self, native_frame::Body};
 /// batcher.push(event.clone());
 /// // A lone event is not worth a batch: it goes as an ordinary event frame.
 /// let frame = batcher.finish().unwrap();
-/// assert_eq!(frame, pb::NativeFrame { request_id: 3, body: Some(Body::Event(event)) });
+/// assert_eq!(frame, pb::NativeFrame { request_id: 3, body: Some(Body::Event(event)), ..Default::default() });
 /// ```
 #[derive(Debug)]
 pub struct EventBatcher {
@@ -191,7 +191,7 @@ impl EventBatcher {
                 Body::Batch(pb::EventBatch { session_id, events: std::mem::take(&mut self.bytes), turn, operation_id })
             }
         };
-        Some(pb::NativeFrame { request_id: self.request_id, body: Some(body) })
+        Some(pb::NativeFrame { request_id: self.request_id, body: Some(body), ..Default::default() })
     }
 }
 
@@ -361,7 +361,10 @@ mod tests {
         assert!(b.finish().is_none());
         assert!(b.push(delta("s", 1, "a")).is_none());
         let frame = b.finish().unwrap();
-        assert_eq!(frame, pb::NativeFrame { request_id: 4, body: Some(Body::Event(delta("s", 1, "a"))) });
+        assert_eq!(
+            frame,
+            pb::NativeFrame { request_id: 4, body: Some(Body::Event(delta("s", 1, "a"))), ..Default::default() }
+        );
         assert!(b.is_empty() && b.finish().is_none());
     }
 

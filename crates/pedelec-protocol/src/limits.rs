@@ -66,6 +66,32 @@ pub const NATIVE_BATCH_BYTES_BUDGET: usize = 704 * 1024;
 /// assert!(full.is_some());
 /// ```
 pub const NATIVE_BATCH_MAX_EVENTS: usize = 1024;
+/// How long the native host may hold the acknowledgement of a request sent
+/// with `NativeFrame.defer_ack` for a frame to ride on, before it writes a
+/// frame of acknowledgements alone. Long enough to span a browser tool round
+/// trip (about a millisecond), so that the next tool call carries it; short
+/// enough that nothing waits on it noticeably.
+///
+/// # Examples
+///
+/// ```
+/// use std::time::Duration;
+/// use pedelec_protocol::limits::NATIVE_ACK_DELAY;
+///
+/// assert_eq!(NATIVE_ACK_DELAY, Duration::from_millis(10));
+/// ```
+pub const NATIVE_ACK_DELAY: Duration = Duration::from_millis(10);
+/// Acknowledgements the native host holds at most; one more is written at
+/// once with those held. Bounds a frame's `acks` (a few KiB of JSON).
+///
+/// # Examples
+///
+/// ```
+/// use pedelec_protocol::limits::NATIVE_MAX_HELD_ACKS;
+///
+/// assert_eq!(NATIVE_MAX_HELD_ACKS, 256);
+/// ```
+pub const NATIVE_MAX_HELD_ACKS: usize = 256;
 /// Chrome's limit for one message from the browser to the native host.
 ///
 /// # Examples

@@ -13,7 +13,7 @@
 //! use pedelec_protocol::native::{FrameDecoder, decode_native_frame, encode_native_frame};
 //! use pedelec_protocol::pb;
 //!
-//! let frame = pb::NativeFrame { request_id: 7, body: None };
+//! let frame = pb::NativeFrame { request_id: 7, ..Default::default() };
 //! let bytes = encode_native_frame(&frame, 1024, 0).concat();
 //! // Bytes arrive in whatever pieces the pipe delivers.
 //! let mut decoder = FrameDecoder::new(1024);
@@ -106,7 +106,11 @@ impl FrameError {
 /// assert!(matches!(frame.body, Some(Body::Error(e)) if e.code == "ORIGIN_NOT_ALLOWED"));
 /// ```
 pub fn error_frame(request_id: u32, code: ErrorCode, message: impl Into<String>) -> pb::NativeFrame {
-    pb::NativeFrame { request_id, body: Some(pb::native_frame::Body::Error(pb::Error::new(code, message))) }
+    pb::NativeFrame {
+        request_id,
+        body: Some(pb::native_frame::Body::Error(pb::Error::new(code, message))),
+        ..Default::default()
+    }
 }
 
 /// The request id and call of a request frame — what the native host accepts
@@ -122,6 +126,7 @@ pub fn error_frame(request_id: u32, code: ErrorCode, message: impl Into<String>)
 /// let ping = |request_id| pb::NativeFrame {
 ///     request_id,
 ///     body: Some(Body::Request(pb::NativeRequest { call: Some(Call::Ping(pb::PingRequest {})) })),
+///     ..Default::default()
 /// };
 /// let (id, call) = request_call(ping(3)).unwrap();
 /// assert_eq!(id, 3);
@@ -142,6 +147,32 @@ pub fn request_call(frame: pb::NativeFrame) -> Result<(u32, pb::native_request::
     match request.call {
         Some(call) => Ok((request_id, call)),
         None => Err(Box::new(error_frame(request_id, ErrorCode::InvalidArgument, "unknown or missing request type"))),
+    }
+}
+
+/// The response a request's acknowledgement stands for, when the request
+/// may be acknowledged at all: those whose success carries nothing. A sender
+/// sets `NativeFrame.defer_ack` only on these, and settles an acknowledged
+/// one with this reply; the native host defers only these. `None`: the
+/// request's success carries data and always comes as a response frame.
+///
+/// # Examples
+///
+/// ```
+/// use pedelec_protocol::native::acknowledged_reply;
+/// use pedelec_protocol::pb::{self, native_request::Call, native_response::Result as Reply};
+///
+/// let submit = Call::SubmitToolResult(pb::SubmitToolResultRequest::default());
+/// assert_eq!(acknowledged_reply(&submit), Some(Reply::SubmitToolResult(pb::SubmitToolResultResponse {})));
+/// assert_eq!(acknowledged_reply(&Call::Ping(pb::PingRequest {})), None);
+/// ```
+pub fn acknowledged_reply(call: &pb::native_request::Call) -> Option<pb::native_response::Result> {
+    use pb::native_request::Call;
+    use pb::native_response::Result as Reply;
+    match call {
+        Call::SubmitToolResult(_) => Some(Reply::SubmitToolResult(pb::SubmitToolResultResponse {})),
+        Call::AnswerPermission(_) => Some(Reply::AnswerPermission(pb::AnswerPermissionResponse {})),
+        _ => None,
     }
 }
 
@@ -177,7 +208,7 @@ pub fn encode_frame(json: &str, limit: usize) -> Result<Vec<u8>, FrameError> {
 ///
 /// let chat = Kind::Chat(pb::Chat { text: "x".repeat(10_000) });
 /// let event = pb::SessionEvent { session_id: "s".into(), seq: 1, kind: Some(chat), ..Default::default() };
-/// let frame = pb::NativeFrame { request_id: 0, body: Some(Body::Event(event)) };
+/// let frame = pb::NativeFrame { request_id: 0, body: Some(Body::Event(event)), ..Default::default() };
 /// let pieces = encode_native_frame(&frame, 4096, 1);
 /// assert!(pieces.len() > 1);
 /// assert!(pieces.iter().all(|piece| piece.len() <= 4096 + HEADER_LEN));
@@ -227,6 +258,7 @@ fn split_into_chunks(text: &str, limit: usize, message_id: u32) -> Vec<pb::Nativ
                 count,
                 data: data.to_owned(),
             })),
+            ..Default::default()
         })
         .collect()
 }
@@ -371,7 +403,7 @@ pub fn decode_native_frame(text: &str) -> Result<pb::NativeFrame, FrameError> {
 ///
 /// let chat = Kind::Chat(pb::Chat { text: "long answer ".repeat(1_000) });
 /// let event = pb::SessionEvent { session_id: "s".into(), seq: 1, kind: Some(chat), ..Default::default() };
-/// let frame = pb::NativeFrame { request_id: 0, body: Some(Body::Event(event)) };
+/// let frame = pb::NativeFrame { request_id: 0, body: Some(Body::Event(event)), ..Default::default() };
 ///
 /// let mut decoder = FrameDecoder::new(4096);
 /// let mut assembler = ChunkAssembler::new(1024 * 1024);
@@ -401,7 +433,7 @@ impl ChunkAssembler {
     ///
     /// let mut assembler = ChunkAssembler::new(4);
     /// let chunk = pb::Chunk { message_id: 1, index: 0, count: 2, data: "0123456789".into() };
-    /// let result = assembler.accept(pb::NativeFrame { request_id: 0, body: Some(Body::Chunk(chunk)) });
+    /// let result = assembler.accept(pb::NativeFrame { request_id: 0, body: Some(Body::Chunk(chunk)), ..Default::default() });
     /// assert!(matches!(result, Err(FrameError::TooLarge { len: 10, limit: 4 })));
     /// ```
     pub fn new(limit: usize) -> Self {
@@ -418,12 +450,12 @@ impl ChunkAssembler {
     /// use pedelec_protocol::pb::{self, native_frame::Body};
     ///
     /// let mut assembler = ChunkAssembler::new(1024);
-    /// let ping = pb::NativeFrame { request_id: 1, body: None };
+    /// let ping = pb::NativeFrame { request_id: 1, ..Default::default() };
     /// // Frames that are not chunks pass straight through.
     /// assert_eq!(assembler.accept(ping.clone()), Ok(Some(ping)));
     /// // A chunk set must begin with its first piece.
     /// let second = pb::Chunk { message_id: 9, index: 1, count: 2, data: "}".into() };
-    /// let refused = assembler.accept(pb::NativeFrame { request_id: 0, body: Some(Body::Chunk(second)) });
+    /// let refused = assembler.accept(pb::NativeFrame { request_id: 0, body: Some(Body::Chunk(second)), ..Default::default() });
     /// assert!(matches!(refused, Err(FrameError::BadChunk(_))));
     /// ```
     pub fn accept(&mut self, frame: pb::NativeFrame) -> Result<Option<pb::NativeFrame>, FrameError> {
@@ -482,6 +514,7 @@ mod tests {
             body: Some(pb::native_frame::Body::Request(pb::NativeRequest {
                 call: Some(pb::native_request::Call::Ping(pb::PingRequest {})),
             })),
+            ..Default::default()
         }
     }
 
@@ -494,6 +527,7 @@ mod tests {
                 kind: Some(pb::session_event::Kind::Chat(pb::Chat { text })),
                 ..Default::default()
             })),
+            ..Default::default()
         }
     }
 

@@ -20,11 +20,19 @@ where
 }
 
 fn request(id: u32, call: Call) -> pb::NativeFrame {
-    pb::NativeFrame { request_id: id, body: Some(Body::Request(pb::NativeRequest { call: Some(call) })) }
+    pb::NativeFrame {
+        request_id: id,
+        body: Some(Body::Request(pb::NativeRequest { call: Some(call) })),
+        ..Default::default()
+    }
 }
 
 fn response(id: u32, result: R) -> pb::NativeFrame {
-    pb::NativeFrame { request_id: id, body: Some(Body::Response(pb::NativeResponse { result: Some(result) })) }
+    pb::NativeFrame {
+        request_id: id,
+        body: Some(Body::Response(pb::NativeResponse { result: Some(result) })),
+        ..Default::default()
+    }
 }
 
 fn turn() -> Option<pb::TurnInfo> {
@@ -42,6 +50,7 @@ fn event(seq: u64, op: &str, kind: pb::session_event::Kind) -> pb::NativeFrame {
             operation_id: op.into(),
             kind: Some(kind),
         })),
+        ..Default::default()
     }
 }
 
@@ -156,11 +165,37 @@ fn responses() {
             }),
         ),
     );
+    // A tool result whose success may come back as an acknowledgement,
+    // and the acknowledgements riding on a frame, and alone.
+    check(
+        "request_deferred_ack",
+        &pb::NativeFrame {
+            defer_ack: true,
+            ..request(
+                9,
+                Call::SubmitToolResult(pb::SubmitToolResultRequest {
+                    session_id: "sess-1".into(),
+                    caller_origin: "https://app.example".into(),
+                    tool_request_id: "tool-1".into(),
+                    outcome: Some(pb::submit_tool_result_request::Outcome::ResultJson("{}".into())),
+                }),
+            )
+        },
+    );
+    check(
+        "response_with_acks",
+        &pb::NativeFrame {
+            acks: vec![9, 11],
+            ..response(12, R::Ping(pb::PingResponse { version: "0.1.0".into(), pid: 7 }))
+        },
+    );
+    check("acks_alone", &pb::NativeFrame { acks: vec![13], ..Default::default() });
     check(
         "response_error",
         &pb::NativeFrame {
             request_id: 8,
             body: Some(Body::Error(pb::Error::new(pedelec_protocol::ErrorCode::SessionBusy, "a turn is active"))),
+            ..Default::default()
         },
     );
 }

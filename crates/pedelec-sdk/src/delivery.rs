@@ -17,3 +17,38 @@ pub(crate) fn decoded_batch(
         PedelecError::new(error.code(), error.to_string())
     })
 }
+
+/// A request waiting for its answer. `ack` is the reply an acknowledgement
+/// (`NativeFrame.acks`) stands for, when the request was sent with
+/// `defer_ack`: the host then answers its success that way instead of with
+/// a response frame.
+pub(crate) struct Waiting {
+    tx: futures::channel::oneshot::Sender<Result<crate::transport::Reply, PedelecError>>,
+    ack: Option<crate::transport::Reply>,
+}
+
+impl Waiting {
+    pub(crate) fn new(
+        tx: futures::channel::oneshot::Sender<Result<crate::transport::Reply, PedelecError>>,
+        ack: Option<crate::transport::Reply>,
+    ) -> Self {
+        Waiting { tx, ack }
+    }
+
+    pub(crate) fn answer(self, result: Result<crate::transport::Reply, PedelecError>) {
+        let _ = self.tx.send(result);
+    }
+
+    /// Settled by an acknowledgement. One for a request that did not ask
+    /// for it is the host's mistake; it still settles, as an error, so
+    /// nothing waits for a response that will not come.
+    pub(crate) fn acknowledged(self) {
+        let result = self.ack.ok_or_else(|| {
+            PedelecError::new(
+                pedelec_protocol::ErrorCode::TransportError,
+                "the native host acknowledged a request that needs a response",
+            )
+        });
+        let _ = self.tx.send(result);
+    }
+}

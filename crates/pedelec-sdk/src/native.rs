@@ -31,16 +31,17 @@ use std::sync::{Arc, Mutex};
 use futures::channel::{mpsc, oneshot};
 use futures::{SinkExt, StreamExt};
 use pedelec_protocol::event_batch::batch_events;
-use pedelec_protocol::native::{ChunkAssembler, FrameDecoder, decode_native_frame, encode_native_frame};
+use pedelec_protocol::native::{
+    ChunkAssembler, FrameDecoder, acknowledged_reply, decode_native_frame, encode_native_frame,
+};
 use pedelec_protocol::pb::{self, native_frame::Body};
 use pedelec_protocol::{ErrorCode, limits};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 
-use crate::delivery::decoded_batch;
+use crate::delivery::{Waiting, decoded_batch};
 use crate::error::PedelecError;
 use crate::transport::{BoxFuture, Call, EventStream, Reply, Transport};
 
-type Pending = oneshot::Sender<Result<Reply, PedelecError>>;
 type EventSender = tokio::sync::mpsc::Sender<Result<pb::SessionEvent, PedelecError>>;
 
 /// Events queued for one subscription the session has not taken yet. When a
@@ -53,7 +54,7 @@ const SUBSCRIPTION_QUEUE: usize = 4096;
 struct Shared {
     /// Set once the host's output ended; nothing can be answered after that.
     closed: std::sync::atomic::AtomicBool,
-    pending: Mutex<HashMap<u32, Pending>>,
+    pending: Mutex<HashMap<u32, Waiting>>,
     subscriptions: Mutex<HashMap<u32, EventSender>>,
     next_id: AtomicU32,
     outgoing: mpsc::UnboundedSender<pb::NativeFrame>,
@@ -223,6 +224,13 @@ impl Shared {
     async fn route(&self, frame: pb::NativeFrame) {
         let id = frame.request_id;
         let subscription = |id: &u32| lock(&self.subscriptions).get(id).cloned();
+        // Requests the host answered by acknowledgement: settled before the body.
+        for ack in &frame.acks {
+            let waiting = lock(&self.pending).remove(ack);
+            if let Some(waiting) = waiting {
+                waiting.acknowledged();
+            }
+        }
         match frame.body {
             Some(Body::Event(event)) => {
                 if let Some(tx) = subscription(&id) {
@@ -242,19 +250,21 @@ impl Shared {
                 Err(error) => self.fail_subscription(id, error).await,
             },
             Some(Body::Response(response)) => {
-                if let (Some(tx), Some(result)) = (lock(&self.pending).remove(&id), response.result) {
-                    let _ = tx.send(Ok(result));
+                if let (Some(waiting), Some(result)) = (lock(&self.pending).remove(&id), response.result) {
+                    waiting.answer(Ok(result));
                 }
             }
             Some(Body::Error(error)) => {
                 let pending = lock(&self.pending).remove(&id);
-                if let Some(tx) = pending {
-                    let _ = tx.send(Err(error.into()));
+                if let Some(waiting) = pending {
+                    waiting.answer(Err(error.into()));
                 } else {
                     // A live subscription failed (e.g. Core went away).
                     self.fail_subscription(id, error.into()).await;
                 }
             }
+            // A frame of acknowledgements only.
+            None if !frame.acks.is_empty() => {}
             _ => tracing::warn!(request_id = id, "unexpected frame from the native host"),
         }
     }
@@ -269,8 +279,8 @@ impl Shared {
 
     fn close(&self) {
         self.closed.store(true, Ordering::SeqCst);
-        for (_, tx) in lock(&self.pending).drain() {
-            let _ = tx.send(Err(detached()));
+        for (_, waiting) in lock(&self.pending).drain() {
+            waiting.answer(Err(detached()));
         }
         // A full queue cannot take the error; its stream still ends when
         // the sender goes, which the session reads as detached all the same.
@@ -282,9 +292,12 @@ impl Shared {
     fn request(self: &Arc<Self>, call: Call) -> (u32, BoxFuture<'static, Result<Reply, PedelecError>>) {
         let id = self.next_id.fetch_add(1, Ordering::Relaxed);
         let (tx, rx) = oneshot::channel();
-        lock(&self.pending).insert(id, tx);
-        let frame =
-            pb::NativeFrame { request_id: id, body: Some(Body::Request(pb::NativeRequest { call: Some(call) })) };
+        // A tool result's success need not come back on its own frame.
+        let ack = acknowledged_reply(&call);
+        let defer_ack = ack.is_some();
+        lock(&self.pending).insert(id, Waiting::new(tx, ack));
+        let body = Some(Body::Request(pb::NativeRequest { call: Some(call) }));
+        let frame = pb::NativeFrame { request_id: id, body, defer_ack, ..Default::default() };
         // `close` sets the flag before draining, so either it drains this entry or we see the flag.
         if self.closed.load(Ordering::SeqCst) || self.outgoing.unbounded_send(frame).is_err() {
             lock(&self.pending).remove(&id);
@@ -328,7 +341,7 @@ impl Transport for NativeMessagingTransport {
             let (tx, rx) = tokio::sync::mpsc::channel(SUBSCRIPTION_QUEUE);
             lock(&shared.subscriptions).insert(id, tx);
             let (reply_tx, reply_rx) = oneshot::channel();
-            lock(&shared.pending).insert(id, reply_tx);
+            lock(&shared.pending).insert(id, Waiting::new(reply_tx, None));
             if shared.closed.load(Ordering::SeqCst) {
                 lock(&shared.pending).remove(&id);
                 lock(&shared.subscriptions).remove(&id);
@@ -337,6 +350,7 @@ impl Transport for NativeMessagingTransport {
             let frame = pb::NativeFrame {
                 request_id: id,
                 body: Some(Body::Request(pb::NativeRequest { call: Some(Call::Subscribe(request)) })),
+                ..Default::default()
             };
             let guard = Unsubscribe { shared: shared.clone(), id, session_id };
             let mut outgoing = shared.outgoing.clone();

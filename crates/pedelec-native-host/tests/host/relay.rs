@@ -58,6 +58,89 @@ fn a_session_runs_through_the_host_with_its_events_in_order() {
     assert!(host.raw_sizes.len() < seqs.len(), "{} frames for {} events", host.raw_sizes.len(), seqs.len());
 }
 
+/// A tool loop over the host: the scripted agent calls `echo` three times
+/// and the answers go with `defer_ack`, as the SDKs send them.
+#[test]
+fn a_deferred_tool_answer_rides_on_the_next_frame_and_failures_answer_at_once() {
+    let env = Env::with_core();
+    let mut host = env.host();
+    let mut other = env.host();
+    let echo = pb::ToolDefinition {
+        name: "echo".into(),
+        description: "echo".into(),
+        input_schema_json: r#"{"type":"object"}"#.into(),
+        timeout_ms: 0,
+    };
+    let create = pb::CreateSessionRequest {
+        skills: Some(pb::Skills { guidance: String::new(), tools: vec![echo] }),
+        caller_origin: ORIGIN.into(),
+        ..Default::default()
+    };
+    let Body::Response(pb::NativeResponse { result: Some(R::CreateSession(created)) }) =
+        host.call(1, Call::CreateSession(create))
+    else {
+        panic!("the session is created")
+    };
+    let session = created.session.unwrap().session_id;
+    let subscribe = pb::SubscribeRequest { session_id: session.clone(), caller_origin: ORIGIN.into() };
+    assert!(matches!(host.call(2, Call::Subscribe(subscribe)), Body::Response(_)));
+    let text = "/tools 3 echo {}".into();
+    let send =
+        pb::SendTextRequest { session_id: session.clone(), caller_origin: ORIGIN.into(), text, ..Default::default() };
+    host.send(&request(3, Call::SendText(send)));
+    let submit = |id: u32, tool_request_id: String| pb::NativeFrame {
+        request_id: id,
+        body: Some(Body::Request(pb::NativeRequest {
+            call: Some(Call::SubmitToolResult(pb::SubmitToolResultRequest {
+                session_id: session.clone(),
+                caller_origin: ORIGIN.into(),
+                tool_request_id,
+                outcome: Some(pb::submit_tool_result_request::Outcome::ResultJson("{}".into())),
+            })),
+        })),
+        defer_ack: true,
+        ..Default::default()
+    };
+    let mut answered = Vec::new();
+    let mut next_id = 10;
+    loop {
+        let frame = host.recv().unwrap();
+        assert!(
+            !answered.contains(&frame.request_id),
+            "a deferred success has no response frame of its own: {frame:?}"
+        );
+        let Some(Body::Event(event)) = frame.body else { continue };
+        match event.kind {
+            Some(pb::session_event::Kind::ToolCall(call)) if answered.len() < 2 => {
+                host.send(&submit(next_id, call.tool_request_id));
+                answered.push(next_id);
+                next_id += 1;
+            }
+            // The last answer goes through another host, which has no
+            // events to put it on: it goes alone, a moment later.
+            Some(pb::session_event::Kind::ToolCall(call)) => {
+                let started = std::time::Instant::now();
+                other.send(&submit(99, call.tool_request_id));
+                assert_eq!(other.recv_acks(), vec![(99, false)], "a frame of acks alone");
+                assert!(started.elapsed() < Duration::from_secs(5));
+            }
+            Some(pb::session_event::Kind::OperationCompleted(_)) => break,
+            _ => {}
+        }
+    }
+    // Each of the first two answers rode on a frame that carried events.
+    assert_eq!(host.acks, vec![(10, true), (11, true)], "acks ride on later frames, in order");
+    // A deferred request that fails is an error frame at once, and a
+    // request whose success carries data ignores the flag.
+    let mut refused = submit(20, "tool-unknown".into());
+    refused.request_id = 20;
+    host.send(&refused);
+    assert_eq!(error_code(&host.reply(20)), "TOOL_REQUEST_NOT_FOUND");
+    let ping = pb::NativeFrame { defer_ack: true, ..request(21, Call::Ping(pb::PingRequest {})) };
+    host.send(&ping);
+    assert!(matches!(host.reply(21), Body::Response(pb::NativeResponse { result: Some(R::Ping(_)) })));
+}
+
 #[test]
 fn a_large_event_travels_as_chunks_no_frame_over_one_mebibyte() {
     let env = Env::with_core();

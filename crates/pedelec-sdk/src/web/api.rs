@@ -215,7 +215,7 @@ impl JsPedelec {
             set(&o, "defaultProvider", settings.default_provider);
             let models = Object::new();
             for (k, v) in settings.default_models {
-                set(&models, &k, v);
+                js::set_named(&models, &k, v);
             }
             set(&o, "defaultModels", models);
             Ok(o.into())

@@ -11,17 +11,35 @@ use wasm_bindgen_futures::JsFuture;
 use crate::context::{EventContext, StatusContext, ToolCallContext};
 use crate::error::PedelecError;
 
+thread_local! {
+    /// Property names as JS strings, each converted once: every frame from
+    /// the extension is read by a handful of names, and turning each from
+    /// UTF-8 into a JS string on every read was a tenth of the page's time
+    /// per tool call. Only `&'static str` names enter, so it stays small.
+    static KEYS: std::cell::RefCell<std::collections::HashMap<&'static str, JsValue>> =
+        std::cell::RefCell::default();
+}
+
+fn key(name: &'static str) -> JsValue {
+    KEYS.with(|keys| keys.borrow_mut().entry(name).or_insert_with(|| JsValue::from_str(name)).clone())
+}
+
 /// Sets one property; setting on a fresh plain object cannot fail.
-pub fn set(object: &Object, key: &str, value: impl Into<JsValue>) {
-    let _ = Reflect::set(object, &JsValue::from_str(key), &value.into());
+pub fn set(object: &Object, name: &'static str, value: impl Into<JsValue>) {
+    let _ = Reflect::set(object, &key(name), &value.into());
 }
 
-pub fn get(value: &JsValue, key: &str) -> JsValue {
-    Reflect::get(value, &JsValue::from_str(key)).unwrap_or(JsValue::UNDEFINED)
+/// Sets one property whose name is data (not one of the SDK's own names).
+pub fn set_named(object: &Object, name: &str, value: impl Into<JsValue>) {
+    let _ = Reflect::set(object, &JsValue::from_str(name), &value.into());
 }
 
-pub fn get_string(value: &JsValue, key: &str) -> Option<String> {
-    get(value, key).as_string()
+pub fn get(value: &JsValue, name: &'static str) -> JsValue {
+    Reflect::get(value, &key(name)).unwrap_or(JsValue::UNDEFINED)
+}
+
+pub fn get_string(value: &JsValue, name: &'static str) -> Option<String> {
+    get(value, name).as_string()
 }
 
 /// A JS `Error` carrying the SDK error's `code`, `message` and `details`.

@@ -18,7 +18,7 @@ use futures::StreamExt;
 use futures::channel::{mpsc, oneshot};
 use js_sys::{Function, JSON, Object};
 use pedelec_protocol::event_batch::{Shared, batch_events, batch_events_base64};
-use pedelec_protocol::native::{ChunkAssembler, FrameError, decode_native_frame};
+use pedelec_protocol::native::{ChunkAssembler, FrameError, acknowledged_reply, decode_native_frame};
 use pedelec_protocol::pb::{self, native_frame::Body};
 use pedelec_protocol::{ErrorCode, json, limits};
 use wasm_bindgen::prelude::*;
@@ -26,7 +26,7 @@ use wasm_bindgen::{JsCast, JsValue};
 
 use super::js;
 use super::local::Local;
-use crate::delivery::decoded_batch;
+use crate::delivery::{Waiting, decoded_batch};
 use crate::error::PedelecError;
 use crate::transport::{BoxFuture, Call, EventStream, Reply, Transport};
 
@@ -119,8 +119,6 @@ pub(crate) enum Channel {
     Relay,
 }
 
-type Pending = oneshot::Sender<Result<Reply, PedelecError>>;
-
 // The page has no back-pressure to give: the extension's port delivers
 // whatever arrives, so the queue a subscription's events wait in is unbounded.
 type EventSender = mpsc::UnboundedSender<Result<pb::SessionEvent, PedelecError>>;
@@ -156,7 +154,7 @@ pub(crate) struct Link {
     /// Whether the current port ever carried a message from the extension: a
     /// port that closes without one means no such extension answers here.
     heard: Cell<bool>,
-    pending: RefCell<HashMap<u32, Pending>>,
+    pending: RefCell<HashMap<u32, Waiting>>,
     subscriptions: RefCell<HashMap<u32, Subscription>>,
     /// Subscriptions re-sent on a fresh port: their snapshot reply is an event.
     resubscribing: RefCell<HashSet<u32>>,
@@ -277,6 +275,13 @@ impl Link {
                 // from the message, without turning the frame back into text.
                 let batch = js::get(&frame, "batch");
                 if batch.is_object() {
+                    // Requests the host answered by acknowledgement (in a
+                    // tool loop, the previous tool result), settled before
+                    // the body as `route` does for decoded frames.
+                    let acks = js::get(&frame, "acks");
+                    if let Some(acks) = acks.dyn_ref::<js_sys::Array>() {
+                        self.acknowledge(acks.iter().filter_map(|id| id.as_f64()).map(|id| id as u32));
+                    }
                     let request_id = js::get(&frame, "requestId").as_f64().unwrap_or(0.0);
                     let events = js::get_string(&batch, "events").unwrap_or_default();
                     let shared = batch_shared(&batch);
@@ -341,8 +346,19 @@ impl Link {
         }
     }
 
+    /// Settles requests the host answered by acknowledgement.
+    fn acknowledge(&self, ids: impl Iterator<Item = u32>) {
+        for id in ids {
+            let waiting = self.pending.borrow_mut().remove(&id);
+            if let Some(waiting) = waiting {
+                waiting.acknowledged();
+            }
+        }
+    }
+
     fn route(&self, frame: pb::NativeFrame) {
         let id = frame.request_id;
+        self.acknowledge(frame.acks.iter().copied());
         match frame.body {
             Some(Body::Event(event)) => {
                 if let Some(sub) = self.subscriptions.borrow().get(&id) {
@@ -356,18 +372,20 @@ impl Link {
                     if let (Reply::Subscribe(snapshot), Some(sub)) = (result, self.subscriptions.borrow().get(&id)) {
                         let _ = sub.events.unbounded_send(Ok(snapshot));
                     }
-                } else if let Some(tx) = self.pending.borrow_mut().remove(&id) {
-                    let _ = tx.send(Ok(result));
+                } else if let Some(waiting) = self.pending.borrow_mut().remove(&id) {
+                    waiting.answer(Ok(result));
                 }
             }
             Some(Body::Error(error)) => {
                 self.resubscribing.borrow_mut().remove(&id);
-                if let Some(tx) = self.pending.borrow_mut().remove(&id) {
-                    let _ = tx.send(Err(error.into()));
+                if let Some(waiting) = self.pending.borrow_mut().remove(&id) {
+                    waiting.answer(Err(error.into()));
                 } else if let Some(sub) = self.subscriptions.borrow_mut().remove(&id) {
                     let _ = sub.events.unbounded_send(Err(error.into()));
                 }
             }
+            // A frame of acknowledgements only.
+            None if !frame.acks.is_empty() => {}
             _ => tracing::warn!(request_id = id, "unexpected frame from the extension"),
         }
     }
@@ -377,15 +395,15 @@ impl Link {
         let old = self.connection.borrow_mut().take();
         wasm_bindgen_futures::spawn_local(async move { drop(old) });
         *self.assembler.borrow_mut() = ChunkAssembler::new(limits::NATIVE_BROWSER_TO_HOST_MAX);
-        let pending: Vec<Pending> = self.pending.borrow_mut().drain().map(|(_, tx)| tx).collect();
+        let pending: Vec<Waiting> = self.pending.borrow_mut().drain().map(|(_, waiting)| waiting).collect();
         let heard = self.heard.get();
-        for tx in pending {
+        for waiting in pending {
             let error = if heard {
                 detached("the port to the extension closed")
             } else {
                 not_installed("no extension with this id answered (not installed, disabled, or a wrong id)")
             };
-            let _ = tx.send(Err(error));
+            waiting.answer(Err(error));
         }
         for waiter in self.status_waiters.borrow_mut().drain(..) {
             let _ = waiter.send(ExtensionStatus::default());
@@ -432,9 +450,13 @@ impl Link {
     pub(crate) async fn request(self: Rc<Self>, call: Call) -> Result<Reply, PedelecError> {
         let id = self.next_id();
         let (tx, rx) = oneshot::channel();
-        self.pending.borrow_mut().insert(id, tx);
-        let frame =
-            pb::NativeFrame { request_id: id, body: Some(Body::Request(pb::NativeRequest { call: Some(call) })) };
+        // A tool result's success need not come back as a message of its
+        // own: it rides with the agent's next events (`defer_ack`).
+        let ack = acknowledged_reply(&call);
+        let defer_ack = ack.is_some();
+        self.pending.borrow_mut().insert(id, Waiting::new(tx, ack));
+        let body = Some(Body::Request(pb::NativeRequest { call: Some(call) }));
+        let frame = pb::NativeFrame { request_id: id, body, defer_ack, ..Default::default() };
         if let Err(error) = self.post_frame(&frame) {
             self.pending.borrow_mut().remove(&id);
             return Err(error);
@@ -448,7 +470,7 @@ impl Link {
         // Registered before the request goes out, so no event can slip past.
         self.subscriptions.borrow_mut().insert(id, Subscription { events, request: request.clone() });
         let (reply_tx, reply_rx) = oneshot::channel();
-        self.pending.borrow_mut().insert(id, reply_tx);
+        self.pending.borrow_mut().insert(id, Waiting::new(reply_tx, None));
         let session_id = request.session_id.clone();
         if let Err(error) = self.post_frame(&subscribe_frame(id, request)) {
             self.pending.borrow_mut().remove(&id);
@@ -514,6 +536,7 @@ fn subscribe_frame(id: u32, request: pb::SubscribeRequest) -> pb::NativeFrame {
     pb::NativeFrame {
         request_id: id,
         body: Some(Body::Request(pb::NativeRequest { call: Some(Call::Subscribe(request)) })),
+        ..Default::default()
     }
 }
 
@@ -534,6 +557,7 @@ impl Drop for Unsubscribe {
             let frame = pb::NativeFrame {
                 request_id: self.link.next_id(),
                 body: Some(Body::Request(pb::NativeRequest { call: Some(call) })),
+                ..Default::default()
             };
             // Best effort: a closed port already ended the subscription.
             let _ = self.link.post_frame(&frame);

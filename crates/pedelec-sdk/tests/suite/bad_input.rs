@@ -205,6 +205,7 @@ async fn the_relay_stream_answers_each_call_by_id_and_refuses_what_it_cannot_car
     let request = |id: u32, call: Call| pb::NativeFrame {
         request_id: id,
         body: Some(Body::Request(pb::NativeRequest { call: Some(call) })),
+        ..Default::default()
     };
     // Over tonic's default 4 MiB message limit, within the tool-result limit.
     let big_result = format!("\"{}\"", "x".repeat(5 * 1024 * 1024));
@@ -218,8 +219,12 @@ async fn the_relay_stream_answers_each_call_by_id_and_refuses_what_it_cannot_car
                 caller_origin: ORIGIN.into(),
             }),
         ),
-        pb::NativeFrame { request_id: 3, body: Some(Body::Event(pb::SessionEvent::default())) },
-        pb::NativeFrame { request_id: 4, body: Some(Body::Request(pb::NativeRequest { call: None })) },
+        pb::NativeFrame { request_id: 3, body: Some(Body::Event(pb::SessionEvent::default())), ..Default::default() },
+        pb::NativeFrame {
+            request_id: 4,
+            body: Some(Body::Request(pb::NativeRequest { call: None })),
+            ..Default::default()
+        },
         request(
             5,
             Call::SendText(pb::SendTextRequest {

@@ -76,17 +76,34 @@ function askUser(request) {
 // What the next frame paints. A long turn streams far more deltas, and a turn
 // of quick tool calls changes the status far more often, than the screen
 // shows; painting each is DOM work on the thread that answers the next call.
+// Deltas are painted once per frame, so text streams smoothly; the status
+// badge at most every STATUS_PAINT_MS, since nobody reads a badge that
+// changes sixty times a second, and each repaint (style, layout, paint) is a
+// millisecond the next tool call waits behind. The last status always shows.
+const STATUS_PAINT_MS = 100;
 const unpainted = { deltas: "", status: null };
 let paintFrame = 0;
+let statusTimer = 0;
+let statusPaintedAt = -Infinity;
 function paint() {
   paintFrame = 0;
   if (unpainted.deltas) $("live").append(unpainted.deltas);
-  if (unpainted.status !== null) renderStatus(unpainted.status);
   unpainted.deltas = "";
-  unpainted.status = null;
 }
 function paintSoon() {
   if (!paintFrame) paintFrame = requestAnimationFrame(paint);
+}
+function paintStatus() {
+  statusTimer = 0;
+  if (unpainted.status === null) return;
+  statusPaintedAt = performance.now();
+  renderStatus(unpainted.status);
+  unpainted.status = null;
+}
+function paintStatusSoon() {
+  if (statusTimer) return;
+  const wait = Math.max(0, statusPaintedAt + STATUS_PAINT_MS - performance.now());
+  statusTimer = setTimeout(() => requestAnimationFrame(paintStatus), wait);
 }
 
 async function start(options = {}) {
@@ -114,7 +131,7 @@ async function start(options = {}) {
   session.onStatus((status, ctx) => {
     state.statuses.push(`${ctx.source}:${status}`);
     unpainted.status = status;
-    paintSoon();
+    paintStatusSoon();
   });
   session.onError((error, ctx) => {
     state.errors.push(`${ctx.source}:${error.code}`);

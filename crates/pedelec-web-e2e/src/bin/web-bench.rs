@@ -19,6 +19,12 @@
 //!   deltas (a batching figure that does not depend on the machine's speed);
 //! - page memory (V8 heap after a collection, plus the SDK's wasm memory)
 //!   before the first delta turn and after the last.
+//!
+//! To find where the time goes: `PEDELEC_WEB_BENCH_PROFILE=FILE` writes CPU
+//! profiles of the page and the extension's worker, `PEDELEC_WEB_BENCH_TRACE=FILE`
+//! a Chrome trace of every process, each of one run of
+//! `PEDELEC_WEB_BENCH_PROFILE_PROMPT` (a prompt, or `floor` for 400 bare
+//! requests, to compare with).
 
 use std::time::Duration;
 
@@ -86,7 +92,7 @@ fn main() -> Result<(), E2eError> {
             rig.browser.call("Profiler.setSamplingInterval", json!({ "interval": 100 }), Some(&target.session))?;
             rig.browser.call("Profiler.start", json!({}), Some(&target.session))?;
         }
-        let send = format!("demo.attempt(() => demo.send({}))", serde_json::to_string(&prompt)?);
+        let send = profiled(&prompt)?;
         page.eval_for(&send, Duration::from_secs(600))?;
         let mut worker_path = path.clone();
         worker_path.push(".worker.cpuprofile");
@@ -95,6 +101,41 @@ fn main() -> Result<(), E2eError> {
             std::fs::write(path, serde_json::to_vec(&profile["profile"])?)?;
             println!("profile of `{prompt}` written to {}", std::path::Path::new(path).display());
         }
+    }
+
+    // PEDELEC_WEB_BENCH_TRACE=FILE: a Chrome trace (chrome://tracing, Perfetto)
+    // of one turn of PEDELEC_WEB_BENCH_PROFILE_PROMPT (as above): what the
+    // processes' threads do between the JS a profile sees — IPC, task
+    // scheduling, rendering.
+    if let Some(path) = std::env::var_os("PEDELEC_WEB_BENCH_TRACE") {
+        let prompt = std::env::var("PEDELEC_WEB_BENCH_PROFILE_PROMPT").unwrap_or(format!("/deltas {DELTAS}"));
+        let categories =
+            ["toplevel", "blink", "ipc", "mojom", "v8", "devtools.timeline", "extensions", "renderer.scheduler"];
+        rig.browser.call(
+            "Tracing.start",
+            json!({ "transferMode": "ReportEvents", "traceConfig": { "includedCategories": categories } }),
+            None,
+        )?;
+        page.eval_for(&profiled(&prompt)?, Duration::from_secs(600))?;
+        rig.browser.call("Tracing.end", json!({}), None)?;
+        let deadline = std::time::Instant::now() + Duration::from_secs(60);
+        let events = loop {
+            let events = rig.browser.events();
+            if events.iter().any(|e| e["method"] == "Tracing.tracingComplete") {
+                break events;
+            }
+            if std::time::Instant::now() > deadline {
+                return Err(E2eError::Timeout("the trace did not complete".into()));
+            }
+            std::thread::sleep(Duration::from_millis(100));
+        };
+        let trace: Vec<&Value> = events
+            .iter()
+            .filter(|e| e["method"] == "Tracing.dataCollected")
+            .flat_map(|e| e["params"]["value"].as_array().into_iter().flatten())
+            .collect();
+        std::fs::write(&path, serde_json::to_vec(&json!({ "traceEvents": trace }))?)?;
+        println!("trace of `{prompt}` ({} events) written to {}", trace.len(), std::path::Path::new(&path).display());
     }
 
     let mut rounds = Vec::new();
@@ -142,6 +183,15 @@ fn main() -> Result<(), E2eError> {
         );
     }
     Ok(())
+}
+
+/// The page's part of a profiled or traced run: a prompt sent as a turn, or
+/// `floor` for 400 of the floor's bare requests.
+fn profiled(prompt: &str) -> Result<String, E2eError> {
+    if prompt == "floor" {
+        return Ok("(async () => { for (let i = 0; i < 400; i++) await demo.pedelec.getApprovalStatus(); })()".into());
+    }
+    Ok(format!("demo.attempt(() => demo.send({}))", serde_json::to_string(prompt)?))
 }
 
 fn mib(bytes: f64) -> f64 {
