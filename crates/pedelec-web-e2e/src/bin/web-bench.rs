@@ -14,7 +14,8 @@
 //! - chat deltas of one 100 000-delta turn (`/deltas 100000`) per second, from
 //!   `sendText` to its settling, counted by the page's `onChatDelta`;
 //! - the native-messaging messages the extension received per tool call of
-//!   that turn (the previous call's answer and status, and the call itself);
+//!   that turn (about one: the call, with the previous call's status and,
+//!   in `acks`, its answer's success);
 //! - the native-messaging messages the extension received per 1 000 of those
 //!   deltas (a batching figure that does not depend on the machine's speed);
 //! - page memory (V8 heap after a collection, plus the SDK's wasm memory)
