@@ -52,3 +52,28 @@ impl Waiting {
         let _ = self.tx.send(result);
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use futures::channel::oneshot;
+    use pedelec_protocol::native::acknowledged_reply;
+    use pedelec_protocol::{ErrorCode, pb};
+
+    use super::Waiting;
+    use crate::transport::{Call, Reply};
+
+    #[test]
+    fn an_acknowledgement_settles_with_the_reply_it_stands_for_and_never_leaves_a_request_waiting() {
+        let submit = Call::SubmitToolResult(pb::SubmitToolResultRequest::default());
+        let (tx, mut rx) = oneshot::channel();
+        Waiting::new(tx, acknowledged_reply(&submit)).acknowledged();
+        let settled = rx.try_recv().unwrap().expect("settled");
+        assert_eq!(settled.unwrap(), Reply::SubmitToolResult(pb::SubmitToolResultResponse {}));
+        // A request that needs its response, acknowledged by a host that
+        // got it wrong: settled all the same, as a transport error.
+        let (tx, mut rx) = oneshot::channel();
+        Waiting::new(tx, acknowledged_reply(&Call::Ping(pb::PingRequest {}))).acknowledged();
+        let settled = rx.try_recv().unwrap().expect("settled");
+        assert_eq!(settled.unwrap_err().code, ErrorCode::TransportError.as_str());
+    }
+}
