@@ -115,10 +115,7 @@ async fn write_frames<W: AsyncWrite + Unpin>(mut output: W, mut queue: mpsc::Rec
             };
             if let Some(mut frame) = frame {
                 frame.acks = std::mem::take(&mut acks);
-                message_id = message_id.wrapping_add(1);
-                for piece in encode_native_frame(&frame, limits::NATIVE_HOST_TO_BROWSER_MAX, message_id) {
-                    bytes.extend_from_slice(&piece);
-                }
+                encode_into(&mut bytes, &frame, &mut message_id);
             }
             if bytes.len() < 256 * 1024 {
                 next = queue.try_recv().ok();
@@ -130,13 +127,17 @@ async fn write_frames<W: AsyncWrite + Unpin>(mut output: W, mut queue: mpsc::Rec
         bytes.clear();
     }
     if !acks.is_empty() {
-        let frame = pb::NativeFrame { acks, ..Default::default() };
-        let mut bytes = Vec::new();
-        for piece in encode_native_frame(&frame, limits::NATIVE_HOST_TO_BROWSER_MAX, message_id.wrapping_add(1)) {
-            bytes.extend_from_slice(&piece);
-        }
+        encode_into(&mut bytes, &pb::NativeFrame { acks, ..Default::default() }, &mut message_id);
         let _ = output.write_all(&bytes).await;
         let _ = output.flush().await;
+    }
+}
+
+/// Appends one frame's bytes (its chunks, when it is over 1 MiB).
+fn encode_into(bytes: &mut Vec<u8>, frame: &pb::NativeFrame, message_id: &mut u32) {
+    *message_id = message_id.wrapping_add(1);
+    for piece in encode_native_frame(frame, limits::NATIVE_HOST_TO_BROWSER_MAX, *message_id) {
+        bytes.extend_from_slice(&piece);
     }
 }
 

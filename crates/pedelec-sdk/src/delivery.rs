@@ -27,6 +27,21 @@ pub(crate) struct Waiting {
     ack: Option<crate::transport::Reply>,
 }
 
+/// A request's frame and what waits for its answer, as both relaying
+/// transports send one: a request whose success carries nothing (a tool
+/// result) asks for `defer_ack`, so that success can ride on the host's next
+/// frame instead of a message of its own.
+pub(crate) fn request_frame(
+    request_id: u32,
+    call: crate::transport::Call,
+    tx: futures::channel::oneshot::Sender<Result<crate::transport::Reply, PedelecError>>,
+) -> (pb::NativeFrame, Waiting) {
+    let ack = pedelec_protocol::native::acknowledged_reply(&call);
+    let defer_ack = ack.is_some();
+    let body = Some(pb::native_frame::Body::Request(pb::NativeRequest { call: Some(call) }));
+    (pb::NativeFrame { request_id, body, defer_ack, ..Default::default() }, Waiting { tx, ack })
+}
+
 impl Waiting {
     pub(crate) fn new(
         tx: futures::channel::oneshot::Sender<Result<crate::transport::Reply, PedelecError>>,

@@ -31,14 +31,12 @@ use std::sync::{Arc, Mutex};
 use futures::channel::{mpsc, oneshot};
 use futures::{SinkExt, StreamExt};
 use pedelec_protocol::event_batch::batch_events;
-use pedelec_protocol::native::{
-    ChunkAssembler, FrameDecoder, acknowledged_reply, decode_native_frame, encode_native_frame,
-};
+use pedelec_protocol::native::{ChunkAssembler, FrameDecoder, decode_native_frame, encode_native_frame};
 use pedelec_protocol::pb::{self, native_frame::Body};
 use pedelec_protocol::{ErrorCode, limits};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 
-use crate::delivery::{Waiting, decoded_batch};
+use crate::delivery::{Waiting, decoded_batch, request_frame};
 use crate::error::PedelecError;
 use crate::transport::{BoxFuture, Call, EventStream, Reply, Transport};
 
@@ -292,12 +290,8 @@ impl Shared {
     fn request(self: &Arc<Self>, call: Call) -> (u32, BoxFuture<'static, Result<Reply, PedelecError>>) {
         let id = self.next_id.fetch_add(1, Ordering::Relaxed);
         let (tx, rx) = oneshot::channel();
-        // A tool result's success need not come back on its own frame.
-        let ack = acknowledged_reply(&call);
-        let defer_ack = ack.is_some();
-        lock(&self.pending).insert(id, Waiting::new(tx, ack));
-        let body = Some(Body::Request(pb::NativeRequest { call: Some(call) }));
-        let frame = pb::NativeFrame { request_id: id, body, defer_ack, ..Default::default() };
+        let (frame, waiting) = request_frame(id, call, tx);
+        lock(&self.pending).insert(id, waiting);
         // `close` sets the flag before draining, so either it drains this entry or we see the flag.
         if self.closed.load(Ordering::SeqCst) || self.outgoing.unbounded_send(frame).is_err() {
             lock(&self.pending).remove(&id);

@@ -18,7 +18,7 @@ use futures::StreamExt;
 use futures::channel::{mpsc, oneshot};
 use js_sys::{Function, JSON, Object};
 use pedelec_protocol::event_batch::{Shared, batch_events, batch_events_base64};
-use pedelec_protocol::native::{ChunkAssembler, FrameError, acknowledged_reply, decode_native_frame};
+use pedelec_protocol::native::{ChunkAssembler, FrameError, decode_native_frame};
 use pedelec_protocol::pb::{self, native_frame::Body};
 use pedelec_protocol::{ErrorCode, json, limits};
 use wasm_bindgen::prelude::*;
@@ -26,7 +26,7 @@ use wasm_bindgen::{JsCast, JsValue};
 
 use super::js;
 use super::local::Local;
-use crate::delivery::{Waiting, decoded_batch};
+use crate::delivery::{Waiting, decoded_batch, request_frame};
 use crate::error::PedelecError;
 use crate::transport::{BoxFuture, Call, EventStream, Reply, Transport};
 
@@ -450,13 +450,8 @@ impl Link {
     pub(crate) async fn request(self: Rc<Self>, call: Call) -> Result<Reply, PedelecError> {
         let id = self.next_id();
         let (tx, rx) = oneshot::channel();
-        // A tool result's success need not come back as a message of its
-        // own: it rides with the agent's next events (`defer_ack`).
-        let ack = acknowledged_reply(&call);
-        let defer_ack = ack.is_some();
-        self.pending.borrow_mut().insert(id, Waiting::new(tx, ack));
-        let body = Some(Body::Request(pb::NativeRequest { call: Some(call) }));
-        let frame = pb::NativeFrame { request_id: id, body, defer_ack, ..Default::default() };
+        let (frame, waiting) = request_frame(id, call, tx);
+        self.pending.borrow_mut().insert(id, waiting);
         if let Err(error) = self.post_frame(&frame) {
             self.pending.borrow_mut().remove(&id);
             return Err(error);

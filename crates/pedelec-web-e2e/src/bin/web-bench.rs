@@ -86,14 +86,13 @@ fn main() -> Result<(), E2eError> {
     // turn (a .cpuprofile for DevTools), to find where the time goes; the
     // turn is a delta turn unless PEDELEC_WEB_BENCH_PROFILE_PROMPT says another.
     if let Some(path) = std::env::var_os("PEDELEC_WEB_BENCH_PROFILE") {
-        let prompt = std::env::var("PEDELEC_WEB_BENCH_PROFILE_PROMPT").unwrap_or(format!("/deltas {DELTAS}"));
+        let (prompt, send) = profiled_run()?;
         // The extension's worker too (FILE.worker.cpuprofile): it relays every message.
         for target in [&page, &worker] {
             rig.browser.call("Profiler.enable", json!({}), Some(&target.session))?;
             rig.browser.call("Profiler.setSamplingInterval", json!({ "interval": 100 }), Some(&target.session))?;
             rig.browser.call("Profiler.start", json!({}), Some(&target.session))?;
         }
-        let send = profiled(&prompt)?;
         page.eval_for(&send, Duration::from_secs(600))?;
         let mut worker_path = path.clone();
         worker_path.push(".worker.cpuprofile");
@@ -109,7 +108,7 @@ fn main() -> Result<(), E2eError> {
     // processes' threads do between the JS a profile sees — IPC, task
     // scheduling, rendering.
     if let Some(path) = std::env::var_os("PEDELEC_WEB_BENCH_TRACE") {
-        let prompt = std::env::var("PEDELEC_WEB_BENCH_PROFILE_PROMPT").unwrap_or(format!("/deltas {DELTAS}"));
+        let (prompt, send) = profiled_run()?;
         let categories =
             ["toplevel", "blink", "ipc", "mojom", "v8", "devtools.timeline", "extensions", "renderer.scheduler"];
         rig.browser.call(
@@ -117,7 +116,7 @@ fn main() -> Result<(), E2eError> {
             json!({ "transferMode": "ReportEvents", "traceConfig": { "includedCategories": categories } }),
             None,
         )?;
-        page.eval_for(&profiled(&prompt)?, Duration::from_secs(600))?;
+        page.eval_for(&send, Duration::from_secs(600))?;
         rig.browser.call("Tracing.end", json!({}), None)?;
         let deadline = std::time::Instant::now() + Duration::from_secs(60);
         let events = loop {
@@ -186,13 +185,17 @@ fn main() -> Result<(), E2eError> {
     Ok(())
 }
 
-/// The page's part of a profiled or traced run: a prompt sent as a turn, or
-/// `floor` for 400 of the floor's bare requests.
-fn profiled(prompt: &str) -> Result<String, E2eError> {
-    if prompt == "floor" {
-        return Ok("(async () => { for (let i = 0; i < 400; i++) await demo.pedelec.getApprovalStatus(); })()".into());
-    }
-    Ok(format!("demo.attempt(() => demo.send({}))", serde_json::to_string(prompt)?))
+/// What a profiled or traced run does (`PEDELEC_WEB_BENCH_PROFILE_PROMPT`,
+/// a delta turn by default), and the page's script for it: the prompt sent
+/// as a turn, or for `floor` 400 of the floor's bare requests.
+fn profiled_run() -> Result<(String, String), E2eError> {
+    let prompt = std::env::var("PEDELEC_WEB_BENCH_PROFILE_PROMPT").unwrap_or(format!("/deltas {DELTAS}"));
+    let script = if prompt == "floor" {
+        "(async () => { for (let i = 0; i < 400; i++) await demo.pedelec.getApprovalStatus(); })()".into()
+    } else {
+        format!("demo.attempt(() => demo.send({}))", serde_json::to_string(&prompt)?)
+    };
+    Ok((prompt, script))
 }
 
 fn mib(bytes: f64) -> f64 {
