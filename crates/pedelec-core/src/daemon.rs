@@ -10,6 +10,7 @@ use pedelec_protocol::pb::{
 
 use crate::config::CoreConfig;
 use crate::error::{CoreError, CoreResult};
+use crate::platform::memory;
 use crate::providers::Providers;
 use crate::registry::Registry;
 use crate::service::{AgentToolsService, CoreService};
@@ -147,7 +148,8 @@ pub async fn serve(config: CoreConfig) -> CoreResult<()> {
 /// Keeps memory and the store bounded for as long as Core runs: ended
 /// sessions nobody holds leave memory (a subscriber that went away, an
 /// auto-end after a disconnect), and ended sessions past their retention
-/// are deleted (at start, then hourly).
+/// are deleted (at start, then hourly). When Core has gone quiet after work,
+/// it hands back the memory that work left mapped (`platform::memory`).
 async fn maintain(
     registry: Arc<Registry>,
     mut released: tokio::sync::mpsc::UnboundedReceiver<String>,
@@ -157,6 +159,9 @@ async fn maintain(
     let mut purge = tokio::time::interval(crate::registry::RETENTION_INTERVAL);
     evict.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     purge.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    let mut quiet_tick = tokio::time::interval(memory::QUIET_TICK);
+    quiet_tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    let mut quiet = memory::QuietTrim::default();
     loop {
         tokio::select! {
             Some(id) = released.recv() => {
@@ -166,7 +171,16 @@ async fn maintain(
                 let evicted = registry.evict_ended();
                 if evicted > 0 {
                     tracing::debug!(evicted, "ended sessions left memory");
-                    crate::registry::return_freed_memory();
+                    memory::return_freed_memory();
+                }
+            }
+            _ = quiet_tick.tick() => {
+                let (cpu, faults) = memory::usage();
+                if quiet.tick(cpu, faults) {
+                    let released_kib = memory::trim();
+                    let (cpu, faults) = memory::usage();
+                    quiet.trimmed(faults, cpu);
+                    tracing::debug!(released_kib, "quiet: handed back mapped code pages and free heap");
                 }
             }
             _ = purge.tick(), if retention.is_some() => {

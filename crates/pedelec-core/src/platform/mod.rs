@@ -8,9 +8,11 @@
 //! | [`shutdown`] | SIGTERM, SIGINT | Ctrl-C, Ctrl-Break, console close |
 //! | [`command`] | `PATH` | `PATH` and `PATHEXT` (`codex.cmd`) |
 //! | [`files`] | modes 0700/0600, `RLIMIT_NOFILE` | the profile's own ACLs |
+//! | [`memory`] | Linux: drop clean code pages, `malloc_trim`, when quiet | nothing |
 
 pub mod command;
 pub mod endpoint;
 pub mod files;
+pub mod memory;
 pub mod process_tree;
 pub mod shutdown;

@@ -206,3 +206,51 @@ async fn the_doctor_says_what_answers_what_is_available_and_what_is_registered()
     assert!(report.contains("✗ socket") && report.contains("not running"), "{report}");
     assert!(report.contains("(from the settings; Core is not answering)"), "{report}");
 }
+
+/// KiB of Core's own binary that its page tables map (`Rss` of the
+/// binary's mappings in smaps).
+#[cfg(target_os = "linux")]
+fn mapped_binary_kib(pid: u32) -> u64 {
+    let exe = std::fs::read_link(format!("/proc/{pid}/exe")).unwrap();
+    let smaps = std::fs::read_to_string(format!("/proc/{pid}/smaps")).unwrap();
+    let mut ours = false;
+    let mut kib = 0;
+    for line in smaps.lines() {
+        if let Some(rss) = line.strip_prefix("Rss:") {
+            if ours {
+                kib += rss.trim().trim_end_matches("kB").trim().parse::<u64>().unwrap();
+            }
+        } else if line.contains(" r") && line.split_whitespace().next().is_some_and(|range| range.contains('-')) {
+            ours = line.ends_with(&*exe.to_string_lossy());
+        }
+    }
+    kib
+}
+
+/// A quiet Core hands back the pages of its binary that start-up mapped
+/// (`platform::memory`), and the code it runs next comes back: a tool turn
+/// after the trim is answered as before.
+#[cfg(target_os = "linux")]
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_quiet_core_hands_back_the_code_it_mapped_and_still_serves() {
+    let h = Harness::start();
+    let client = h.client().await;
+    let pid = client.ping().await.unwrap().pid;
+    let started = mapped_binary_kib(pid);
+    let mut now = started;
+    for _ in 0..100 {
+        now = mapped_binary_kib(pid);
+        if now * 2 < started {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    assert!(now * 2 < started, "mapped {started} KiB of its binary after start and still {now} KiB after 10 s");
+
+    let (session, counter) = counter_session(&client).await;
+    let recorder = Recorder::attach(&session);
+    session.send_text("/tool update_counter {\"delta\": 5}").await.unwrap();
+    assert_eq!(*counter.lock().unwrap(), 5);
+    assert!(recorder.lines().iter().any(|l| l.starts_with("chat ")), "the turn answered: {:?}", recorder.lines());
+    assert!(mapped_binary_kib(pid) > now, "the code the turn ran was mapped again");
+}
