@@ -13,6 +13,9 @@ use pedelec_sdk::{Pedelec, SessionOptions, ToolSpec};
 use serde_json::{Value, json};
 use tokio::io::{AsyncBufReadExt, AsyncWriteExt, BufReader};
 
+#[path = "../../pedelec-sdk/examples/common/mod.rs"]
+mod common;
+
 fn percentile(sorted: &[Duration], p: f64) -> u128 {
     sorted[((sorted.len() as f64 - 1.0) * p).round() as usize].as_micros()
 }
@@ -69,6 +72,9 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
     lines.next_line().await?;
     send(json!({"jsonrpc":"2.0","method":"notifications/initialized"})).await;
 
+    // The in-process floor on the same Core, before and after the bridge's
+    // calls: the scripted provider calling the same tool inside Core.
+    let floor_before = common::scripted_tool_floor_us(&session).await?;
     let s = session.clone();
     let turn = tokio::spawn(async move { s.send_text("/sleep 600000").await });
     while session.get_status() != pedelec_sdk::SessionStatus::Running {
@@ -85,14 +91,19 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
         }
     }
     timings.sort();
-    println!(
-        "MCP bridge tool-call round trip (2000 calls, agent → pedelec-core mcp → Core → SDK handler → agent): p50={}us p99={}us",
-        percentile(&timings, 0.5),
-        percentile(&timings, 0.99)
-    );
     shell_round_trip(&token, &socket, 300).await?;
-    session.end().await?;
+    session.cancel().await?;
     let _ = turn.await;
+    let floor = (floor_before + common::scripted_tool_floor_us(&session).await?) / 2.0;
+    // The issue's ≤ 150 µs was set beside an in-process figure of 92 µs on
+    // its machine: 1.63× that floor.
+    println!(
+        "MCP bridge tool-call round trip (2000 calls, agent → pedelec-core mcp → Core → SDK handler → agent): p50={}us p99={}us = {:.2}× the in-process floor of {floor:.0} µs in this run (target ≤ 150 µs, 1.63× the floor it was set beside)",
+        percentile(&timings, 0.5),
+        percentile(&timings, 0.99),
+        percentile(&timings, 0.5) as f64 / floor,
+    );
+    session.end().await?;
 
     lines_per_second("codex", &transcript("codex_tool_turn.jsonl"), || Box::new(CodexParser::default()));
     lines_per_second("claude", &transcript("claude_tool_turn.jsonl"), || Box::new(ClaudeParser::new(0)));
@@ -159,7 +170,7 @@ async fn shell_round_trip(token: &str, socket: &std::path::Path, n: usize) -> Re
     }
     let p50 = |t: &[Duration]| percentile(t, 0.5);
     println!(
-        "shell tool path ({n} calls, agent spawns `pedelec-tool call` → Core → SDK handler → exit): p50={}us p99={}us; floor /bin/true p50={}us ({:.2}× the floor; target ≤ 1000us)",
+        "shell tool path ({n} calls, agent spawns `pedelec-tool call` → Core → SDK handler → exit): p50={}us p99={}us; floor /bin/true p50={}us ({:.2}× the floor; target ≤ 1000us, 1.43× the 700 µs /bin/true it was set beside)",
         p50(&small),
         percentile(&small, 0.99),
         p50(&truth),

@@ -10,14 +10,16 @@ use pedelec_protocol::ErrorCode;
 use pedelec_protocol::pb::{self, tool_socket_request::Call, tool_socket_response::Result as Answer};
 use pedelec_protocol::tool_socket::{FrameError, HEADER_LEN, decode_body, encode_frame, frame_len};
 use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt, BufReader};
-use tokio::sync::{Semaphore, mpsc};
+use tokio::sync::Semaphore;
 
 use crate::platform::endpoint::Listener;
 use crate::service::AgentToolsService;
 
 /// Requests one connection may have in flight; past it Core stops reading
 /// that connection until one completes, so a client that floods it is held
-/// back instead of growing Core's memory.
+/// back instead of growing Core's memory. An answer is written before the
+/// connection is read on, so a client that does not read its answers is
+/// held back too.
 pub const MAX_IN_FLIGHT: usize = 64;
 
 /// Accepts connections until the task is dropped, at most `max_connections`
@@ -44,59 +46,53 @@ pub async fn serve(mut listener: Listener, tools: AgentToolsService, max_connect
 }
 
 /// Serves one connection until the client closes it or sends a frame that
-/// cannot be read; its calls still in flight are then abandoned.
+/// cannot be read; its calls still in flight are then abandoned (dropped,
+/// as a dropped gRPC request stops its call).
+///
+/// One task does it all: reading, the calls in flight, and writing their
+/// answers. A shell tool client makes one call per connection, and each
+/// task hop on its path (a task per call, another writing) was a wake-up of
+/// a parked worker thread, tens of microseconds each on a small VM.
 pub async fn connection<S: AsyncRead + AsyncWrite + Send + 'static>(stream: S, tools: AgentToolsService) {
     let (reader, mut writer) = tokio::io::split(stream);
-    let mut reader = BufReader::new(reader);
-    let (answers, mut outgoing) = mpsc::channel::<Outgoing>(MAX_IN_FLIGHT);
-    let write = tokio::spawn(async move {
-        while let Some(Outgoing { frame, last }) = outgoing.recv().await {
-            if writer.write_all(&frame).await.is_err() || last {
-                let _ = writer.shutdown().await;
-                return;
-            }
-        }
-    });
-    let in_flight = Arc::new(Semaphore::new(MAX_IN_FLIGHT));
+    // A read is not cancel-safe (a frame half read would be lost), so the
+    // one in progress lives across the loop and is only ever polled.
+    let mut reading = std::pin::pin!(read_next(BufReader::new(reader)));
+    let mut in_flight = futures::stream::FuturesUnordered::new();
     loop {
-        let request = match read_request(&mut reader).await {
-            Ok(Some(request)) => request,
-            Ok(None) => break,
-            Err(error) => {
-                // The stream has no next frame to find: say why, once, then
-                // end the connection (its calls in flight go with it).
-                tracing::debug!(%error, "ending a tool-socket connection");
-                let refusal = Answer::Error(pb::Error::new(ErrorCode::InvalidArgument, error.to_string()));
-                let frame = encode_frame(&pb::ToolSocketResponse { id: 0, result: Some(refusal) });
-                if answers.send(Outgoing { frame, last: true }).await.is_ok() {
-                    let _ = tokio::time::timeout(LAST_WORD, write).await;
+        tokio::select! {
+            (reader, request) = &mut reading, if in_flight.len() < MAX_IN_FLIGHT => match request {
+                Ok(Some(request)) => {
+                    let tools = &tools;
+                    in_flight.push(async move {
+                        let result = answer(tools, request.call).await;
+                        encode_frame(&pb::ToolSocketResponse { id: request.id, result: Some(result) })
+                    });
+                    reading.set(read_next(reader));
+                }
+                Ok(None) => return,
+                Err(error) => {
+                    // The stream has no next frame to find: say why, once, then
+                    // end the connection (its calls in flight go with it).
+                    tracing::debug!(%error, "ending a tool-socket connection");
+                    let refusal = Answer::Error(pb::Error::new(ErrorCode::InvalidArgument, error.to_string()));
+                    let frame = encode_frame(&pb::ToolSocketResponse { id: 0, result: Some(refusal) });
+                    let _ = tokio::time::timeout(LAST_WORD, async {
+                        if writer.write_all(&frame).await.is_ok() {
+                            let _ = writer.shutdown().await;
+                        }
+                    })
+                    .await;
                     return;
                 }
-                break;
+            },
+            Some(frame) = futures::StreamExt::next(&mut in_flight), if !in_flight.is_empty() => {
+                if writer.write_all(&frame).await.is_err() {
+                    return;
+                }
             }
-        };
-        let Ok(permit) = in_flight.clone().acquire_owned().await else { break };
-        let (tools, answers) = (tools.clone(), answers.clone());
-        tokio::spawn(async move {
-            let id = request.id;
-            // The writer goes when the connection does: stop the call then,
-            // as a dropped gRPC request stops it.
-            let result = tokio::select! {
-                result = answer(&tools, request.call) => result,
-                () = answers.closed() => return,
-            };
-            let frame = encode_frame(&pb::ToolSocketResponse { id, result: Some(result) });
-            let _ = answers.send(Outgoing { frame, last: false }).await;
-            drop(permit);
-        });
+        }
     }
-    write.abort();
-}
-
-/// A frame for the writer; after the `last` one it closes the connection.
-struct Outgoing {
-    frame: Vec<u8>,
-    last: bool,
 }
 
 /// How long the refusal of a bad frame may take to leave before the
@@ -106,6 +102,12 @@ const LAST_WORD: std::time::Duration = std::time::Duration::from_secs(2);
 /// What a body buffer starts at: it grows as bytes arrive, so a length
 /// prefix alone (up to `MAX_FRAME`) reserves no memory.
 const FIRST_READ: usize = 64 * 1024;
+
+/// [`read_request`] on a reader it owns and hands back.
+async fn read_next<R: AsyncRead + Unpin>(mut reader: R) -> (R, Result<Option<pb::ToolSocketRequest>, FrameError>) {
+    let request = read_request(&mut reader).await;
+    (reader, request)
+}
 
 /// The next request; `None` at a clean end of the stream.
 async fn read_request<R: AsyncRead + Unpin>(reader: &mut R) -> Result<Option<pb::ToolSocketRequest>, FrameError> {

@@ -213,6 +213,26 @@ async fn the_tool_socket_answers_concurrent_requests_by_id_and_refuses_bad_ones(
     }
     assert_eq!(answers, [(7, json!({"value": 2})), (9, json!({"n": 9}))].into());
 
+    // A frame that arrives in pieces, with another call's answer going out
+    // while it is half read, is read whole: the read in progress is never
+    // abandoned.
+    let split = encode_frame(&pb::ToolSocketRequest { id: 10, call: call(&token, "echo", json!({"n": 10})) });
+    socket.send(8, call(&token, "echo", json!({"n": 8}))).await;
+    socket.0.write_all(&split[..3]).await.unwrap();
+    let response = socket.next().await.expect("an answer");
+    assert_eq!(response.id, 8, "answered while the next frame is a header's three bytes in");
+    socket.0.write_all(&split[3..10]).await.unwrap();
+    tokio::time::sleep(Duration::from_millis(20)).await;
+    socket.0.write_all(&split[10..]).await.unwrap();
+    let response = socket.next().await.expect("an answer");
+    let Some(Answer::CallTool(pb::CallToolResponse {
+        outcome: Some(pb::call_tool_response::Outcome::ResultJson(json)),
+    })) = response.result
+    else {
+        panic!("{response:?}")
+    };
+    assert_eq!((response.id, serde_json::from_str::<Value>(&json).unwrap()), (10, json!({"n": 10})));
+
     // Refusals keep the connection.
     socket.send(11, None).await;
     let response = socket.next().await.unwrap();
