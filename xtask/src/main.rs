@@ -277,20 +277,16 @@ fn release_static(package: &str) -> Result<std::path::PathBuf> {
     let triple = host_triple()?;
     if !(triple.ends_with("-linux-gnu") && (triple.starts_with("x86_64") || triple.starts_with("aarch64"))) {
         cargo(&["build", "--release", "-p", package, "--bin", package])?;
-        return Ok(target_dir().join("release").join(package));
+        return Ok(web::target_dir().join("release").join(package));
     }
     let flags_var = format!("CARGO_TARGET_{}_RUSTFLAGS", triple.to_uppercase().replace('-', "_"));
     cargo_with_env(
         &["build", "--release", "--quiet", "--target", &triple, "-p", package, "--bin", package],
         &[(&flags_var, "-C target-feature=+crt-static")],
     )?;
-    Ok(target_dir().join(&triple).join("release").join(package))
+    Ok(web::target_dir().join(&triple).join("release").join(package))
 }
 
-/// Where cargo puts what it builds: `$CARGO_TARGET_DIR`, else `target/`.
-fn target_dir() -> std::path::PathBuf {
-    std::env::var_os("CARGO_TARGET_DIR").map_or_else(|| root().join("target"), std::path::PathBuf::from)
-}
 
 fn host_triple() -> Result<String> {
     let out = Command::new("rustc").arg("-vV").output().context("running rustc -vV")?;

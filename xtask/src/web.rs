@@ -49,7 +49,8 @@ fn ensure_wasm_bindgen() -> Result<()> {
     }
 }
 
-fn target_dir() -> PathBuf {
+/// Where cargo puts what it builds: `$CARGO_TARGET_DIR`, else `target/`.
+pub fn target_dir() -> PathBuf {
     std::env::var_os("CARGO_TARGET_DIR").map(PathBuf::from).unwrap_or_else(|| root().join("target"))
 }
 
