@@ -287,7 +287,6 @@ fn release_static(package: &str) -> Result<std::path::PathBuf> {
     Ok(web::target_dir().join(&triple).join("release").join(package))
 }
 
-
 fn host_triple() -> Result<String> {
     let out = Command::new("rustc").arg("-vV").output().context("running rustc -vV")?;
     String::from_utf8_lossy(&out.stdout)

@@ -74,10 +74,14 @@ pub async fn run(
     let stdout = process.take_stdout().expect("stdout is piped");
     let mut reader = LineReader::new(stdout, MAX_LINE_BYTES);
     let mut outcome = TurnOutcome::default();
+    // One wait for the whole turn: a new one per line registered and
+    // unregistered a waiter on the token's lock for every delta.
+    let cancelled = cancel.cancelled();
+    tokio::pin!(cancelled);
     loop {
         let next = tokio::select! {
             next = reader.next_line() => next,
-            () = cancel.cancelled() => {
+            () = &mut cancelled => {
                 process.terminate_group();
                 let _ = tokio::time::timeout(CANCEL_EXIT_WAIT, process.wait()).await;
                 return Err(ProviderFailure::cancelled());

@@ -254,10 +254,13 @@ impl Runtime {
         tokio::pin!(response);
         let mut cancel_sent = cancel.is_none();
         let mut room: Option<futures::future::BoxFuture<'_, ()>> = None;
+        // One wait for the whole prompt, not a new one per inbound item.
+        let cancelled = futures::future::OptionFuture::from(cancel.map(|(token, _)| token.cancelled()));
+        tokio::pin!(cancelled);
         let gone = loop {
             tokio::select! {
                 biased;
-                () = async { cancel.expect("only while unsent").0.cancelled().await }, if !cancel_sent => {
+                _ = &mut cancelled, if !cancel_sent => {
                     cancel_sent = true;
                     let session = cancel.expect("checked above").1.clone();
                     self.notify(CancelNotification::new(session));
