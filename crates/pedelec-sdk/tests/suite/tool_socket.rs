@@ -180,6 +180,17 @@ fn call(token: &str, tool: &str, args: Value) -> Option<Call> {
     }))
 }
 
+/// The result of a call that succeeded.
+fn result_json(response: &pb::ToolSocketResponse) -> Value {
+    let Some(Answer::CallTool(pb::CallToolResponse {
+        outcome: Some(pb::call_tool_response::Outcome::ResultJson(json)),
+    })) = &response.result
+    else {
+        panic!("not a result: {response:?}")
+    };
+    serde_json::from_str(json).unwrap()
+}
+
 fn refusal(response: &pb::ToolSocketResponse) -> &str {
     match &response.result {
         Some(Answer::Error(error)) => &error.code,
@@ -203,13 +214,7 @@ async fn the_tool_socket_answers_concurrent_requests_by_id_and_refuses_bad_ones(
     let mut answers = std::collections::BTreeMap::new();
     for _ in 0..2 {
         let response = socket.next().await.expect("an answer");
-        let Some(Answer::CallTool(pb::CallToolResponse {
-            outcome: Some(pb::call_tool_response::Outcome::ResultJson(json)),
-        })) = response.result
-        else {
-            panic!("{response:?}")
-        };
-        answers.insert(response.id, serde_json::from_str::<Value>(&json).unwrap());
+        answers.insert(response.id, result_json(&response));
     }
     assert_eq!(answers, [(7, json!({"value": 2})), (9, json!({"n": 9}))].into());
 
@@ -225,13 +230,7 @@ async fn the_tool_socket_answers_concurrent_requests_by_id_and_refuses_bad_ones(
     tokio::time::sleep(Duration::from_millis(20)).await;
     socket.0.write_all(&split[10..]).await.unwrap();
     let response = socket.next().await.expect("an answer");
-    let Some(Answer::CallTool(pb::CallToolResponse {
-        outcome: Some(pb::call_tool_response::Outcome::ResultJson(json)),
-    })) = response.result
-    else {
-        panic!("{response:?}")
-    };
-    assert_eq!((response.id, serde_json::from_str::<Value>(&json).unwrap()), (10, json!({"n": 10})));
+    assert_eq!((response.id, result_json(&response)), (10, json!({"n": 10})));
 
     // Refusals keep the connection.
     socket.send(11, None).await;
