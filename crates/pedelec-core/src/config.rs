@@ -18,6 +18,9 @@ pub struct CoreConfig {
     pub config_dir: PathBuf,
     /// How many connections at once, and how long a silent one may stay.
     pub connections: crate::connections::Limits,
+    /// How long Core must be quiet before it hands back the memory its
+    /// work left mapped (`platform::memory`); `None` never does.
+    pub trim_after_quiet: Option<Duration>,
 }
 
 impl CoreConfig {
@@ -35,6 +38,7 @@ impl CoreConfig {
             asset_ticket_ttl: pedelec_protocol::limits::ASSET_TICKET_TTL,
             config_dir: crate::settings::Settings::default_dir(),
             connections: crate::connections::Limits::default(),
+            trim_after_quiet: Some(crate::platform::memory::QUIET_TICK),
         }
     }
 

@@ -87,7 +87,7 @@ pub async fn serve(config: CoreConfig) -> CoreResult<()> {
     let registry = Arc::new(Registry::new(shared, config.managed_root(), policy));
     let restored = records.len();
     registry.restore(records);
-    tokio::spawn(maintain(registry.clone(), released, settings.ended_retention()));
+    tokio::spawn(maintain(registry.clone(), released, settings.ended_retention(), config.trim_after_quiet));
     // Written once sessions are restored: a client that finds the file (with
     // this pid) is served at once; earlier connections wait in the backlog.
     let discovery = config.discovery_file();
@@ -154,12 +154,13 @@ async fn maintain(
     registry: Arc<Registry>,
     mut released: tokio::sync::mpsc::UnboundedReceiver<String>,
     retention: Option<std::time::Duration>,
+    trim_after_quiet: Option<std::time::Duration>,
 ) {
     let mut evict = tokio::time::interval(crate::registry::EVICTION_INTERVAL);
     let mut purge = tokio::time::interval(crate::registry::RETENTION_INTERVAL);
     evict.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     purge.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
-    let mut quiet_tick = tokio::time::interval(memory::QUIET_TICK);
+    let mut quiet_tick = tokio::time::interval(trim_after_quiet.unwrap_or(memory::QUIET_TICK));
     quiet_tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     let mut quiet = memory::QuietTrim::default();
     loop {
@@ -174,7 +175,7 @@ async fn maintain(
                     memory::return_freed_memory();
                 }
             }
-            _ = quiet_tick.tick() => {
+            _ = quiet_tick.tick(), if trim_after_quiet.is_some() => {
                 let (cpu, faults) = memory::usage();
                 if quiet.tick(cpu, faults) {
                     let released_kib = memory::trim();

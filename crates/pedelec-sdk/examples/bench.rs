@@ -129,6 +129,23 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
     let busy_rss = rss_kib(pid);
     tokio::time::sleep(IDLE).await;
     let loaded_rss = rss_kib(pid);
+    // What the trim costs: a new session and a turn of 20 tool calls, on the
+    // Core that just handed its code back, then the same again, warm
+    // (`PEDELEC_CORE_TRIM_AFTER_QUIET_MS=0` runs it on a Core that keeps it).
+    let mut first_turns = Vec::new();
+    for _ in 0..2 {
+        let started = Instant::now();
+        let tool = ToolSpec::new("t".to_string(), "echo", json!({"type": "object"}));
+        let s = client.create_session(SessionOptions { tools: vec![tool], ..Default::default() }).await?;
+        let _h = s.on_tool_sync("t".to_string(), |args: serde_json::Value, _| Ok::<_, String>(args));
+        s.send_text("/tools 20 t {\"n\": 1}").await?;
+        first_turns.push(started.elapsed().as_secs_f64() * 1e3);
+        s.end().await?;
+    }
+    println!(
+        "after 3 s of quiet (and the quiet trim): a new session and a 20-call tool turn {:.2} ms, the same again warm {:.2} ms",
+        first_turns[0], first_turns[1]
+    );
     println!(
         "Core RSS: idle {} (300 ms after start {}; target ≤ 6 MiB), with 1000 idle sessions {} (300 ms after creating them {}, in {create_ms:.0} ms; target ≤ 9 MiB); after the 100k-delta burst {}",
         mib(idle_rss),

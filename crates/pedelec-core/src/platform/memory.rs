@@ -23,11 +23,13 @@
 
 use std::time::Duration;
 
-/// How often Core asks whether it has been quiet.
+/// How often Core asks whether it has been quiet, by default
+/// (`serve --trim-after-quiet-ms`).
 pub const QUIET_TICK: Duration = Duration::from_secs(1);
 
-/// At most this much CPU time in one [`QUIET_TICK`] counts as quiet (1 %):
-/// the idle loop's own timers and a keep-alive ping stay far below it.
+/// At most this much CPU time in one tick counts as quiet (1 % of the
+/// default tick): the idle loop's own timers and a keep-alive ping stay far
+/// below it.
 pub const QUIET_CPU: Duration = Duration::from_millis(10);
 
 /// Page faults since the last trim below which there is nothing worth

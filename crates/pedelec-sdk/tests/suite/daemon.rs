@@ -229,10 +229,23 @@ fn mapped_binary_kib(pid: u32) -> u64 {
 
 /// A quiet Core hands back the pages of its binary that start-up mapped
 /// (`platform::memory`), and the code it runs next comes back: a tool turn
-/// after the trim is answered as before.
+/// after the trim is answered as before. A Core started with
+/// `--trim-after-quiet-ms 0`, alongside, keeps them.
 #[cfg(target_os = "linux")]
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_quiet_core_hands_back_the_code_it_mapped_and_still_serves() {
+    let keeper_dir = tempfile::tempdir().unwrap();
+    let keeper_socket = keeper_dir.path().join("core.sock");
+    let _keeper = CoreProcess::spawn_with_args(
+        &find_core_binary(),
+        &keeper_socket,
+        &keeper_dir.path().join("state"),
+        Duration::from_secs(3),
+        &["--trim-after-quiet-ms", "0"],
+    )
+    .unwrap();
+    let keeper_pid = Pedelec::connect(&keeper_socket, ORIGIN).await.unwrap().ping().await.unwrap().pid;
+    let kept = mapped_binary_kib(keeper_pid);
     let h = Harness::start();
     let client = h.client().await;
     let pid = client.ping().await.unwrap().pid;
@@ -246,6 +259,8 @@ async fn a_quiet_core_hands_back_the_code_it_mapped_and_still_serves() {
         tokio::time::sleep(Duration::from_millis(100)).await;
     }
     assert!(now * 2 < started, "mapped {started} KiB of its binary after start and still {now} KiB after 10 s");
+    let keeper_now = mapped_binary_kib(keeper_pid);
+    assert!(keeper_now * 4 >= kept * 3, "the Core without the trim went from {kept} to {keeper_now} KiB");
 
     let (session, counter) = counter_session(&client).await;
     let recorder = Recorder::attach(&session);
