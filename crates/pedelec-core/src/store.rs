@@ -3,6 +3,8 @@
 //! Request paths never wait on the disk except where durability is the point
 //! (create, end, resume, an operation's start and completion): they hand a
 //! job to the writer thread, which batches queued jobs into one transaction.
+//! A batch nobody waits on stays open for [`GROUP_COMMIT_WINDOW`] (2 ms);
+//! one with a waiter commits at once.
 //!
 //! Durability, stated: a job that fails rolls back only itself and only its
 //! waiter hears of it; the rest of the batch commits. A job of several
@@ -94,6 +96,9 @@ struct Waiter {
 #[derive(Clone)]
 pub struct Store {
     jobs: mpsc::Sender<Queued>,
+    /// The writer thread, unparked by a job someone waits on: it may be
+    /// holding a batch open ([`GROUP_COMMIT_WINDOW`]).
+    writer: std::thread::Thread,
     faults: Arc<Faults>,
     /// A read-only connection for history pages (WAL: it reads beside the writer).
     reader: Arc<std::sync::Mutex<Connection>>,
@@ -212,11 +217,13 @@ impl Store {
         let (tx, rx) = mpsc::channel::<Queued>();
         let faults = Arc::new(Faults::default());
         let writer_faults = faults.clone();
-        std::thread::Builder::new()
+        let writer = std::thread::Builder::new()
             .name("pedelec-store".into())
             .spawn(move || writer(conn, rx, &writer_faults))
-            .map_err(|e| CoreError::io("starting the store thread", e))?;
-        Ok((Store { jobs: tx, faults, reader: Arc::new(std::sync::Mutex::new(reader)) }, records))
+            .map_err(|e| CoreError::io("starting the store thread", e))?
+            .thread()
+            .clone();
+        Ok((Store { jobs: tx, writer, faults, reader: Arc::new(std::sync::Mutex::new(reader)) }, records))
     }
 
     /// Makes the next `jobs` jobs fail as a broken disk would (tests only:
@@ -281,6 +288,7 @@ impl Store {
         self.jobs
             .send(Queued { job, one_statement: false, waiter: Some(Waiter { ack: tx, durable }) })
             .map_err(|_| stopped())?;
+        self.writer.unpark();
         Ok(async move {
             match rx.await {
                 Ok(result) => result.map_err(|e| CoreError::new(pedelec_protocol::ErrorCode::Internal, e)),
@@ -445,16 +453,39 @@ impl Store {
     }
 }
 
+/// Jobs in one transaction at most.
+const MAX_BATCH: usize = 512;
+
+/// How long a batch that nobody waits on stays open for more jobs. A turn
+/// appends an entry every few hundred microseconds (a tool call and its
+/// result, a chat message), and a wake-up and a commit per entry made the
+/// writer the second-busiest thread of a tool loop on two cores. While the
+/// batch is open the writer sleeps (jobs queue without waking it), and a
+/// job with a waiter wakes it at once, so no waiter (a durable save, a
+/// history read's `visible`) ever waits on this; what it moves is when
+/// unwaited appends reach the disk, by at most this much (a crash could
+/// already lose what was queued and not yet committed).
+const GROUP_COMMIT_WINDOW: std::time::Duration = std::time::Duration::from_millis(2);
+
 fn writer(conn: Connection, jobs: mpsc::Receiver<Queued>, faults: &Faults) {
     let mut synchronous_full = false;
+    let mut backlog = false;
     while let Ok(first) = jobs.recv() {
+        // Behind a full batch there is no point in waiting for more, and a
+        // waited job further back must not wait a window as well.
+        if first.waiter.is_none() && !backlog {
+            // Woken early by a waited job's unpark (or a stale one: the
+            // batch then just commits sooner).
+            std::thread::park_timeout(GROUP_COMMIT_WINDOW);
+        }
         let mut batch = vec![first];
-        while batch.len() < 512 {
+        while batch.len() < MAX_BATCH {
             match jobs.try_recv() {
                 Ok(job) => batch.push(job),
                 Err(_) => break,
             }
         }
+        backlog = batch.len() == MAX_BATCH;
         // FULL only when someone waits on this commit (see the module docs).
         let wanted_full = batch.iter().any(|queued| queued.waiter.as_ref().is_some_and(|w| w.durable));
         if wanted_full != synchronous_full {
