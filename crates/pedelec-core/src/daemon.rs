@@ -180,7 +180,7 @@ async fn maintain(
                 if quiet.tick(cpu, faults) {
                     let released_kib = memory::trim();
                     let (cpu, faults) = memory::usage();
-                    quiet.trimmed(faults, cpu);
+                    quiet.trimmed(cpu, faults);
                     tracing::debug!(released_kib, "quiet: handed back mapped code pages and free heap");
                 }
             }

@@ -42,9 +42,10 @@ enum Command {
         #[arg(long, default_value_t = 10_000)]
         handshake_timeout_ms: u64,
         /// How long Core must be quiet before it hands back the code pages
-        /// and free heap its work left mapped (Linux; lower RSS, and a few
-        /// milliseconds more on the first request after); 0 never does.
-        #[arg(long, env = "PEDELEC_CORE_TRIM_AFTER_QUIET_MS", default_value_t = 1000)]
+        /// and free heap its work left mapped (Linux: a lower RSS; code run
+        /// after it faults back in from the page cache); 0 never does.
+        #[arg(long, env = "PEDELEC_CORE_TRIM_AFTER_QUIET_MS",
+              default_value_t = pedelec_core::platform::memory::QUIET_TICK.as_millis() as u64)]
         trim_after_quiet_ms: u64,
     },
     /// Say what a user needs to know when something does not work: Core's

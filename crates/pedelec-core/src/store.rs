@@ -499,9 +499,7 @@ fn writer(conn: Connection, jobs: mpsc::Receiver<Queued>, faults: &Faults) {
         let committed = (|| {
             conn.execute_batch("BEGIN")?;
             for Queued { job, one_statement, waiter } in batch {
-                let result =
-                    if one_statement { run_statement(&conn, job, faults) } else { run_isolated(&conn, job, faults) };
-                results.push((waiter, result));
+                results.push((waiter, run_job(&conn, job, one_statement, faults)));
             }
             conn.execute_batch("COMMIT")
         })()
@@ -524,31 +522,27 @@ fn writer(conn: Connection, jobs: mpsc::Receiver<Queued>, faults: &Faults) {
     }
 }
 
-/// Runs a one-statement job: SQLite's own statement rollback undoes only
-/// its writes if it fails.
-fn run_statement(conn: &Connection, job: Job, faults: &Faults) -> Result<(), String> {
-    let result = if take(&faults.jobs) { Err(injected()) } else { job(conn) };
-    result.map_err(|e| e.to_string())
+/// Runs one job so that, if it fails, only its writes are undone: a
+/// one-statement job by SQLite's own statement rollback, any other in a
+/// savepoint of its own.
+fn run_job(conn: &Connection, job: Job, one_statement: bool, faults: &Faults) -> Result<(), String> {
+    let job = move || if take(&faults.jobs) { Err(injected()) } else { job(conn) };
+    if one_statement { job() } else { in_savepoint(conn, job) }.map_err(|e| e.to_string())
 }
 
-/// Runs one job in its own savepoint: if it fails, only its writes are undone.
-fn run_isolated(conn: &Connection, job: Job, faults: &Faults) -> Result<(), String> {
+fn in_savepoint(conn: &Connection, job: impl FnOnce() -> rusqlite::Result<()>) -> rusqlite::Result<()> {
     // Cached statements: parsing the savepoint's SQL anew for each job was
     // about 7 % of the writer's time on a turn of many small messages.
     let statement = |sql: &str| conn.prepare_cached(sql)?.execute([]).map(drop);
-    let run = || -> rusqlite::Result<()> {
-        statement("SAVEPOINT job")?;
-        let result = if take(&faults.jobs) { Err(injected()) } else { job(conn) };
-        match result {
-            Ok(()) => statement("RELEASE job"),
-            Err(error) => {
-                statement("ROLLBACK TO job")?;
-                statement("RELEASE job")?;
-                Err(error)
-            }
+    statement("SAVEPOINT job")?;
+    match job() {
+        Ok(()) => statement("RELEASE job"),
+        Err(error) => {
+            statement("ROLLBACK TO job")?;
+            statement("RELEASE job")?;
+            Err(error)
         }
-    };
-    run().map_err(|e| e.to_string())
+    }
 }
 
 fn insert_entry(c: &Connection, session_id: &str, entry: &TranscriptEntry) -> rusqlite::Result<()> {

@@ -53,8 +53,8 @@ impl QuietTrim {
         !busy && faults.saturating_sub(self.faults_at_trim) >= REFAULTS_WORTH_A_TRIM
     }
 
-    /// Records a trim: `faults` is the total after it.
-    pub fn trimmed(&mut self, faults: u64, cpu: Duration) {
+    /// Records a trim: `cpu` and `faults` are the totals after it.
+    pub fn trimmed(&mut self, cpu: Duration, faults: u64) {
         self.faults_at_trim = faults;
         // The trim's own work is not a sign of activity.
         self.last_cpu = Some(cpu);
@@ -283,7 +283,7 @@ VmFlags: rd ex mr mw me de sd
         assert!(!quiet.tick(ms(50), 5_000), "the first tick has nothing to compare with");
         assert!(!quiet.tick(ms(300), 6_000), "busy: 250 ms of CPU in the tick");
         assert!(quiet.tick(ms(302), 6_010), "quiet, with pages faulted in since start");
-        quiet.trimmed(6_020, ms(303));
+        quiet.trimmed(ms(303), 6_020);
         assert!(!quiet.tick(ms(304), 6_030), "still quiet, but nothing was mapped again");
         assert!(!quiet.tick(ms(900), 7_000), "work again");
         assert!(quiet.tick(ms(901), 7_001), "quiet after it: trim again");
