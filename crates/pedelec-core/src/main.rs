@@ -6,19 +6,16 @@ use std::time::Duration;
 use clap::{Parser, Subcommand};
 use pedelec_core::CoreConfig;
 
-/// See `platform::memory::Allocator` for why.
+/// See `platform::memory::Allocator` for why (Linux only).
+#[cfg(target_os = "linux")]
 #[global_allocator]
 static ALLOCATOR: pedelec_core::platform::memory::Allocator = mimalloc::MiMalloc;
 
-/// The allocator's options, set by the loader before Rust's runtime starts
-/// and allocates (`platform::memory::configure_allocator` says why). Each
-/// platform names its own constructor section.
-#[cfg_attr(
-    any(target_os = "linux", target_os = "android", target_os = "freebsd"),
-    unsafe(link_section = ".init_array")
-)]
-#[cfg_attr(target_vendor = "apple", unsafe(link_section = "__DATA,__mod_init_func"))]
-#[cfg_attr(windows, unsafe(link_section = ".CRT$XCU"))]
+/// The allocator's options, set by the loader (`.init_array`) before Rust's
+/// runtime starts and allocates (`platform::memory::configure_allocator`
+/// says why).
+#[cfg(target_os = "linux")]
+#[unsafe(link_section = ".init_array")]
 #[used]
 static ALLOCATOR_SETUP: extern "C" fn() = pedelec_core::platform::memory::configure_allocator;
 

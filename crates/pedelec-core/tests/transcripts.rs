@@ -113,3 +113,36 @@ fn claude_stream_events_of_every_shape() {
         ]
     );
 }
+
+/// Agent message items of every shape: only a completed one is a chat
+/// message, its text read whatever else the item carries, and one whose
+/// text is not a string is an empty message, as before the borrowed reading.
+#[test]
+fn codex_agent_messages_of_every_shape() {
+    let mut parser = CodexParser::default();
+    let transcript = [
+        r#"{"type":"item.completed","item":{"id":"item_0","type":"agent_message","text":"a\"b\n\u00e9"}}"#,
+        // Fields in another order, and more of them.
+        r#"{"item":{"text":"second","status":"completed","type":"agent_message","id":"item_1"},"type":"item.completed"}"#,
+        r#"{"type":"item.started","item":{"id":"item_2","type":"agent_message","text":"not yet"}}"#,
+        r#"{"type":"item.completed","item":{"id":"item_3","type":"agent_message"}}"#,
+        r#"{"type":"item.completed","item":{"id":"item_4","type":"agent_message","text":7}}"#,
+        r#"{"type":"item.completed","item":{"id":"item_5","type":"reasoning","text":"hm"}}"#,
+        r#"{"type":"item.completed","item":"odd"}"#,
+        r#"{"type":"item.completed","item":{"id":"item_6","type":"agent_message","text":"last"}}"#,
+    ]
+    .join("\n");
+    let events = parse_transcript(&mut parser, &transcript);
+    let messages: Vec<&AgentEvent> = events.iter().filter(|e| matches!(e, AgentEvent::Message { .. })).collect();
+    assert_eq!(
+        messages,
+        [
+            &AgentEvent::Message { text: "a\"b\né".into() },
+            &AgentEvent::Message { text: "second".into() },
+            &AgentEvent::Message { text: String::new() },
+            &AgentEvent::Message { text: String::new() },
+            &AgentEvent::Message { text: "last".into() },
+        ]
+    );
+    assert!(events.iter().any(|e| matches!(e, AgentEvent::Activity(a) if a.output == "hm")), "{events:?}");
+}

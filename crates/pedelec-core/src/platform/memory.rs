@@ -100,19 +100,24 @@ pub fn trim() -> u64 {
     0
 }
 
-/// Core's allocator, installed by the binary (`#[global_allocator]` in
-/// `main.rs`, after [`configure_allocator`]): mimalloc. Core's work is
-/// small allocations made on one thread and freed on another — a provider's
-/// line parsed on a worker, its transcript row freed on the store's writer,
-/// an event encoded on the connection's task. glibc's malloc serialises
-/// those frees on its arena lock and consolidates on the way: in a profile
-/// of a codex turn, `_int_malloc`, `_int_free`, `malloc_consolidate` and
-/// `unlink_chunk` were a fifth of Core's samples. Measured with mimalloc
-/// (`PEDELEC_BENCH_ONLY=providers`, alternating A/B): provider delta turns
-/// 17–27 % faster in every format.
+/// Core's allocator on Linux, installed by the binary (`#[global_allocator]`
+/// in `main.rs`, configured by [`configure_allocator`]): mimalloc. Core's
+/// work is small allocations made on one thread and freed on another — a
+/// provider's line parsed on a worker, its transcript row freed on the
+/// store's writer, an event encoded on the connection's task. glibc's
+/// malloc serialises those frees on its arena lock and consolidates on the
+/// way: in a profile of a codex turn, `_int_malloc`, `_int_free`,
+/// `malloc_consolidate` and `unlink_chunk` were a fifth of Core's samples.
+/// Measured with mimalloc (`PEDELEC_BENCH_ONLY=providers`, alternating A/B
+/// runs): provider delta turns 17–27 % faster in every format. Elsewhere
+/// Core keeps the system's allocator: the measurements were of glibc's, and
+/// mimalloc's macOS build needs the SDK's CommonCrypto headers, which the
+/// zig cross toolchain lacks.
+#[cfg(target_os = "linux")]
 pub type Allocator = mimalloc::MiMalloc;
 
 /// mimalloc's `arena_eager_commit` (its option number in `mimalloc.h`).
+#[cfg(target_os = "linux")]
 const MI_OPTION_ARENA_EAGER_COMMIT: libmimalloc_sys::mi_option_t = 4;
 
 /// Sets the allocator's options before anything is allocated. By default
@@ -124,6 +129,7 @@ const MI_OPTION_ARENA_EAGER_COMMIT: libmimalloc_sys::mi_option_t = 4;
 /// first thing in `main` is already too late (measured: no change), since
 /// the runtime allocates before `main` — so the binary runs it as a
 /// constructor (`ALLOCATOR_SETUP` in `main.rs`).
+#[cfg(target_os = "linux")]
 pub extern "C" fn configure_allocator() {
     // SAFETY: sets a plain option value, before any thread but the first
     // exists (mimalloc's options are not thread-safe).
@@ -131,14 +137,17 @@ pub extern "C" fn configure_allocator() {
 }
 
 /// Hands memory freed by evictions back to the system: mimalloc's free
-/// pages (when it is the allocator, see [`Allocator`]) and glibc's free heap
+/// pages (when it is the allocator, on Linux: see `Allocator`) and glibc's free heap
 /// (what was allocated before it, or everything where it is not). Without
 /// this a burst of sessions that all ended stays in Core's RSS (measured
 /// with glibc: +54 MiB after 10 000, +6 MiB with it).
 pub fn return_freed_memory() {
+    #[cfg(target_os = "linux")]
     // SAFETY: collects the calling thread's free pages and purges the
     // arenas' free memory; a no-op when mimalloc allocated nothing.
-    unsafe { libmimalloc_sys::mi_collect(true) };
+    unsafe {
+        libmimalloc_sys::mi_collect(true)
+    };
     #[cfg(all(target_os = "linux", target_env = "gnu"))]
     // SAFETY: malloc_trim only releases free memory of the allocator's own arenas.
     unsafe {

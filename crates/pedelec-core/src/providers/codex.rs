@@ -267,8 +267,39 @@ impl CodexParser {
     }
 }
 
+/// The part of a completed `agent_message` item line a chat message needs,
+/// borrowed from the line. In a long answer most lines are these, and
+/// reading each into a `serde_json::Value` tree (every key and string
+/// allocated, the keys hashed into a map) was most of the parser's time.
+/// Unknown fields are skipped; any other line, or a field of another type,
+/// fails this reading and takes the full one.
+#[derive(serde::Deserialize)]
+struct ItemLine<'a> {
+    #[serde(rename = "type", borrow)]
+    kind: std::borrow::Cow<'a, str>,
+    #[serde(borrow)]
+    item: MessageItem<'a>,
+}
+
+#[derive(serde::Deserialize)]
+struct MessageItem<'a> {
+    #[serde(rename = "type", borrow)]
+    kind: std::borrow::Cow<'a, str>,
+    #[serde(default, borrow)]
+    text: Option<std::borrow::Cow<'a, str>>,
+}
+
+/// A completed `agent_message` line's text, or `None` for the full reading.
+fn completed_message(line: &str) -> Option<String> {
+    let ItemLine { kind, item } = serde_json::from_str(line).ok()?;
+    (kind == "item.completed" && item.kind == "agent_message").then(|| item.text.unwrap_or_default().into_owned())
+}
+
 impl LineParser for CodexParser {
     fn line(&mut self, line: &str) -> Vec<AgentEvent> {
+        if let Some(text) = completed_message(line) {
+            return vec![AgentEvent::Message { text }];
+        }
         let value: Value = match serde_json::from_str(line) {
             Ok(value @ Value::Object(_)) => value,
             Ok(_) => return vec![skipped(line, "not a JSON object")],
