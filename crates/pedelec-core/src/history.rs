@@ -9,7 +9,7 @@ use crate::store::TranscriptEntry;
 /// A stored entry as the client sees it; `None` for kinds that are not part
 /// of the history (a preparation's prompt) or that this Core does not know.
 pub fn entry(id: u64, stored: &TranscriptEntry) -> Option<pb::HistoryEntry> {
-    let body = &stored.body;
+    let body = &stored.body.json();
     let text = |key: &str| body.get(key).and_then(serde_json::Value::as_str).unwrap_or_default().to_owned();
     let kind = match stored.kind.as_str() {
         "user_text" => Kind::UserText(pb::HistoryText {
@@ -62,9 +62,10 @@ pub fn entry(id: u64, stored: &TranscriptEntry) -> Option<pb::HistoryEntry> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::store::EntryBody;
 
     fn stored(kind: &str, body: serde_json::Value) -> TranscriptEntry {
-        TranscriptEntry { seq: 7, at_ms: 1, kind: kind.into(), body }
+        TranscriptEntry { seq: 7, at_ms: 1, kind: kind.into(), body: EntryBody::new(&body) }
     }
 
     #[test]

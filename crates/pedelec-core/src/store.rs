@@ -66,7 +66,40 @@ pub struct TranscriptEntry {
     pub at_ms: i64,
     /// "user_text", "chat", "tool_call", "tool_result", "operation_started", "operation_completed", …
     pub kind: String,
-    pub body: serde_json::Value,
+    pub body: EntryBody,
+}
+
+/// A transcript entry's body as JSON text, serialised once where the entry
+/// is made and written to its row as it is. A turn of many messages makes
+/// an entry per message: building each as a `serde_json::Value` tree (a
+/// map, its keys, a copy of the text) only to print it for the row was a
+/// tenth of a message's cost in Core. Readers of the history parse it
+/// ([`EntryBody::json`]); they are few and read rarely.
+#[derive(Debug, Clone, PartialEq)]
+pub struct EntryBody(String);
+
+impl EntryBody {
+    /// `value` serialised. Serialising a `serde_json::Value` or a derived
+    /// struct cannot fail; anything that does is stored as `null`, as an
+    /// unreadable stored body reads.
+    pub fn new(value: &impl serde::Serialize) -> Self {
+        EntryBody(serde_json::to_string(value).unwrap_or_else(|_| "null".into()))
+    }
+
+    /// A body read back from its row.
+    fn stored(text: String) -> Self {
+        EntryBody(text)
+    }
+
+    /// The JSON text.
+    pub fn as_str(&self) -> &str {
+        &self.0
+    }
+
+    /// The body as a JSON tree (`null` if the stored text is not JSON).
+    pub fn json(&self) -> serde_json::Value {
+        serde_json::from_str(&self.0).unwrap_or(serde_json::Value::Null)
+    }
 }
 
 type Job = Box<dyn FnOnce(&Connection) -> rusqlite::Result<()> + Send>;
@@ -310,11 +343,10 @@ impl Store {
     /// Appends a transcript entry without waiting.
     pub fn append(&self, session_id: &str, entry: TranscriptEntry) {
         let id = session_id.to_owned();
-        // Serialised here, on the caller's thread: the one writer thread is
-        // the bound of a turn of many messages, and the callers have room.
-        // The job keeps the text only, not the JSON tree beside it.
+        // Serialised on the caller's thread (`EntryBody`): the one writer
+        // thread is the bound of a turn of many messages.
         let TranscriptEntry { seq, at_ms, kind, body } = entry;
-        let row = Row { seq, at_ms, kind, body: body.to_string() };
+        let row = Row { seq, at_ms, kind, body: body.0 };
         self.submit_statement(Box::new(move |c| insert_row(c, &id, &row)));
     }
 
@@ -349,7 +381,7 @@ impl Store {
                         seq: row.get::<_, i64>(1)? as u64,
                         at_ms: row.get(2)?,
                         kind: row.get(3)?,
-                        body: serde_json::from_str(&body).unwrap_or(serde_json::Value::Null),
+                        body: EntryBody::stored(body),
                     },
                 ))
             })?;
@@ -546,7 +578,7 @@ fn in_savepoint(conn: &Connection, job: impl FnOnce() -> rusqlite::Result<()>) -
 }
 
 fn insert_entry(c: &Connection, session_id: &str, entry: &TranscriptEntry) -> rusqlite::Result<()> {
-    let row = Row { seq: entry.seq, at_ms: entry.at_ms, kind: entry.kind.clone(), body: entry.body.to_string() };
+    let row = Row { seq: entry.seq, at_ms: entry.at_ms, kind: entry.kind.clone(), body: entry.body.0.clone() };
     insert_row(c, session_id, &row)
 }
 
@@ -671,7 +703,7 @@ pub fn read_transcript(database: &Path, session_id: &str) -> CoreResult<Vec<Tran
             seq: row.get::<_, i64>(0)? as u64,
             at_ms: row.get(1)?,
             kind: row.get(2)?,
-            body: serde_json::from_str(&body).unwrap_or(serde_json::Value::Null),
+            body: EntryBody::stored(body),
         })
     })?;
     Ok(rows.collect::<rusqlite::Result<_>>()?)
@@ -746,7 +778,10 @@ mod tests {
                  VALUES ('sess-a', 1, 0, 'chat', '{}'), ('sess-a', 2, 0, 'chat', '{}'), ('sess-a', 3, 0, NULL, '{}')",
             )
         }));
-        store.append("sess-a", TranscriptEntry { seq: 4, at_ms: 0, kind: "chat".into(), body: serde_json::json!({}) });
+        store.append(
+            "sess-a",
+            TranscriptEntry { seq: 4, at_ms: 0, kind: "chat".into(), body: EntryBody::new(&serde_json::json!({})) },
+        );
         store.save_durably(record("sess-b")).await.expect("the batch commits around the failed statement");
         let seqs: Vec<u64> = read_transcript(&path, "sess-a").unwrap().iter().map(|e| e.seq).collect();
         assert_eq!(seqs, [4], "none of the failed statement's rows, the next append kept");

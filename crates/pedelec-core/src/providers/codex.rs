@@ -290,7 +290,13 @@ struct MessageItem<'a> {
 }
 
 /// A completed `agent_message` line's text, or `None` for the full reading.
+/// A line that does not name the type anywhere is not tried: every other
+/// item line would otherwise be parsed twice (measured on a recorded tool
+/// turn: 0.97 → 0.72 M lines/s without this check).
 fn completed_message(line: &str) -> Option<String> {
+    if !line.contains("\"agent_message\"") {
+        return None;
+    }
     let ItemLine { kind, item } = serde_json::from_str(line).ok()?;
     (kind == "item.completed" && item.kind == "agent_message").then(|| item.text.unwrap_or_default().into_owned())
 }

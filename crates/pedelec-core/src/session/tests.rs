@@ -669,7 +669,7 @@ fn a_cancelled_tool_turn_withdraws_its_calls_keeps_its_text_and_completes_cancel
     // However the provider wound down (here: it finished normally), the outcome is cancelled.
     let finished = finish(&mut m, &operation, Ok(()));
     let interrupted = finished.iter().find_map(|e| match e {
-        Effect::Append(entry) if entry.kind == "chat" => Some(entry.body.clone()),
+        Effect::Append(entry) if entry.kind == "chat" => Some(entry.body.json()),
         _ => None,
     });
     let interrupted = interrupted.expect("the streamed text is kept");

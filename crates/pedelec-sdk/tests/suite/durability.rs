@@ -71,7 +71,7 @@ async fn an_operation_interrupted_by_a_crash_is_reported_failed_and_the_session_
     resumed.send_text("after the crash").await.unwrap();
     let transcript = read_transcript(&h.database(), &id).unwrap();
     assert!(
-        transcript.iter().any(|e| e.kind == "operation_completed" && e.body["error"] == "CORE_RESTARTED"),
+        transcript.iter().any(|e| e.kind == "operation_completed" && e.body.json()["error"] == "CORE_RESTARTED"),
         "{transcript:?}"
     );
 
@@ -81,8 +81,8 @@ async fn an_operation_interrupted_by_a_crash_is_reported_failed_and_the_session_
     let outcomes = snapshot_outcomes(&h, &id).await;
     let codes: Vec<Option<&str>> = outcomes.iter().map(|o| o.error.as_ref().map(|e| e.code.as_str())).collect();
     assert_eq!(codes, vec![Some("CORE_RESTARTED"), None], "{outcomes:?}");
-    let interrupted = transcript.iter().find(|e| e.body["error"] == "CORE_RESTARTED").unwrap();
-    assert_eq!(interrupted.body["operation_id"], outcomes[0].operation_id.as_str());
+    let interrupted = transcript.iter().find(|e| e.body.json()["error"] == "CORE_RESTARTED").unwrap();
+    assert_eq!(interrupted.body.json()["operation_id"], outcomes[0].operation_id.as_str());
     assert_eq!(outcomes[1].kind, pb::OperationKind::SendText as i32);
 }
 

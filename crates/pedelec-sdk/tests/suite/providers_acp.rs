@@ -99,7 +99,7 @@ fn transcript_activities(h: &Harness, session: &str) -> Vec<String> {
         .unwrap()
         .into_iter()
         .filter(|e| e.kind == "agent_activity")
-        .map(|e| e.body["summary"].as_str().unwrap_or_default().to_owned())
+        .map(|e| e.body.json()["summary"].as_str().unwrap_or_default().to_owned())
         .collect()
 }
 

@@ -170,7 +170,14 @@ impl SessionState {
         // Recorded after its event, so the entry carries the event's seq
         // (what GetHistory's after_seq compares against).
         self.emit(operation.as_str(), Kind::Chat(pb::Chat { text: text.to_owned() }), now, out);
-        self.append("chat", serde_json::json!({ "operation_id": operation, "text": text }), now, out);
+        // Serialised straight from the borrowed text (no JSON tree); the
+        // same body as the interrupted entry's, less its flag.
+        #[derive(serde::Serialize)]
+        struct Chat<'a> {
+            operation_id: &'a str,
+            text: &'a str,
+        }
+        self.append("chat", Chat { operation_id: operation.as_str(), text }, now, out);
     }
 
     /// The provider's cumulative total; announced only when it grows.
