@@ -102,14 +102,25 @@ type Job = Box<dyn FnOnce(&Connection) -> rusqlite::Result<()> + Send>;
 
 /// A job in the writer's queue.
 struct Queued {
-    job: Job,
-    /// The job runs exactly one SQL statement. SQLite undoes a failed
-    /// statement alone and keeps the rest of the transaction, so such a job
-    /// needs no savepoint of its own: an appended message is then one
-    /// statement instead of three (a turn of many messages spent a third of
-    /// the writer's time on `SAVEPOINT` and `RELEASE`).
-    one_statement: bool,
+    work: Work,
     waiter: Option<Waiter>,
+}
+
+/// What a queued job runs. A job of exactly one SQL statement needs no
+/// savepoint of its own: SQLite undoes a failed statement alone and keeps
+/// the rest of the transaction (an appended message is then one statement
+/// instead of three; a turn of many messages spent a third of the writer's
+/// time on `SAVEPOINT` and `RELEASE`).
+enum Work {
+    /// A transcript row, inserted through the one statement the writer
+    /// holds for the whole batch. Taken from the statement cache per row
+    /// (hashing its SQL) and boxed as a closure, an appended message cost
+    /// the writer — the bound of a codex turn — more than it had to.
+    Append { session_id: String, row: Row },
+    /// A job of exactly one statement.
+    Statement(Job),
+    /// A job of several statements, run in a savepoint of its own.
+    Isolated(Job),
 }
 /// Where the writer reports that a job's transaction committed (or why not).
 type Ack = oneshot::Sender<Result<(), String>>;
@@ -299,7 +310,7 @@ impl Store {
 
     /// Queues a job that runs exactly one statement, without waiting.
     fn submit_statement(&self, job: Job) {
-        let _ = self.jobs.send(Queued { job, one_statement: true, waiter: None });
+        let _ = self.jobs.send(Queued { work: Work::Statement(job), waiter: None });
     }
 
     async fn submit_and_wait(&self, job: Job) -> CoreResult<()> {
@@ -315,7 +326,7 @@ impl Store {
         let stopped = || CoreError::new(pedelec_protocol::ErrorCode::Internal, "session store stopped");
         let (tx, rx) = oneshot::channel();
         self.jobs
-            .send(Queued { job, one_statement: false, waiter: Some(Waiter { ack: tx, durable }) })
+            .send(Queued { work: Work::Isolated(job), waiter: Some(Waiter { ack: tx, durable }) })
             .map_err(|_| stopped())?;
         self.writer.unpark();
         Ok(async move {
@@ -338,12 +349,11 @@ impl Store {
 
     /// Appends a transcript entry without waiting.
     pub fn append(&self, session_id: &str, entry: TranscriptEntry) {
-        let id = session_id.to_owned();
         // Serialised on the caller's thread (`EntryBody`): the one writer
         // thread is the bound of a turn of many messages.
         let TranscriptEntry { seq, at_ms, kind, body } = entry;
         let row = Row { seq, at_ms, kind, body: body.0 };
-        self.submit_statement(Box::new(move |c| insert_row(c, &id, &row)));
+        let _ = self.jobs.send(Queued { work: Work::Append { session_id: session_id.to_owned(), row }, waiter: None });
     }
 
     /// A page of `session_id`'s transcript: the newest `query.limit` entries
@@ -526,9 +536,11 @@ fn writer(conn: Connection, jobs: mpsc::Receiver<Queued>, faults: &Faults) {
         let mut results: Vec<(Option<Waiter>, Result<(), String>)> = Vec::with_capacity(batch.len());
         let committed = (|| {
             conn.execute_batch("BEGIN")?;
-            for Queued { job, one_statement, waiter } in batch {
-                results.push((waiter, run_job(&conn, job, one_statement, faults)));
+            let mut insert = None;
+            for Queued { work, waiter } in batch {
+                results.push((waiter, run_work(&conn, &mut insert, work, faults)));
             }
+            drop(insert);
             conn.execute_batch("COMMIT")
         })()
         .map_err(|e| e.to_string());
@@ -551,11 +563,28 @@ fn writer(conn: Connection, jobs: mpsc::Receiver<Queued>, faults: &Faults) {
 }
 
 /// Runs one job so that, if it fails, only its writes are undone: a
-/// one-statement job by SQLite's own statement rollback, any other in a
-/// savepoint of its own.
-fn run_job(conn: &Connection, job: Job, one_statement: bool, faults: &Faults) -> Result<(), String> {
-    let job = move || if take(&faults.jobs) { Err(injected()) } else { job(conn) };
-    if one_statement { job() } else { in_savepoint(conn, job) }.map_err(|e| e.to_string())
+/// one-statement job (an appended row among them) by SQLite's own
+/// statement rollback, any other in a savepoint of its own. `insert` is the
+/// batch's insert statement, prepared by the first row that needs it.
+fn run_work<'c>(
+    conn: &'c Connection,
+    insert: &mut Option<rusqlite::CachedStatement<'c>>,
+    work: Work,
+    faults: &Faults,
+) -> Result<(), String> {
+    let fault = || if take(&faults.jobs) { Err(injected()) } else { Ok(()) };
+    match work {
+        Work::Append { session_id, row } => fault().and_then(|()| {
+            let statement = match insert {
+                Some(statement) => statement,
+                None => insert.insert(conn.prepare_cached(INSERT_ROW)?),
+            };
+            statement.execute(row_params(&session_id, &row)).map(drop)
+        }),
+        Work::Statement(job) => fault().and_then(|()| job(conn)),
+        Work::Isolated(job) => in_savepoint(conn, || fault().and_then(|()| job(conn))),
+    }
+    .map_err(|e| e.to_string())
 }
 
 fn in_savepoint(conn: &Connection, job: impl FnOnce() -> rusqlite::Result<()>) -> rusqlite::Result<()> {
@@ -586,9 +615,14 @@ struct Row {
     body: String,
 }
 
+const INSERT_ROW: &str = "INSERT INTO transcript(session_id, seq, at_ms, kind, body) VALUES (?1, ?2, ?3, ?4, ?5)";
+
+fn row_params<'a>(session_id: &'a str, row: &'a Row) -> impl rusqlite::Params + 'a {
+    (session_id, row.seq as i64, row.at_ms, row.kind.as_str(), row.body.as_str())
+}
+
 fn insert_row(c: &Connection, session_id: &str, row: &Row) -> rusqlite::Result<()> {
-    c.prepare_cached("INSERT INTO transcript(session_id, seq, at_ms, kind, body) VALUES (?1, ?2, ?3, ?4, ?5)")?
-        .execute(params![session_id, row.seq as i64, row.at_ms, row.kind, row.body])?;
+    c.prepare_cached(INSERT_ROW)?.execute(row_params(session_id, row))?;
     Ok(())
 }
 
@@ -782,6 +816,35 @@ mod tests {
         let seqs: Vec<u64> = read_transcript(&path, "sess-a").unwrap().iter().map(|e| e.seq).collect();
         assert_eq!(seqs, [4], "none of the failed statement's rows, the next append kept");
         assert!(read_record(&path, "sess-b").unwrap().is_some());
+    }
+
+    /// Appended rows share the batch's one insert statement: a failed
+    /// append, and a failed job between appends, cost only themselves.
+    #[tokio::test]
+    async fn appends_in_one_batch_share_a_statement_and_fail_alone() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("sessions.sqlite3");
+        let (store, _) = Store::open(&path).unwrap();
+        let entry = |seq: u64| TranscriptEntry {
+            seq,
+            at_ms: 0,
+            kind: "chat".into(),
+            body: EntryBody::new(&serde_json::json!({ "text": format!("m{seq}") })),
+        };
+        store.fail_next_jobs(1);
+        store.append("sess-a", entry(1));
+        store.append("sess-a", entry(2));
+        store.submit_statement(Box::new(|c| {
+            c.execute_batch(
+                "INSERT INTO transcript(session_id, seq, at_ms, kind, body) VALUES ('sess-a', 9, 0, NULL, '{}')",
+            )
+        }));
+        store.append("sess-a", entry(3));
+        store.save_durably(record("sess-a")).await.expect("the batch commits around the failures");
+        let stored = read_transcript(&path, "sess-a").unwrap();
+        let seqs: Vec<u64> = stored.iter().map(|e| e.seq).collect();
+        assert_eq!(seqs, [2, 3], "the failed append and the failed statement wrote nothing, the others did");
+        assert_eq!(stored[1].body.json()["text"], "m3");
     }
 
     #[tokio::test]
