@@ -93,6 +93,8 @@ enum ToolAction {
 }
 
 fn main() -> std::process::ExitCode {
+    // Before any thread or connection exists (it says why).
+    pedelec_core::store::configure_sqlite();
     tracing_subscriber::fmt()
         .with_env_filter(tracing_subscriber::EnvFilter::try_from_env("PEDELEC_LOG").unwrap_or_else(|_| "warn".into()))
         .with_writer(std::io::stderr)

@@ -207,6 +207,24 @@ CREATE INDEX IF NOT EXISTS sessions_by_origin ON sessions(origin, created_at_ms)
 CREATE INDEX IF NOT EXISTS transcript_completions ON transcript(session_id, seq) WHERE kind = 'operation_completed';
 ";
 
+/// Process-wide SQLite settings, for Core's binary to apply first thing in
+/// `main`, while it has one thread and before any connection opens
+/// (`sqlite3_config` is refused once SQLite initialised, and must not race
+/// another thread's SQLite call).
+///
+/// It turns off SQLite's memory statistics: with them on, every allocation
+/// SQLite makes takes a global mutex, and in a codex turn — the writer
+/// thread inserting a row per message — `pthread_mutex_lock`/`unlock` were
+/// a tenth of the writer's samples. Core never reads those statistics.
+pub fn configure_sqlite() {
+    // SAFETY: called before SQLite initialises, with no other thread in it;
+    // the option takes one int.
+    let code = unsafe { rusqlite::ffi::sqlite3_config(rusqlite::ffi::SQLITE_CONFIG_MEMSTATUS, 0 as std::ffi::c_int) };
+    if code != rusqlite::ffi::SQLITE_OK {
+        tracing::debug!(code, "SQLite's memory statistics stay on (it had already started)");
+    }
+}
+
 fn open_connection(path: &Path) -> rusqlite::Result<Connection> {
     let conn = Connection::open(path)?;
     conn.pragma_update(None, "journal_mode", "WAL")?;
