@@ -94,11 +94,14 @@ enum ToolAction {
 
 fn main() -> std::process::ExitCode {
     // Before any thread or connection exists (it says why).
-    pedelec_core::store::configure_sqlite();
+    let sqlite_configured = pedelec_core::store::configure_sqlite();
     tracing_subscriber::fmt()
         .with_env_filter(tracing_subscriber::EnvFilter::try_from_env("PEDELEC_LOG").unwrap_or_else(|_| "warn".into()))
         .with_writer(std::io::stderr)
         .init();
+    if !sqlite_configured {
+        tracing::warn!("SQLite refused its settings: it had started before main");
+    }
     match Cli::parse().command {
         Command::Serve {
             socket,

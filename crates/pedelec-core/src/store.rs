@@ -216,13 +216,12 @@ CREATE INDEX IF NOT EXISTS transcript_completions ON transcript(session_id, seq)
 /// SQLite makes takes a global mutex, and in a codex turn — the writer
 /// thread inserting a row per message — `pthread_mutex_lock`/`unlock` were
 /// a tenth of the writer's samples. Core never reads those statistics.
-pub fn configure_sqlite() {
+/// Returns whether SQLite took the setting (not once it has started).
+pub fn configure_sqlite() -> bool {
     // SAFETY: called before SQLite initialises, with no other thread in it;
     // the option takes one int.
     let code = unsafe { rusqlite::ffi::sqlite3_config(rusqlite::ffi::SQLITE_CONFIG_MEMSTATUS, 0 as std::ffi::c_int) };
-    if code != rusqlite::ffi::SQLITE_OK {
-        tracing::debug!(code, "SQLite's memory statistics stay on (it had already started)");
-    }
+    code == rusqlite::ffi::SQLITE_OK
 }
 
 fn open_connection(path: &Path) -> rusqlite::Result<Connection> {
@@ -863,6 +862,32 @@ mod tests {
         let seqs: Vec<u64> = stored.iter().map(|e| e.seq).collect();
         assert_eq!(seqs, [2, 3], "the failed append and the failed statement wrote nothing, the others did");
         assert_eq!(stored[1].body.json()["text"], "m3");
+    }
+
+    /// In a fresh process (nextest runs each test in one) the setting takes,
+    /// and SQLite then keeps no memory statistics: its count of memory in
+    /// use stays 0 while a store works.
+    #[tokio::test]
+    async fn sqlite_keeps_no_memory_statistics_once_configured() {
+        let configured = configure_sqlite();
+        if std::env::var_os("NEXTEST").is_some() {
+            assert!(configured, "the first SQLite call of a fresh process configures it");
+        }
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("sessions.sqlite3");
+        let (store, _) = Store::open(&path).unwrap();
+        store.save_durably(record("sess-a")).await.unwrap();
+        let (mut current, mut highest) = (0i64, 0i64);
+        // SAFETY: reads two counters into our own variables.
+        let code = unsafe {
+            rusqlite::ffi::sqlite3_status64(rusqlite::ffi::SQLITE_STATUS_MEMORY_USED, &mut current, &mut highest, 0)
+        };
+        assert_eq!(code, rusqlite::ffi::SQLITE_OK);
+        if configured {
+            assert_eq!((current, highest), (0, 0), "memory statistics are off");
+        } else {
+            assert!(current > 0, "SQLite started first, so it still counts its memory");
+        }
     }
 
     #[tokio::test]
