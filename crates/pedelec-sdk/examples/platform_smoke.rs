@@ -105,8 +105,13 @@ fn write_shim(dir: &Path, exe: &Path) -> std::io::Result<PathBuf> {
     Ok(name)
 }
 
-fn counter(file: &Path) -> Option<u64> {
-    std::fs::read_to_string(file).ok()?.trim().parse().ok()
+/// The counter file's contents, as written; `None` before it exists. Not
+/// parsed: a beat is a truncate and then a write, and a process killed
+/// between the two leaves the file empty for good, which must read as a
+/// counter that stopped (it once failed "end() ended the agent's child"
+/// when the empty file read as no counter at all, for the whole wait).
+fn counter(file: &Path) -> Option<String> {
+    std::fs::read_to_string(file).ok()
 }
 
 /// Waits until `file`'s counter moves (`moving`) or has stood still for 400 ms.
