@@ -116,7 +116,7 @@ enum Work {
     /// holds for the whole batch. Taken from the statement cache per row
     /// (hashing its SQL) and boxed as a closure, an appended message cost
     /// the writer — the bound of a codex turn — more than it had to.
-    Append { session_id: String, row: Row },
+    Append { session_id: String, entry: TranscriptEntry },
     /// A job of exactly one statement.
     Statement(Job),
     /// A job of several statements, run in a savepoint of its own.
@@ -366,11 +366,10 @@ impl Store {
 
     /// Appends a transcript entry without waiting.
     pub fn append(&self, session_id: &str, entry: TranscriptEntry) {
-        // Serialised on the caller's thread (`EntryBody`): the one writer
-        // thread is the bound of a turn of many messages.
-        let TranscriptEntry { seq, at_ms, kind, body } = entry;
-        let row = Row { seq, at_ms, kind, body: body.0 };
-        let _ = self.jobs.send(Queued { work: Work::Append { session_id: session_id.to_owned(), row }, waiter: None });
+        // The body was serialised on the caller's thread (`EntryBody`): the
+        // one writer thread is the bound of a turn of many messages.
+        let _ =
+            self.jobs.send(Queued { work: Work::Append { session_id: session_id.to_owned(), entry }, waiter: None });
     }
 
     /// A page of `session_id`'s transcript: the newest `query.limit` entries
@@ -591,12 +590,12 @@ fn run_work<'c>(
 ) -> Result<(), String> {
     let fault = || if take(&faults.jobs) { Err(injected()) } else { Ok(()) };
     match work {
-        Work::Append { session_id, row } => fault().and_then(|()| {
+        Work::Append { session_id, entry } => fault().and_then(|()| {
             let statement = match insert {
                 Some(statement) => statement,
                 None => insert.insert(conn.prepare_cached(INSERT_ROW)?),
             };
-            statement.execute(row_params(&session_id, &row)).map(drop)
+            statement.execute(row_params(&session_id, &entry)).map(drop)
         }),
         Work::Statement(job) => fault().and_then(|()| job(conn)),
         Work::Isolated(job) => in_savepoint(conn, || fault().and_then(|()| job(conn))),
@@ -620,27 +619,15 @@ fn in_savepoint(conn: &Connection, job: impl FnOnce() -> rusqlite::Result<()>) -
 }
 
 fn insert_entry(c: &Connection, session_id: &str, entry: &TranscriptEntry) -> rusqlite::Result<()> {
-    let row = Row { seq: entry.seq, at_ms: entry.at_ms, kind: entry.kind.clone(), body: entry.body.0.clone() };
-    insert_row(c, session_id, &row)
-}
-
-/// A transcript entry as stored: its body serialised.
-struct Row {
-    seq: u64,
-    at_ms: i64,
-    kind: String,
-    body: String,
+    c.prepare_cached(INSERT_ROW)?.execute(row_params(session_id, entry))?;
+    Ok(())
 }
 
 const INSERT_ROW: &str = "INSERT INTO transcript(session_id, seq, at_ms, kind, body) VALUES (?1, ?2, ?3, ?4, ?5)";
 
-fn row_params<'a>(session_id: &'a str, row: &'a Row) -> impl rusqlite::Params + 'a {
-    (session_id, row.seq as i64, row.at_ms, row.kind.as_str(), row.body.as_str())
-}
-
-fn insert_row(c: &Connection, session_id: &str, row: &Row) -> rusqlite::Result<()> {
-    c.prepare_cached(INSERT_ROW)?.execute(row_params(session_id, row))?;
-    Ok(())
+/// An entry's row, borrowed: its body is already the stored text.
+fn row_params<'a>(session_id: &'a str, entry: &'a TranscriptEntry) -> impl rusqlite::Params + 'a {
+    (session_id, entry.seq as i64, entry.at_ms, entry.kind.as_str(), entry.body.0.as_str())
 }
 
 fn upsert(c: &Connection, r: &SessionRecord) -> rusqlite::Result<()> {
