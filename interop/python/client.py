@@ -4,8 +4,9 @@ Generates the Python modules from proto/pedelec/v1 with grpcio-tools, then
 drives one whole session over Core's Unix socket: ping, create a session with
 a frontend tool, subscribe, send a text whose turn calls the tool, answer it,
 wait for the completion, read the history, decode errors with grpc_status
-(the pedelec.v1.Error in the google.rpc.Status details), cancel, list
-sessions, end. Prints one line per step; exits non-zero on the first failure.
+(the pedelec.v1.Error in the google.rpc.Status details), move an asset both
+ways through the asset hand-off socket (a file descriptor passed with
+SCM_RIGHTS), cancel, list sessions, end. Prints one line per step; exits non-zero on the first failure.
 
     python client.py SOCKET
 """
@@ -13,6 +14,8 @@ sessions, end. Prints one line per step; exits non-zero on the first failure.
 import json
 import os
 import queue
+import socket as sockets
+import struct
 import sys
 import tempfile
 import threading
@@ -118,6 +121,8 @@ def main(socket):
         check(status.details[0].Unpack(detail), f"the Any is a {status.details[0].type_url}")
         check(detail.code == "THREAD_NOT_FOUND" and error.code() == grpc.StatusCode.NOT_FOUND, f"code {detail.code}")
 
+    handoff(core, core_pb2, session_id)
+
     nothing = core.Cancel(core_pb2.CancelRequest(session_id=session_id, caller_origin=ORIGIN), timeout=10)
     check(nothing.operation_id == "", "Cancel with nothing running is a no-op")
     listed = core.ListSessions(core_pb2.ListSessionsRequest(caller_origin=ORIGIN), timeout=10)
@@ -126,6 +131,56 @@ def main(socket):
     check(ended.ended_now, "End ends the session")
     stream.cancel()
     print("PYTHON_INTEROP_OK")
+
+
+def frame(message):
+    body = message.SerializeToString()
+    return struct.pack("<I", len(body)) + body
+
+
+def exchange(path, request, fds):
+    """One hand-off exchange: a request frame (with `fds` beside it), then the answer and its files."""
+    with sockets.socket(sockets.AF_UNIX, sockets.SOCK_STREAM) as conn:
+        conn.settimeout(30)
+        conn.connect(path)
+        sockets.send_fds(conn, [frame(request)], fds)
+        data, files = b"", []
+        while len(data) < 4 or len(data) < 4 + struct.unpack("<I", data[:4])[0]:
+            chunk, more, _, _ = sockets.recv_fds(conn, 65536, 4)
+            if not chunk:
+                break
+            data, files = data + chunk, files + more
+        return data, files
+
+
+def handoff(core, core_pb2, session_id):
+    payload = os.urandom(300_000)
+    with tempfile.TemporaryFile() as source:
+        source.write(payload)
+        source.flush()
+        ticket = core.CreateAssetUpload(
+            core_pb2.CreateAssetUploadRequest(
+                session_id=session_id, caller_origin=ORIGIN, target_path="/py/blob.bin", size=len(payload)
+            ),
+            timeout=10,
+        )
+        check(ticket.local_socket.endswith(".assets"), f"the upload ticket names the hand-off socket {ticket.local_socket}")
+        request = core_pb2.AssetHandoffRequest(url=ticket.url, token=ticket.token)
+        data, files = exchange(ticket.local_socket, request, [source.fileno()])
+    answer = core_pb2.AssetHandoffResponse.FromString(data[4:])
+    check(answer.WhichOneof("result") == "path" and answer.path == "/py/blob.bin" and not files, f"upload: {answer}")
+    ticket = core.CreateAssetDownload(
+        core_pb2.CreateAssetDownloadRequest(session_id=session_id, caller_origin=ORIGIN, path="/py/blob.bin"), timeout=10
+    )
+    data, files = exchange(ticket.local_socket, core_pb2.AssetHandoffRequest(url=ticket.url, token=ticket.token), [])
+    answer = core_pb2.AssetHandoffResponse.FromString(data[4:])
+    check(answer.WhichOneof("result") == "size" and answer.size == len(payload) and len(files) == 1, f"download: {answer}")
+    back = os.pread(files[0], answer.size, 0)
+    os.close(files[0])
+    check(back == payload, "the downloaded file holds the uploaded bytes")
+    again, files = exchange(ticket.local_socket, core_pb2.AssetHandoffRequest(url=ticket.url, token=ticket.token), [])
+    refused = core_pb2.AssetHandoffResponse.FromString(again[4:])
+    check(refused.WhichOneof("result") == "error" and refused.error.code == "ASSET_TICKET_INVALID" and not files, "a ticket is single-use")
 
 
 if __name__ == "__main__":

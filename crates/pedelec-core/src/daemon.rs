@@ -57,6 +57,11 @@ pub async fn serve(config: CoreConfig) -> CoreResult<()> {
     let tool_endpoint =
         pedelec_protocol::tool_socket::endpoint_for(pedelec_protocol::discovery::Platform::current(), &config.socket);
     let tool_listener = crate::platform::endpoint::Listener::bind(&tool_endpoint).await?;
+    // The asset hand-off socket too, where descriptors can be passed (Unix).
+    #[cfg(unix)]
+    let handoff_endpoint = pedelec_protocol::handoff::endpoint_for(&config.socket);
+    #[cfg(unix)]
+    let handoff_listener = crate::platform::endpoint::Listener::bind(&handoff_endpoint).await?;
     // Only now is this the state dir's one Core: agents a dead Core left are ours to end.
     let leftovers = crate::platform::process_tree::end_leftovers(&config.state_dir);
     if leftovers > 0 {
@@ -68,7 +73,7 @@ pub async fn serve(config: CoreConfig) -> CoreResult<()> {
     let (released_tx, released) = tokio::sync::mpsc::unbounded_channel();
     let shared = Arc::new(Shared {
         store,
-        assets,
+        assets: assets.clone(),
         providers,
         disconnect_grace: config.disconnect_grace,
         turn_timeout: settings.turn_timeout(),
@@ -102,6 +107,14 @@ pub async fn serve(config: CoreConfig) -> CoreResult<()> {
 
     let remove_endpoint = listener.remover();
     let remove_tool_endpoint = tool_listener.remover();
+    #[cfg(unix)]
+    let (remove_handoff_endpoint, handoff_server) = (
+        handoff_listener.remover(),
+        tokio::spawn({
+            let assets = assets.clone();
+            async move { assets.serve_handoff(handoff_listener, &handoff_endpoint).await }
+        }),
+    );
     let tool_server = tokio::spawn(crate::tool_socket::serve(
         tool_listener,
         AgentToolsService { registry: registry.clone() },
@@ -141,6 +154,11 @@ pub async fn serve(config: CoreConfig) -> CoreResult<()> {
     tool_server.abort();
     remove_endpoint();
     remove_tool_endpoint();
+    #[cfg(unix)]
+    {
+        handoff_server.abort();
+        remove_handoff_endpoint();
+    }
     let _ = std::fs::remove_file(&discovery);
     result.map_err(|e| CoreError::new(ErrorCode::Internal, format!("gRPC server failed: {e}")))
 }

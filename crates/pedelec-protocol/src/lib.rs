@@ -8,8 +8,9 @@
 //! per-session event gate ([`gate`]), asset paths ([`asset_path`]), error
 //! codes ([`error_code`]), limits ([`limits`]), tool manifest rules
 //! ([`tools`]), the preparation handshake ([`prepare`]), id newtypes ([`ids`]), usage growth ([`usage`]), agent activities ([`activity`]), native-messaging
-//! framing ([`native`]), event batches ([`event_batch`]) and the tool socket's
-//! endpoint and frames ([`tool_socket`]).
+//! framing ([`native`]), event batches ([`event_batch`]), the tool socket's
+//! endpoint and frames ([`tool_socket`]) and the asset hand-off socket's
+//! ([`handoff`]).
 
 pub mod activity;
 pub mod asset_path;
@@ -19,6 +20,7 @@ pub mod event_batch;
 pub mod gate;
 #[cfg(feature = "grpc")]
 pub mod grpc;
+pub mod handoff;
 pub mod ids;
 pub mod json;
 pub mod limits;

@@ -10,15 +10,15 @@ use tokio::io::{AsyncReadExt, AsyncWriteExt};
 
 use super::*;
 
-async fn session(h: &Harness) -> PedelecSession {
+pub(super) async fn session(h: &Harness) -> PedelecSession {
     h.client().await.create_session::<String>(SessionOptions::default()).await.unwrap()
 }
 
-fn assets_dir(h: &Harness, s: &PedelecSession) -> std::path::PathBuf {
+pub(super) fn assets_dir(h: &Harness, s: &PedelecSession) -> std::path::PathBuf {
     h.state().join("workspaces").join(s.session_id()).join(".pedelec-runtime/assets")
 }
 
-fn bytes(name: &str, data: &[u8]) -> UploadSource {
+pub(super) fn bytes(name: &str, data: &[u8]) -> UploadSource {
     UploadSource::from_bytes(name, "application/octet-stream", data.to_vec())
 }
 
@@ -176,7 +176,7 @@ async fn raw_http(
 }
 
 /// A PUT of `size` bytes of which only `first` are sent yet: the upload runs.
-async fn start_upload(url: &str, token: &str, size: u64, first: &[u8]) -> tokio::net::TcpStream {
+pub(super) async fn start_upload(url: &str, token: &str, size: u64, first: &[u8]) -> tokio::net::TcpStream {
     let rest = url.strip_prefix("http://").unwrap();
     let (addr, path) = rest.split_once('/').unwrap();
     let mut stream = tokio::net::TcpStream::connect(addr).await.unwrap();
@@ -189,7 +189,7 @@ async fn start_upload(url: &str, token: &str, size: u64, first: &[u8]) -> tokio:
 }
 
 /// Sends the rest of a started upload and expects 201.
-async fn finish_upload(mut stream: tokio::net::TcpStream, rest: &[u8]) {
+pub(super) async fn finish_upload(mut stream: tokio::net::TcpStream, rest: &[u8]) {
     stream.write_all(rest).await.unwrap();
     let mut response = Vec::new();
     let _ = stream.read_to_end(&mut response).await;
@@ -197,7 +197,10 @@ async fn finish_upload(mut stream: tokio::net::TcpStream, rest: &[u8]) {
 }
 
 /// Waits (bounded) until Core refuses a new upload ticket as busy.
-async fn eventually_busy(raw: &mut pb::core_client::CoreClient<tonic::transport::Channel>, s: &PedelecSession) {
+pub(super) async fn eventually_busy(
+    raw: &mut pb::core_client::CoreClient<tonic::transport::Channel>,
+    s: &PedelecSession,
+) {
     for _ in 0..200 {
         if upload_ticket(raw, s, "/probe.txt", 1).await.is_err_and(|code| code == "SESSION_BUSY") {
             return;
@@ -221,7 +224,7 @@ async fn raw_http_chunked(url: &str, token: &str, body: &[u8]) -> u16 {
     String::from_utf8_lossy(&response).split(' ').nth(1).and_then(|c| c.parse().ok()).unwrap_or(0)
 }
 
-async fn upload_ticket(
+pub(super) async fn upload_ticket(
     raw: &mut pb::core_client::CoreClient<tonic::transport::Channel>,
     s: &PedelecSession,
     target: &str,
@@ -239,7 +242,7 @@ async fn upload_ticket(
     .map_err(|status| error_from_status(&status).code)
 }
 
-async fn download_ticket(
+pub(super) async fn download_ticket(
     raw: &mut pb::core_client::CoreClient<tonic::transport::Channel>,
     s: &PedelecSession,
     path: &str,

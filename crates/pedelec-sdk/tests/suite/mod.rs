@@ -2,6 +2,7 @@
 
 mod activity;
 mod agent_tools;
+mod asset_handoff;
 mod assets;
 mod attachments;
 mod bad_input;

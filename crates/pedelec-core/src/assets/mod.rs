@@ -15,6 +15,9 @@ use pedelec_protocol::{AssetPath, ErrorCode, limits, pb};
 use crate::error::{CoreError, CoreResult};
 use crate::session::now_ms;
 
+#[cfg(unix)]
+mod handoff;
+
 /// No upload progress for this long aborts the upload.
 pub const STALL_TIMEOUT: Duration = Duration::from_secs(10);
 /// Prefix of Core's own files; hidden from listings at every level.
@@ -50,6 +53,9 @@ pub struct AssetServer {
     ticket_ttl: Duration,
     tickets: Mutex<HashMap<String, Ticket>>,
     slots: Mutex<Slots>,
+    /// The hand-off socket, once it serves (`serve_handoff`, Unix): tickets
+    /// name it so local clients can hand over files instead.
+    local_socket: std::sync::OnceLock<String>,
 }
 
 fn random_hex(bytes: usize) -> String {
@@ -209,7 +215,13 @@ impl AssetServer {
             .await
             .map_err(|e| CoreError::io("binding the asset server", e))?;
         let addr = listener.local_addr().map_err(|e| CoreError::io("asset server address", e))?;
-        let server = Arc::new(AssetServer { addr, ticket_ttl, tickets: Mutex::default(), slots: Mutex::default() });
+        let server = Arc::new(AssetServer {
+            addr,
+            ticket_ttl,
+            tickets: Mutex::default(),
+            slots: Mutex::default(),
+            local_socket: std::sync::OnceLock::new(),
+        });
         let serving = server.clone();
         tokio::spawn(async move {
             loop {
@@ -247,6 +259,7 @@ impl AssetServer {
             expires_at_ms: now_ms() + self.ticket_ttl.as_millis() as i64,
             path: path.to_string(),
             asset,
+            local_socket: self.local_socket.get().cloned().unwrap_or_default(),
         };
         let mut tickets = self.lock_tickets();
         let now = Instant::now();
@@ -364,6 +377,24 @@ impl AssetServer {
         }
     }
 
+    /// Takes ticket `id` out for a transfer that proved its `token`: single
+    /// use, so only such a request takes it; an expired one is dropped.
+    fn redeem(&self, id: &str, token: &str) -> Result<Ticket, Failure> {
+        let mut tickets = self.lock_tickets();
+        match tickets.get(id) {
+            Some(t) if t.expires <= Instant::now() => {
+                let t = tickets.remove(id).expect("present");
+                drop(tickets);
+                self.release_slot(&t.session_id, &t.token);
+                Err((StatusCode::GONE, ErrorCode::AssetTicketInvalid, "ticket expired".into()))
+            }
+            Some(t) if constant_time_eq(t.token.as_bytes(), token.as_bytes()) => {
+                Ok(tickets.remove(id).expect("present"))
+            }
+            _ => Err((StatusCode::UNAUTHORIZED, ErrorCode::AssetTicketInvalid, "unknown ticket or wrong token".into())),
+        }
+    }
+
     async fn handle(&self, request: Request<Incoming>) -> Response<Body> {
         let id = request.uri().path().strip_prefix("/transfer/").unwrap_or_default().to_owned();
         let origin_header =
@@ -390,33 +421,9 @@ impl AssetServer {
             .and_then(|v| v.strip_prefix("Bearer "))
             .unwrap_or_default()
             .to_owned();
-        // Single use: a ticket is taken out only by a request that proves its token.
-        let ticket = {
-            let mut tickets = self.lock_tickets();
-            match tickets.get(&id) {
-                Some(t) if t.expires <= Instant::now() => {
-                    let t = tickets.remove(&id).expect("present");
-                    drop(tickets);
-                    self.release_slot(&t.session_id, &t.token);
-                    return error_response(
-                        StatusCode::GONE,
-                        ErrorCode::AssetTicketInvalid,
-                        "ticket expired",
-                        cors.as_deref(),
-                    );
-                }
-                Some(t) if constant_time_eq(t.token.as_bytes(), token.as_bytes()) => {
-                    tickets.remove(&id).expect("present")
-                }
-                _ => {
-                    return error_response(
-                        StatusCode::UNAUTHORIZED,
-                        ErrorCode::AssetTicketInvalid,
-                        "unknown ticket or wrong token",
-                        cors.as_deref(),
-                    );
-                }
-            }
+        let ticket = match self.redeem(&id, &token) {
+            Ok(ticket) => ticket,
+            Err((status, code, message)) => return error_response(status, code, &message, cors.as_deref()),
         };
         let response = match (&ticket.kind, request.method()) {
             (TicketKind::Upload { target, size }, &Method::PUT) => {
@@ -480,10 +487,7 @@ async fn receive(request: Request<Incoming>, ticket: &Ticket, target: &AssetPath
     {
         return Err(upload_failed(format!("Content-Length {declared} does not match the ticket's {size} bytes")));
     }
-    // Beside the assets directory, on its filesystem, so the rename into
-    // place is atomic; out of the listing's reach.
-    let beside = ticket.assets_root.parent().unwrap_or(&ticket.assets_root);
-    let temp = beside.join(format!("{RESERVED_PREFIX}upload-{}", random_hex(8)));
+    let temp = upload_temp(ticket);
     // Removed unless renamed into place, whichever way this future ends
     // (dropped mid-upload included).
     let mut partial = Partial(Some(temp.clone()));
@@ -538,15 +542,29 @@ async fn receive(request: Request<Incoming>, ticket: &Ticket, target: &AssetPath
         if received != size {
             return Err(upload_failed(format!("{received} of the declared {size} bytes arrived")));
         }
-        let destination = prepare_target(&ticket.assets_root, target)
-            .map_err(|m| (StatusCode::CONFLICT, ErrorCode::AssetPathInvalid, m))?;
-        std::fs::rename(&temp, &destination).map_err(|e| upload_failed(e.to_string()))
+        land(ticket, target, &temp)
     }
     .await;
     if result.is_ok() {
         partial.0 = None;
     }
     result
+}
+
+/// Where an upload is written before it lands: beside the assets
+/// directory, on its filesystem, so the rename into place is atomic; out of
+/// the listing's reach.
+fn upload_temp(ticket: &Ticket) -> PathBuf {
+    let beside = ticket.assets_root.parent().unwrap_or(&ticket.assets_root);
+    beside.join(format!("{RESERVED_PREFIX}upload-{}", random_hex(8)))
+}
+
+/// Renames a complete, fsynced upload at `temp` into place at `target`.
+fn land(ticket: &Ticket, target: &AssetPath, temp: &Path) -> Result<(), Failure> {
+    let destination = prepare_target(&ticket.assets_root, target)
+        .map_err(|m| (StatusCode::CONFLICT, ErrorCode::AssetPathInvalid, m))?;
+    std::fs::rename(temp, &destination)
+        .map_err(|e| (StatusCode::BAD_REQUEST, ErrorCode::AssetUploadFailed, e.to_string()))
 }
 
 /// A partial upload's temporary file: removed on drop unless it was renamed into place.
@@ -573,27 +591,32 @@ impl Drop for SlotGuard<'_> {
     }
 }
 
-async fn send(ticket: &Ticket, path: &AssetPath) -> Response<Body> {
-    let (physical, meta) = match regular_file(&ticket.assets_root, path) {
-        Ok(found) => found,
-        Err(e) => return error_response(StatusCode::NOT_FOUND, e.code(), &e.to_string(), None),
-    };
+/// Opens a download ticket's file, by the seed's path rules and within the
+/// read limit, with its metadata.
+fn open_download(ticket: &Ticket, path: &AssetPath) -> Result<(std::fs::File, std::fs::Metadata), Failure> {
+    let (physical, meta) =
+        regular_file(&ticket.assets_root, path).map_err(|e| (StatusCode::NOT_FOUND, e.code(), e.to_string()))?;
     // Checked again here, not only when the ticket was issued: the file may
     // have grown since (an agent writing it).
     if meta.len() > limits::MAX_ASSET_BYTES {
-        return error_response(
+        return Err((
             StatusCode::PAYLOAD_TOO_LARGE,
             ErrorCode::AssetTooLarge,
-            &format!("{path} is larger than the {}-byte read limit", limits::MAX_ASSET_BYTES),
-            None,
-        );
+            format!("{path} is larger than the {}-byte read limit", limits::MAX_ASSET_BYTES),
+        ));
     }
+    let file = std::fs::File::open(&physical)
+        .map_err(|_| (StatusCode::NOT_FOUND, ErrorCode::AssetNotFound, "the asset vanished".to_owned()))?;
+    Ok((file, meta))
+}
+
+async fn send(ticket: &Ticket, path: &AssetPath) -> Response<Body> {
+    let (file, meta) = match open_download(ticket, path) {
+        Ok(opened) => opened,
+        Err((status, code, message)) => return error_response(status, code, &message, None),
+    };
     // A reader thread fills a few recycled 1 MiB buffers as the client
     // consumes them; the buffer pool is also the bound on memory.
-    let file = match std::fs::File::open(&physical) {
-        Ok(file) => file,
-        Err(_) => return error_response(StatusCode::NOT_FOUND, ErrorCode::AssetNotFound, "the asset vanished", None),
-    };
     let (tx, rx) = tokio::sync::mpsc::channel::<std::io::Result<Bytes>>(DOWNLOAD_BUFFERS);
     // Never more than the Content-Length announced, should the file grow meanwhile.
     let len = meta.len();

@@ -28,6 +28,9 @@ use tokio::io::{AsyncRead, AsyncReadExt};
 
 use crate::error::PedelecError;
 
+#[cfg(unix)]
+mod handoff;
+
 /// Something to upload: a name, a MIME type, its exact size and its bytes.
 ///
 /// # Examples
@@ -43,6 +46,10 @@ pub struct UploadSource {
     pub mime_type: String,
     pub size: u64,
     pub reader: Box<dyn AsyncRead + Send + Unpin>,
+    /// The file behind `reader` when it is one ([`UploadSource::from_path`]):
+    /// a Core on this machine copies it from file to file (the ticket's
+    /// hand-off socket) instead of receiving its bytes through a socket.
+    file: Option<std::fs::File>,
 }
 
 impl UploadSource {
@@ -68,7 +75,16 @@ impl UploadSource {
         let file = tokio::fs::File::open(path).await.map_err(io)?;
         let size = file.metadata().await.map_err(io)?.len();
         let name = path.file_name().map(|n| n.to_string_lossy().into_owned()).unwrap_or_else(|| "upload".into());
-        Ok(UploadSource { name, mime_type: "application/octet-stream".into(), size, reader: Box::new(file) })
+        // The same open file, for a hand-off: it reads at explicit offsets,
+        // so sharing the reader's file offset does not matter.
+        let handed = file.try_clone().await.map_err(io)?.into_std().await;
+        Ok(UploadSource {
+            name,
+            mime_type: "application/octet-stream".into(),
+            size,
+            reader: Box::new(file),
+            file: Some(handed),
+        })
     }
 
     /// Bytes in memory.
@@ -88,6 +104,7 @@ impl UploadSource {
             mime_type: mime_type.into(),
             size: bytes.len() as u64,
             reader: Box::new(std::io::Cursor::new(bytes)),
+            file: None,
         }
     }
 
@@ -109,7 +126,7 @@ impl UploadSource {
         size: u64,
         reader: impl AsyncRead + Send + Unpin + 'static,
     ) -> Self {
-        UploadSource { name: name.into(), mime_type: mime_type.into(), size, reader: Box::new(reader) }
+        UploadSource { name: name.into(), mime_type: mime_type.into(), size, reader: Box::new(reader), file: None }
     }
 }
 
@@ -223,6 +240,13 @@ const UPLOAD_CHUNK: usize = 1 << 20;
 /// ```
 pub async fn put(ticket: &pb::AssetTicket, source: UploadSource) -> Result<(), PedelecError> {
     let code = ErrorCode::AssetUploadFailed;
+    #[cfg(unix)]
+    if let Some(file) = &source.file {
+        let file = file.try_clone().map_err(|e| failed(code, e))?;
+        if let Some(result) = handoff::upload(ticket, file).await {
+            return result;
+        }
+    }
     let (mut sender, uri) = connect(ticket, code).await?;
     // One buffer, read into without zeroing; once hyper has written a chunk
     // and dropped it, `reserve` takes the same allocation back.
@@ -299,9 +323,24 @@ async fn request_download(
 /// ```
 pub async fn get(ticket: &pb::AssetTicket) -> Result<AssetFile, PedelecError> {
     let code = ErrorCode::AssetDownloadFailed;
-    let response = request_download(ticket, code).await?;
     let asset = ticket.asset.clone().unwrap_or_default();
     let mut bytes = download_buffer(asset.size.min(limits::MAX_ASSET_BYTES) as usize);
+    #[cfg(unix)]
+    let bytes_back = handoff::read(ticket, bytes).await;
+    #[cfg(unix)]
+    match bytes_back {
+        Some(Ok(bytes)) => {
+            return Ok(AssetFile {
+                name: asset.name,
+                mime_type: asset.mime_type,
+                modified_at: asset.modified_at_ms,
+                bytes,
+            });
+        }
+        Some(Err(error)) => return Err(error),
+        None => bytes = download_buffer(asset.size.min(limits::MAX_ASSET_BYTES) as usize),
+    }
+    let response = request_download(ticket, code).await?;
     let mut body = response.into_body().into_data_stream();
     while let Some(chunk) = body.next().await {
         let chunk = chunk.map_err(|e| failed(code, e))?;
@@ -342,6 +381,22 @@ pub async fn get_to_file(ticket: &pb::AssetTicket, dest: &std::path::Path) -> Re
         .prefix(".pedelec-download-")
         .tempfile_in(&dir)
         .map_err(|e| failed(code, format!("cannot write beside {}: {e}", dest.display())))?;
+    #[cfg(unix)]
+    {
+        let out = partial.reopen().map_err(|e| failed(code, e))?;
+        if let Some(copied) = handoff::copy_to(ticket, out).await {
+            let copied = copied?;
+            let expected = ticket.asset.as_ref().map(|a| a.size);
+            if expected.is_some_and(|size| size != copied) {
+                return Err(failed(
+                    code,
+                    format!("the asset is {copied} bytes, {} when the ticket was issued", expected.unwrap_or_default()),
+                ));
+            }
+            partial.persist(dest).map_err(|e| failed(code, format!("replacing {}: {}", dest.display(), e.error)))?;
+            return Ok(copied);
+        }
+    }
     let response = request_download(ticket, code).await?;
     // Disk writes on a thread of their own through a short queue: the
     // network side never blocks the runtime on the disk, memory stays bounded.
