@@ -12,7 +12,8 @@
 //! Core's file.
 //!
 //! Core and its clients call the same functions here, so both agree on the
-//! bytes and on what is refused.
+//! bytes and on what is refused. The feature's functions are this crate's
+//! one piece of I/O (ARCHITECTURE.md says why); the rest is pure.
 //!
 //! # Examples
 //!

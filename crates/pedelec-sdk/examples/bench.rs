@@ -332,9 +332,12 @@ async fn acp_round_trip(dir: &std::path::Path) -> Result<(), Box<dyn std::error:
     Ok(())
 }
 
-/// 100 MiB upload and download over loopback, against `cp` (and `cp` +
-/// fsync, since an upload is durable before it is listed) of the same file,
-/// measured in the same run. `PEDELEC_BENCH_ONLY=assets` runs only this.
+/// 100 MiB uploads and downloads against `cp` (and `cp` + fsync, since an
+/// upload is durable before it is listed) of the same file, measured in the
+/// same run: from and to a file, which a local client hands over (the
+/// ticket's hand-off socket), into memory, and streamed over the loopback
+/// url as a reader or a browser sends it. `PEDELEC_BENCH_ONLY=assets` runs
+/// only this.
 async fn assets(client: &Pedelec, pid: u32, dir: &std::path::Path) -> Result<(), Box<dyn std::error::Error>> {
     let session = client.create_session::<String>(SessionOptions::default()).await?;
     let src = dir.join("big.bin");
@@ -346,8 +349,8 @@ async fn assets(client: &Pedelec, pid: u32, dir: &std::path::Path) -> Result<(),
     // cache carry over from one transfer to the next, so one run alone lands
     // on whatever the previous left behind.
     const RUNS: usize = 5;
-    let (mut cps, mut cp_syncs, mut ups, mut downs) = (Vec::new(), Vec::new(), Vec::new(), Vec::new());
-    let mut to_files = Vec::new();
+    let (mut cps, mut cp_syncs, mut ups, mut streamed_ups) = (Vec::new(), Vec::new(), Vec::new(), Vec::new());
+    let (mut to_files, mut reads) = (Vec::new(), Vec::new());
     let before = rss_kib(pid);
     let (mut after_up, mut after_down) = (0, 0);
     for run in 0..RUNS {
@@ -362,23 +365,33 @@ async fn assets(client: &Pedelec, pid: u32, dir: &std::path::Path) -> Result<(),
         std::fs::File::open(&copy)?.sync_all()?;
         cp_syncs.push(t.elapsed().as_secs_f64());
         std::fs::remove_file(&copy)?;
+        // A file: handed over to Core, which copies it.
         let t = Instant::now();
         session.upload_asset(pedelec_sdk::assets::UploadSource::from_path(&src).await?, Some("/big.bin")).await?;
         ups.push(t.elapsed().as_secs_f64());
         after_up = after_up.max(hwm_kib(pid));
+        // The same bytes as a reader: streamed over the loopback url.
+        let file = tokio::fs::File::open(&src).await?;
+        let reader = pedelec_sdk::assets::UploadSource::from_reader("big.bin", "application/octet-stream", 100 << 20, file);
         let t = Instant::now();
-        let file = session.read_asset_file("/big.bin").await?;
-        downs.push(t.elapsed().as_secs_f64());
-        assert_eq!(file.bytes.len(), 100 * 1024 * 1024);
-        drop(file);
-        after_down = after_down.max(hwm_kib(pid));
-        // The same bytes into a file, as `cp` writes one.
+        session.upload_asset(reader, Some("/streamed.bin")).await?;
+        streamed_ups.push(t.elapsed().as_secs_f64());
+        after_up = after_up.max(hwm_kib(pid));
+        // Into a file, as `cp` writes one.
         let dest = dir.join("downloaded.bin");
         let t = Instant::now();
         let size = session.download_asset_to("/big.bin", &dest).await?;
         to_files.push(t.elapsed().as_secs_f64());
         assert_eq!(size, 100 * 1024 * 1024);
         std::fs::remove_file(&dest)?;
+        after_down = after_down.max(hwm_kib(pid));
+        // Into memory.
+        let t = Instant::now();
+        let file = session.read_asset_file("/big.bin").await?;
+        reads.push(t.elapsed().as_secs_f64());
+        assert_eq!(file.bytes.len(), 100 * 1024 * 1024);
+        drop(file);
+        after_down = after_down.max(hwm_kib(pid));
     }
     // Throughputs, each run beside the floor measured just before it.
     let rate = |t: &f64| mb / t;
@@ -389,25 +402,27 @@ async fn assets(client: &Pedelec, pid: u32, dir: &std::path::Path) -> Result<(),
     };
     let min = |v: &[f64]| v.iter().copied().fold(f64::INFINITY, f64::min);
     let list = |v: &[f64]| v.iter().map(|x| format!("{x:.2}")).collect::<Vec<_>>().join(",");
-    let up_ratio = ratios(&ups, &cp_syncs);
-    let down_ratio = ratios(&downs, &cps);
-    let to_file_ratio = ratios(&to_files, &cps);
+    let figure = |what: &str, times: &[f64], floors: &[f64], floor: &str, target: &str| {
+        let r = ratios(times, floors);
+        println!(
+            "  {what}: median {:.0} MB/s, ÷ {floor} median {:.2}× min {:.2}× [{}]{target}",
+            median(times.iter().map(rate).collect()),
+            median(r.clone()),
+            min(&r),
+            list(&r)
+        );
+    };
     println!(
-        "assets 100 MiB, {RUNS} runs each beside its floor: upload median {:.0} MB/s, ÷ cp+fsync median {:.2}× min {:.2}× [{}] (target ≥ 1.0×; cp+fsync median {:.0} MB/s); download median {:.0} MB/s, ÷ cp median {:.2}× min {:.2}× [{}] (target ≥ 0.8× in every run; cp median {:.0} MB/s); download to a file median {:.0} MB/s, ÷ cp median {:.2}× min {:.2}× [{}]; Core peak RSS growth: upload {}, download {}",
-        median(ups.iter().map(rate).collect()),
-        median(up_ratio.clone()),
-        min(&up_ratio),
-        list(&up_ratio),
-        median(cp_syncs.iter().map(rate).collect()),
-        median(downs.iter().map(rate).collect()),
-        median(down_ratio.clone()),
-        min(&down_ratio),
-        list(&down_ratio),
+        "assets 100 MiB, {RUNS} runs each beside its floor (cp median {:.0} MB/s, cp+fsync median {:.0} MB/s):",
         median(cps.iter().map(rate).collect()),
-        median(to_files.iter().map(rate).collect()),
-        median(to_file_ratio.clone()),
-        min(&to_file_ratio),
-        list(&to_file_ratio),
+        median(cp_syncs.iter().map(rate).collect())
+    );
+    figure("upload of a file (handed over)", &ups, &cp_syncs, "cp+fsync", " (target ≥ 1.0×)");
+    figure("upload of a reader (streamed over the url)", &streamed_ups, &cp_syncs, "cp+fsync", "");
+    figure("download to a file (handed over)", &to_files, &cps, "cp", " (target ≥ 0.8× in every run)");
+    figure("download into memory (handed over)", &reads, &cps, "cp", "");
+    println!(
+        "  Core peak RSS growth: upload {}, download {}",
         mib(after_up.saturating_sub(before)),
         mib(after_down.saturating_sub(before))
     );

@@ -49,6 +49,8 @@ pub struct UploadSource {
     /// The file behind `reader` when it is one ([`UploadSource::from_path`]):
     /// a Core on this machine copies it from file to file (the ticket's
     /// hand-off socket) instead of receiving its bytes through a socket.
+    /// Windows has no descriptor passing: there it is kept and never read.
+    #[cfg_attr(not(unix), allow(dead_code))]
     file: Option<std::fs::File>,
 }
 
