@@ -372,7 +372,8 @@ async fn assets(client: &Pedelec, pid: u32, dir: &std::path::Path) -> Result<(),
         after_up = after_up.max(hwm_kib(pid));
         // The same bytes as a reader: streamed over the loopback url.
         let file = tokio::fs::File::open(&src).await?;
-        let reader = pedelec_sdk::assets::UploadSource::from_reader("big.bin", "application/octet-stream", 100 << 20, file);
+        let reader =
+            pedelec_sdk::assets::UploadSource::from_reader("big.bin", "application/octet-stream", 100 << 20, file);
         let t = Instant::now();
         session.upload_asset(reader, Some("/streamed.bin")).await?;
         streamed_ups.push(t.elapsed().as_secs_f64());
