@@ -50,6 +50,8 @@ const pages = new Set();
 const stats = { hostMessages: 0 };
 globalThis.pedelecStats = stats;
 
+/** Set once `ready` has settled (see acceptPage). */
+let loaded = false;
 const ready = (async () => {
   const local = await chrome.storage.local.get([
     "approvedOrigins",
@@ -68,6 +70,7 @@ const ready = (async () => {
     if (left > 0) armApproval(origin, entry.tabId, entry.deadline);
   }
   await savePending();
+  loaded = true;
 })();
 
 async function saveLocal() {
@@ -302,7 +305,9 @@ class PageLink {
     // frame they came in, or alone when that frame goes nowhere.
     if (Array.isArray(frame.acks)) {
       const acks = frame.acks.filter((id) => this.pending.delete(id));
-      delete frame.acks;
+      // Cleared, not deleted: a deleted property turns the frame into a
+      // dictionary-mode object, slower to serialise on the way to the page.
+      frame.acks = undefined;
       this.acks = acks.length > 0 ? acks : null;
       this.relayFromHost(frame);
       if (this.acks) {
@@ -610,8 +615,14 @@ function acceptPage(port, origin) {
   }
   const page = new PageLink(port, origin);
   pages.add(page);
-  // `ready.then` keeps the page's messages in order.
+  // `ready.then` keeps the page's messages in order until the stored state
+  // is loaded; after that they are handled at once, without a microtask
+  // per message (nothing can be queued behind `ready` by then).
   port.onMessage.addListener((message) => {
+    if (loaded) {
+      page.fromPage(message).catch((e) => console.error("pedelec:", e));
+      return;
+    }
     ready.then(() => page.fromPage(message)).catch((e) => console.error("pedelec:", e));
   });
   port.onDisconnect.addListener(() => page.close());
