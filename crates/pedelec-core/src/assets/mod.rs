@@ -1,6 +1,8 @@
 //! Session assets: the files under `<ws>/.pedelec-runtime/assets/`, named by public
 //! paths, listed by the seed's rules, and moved over Core's 127.0.0.1
-//! transfer server with single-use tickets — never through gRPC bodies.
+//! transfer server with single-use tickets — never through gRPC bodies. On
+//! Unix the same tickets can instead be redeemed on the hand-off socket
+//! (`handoff`), where a local client passes an open file.
 
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};

@@ -1,5 +1,7 @@
 //! Session assets from the SDK: tickets come through the transport, bytes go
-//! over Core's 127.0.0.1 transfer server (HTTP/1.1), streamed both ways.
+//! over Core's 127.0.0.1 transfer server (HTTP/1.1), streamed both ways — or,
+//! on Unix, files are handed over whole through the ticket's hand-off socket
+//! (`handoff`), and the kernel copies them.
 //!
 //! # Examples
 //!
