@@ -261,7 +261,13 @@ impl AssetServer {
             expires_at_ms: now_ms() + self.ticket_ttl.as_millis() as i64,
             path: path.to_string(),
             asset,
-            local_socket: self.local_socket.get().cloned().unwrap_or_default(),
+            // A web page cannot pass a descriptor, and the socket's path
+            // would tell it where Core lives (a home directory, a user name).
+            local_socket: if is_web_origin(&ticket.origin) {
+                String::new()
+            } else {
+                self.local_socket.get().cloned().unwrap_or_default()
+            },
         };
         let mut tickets = self.lock_tickets();
         let now = Instant::now();
@@ -701,8 +707,13 @@ fn full(text: String) -> Body {
 /// only, and only one that is a valid header value (an origin with non-ASCII
 /// characters cannot be one, and must not fail the response).
 fn cors_origin(origin: String) -> Option<String> {
-    let web = origin.starts_with("http://") || origin.starts_with("https://");
-    (web && origin.is_ascii() && hyper::header::HeaderValue::from_str(&origin).is_ok()).then_some(origin)
+    (is_web_origin(&origin) && origin.is_ascii() && hyper::header::HeaderValue::from_str(&origin).is_ok())
+        .then_some(origin)
+}
+
+/// A web page's origin, as a browser stamps it (an application's is `app:…`).
+fn is_web_origin(origin: &str) -> bool {
+    origin.starts_with("http://") || origin.starts_with("https://")
 }
 
 fn with_cors(builder: hyper::http::response::Builder, origin: Option<&str>) -> hyper::http::response::Builder {

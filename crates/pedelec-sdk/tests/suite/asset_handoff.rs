@@ -113,6 +113,23 @@ async fn files_are_handed_over_where_the_socket_is_and_streamed_where_it_is_not(
     assert_eq!(pedelec_sdk::assets::get_to_file(&without_socket(ticket), &dest).await.unwrap(), data.len() as u64);
     assert!(std::fs::read(&dest).unwrap() == data);
 
+    // A web page's tickets do not name the socket: a page cannot use it,
+    // and its path would tell the page where Core lives.
+    let page = h.client_for("https://app.example").await;
+    let web = page.create_session::<String>(pedelec_sdk::SessionOptions::default()).await.unwrap();
+    let ticket = raw
+        .create_asset_upload(pb::CreateAssetUploadRequest {
+            session_id: web.session_id().into(),
+            caller_origin: "https://app.example".into(),
+            target_path: "/w.bin".into(),
+            file_name: String::new(),
+            size: 1,
+        })
+        .await
+        .unwrap()
+        .into_inner();
+    assert!(ticket.url.starts_with("http://127.0.0.1:") && ticket.local_socket.is_empty(), "{ticket:?}");
+
     // The session's own calls take the hand-off for a file, and the listing
     // shows what landed, nothing else.
     assert_eq!(s.upload_asset(UploadSource::from_path(&src).await.unwrap(), Some("/s.bin")).await.unwrap(), "/s.bin");
