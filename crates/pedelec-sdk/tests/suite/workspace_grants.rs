@@ -113,18 +113,28 @@ async fn another_os_user_cannot_reach_core() {
     assert_eq!(mode(socket.parent().unwrap()), 0o700);
     assert_eq!(mode(&socket), 0o600);
     let probe = "import socket, sys\ns = socket.socket(socket.AF_UNIX)\ntry:\n    s.connect(sys.argv[1])\n    print('connected')\nexcept PermissionError:\n    print('denied')\n";
-    let run_as = |uid: u32| {
+    let run_as = |uid: u32, socket: &Path| {
         let out = std::process::Command::new("/usr/bin/python3")
             .args(["-c", probe])
-            .arg(&socket)
+            .arg(socket)
             .uid(uid)
             .gid(uid)
             .output()
             .expect("python3 runs");
         String::from_utf8_lossy(&out.stdout).trim().to_owned()
     };
-    assert_eq!(run_as(65534), "denied", "user nobody must not reach Core");
-    assert_eq!(run_as(0), "connected", "the probe itself works for Core's own user");
+    // The gRPC socket, and the tool and asset hand-off sockets beside it.
+    let mut sockets = vec![socket.clone()];
+    for suffix in [".tools", ".assets"] {
+        let mut path = socket.clone().into_os_string();
+        path.push(suffix);
+        sockets.push(path.into());
+    }
+    for socket in &sockets {
+        assert_eq!(mode(socket), 0o600, "{}", socket.display());
+        assert_eq!(run_as(65534, socket), "denied", "user nobody must not reach {}", socket.display());
+        assert_eq!(run_as(0, socket), "connected", "the probe itself works for Core's own user");
+    }
     // Core still serves its user.
     h.raw().await.ping(pb::PingRequest {}).await.expect("ping");
 }
