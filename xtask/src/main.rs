@@ -278,7 +278,8 @@ fn release_tool() -> Result<std::path::PathBuf> {
 /// allocator is slower per frame (pipelined frames ~370k → ~220k/s, the
 /// target is 50k; a tool round trip through the host unchanged, 88–95 µs
 /// against 91–107 µs); mimalloc in its place cost ~150 µs at start.
-/// The musl target is added with rustup where it is missing.
+/// The musl target is added with rustup where it is missing; where rustup
+/// cannot add it, the binary is linked statically against glibc instead.
 fn release_static(package: &str) -> Result<std::path::PathBuf> {
     let triple = host_triple()?;
     if !(triple.ends_with("-linux-gnu") && (triple.starts_with("x86_64") || triple.starts_with("aarch64"))) {
@@ -287,14 +288,24 @@ fn release_static(package: &str) -> Result<std::path::PathBuf> {
     }
     let musl = triple.replace("-linux-gnu", "-linux-musl");
     let installed = Command::new("rustup").args(["target", "list", "--installed"]).output();
-    if !installed.is_ok_and(|o| String::from_utf8_lossy(&o.stdout).lines().any(|l| l == musl)) {
-        let added = Command::new("timeout").args(["300", "rustup", "target", "add", &musl]).status();
-        if !added.is_ok_and(|s| s.success()) {
-            bail!("the Rust target {musl} is missing and rustup could not add it");
-        }
+    let has_musl = installed.is_ok_and(|o| String::from_utf8_lossy(&o.stdout).lines().any(|l| l == musl))
+        || Command::new("timeout").args(["300", "rustup", "target", "add", &musl]).status().is_ok_and(|s| s.success());
+    if has_musl {
+        cargo(&["build", "--release", "--quiet", "--target", &musl, "-p", package, "--bin", package])?;
+        return Ok(web::target_dir().join(&musl).join("release").join(package));
     }
-    cargo(&["build", "--release", "--quiet", "--target", &musl, "-p", package, "--bin", package])?;
-    Ok(web::target_dir().join(&musl).join("release").join(package))
+    eprintln!(
+        "warning: the Rust target {musl} is missing and rustup could not add it: {package} is linked against glibc"
+    );
+    // The target is named explicitly so the flag reaches only the binary's
+    // own code and dependencies, not build scripts or proc-macros (which
+    // cannot be static).
+    let flags_var = format!("CARGO_TARGET_{}_RUSTFLAGS", triple.to_uppercase().replace('-', "_"));
+    cargo_with_env(
+        &["build", "--release", "--quiet", "--target", &triple, "-p", package, "--bin", package],
+        &[(&flags_var, "-C target-feature=+crt-static")],
+    )?;
+    Ok(web::target_dir().join(&triple).join("release").join(package))
 }
 
 fn host_triple() -> Result<String> {
