@@ -184,9 +184,11 @@ mod io {
                     if let ControlMessageOwned::ScmRights(fds) = cmsg {
                         // SAFETY: the kernel just installed these descriptors
                         // in this process for us; nothing else owns them.
+                        #[cfg(not(target_os = "linux"))]
+                        let first_new = files.len();
                         files.extend(fds.into_iter().map(|fd| unsafe { OwnedFd::from_raw_fd(fd) }));
                         #[cfg(not(target_os = "linux"))]
-                        for file in &files {
+                        for file in &files[first_new..] {
                             use nix::fcntl::{F_SETFD, FdFlag, fcntl};
                             fcntl(file, F_SETFD(FdFlag::FD_CLOEXEC)).map_err(errno)?;
                         }

@@ -88,11 +88,10 @@ impl AssetServer {
                 let (Some(file), None) = (files.next(), files.next()) else {
                     return (refused(ErrorCode::InvalidArgument, "an upload hands over exactly one file"), None);
                 };
-                if !self.take_slot(&ticket.session_id, &ticket.token) {
-                    // Unused, so still good once the running upload is over.
-                    self.lock_tickets().insert(id.to_owned(), ticket);
-                    return (refused(ErrorCode::SessionBusy, "another upload is running for this session"), None);
-                }
+                let ticket = match self.claim_slot(id, ticket) {
+                    Ok(ticket) => ticket,
+                    Err((_, code, message)) => return (refused(code, message), None),
+                };
                 let _slot = SlotGuard { server: self, session_id: &ticket.session_id, token: &ticket.token };
                 match land_file(&ticket, &target, size, std::fs::File::from(file)) {
                     Ok(()) => (Answer::Path(target.to_string()), None),

@@ -385,6 +385,18 @@ impl AssetServer {
         }
     }
 
+    /// Takes the session's upload slot for a redeemed upload `ticket`. When
+    /// another upload of the session is running, the ticket goes back under
+    /// `id` — unused, so still good once that upload is over — and the
+    /// answer is `SESSION_BUSY`.
+    fn claim_slot(&self, id: &str, ticket: Ticket) -> Result<Ticket, Failure> {
+        if self.take_slot(&ticket.session_id, &ticket.token) {
+            return Ok(ticket);
+        }
+        self.lock_tickets().insert(id.to_owned(), ticket);
+        Err((StatusCode::CONFLICT, ErrorCode::SessionBusy, "another upload is running for this session".into()))
+    }
+
     /// Takes ticket `id` out for a transfer that proved its `token`: single
     /// use, so only such a request takes it; an expired one is dropped.
     fn redeem(&self, id: &str, token: &str) -> Result<Ticket, Failure> {
@@ -404,7 +416,8 @@ impl AssetServer {
     }
 
     async fn handle(&self, request: Request<Incoming>) -> Response<Body> {
-        let id = request.uri().path().strip_prefix("/transfer/").unwrap_or_default().to_owned();
+        // The same reading of a ticket's url as the hand-off socket's.
+        let id = pedelec_protocol::handoff::ticket_id(request.uri().path()).unwrap_or_default().to_owned();
         let origin_header =
             request.headers().get(hyper::header::ORIGIN).and_then(|v| v.to_str().ok()).map(str::to_owned);
         let ticket_origin = self.lock_tickets().get(&id).map(|t| t.origin.clone());
@@ -433,23 +446,17 @@ impl AssetServer {
             Ok(ticket) => ticket,
             Err((status, code, message)) => return error_response(status, code, &message, cors.as_deref()),
         };
-        let response = match (&ticket.kind, request.method()) {
+        let response = match (ticket.kind.clone(), request.method()) {
             (TicketKind::Upload { target, size }, &Method::PUT) => {
-                if !self.take_slot(&ticket.session_id, &ticket.token) {
-                    // Unused, so still good once the running upload is over.
-                    self.lock_tickets().insert(id, ticket);
-                    return error_response(
-                        StatusCode::CONFLICT,
-                        ErrorCode::SessionBusy,
-                        "another upload is running for this session",
-                        cors.as_deref(),
-                    );
-                }
+                let ticket = match self.claim_slot(&id, ticket) {
+                    Ok(ticket) => ticket,
+                    Err((status, code, message)) => return error_response(status, code, &message, cors.as_deref()),
+                };
                 // Freed however the upload ends, also when hyper drops this
                 // future because the client went away; declared before the
                 // upload so its temporary file is gone first.
                 let _slot = SlotGuard { server: self, session_id: &ticket.session_id, token: &ticket.token };
-                let result = receive(request, &ticket, target, *size).await;
+                let result = receive(request, &ticket, &target, size).await;
                 match result {
                     Ok(()) => Response::builder()
                         .status(StatusCode::CREATED)
@@ -459,7 +466,7 @@ impl AssetServer {
                     Err((status, code, message)) => error_response(status, code, &message, None),
                 }
             }
-            (TicketKind::Download { path }, &Method::GET) => send(&ticket, path).await,
+            (TicketKind::Download { path }, &Method::GET) => send(&ticket, &path).await,
             _ => {
                 if matches!(ticket.kind, TicketKind::Upload { .. }) {
                     self.release_slot(&ticket.session_id, &ticket.token);

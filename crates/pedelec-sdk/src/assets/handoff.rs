@@ -94,13 +94,14 @@ fn download_blocking(ticket: &pb::AssetTicket) -> Option<Result<(File, u64), Ped
     }))
 }
 
-/// Reads the ticket's file into memory (`buffer` has room for it) through
-/// the hand-off socket; `None` when it cannot be reached.
-pub(super) async fn read(ticket: &pb::AssetTicket, mut buffer: Vec<u8>) -> Option<Result<Vec<u8>, PedelecError>> {
+/// Reads the ticket's file into memory through the hand-off socket, into a
+/// buffer of the size Core announced; `None` when it cannot be reached.
+pub(super) async fn read(ticket: &pb::AssetTicket) -> Option<Result<Vec<u8>, PedelecError>> {
     let code = ErrorCode::AssetDownloadFailed;
     let ticket = ticket.clone();
     let run = tokio::task::spawn_blocking(move || {
         Some(download_blocking(&ticket)?.and_then(|(file, size)| {
+            let mut buffer = super::download_buffer(size as usize);
             read_into(&file, size as usize, &mut buffer)
                 .map_err(|e| failed(code, format!("reading the asset failed: {e}")))?;
             Ok(buffer)
@@ -109,12 +110,11 @@ pub(super) async fn read(ticket: &pb::AssetTicket, mut buffer: Vec<u8>) -> Optio
     run.await.unwrap_or_else(|e| Some(Err(failed(code, e))))
 }
 
-/// Reads the first `size` bytes of `file` into `buffer`, straight into its
+/// Reads the first `size` bytes of `file` into the empty `buffer`, straight into its
 /// spare capacity: zeroing it first would be one more pass over 100 MiB of
 /// fresh memory.
 fn read_into(file: &File, size: usize, buffer: &mut Vec<u8>) -> std::io::Result<()> {
     use std::os::fd::AsRawFd;
-    buffer.clear();
     buffer.reserve(size);
     while buffer.len() < size {
         let filled = buffer.len();

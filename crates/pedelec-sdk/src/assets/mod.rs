@@ -328,22 +328,13 @@ async fn request_download(
 pub async fn get(ticket: &pb::AssetTicket) -> Result<AssetFile, PedelecError> {
     let code = ErrorCode::AssetDownloadFailed;
     let asset = ticket.asset.clone().unwrap_or_default();
-    let mut bytes = download_buffer(asset.size.min(limits::MAX_ASSET_BYTES) as usize);
+    let file =
+        |bytes| AssetFile { name: asset.name, mime_type: asset.mime_type, modified_at: asset.modified_at_ms, bytes };
     #[cfg(unix)]
-    let bytes_back = handoff::read(ticket, bytes).await;
-    #[cfg(unix)]
-    match bytes_back {
-        Some(Ok(bytes)) => {
-            return Ok(AssetFile {
-                name: asset.name,
-                mime_type: asset.mime_type,
-                modified_at: asset.modified_at_ms,
-                bytes,
-            });
-        }
-        Some(Err(error)) => return Err(error),
-        None => bytes = download_buffer(asset.size.min(limits::MAX_ASSET_BYTES) as usize),
+    if let Some(read) = handoff::read(ticket).await {
+        return read.map(file);
     }
+    let mut bytes = download_buffer(asset.size.min(limits::MAX_ASSET_BYTES) as usize);
     let response = request_download(ticket, code).await?;
     let mut body = response.into_body().into_data_stream();
     while let Some(chunk) = body.next().await {
@@ -353,7 +344,7 @@ pub async fn get(ticket: &pb::AssetTicket) -> Result<AssetFile, PedelecError> {
         }
         bytes.extend_from_slice(&chunk);
     }
-    Ok(AssetFile { name: asset.name, mime_type: asset.mime_type, modified_at: asset.modified_at_ms, bytes })
+    Ok(file(bytes))
 }
 
 /// Streams a download ticket's file into `dest` and returns its size. The
@@ -389,16 +380,7 @@ pub async fn get_to_file(ticket: &pb::AssetTicket, dest: &std::path::Path) -> Re
     {
         let out = partial.reopen().map_err(|e| failed(code, e))?;
         if let Some(copied) = handoff::copy_to(ticket, out).await {
-            let copied = copied?;
-            let expected = ticket.asset.as_ref().map(|a| a.size);
-            if expected.is_some_and(|size| size != copied) {
-                return Err(failed(
-                    code,
-                    format!("the asset is {copied} bytes, {} when the ticket was issued", expected.unwrap_or_default()),
-                ));
-            }
-            partial.persist(dest).map_err(|e| failed(code, format!("replacing {}: {}", dest.display(), e.error)))?;
-            return Ok(copied);
+            return land_download(ticket, partial, dest, copied?);
         }
     }
     let response = request_download(ticket, code).await?;
@@ -437,9 +419,22 @@ pub async fn get_to_file(ticket: &pb::AssetTicket, dest: &std::path::Path) -> Re
         .map_err(|_| failed(code, "the download writer failed"))?;
     streamed?;
     written.map_err(|e| failed(code, format!("writing {}: {e}", dest.display())))?;
-    let expected = ticket.asset.as_ref().map(|a| a.size);
-    if expected.is_some_and(|size| size != received) {
-        return Err(failed(code, format!("{received} of {} bytes arrived", expected.unwrap_or_default())));
+    land_download(ticket, partial, dest, received)
+}
+
+/// Replaces `dest` with a download's complete temporary file, once exactly
+/// the size the ticket announced arrived, and returns that size.
+fn land_download(
+    ticket: &pb::AssetTicket,
+    partial: tempfile::NamedTempFile,
+    dest: &Path,
+    received: u64,
+) -> Result<u64, PedelecError> {
+    let code = ErrorCode::AssetDownloadFailed;
+    if let Some(expected) = ticket.asset.as_ref().map(|a| a.size)
+        && expected != received
+    {
+        return Err(failed(code, format!("{received} of {expected} bytes arrived")));
     }
     partial.persist(dest).map_err(|e| failed(code, format!("replacing {}: {}", dest.display(), e.error)))?;
     Ok(received)
