@@ -144,7 +144,18 @@ fn run_host(caller: Caller) -> ExitCode {
         let connecting =
             tokio::spawn(async move { core_link::connect_or_start(&socket, core_link::core_binary).await });
         let core = async move { connecting.await.ok().flatten().map(Arc::new) }.boxed().shared();
-        let exit = relay::run(stdio::input(), stdio::output(), core).await;
+        // The relay runs as a task, not as `block_on`'s own future: every
+        // wake of that future writes the runtime's eventfd (it may be parked
+        // in epoll), one syscall and one extra epoll round per tool call,
+        // while a task woken by another task is queued without either.
+        let relay = tokio::spawn(relay::run(stdio::input(), stdio::output(), core));
+        let exit = match relay.await {
+            Ok(exit) => exit,
+            Err(error) => {
+                eprintln!("pedelec-native-host: the relay failed: {error}");
+                std::process::exit(1)
+            }
+        };
         tracing::info!(?exit, "relay finished");
         // Exit now: tokio's stdin reader sits in a blocking read that would
         // otherwise hold the runtime's shutdown until the browser closes the pipe.

@@ -40,8 +40,12 @@ pub fn now_ms() -> i64 {
     std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map(|d| d.as_millis() as i64).unwrap_or(0)
 }
 
+/// A fresh random (v4) id: `prefix-` and 32 hex digits.
 pub fn new_id(prefix: &str) -> String {
-    format!("{prefix}-{}", uuid::Uuid::new_v4().simple())
+    // From the thread's CSPRNG (rand's ChaCha, seeded from the OS), not the
+    // OS's: `Uuid::new_v4` makes a getrandom syscall per id, one per tool call.
+    let bytes: [u8; 16] = rand::random();
+    format!("{prefix}-{}", uuid::Builder::from_random_bytes(bytes).into_uuid().simple())
 }
 
 /// A session's [`crate::providers::PermissionAsker`]: weak, so a runtime

@@ -759,3 +759,15 @@ fn permission_requests_wait_for_the_app_and_every_ending_settles_them() {
     out.extend(finish(&mut m, &operation, Err(ProviderFailure::cancelled())));
     insta::assert_snapshot!(render(&out).join("\n"));
 }
+
+#[test]
+fn new_ids_are_random_v4_uuids_after_their_prefix() {
+    let ids: std::collections::HashSet<String> = (0..1000).map(|_| super::new_id("tool")).collect();
+    assert_eq!(ids.len(), 1000, "ids repeat");
+    for id in &ids {
+        let hex = id.strip_prefix("tool-").expect("the prefix");
+        let uuid = uuid::Uuid::parse_str(hex).expect("32 hex digits");
+        assert_eq!(uuid.get_version_num(), 4, "{id}");
+        assert_eq!(uuid.get_variant(), uuid::Variant::RFC4122, "{id}");
+    }
+}
