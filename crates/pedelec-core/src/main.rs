@@ -43,13 +43,13 @@ enum Command {
         #[arg(long, default_value_t = 60_000)]
         asset_ticket_ttl_ms: u64,
         /// Async worker threads; 0 runs everything on one current-thread runtime.
-        // One by default: Core's work per event is microseconds, and on a
-        // second worker each hand-off between tasks (request → session →
-        // provider → subscriber) is a futex wake of a parked thread on
-        // another CPU. On two cores, one worker made the tool round trip
-        // ~62 → ~45 µs and the scripted deltas ~1.7M → ~2.1M/s, and the load
-        // bench still runs ~8 900 tool-turns/s (ARCHITECTURE.md, "Threads").
-        #[arg(long, env = "PEDELEC_CORE_THREADS", default_value_t = 1)]
+        // Two by default. One worker avoids a futex wake of a parked thread
+        // at each hand-off between tasks (request → session → provider →
+        // subscriber): on the 2-core machine the tool round trip went from
+        // ~57 to ~42 µs, but provider deltas lost ~10 % (codex 558k → 497k
+        // messages/s, OpenAI 858k → 765k) and the load bench's closed loop
+        // ~20 %, where parsing and delivery had overlapped (ARCHITECTURE.md).
+        #[arg(long, env = "PEDELEC_CORE_THREADS", default_value_t = 2)]
         worker_threads: usize,
         /// Directory of config.toml, the settings (default: $XDG_CONFIG_HOME/pedelec).
         #[arg(long, env = "PEDELEC_CONFIG_DIR")]
