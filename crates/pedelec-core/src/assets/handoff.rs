@@ -21,9 +21,7 @@ use pedelec_protocol::pb::asset_handoff_response::Result as Answer;
 use pedelec_protocol::{ErrorCode, handoff, pb};
 use tokio::sync::Semaphore;
 
-use super::{
-    AssetPath, AssetServer, Failure, Partial, SlotGuard, Ticket, TicketKind, land, open_download, upload_temp,
-};
+use super::{AssetPath, AssetServer, Failure, SlotGuard, Staged, Ticket, TicketKind, open_download};
 use crate::platform::endpoint::Listener;
 
 /// Exchanges served at once; more connections wait in the backlog. Each
@@ -127,10 +125,7 @@ fn land_file(ticket: &Ticket, target: &AssetPath, size: u64, src: std::fs::File)
     if meta.len() != size {
         return Err(failed(format!("the file handed over is {} bytes, the ticket declared {size}", meta.len())));
     }
-    let temp = upload_temp(ticket);
-    let mut partial = Partial(Some(temp.clone()));
-    std::fs::create_dir_all(&ticket.assets_root).map_err(|e| failed(e.to_string()))?;
-    let out = std::fs::File::create(&temp).map_err(|e| failed(e.to_string()))?;
+    let (staged, out) = Staged::create(ticket)?;
     let mut writeback = crate::writeback::Writeback::new();
     let copied = handoff::copy_range(&src, &out, size, |file, n| writeback.wrote(file, n))
         .map_err(|e| failed(format!("copying the file handed over failed: {e}")))?;
@@ -138,7 +133,5 @@ fn land_file(ticket: &Ticket, target: &AssetPath, size: u64, src: std::fs::File)
         return Err(failed(format!("{copied} of the declared {size} bytes could be read")));
     }
     out.sync_all().map_err(|e| failed(e.to_string()))?;
-    land(ticket, target, &temp)?;
-    partial.0 = None;
-    Ok(())
+    staged.land(ticket, target)
 }

@@ -502,93 +502,95 @@ async fn receive(request: Request<Incoming>, ticket: &Ticket, target: &AssetPath
     {
         return Err(upload_failed(format!("Content-Length {declared} does not match the ticket's {size} bytes")));
     }
-    let temp = upload_temp(ticket);
-    // Removed unless renamed into place, whichever way this future ends
-    // (dropped mid-upload included).
-    let mut partial = Partial(Some(temp.clone()));
-    let result = async {
-        std::fs::create_dir_all(&ticket.assets_root).map_err(|e| upload_failed(e.to_string()))?;
-        let file = std::fs::File::create(&temp).map_err(|e| upload_failed(e.to_string()))?;
-        // Disk writes run on a thread of their own, fed through a short queue:
-        // the network side never waits on the disk per chunk, and memory stays bounded.
-        let (chunks, mut queue) = tokio::sync::mpsc::channel::<Bytes>(16);
-        let writer = std::thread::spawn(move || -> std::io::Result<()> {
-            use std::io::Write;
-            // hyper's chunks are already large (up to its ~400 KiB read
-            // buffer); written as they come, they skip a copy into a BufWriter.
-            let mut out = file;
-            let mut writeback = crate::writeback::Writeback::new();
-            while let Some(chunk) = queue.blocking_recv() {
-                out.write_all(&chunk)?;
-                writeback.wrote(&out, chunk.len());
-            }
-            out.sync_all()
-        });
-        let mut body = request.into_body();
-        let mut received = 0u64;
-        let streamed = async {
-            loop {
-                let frame = match tokio::time::timeout(STALL_TIMEOUT, body.frame()).await {
-                    Err(_) => return Err(upload_failed("the upload stalled".into())),
-                    Ok(None) => return Ok(()),
-                    Ok(Some(Err(e))) => return Err(upload_failed(format!("the upload was interrupted: {e}"))),
-                    Ok(Some(Ok(frame))) => frame,
-                };
-                if let Ok(data) = frame.into_data() {
-                    received += data.len() as u64;
-                    if received > size {
-                        let message = format!("more than the declared {size} bytes");
-                        return Err((StatusCode::PAYLOAD_TOO_LARGE, ErrorCode::AssetUploadFailed, message));
-                    }
-                    if chunks.send(data).await.is_err() {
-                        return Err(upload_failed("writing the upload failed".into()));
-                    }
+    // Removed unless it lands, whichever way this future ends (dropped
+    // mid-upload included).
+    let (staged, file) = Staged::create(ticket)?;
+    // Disk writes run on a thread of their own, fed through a short queue:
+    // the network side never waits on the disk per chunk, and memory stays bounded.
+    let (chunks, mut queue) = tokio::sync::mpsc::channel::<Bytes>(16);
+    let writer = std::thread::spawn(move || -> std::io::Result<()> {
+        use std::io::Write;
+        // hyper's chunks are already large (up to its ~400 KiB read
+        // buffer); written as they come, they skip a copy into a BufWriter.
+        let mut out = file;
+        let mut writeback = crate::writeback::Writeback::new();
+        while let Some(chunk) = queue.blocking_recv() {
+            out.write_all(&chunk)?;
+            writeback.wrote(&out, chunk.len());
+        }
+        out.sync_all()
+    });
+    let mut body = request.into_body();
+    let mut received = 0u64;
+    let streamed = async {
+        loop {
+            let frame = match tokio::time::timeout(STALL_TIMEOUT, body.frame()).await {
+                Err(_) => return Err(upload_failed("the upload stalled".into())),
+                Ok(None) => return Ok(()),
+                Ok(Some(Err(e))) => return Err(upload_failed(format!("the upload was interrupted: {e}"))),
+                Ok(Some(Ok(frame))) => frame,
+            };
+            if let Ok(data) = frame.into_data() {
+                received += data.len() as u64;
+                if received > size {
+                    let message = format!("more than the declared {size} bytes");
+                    return Err((StatusCode::PAYLOAD_TOO_LARGE, ErrorCode::AssetUploadFailed, message));
+                }
+                if chunks.send(data).await.is_err() {
+                    return Err(upload_failed("writing the upload failed".into()));
                 }
             }
         }
-        .await;
-        drop(chunks);
-        let written = tokio::task::spawn_blocking(move || writer.join())
-            .await
-            .map_err(|e| upload_failed(e.to_string()))?
-            .map_err(|_| upload_failed("the upload writer failed".into()))?;
-        streamed?;
-        written.map_err(|e| upload_failed(e.to_string()))?;
-        if received != size {
-            return Err(upload_failed(format!("{received} of the declared {size} bytes arrived")));
-        }
-        land(ticket, target, &temp)
     }
     .await;
-    if result.is_ok() {
-        partial.0 = None;
+    drop(chunks);
+    let written = tokio::task::spawn_blocking(move || writer.join())
+        .await
+        .map_err(|e| upload_failed(e.to_string()))?
+        .map_err(|_| upload_failed("the upload writer failed".into()))?;
+    streamed?;
+    written.map_err(|e| upload_failed(e.to_string()))?;
+    if received != size {
+        return Err(upload_failed(format!("{received} of the declared {size} bytes arrived")));
     }
-    result
+    staged.land(ticket, target)
 }
 
-/// Where an upload is written before it lands: beside the assets
-/// directory, on its filesystem, so the rename into place is atomic; out of
-/// the listing's reach.
-fn upload_temp(ticket: &Ticket) -> PathBuf {
-    let beside = ticket.assets_root.parent().unwrap_or(&ticket.assets_root);
-    beside.join(format!("{RESERVED_PREFIX}upload-{}", random_hex(8)))
+/// An upload's temporary file, streamed or handed over: beside the assets
+/// directory, on its filesystem, so the rename into place is atomic, and out
+/// of the listing's reach. Removed on drop unless it landed.
+struct Staged {
+    path: PathBuf,
+    landed: bool,
 }
 
-/// Renames a complete, fsynced upload at `temp` into place at `target`.
-fn land(ticket: &Ticket, target: &AssetPath, temp: &Path) -> Result<(), Failure> {
-    let destination = prepare_target(&ticket.assets_root, target)
-        .map_err(|m| (StatusCode::CONFLICT, ErrorCode::AssetPathInvalid, m))?;
-    std::fs::rename(temp, &destination)
-        .map_err(|e| (StatusCode::BAD_REQUEST, ErrorCode::AssetUploadFailed, e.to_string()))
+impl Staged {
+    /// Creates the temporary file for `ticket`'s upload.
+    fn create(ticket: &Ticket) -> Result<(Staged, std::fs::File), Failure> {
+        let failed = |e: std::io::Error| (StatusCode::BAD_REQUEST, ErrorCode::AssetUploadFailed, e.to_string());
+        std::fs::create_dir_all(&ticket.assets_root).map_err(failed)?;
+        let beside = ticket.assets_root.parent().unwrap_or(&ticket.assets_root);
+        let temp = beside.join(format!("{RESERVED_PREFIX}upload-{}", random_hex(8)));
+        let staged = Staged { path: temp, landed: false };
+        let file = std::fs::File::create(&staged.path).map_err(failed)?;
+        Ok((staged, file))
+    }
+
+    /// Renames the complete, fsynced file into place at `target`.
+    fn land(mut self, ticket: &Ticket, target: &AssetPath) -> Result<(), Failure> {
+        let destination = prepare_target(&ticket.assets_root, target)
+            .map_err(|m| (StatusCode::CONFLICT, ErrorCode::AssetPathInvalid, m))?;
+        std::fs::rename(&self.path, &destination)
+            .map_err(|e| (StatusCode::BAD_REQUEST, ErrorCode::AssetUploadFailed, e.to_string()))?;
+        self.landed = true;
+        Ok(())
+    }
 }
 
-/// A partial upload's temporary file: removed on drop unless it was renamed into place.
-struct Partial(Option<PathBuf>);
-
-impl Drop for Partial {
+impl Drop for Staged {
     fn drop(&mut self) {
-        if let Some(path) = self.0.take() {
-            let _ = std::fs::remove_file(path);
+        if !self.landed {
+            let _ = std::fs::remove_file(&self.path);
         }
     }
 }
