@@ -186,6 +186,10 @@ error_codes! {
     NativeFrameInvalidJson = "NATIVE_FRAME_INVALID_JSON",
     /// The calling origin or extension is not allowed.
     OriginNotAllowed = "ORIGIN_NOT_ALLOWED",
+    /// A configured limit would be exceeded (`details.limit` names it:
+    /// `sessions_per_origin`, `agent_processes`, `asset_bytes_per_session`,
+    /// `transcript_bytes_per_session`; `details.max` is its value).
+    QuotaExceeded = "QUOTA_EXCEEDED",
     /// An unexpected failure inside Pedelec.
     Internal = "INTERNAL",
 }

@@ -113,6 +113,7 @@ pub fn grpc_code(code: ErrorCode) -> tonic::Code {
         | ErrorCode::AssetTooLarge
         | ErrorCode::ProviderNotFound => Code::InvalidArgument,
         ErrorCode::CoreRuntimeUnavailable | ErrorCode::ProviderUnavailable => Code::Unavailable,
+        ErrorCode::QuotaExceeded => Code::ResourceExhausted,
         _ => Code::Internal,
     }
 }
