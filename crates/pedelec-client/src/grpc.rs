@@ -215,6 +215,15 @@ impl Transport for GrpcTransport {
                 Call::AnswerPermission(r) => {
                     Reply::AnswerPermission(c.answer_permission(r).await.map_err(status)?.into_inner())
                 }
+                Call::GetConsent(r) => Reply::GetConsent(c.get_consent(r).await.map_err(status)?.into_inner()),
+                Call::SetConsent(r) => Reply::SetConsent(c.set_consent(r).await.map_err(status)?.into_inner()),
+                Call::RevokeOrigin(r) => Reply::RevokeOrigin(c.revoke_origin(r).await.map_err(status)?.into_inner()),
+                Call::ListUserPermissions(r) => {
+                    Reply::ListUserPermissions(c.list_user_permissions(r).await.map_err(status)?.into_inner())
+                }
+                Call::AnswerUserPermission(r) => {
+                    Reply::AnswerUserPermission(c.answer_user_permission(r).await.map_err(status)?.into_inner())
+                }
                 Call::Subscribe(_) | Call::Unsubscribe(_) => {
                     return Err(PedelecError::new(ErrorCode::InvalidArgument, "use Transport::subscribe"));
                 }

@@ -71,8 +71,10 @@ pub async fn serve(config: CoreConfig) -> CoreResult<()> {
     let (store, records) = Store::open(&config.database())?;
     let assets = crate::assets::AssetServer::start(config.asset_ticket_ttl).await?;
     let (released_tx, released) = tokio::sync::mpsc::unbounded_channel();
+    let consent = Arc::new(crate::consent::Consent::from_stored(store.consents().await?));
     let shared = Arc::new(Shared {
         store,
+        consent,
         assets: assets.clone(),
         providers,
         disconnect_grace: config.disconnect_grace,

@@ -9,6 +9,7 @@ pub mod assets;
 pub mod bridge;
 pub mod config;
 pub mod connections;
+pub mod consent;
 pub mod daemon;
 pub mod doctor;
 pub mod error;

@@ -100,6 +100,87 @@ impl Registry {
         Ok(session)
     }
 
+    /// `get`, for a call that works in the session's workspace: the origin
+    /// must still be approved and, for an explicit workspace, still hold a
+    /// folder around it (the user may have withdrawn either since).
+    pub async fn get_for_work(&self, id: &str, origin: &str) -> CoreResult<Arc<Session>> {
+        let session = self.get(id, origin).await?;
+        let consent = &self.shared.consent;
+        consent.check_approved(origin)?;
+        consent.check_workspace(origin, &session.workspace.root, session.workspace.managed)?;
+        Ok(session)
+    }
+
+    /// Stores `consent` (checked and resolved first; see `Core.SetConsent`).
+    pub async fn set_consent(&self, consent: &pb::OriginConsent) -> CoreResult<pb::OriginConsent> {
+        let prepared = self.shared.consent.prepare(consent, &self.policy)?;
+        self.shared.store.save_consent(prepared.clone()).await?;
+        self.shared.consent.apply(&prepared);
+        tracing::info!(origin = %prepared.origin, approved = prepared.approved, folders = prepared.folders.len(), "consent set");
+        Ok(prepared)
+    }
+
+    /// Forgets `origin`'s consent, then ends every live session of it.
+    /// Forgotten first, so no new session of the origin can start while
+    /// the others are ending.
+    pub async fn revoke_origin(&self, origin: &str) -> CoreResult<u32> {
+        check_origin(origin)?;
+        let forgotten = pb::OriginConsent { origin: origin.to_owned(), ..Default::default() };
+        self.shared.store.save_consent(forgotten).await?;
+        self.shared.consent.forget(origin);
+        // Live sessions are all in memory (the store holds only ended ones beyond it).
+        let live: Vec<Arc<Session>> = self
+            .sessions
+            .read()
+            .expect("sessions lock")
+            .values()
+            .filter(|s| s.origin == origin && s.status() != SessionStatus::Ended)
+            .cloned()
+            .collect();
+        let ended = futures::future::join_all(live.iter().map(|session| session.end("revoked"))).await;
+        let mut count = 0;
+        for (session, result) in live.iter().zip(ended) {
+            match result {
+                Ok(true) => count += 1,
+                Ok(false) => {}
+                Err(error) => tracing::warn!(session = %session.id, %error, "could not end a revoked origin's session"),
+            }
+        }
+        for session in &live {
+            self.evict(&session.id);
+        }
+        tracing::info!(origin, sessions_ended = count, "origin revoked");
+        Ok(count)
+    }
+
+    /// Every live session's requests waiting for the user, oldest first.
+    pub fn user_permissions(&self) -> Vec<pb::UserPermission> {
+        let sessions: Vec<Arc<Session>> = self.sessions.read().expect("sessions lock").values().cloned().collect();
+        let mut waiting: Vec<pb::UserPermission> = sessions
+            .iter()
+            .flat_map(|session| {
+                session.user_permissions().into_iter().map(|request| pb::UserPermission {
+                    origin: session.origin.clone(),
+                    session_id: session.id.clone(),
+                    provider: session.info.provider.clone(),
+                    workspace_path: session.workspace.root.display().to_string(),
+                    request: Some(request),
+                })
+            })
+            .collect();
+        waiting.sort_by_key(|p| p.request.as_ref().map_or(0, |r| r.deadline_at_ms));
+        waiting
+    }
+
+    /// The session `id` whatever its origin: for owner calls only.
+    pub async fn get_as_owner(&self, id: &str) -> CoreResult<Arc<Session>> {
+        check_id("session id", id)?;
+        match self.in_memory(id) {
+            Some(session) => Ok(session),
+            None => self.load(id).await,
+        }
+    }
+
     /// Brings a stored session (ended: live ones are all in memory) back into memory.
     async fn load(&self, id: &str) -> CoreResult<Arc<Session>> {
         loop {
@@ -229,13 +310,11 @@ impl Registry {
         }
         let tools = ToolSet::compile(skills.tools.clone())?;
         let id = new_id("sess");
-        let granted = request.workspace.as_ref().map(|w| w.granted_roots.as_slice()).unwrap_or_default();
-        if granted.len() > limits::MAX_WORKSPACE_GRANTS
-            || granted.iter().any(|g| g.len() > limits::MAX_WORKSPACE_PATH_BYTES || g.contains('\0'))
-        {
-            return Err(CoreError::new(ErrorCode::InvalidArgument, "too many or malformed workspace grants"));
-        }
         let origin = &request.caller_origin;
+        // Only what the user granted, as Core holds it: no request can carry a grant.
+        self.shared.consent.check_approved(origin)?;
+        let granted = self.shared.consent.granted_roots(origin);
+        let granted = granted.as_slice();
         let workspace = Workspace::resolve(request.workspace.as_ref(), &self.managed_root, &id, |path| {
             self.policy.check(path, origin, granted).map_err(|refusal| {
                 let message = match &refusal {
@@ -426,6 +505,12 @@ mod tests {
     async fn registry(state: &std::path::Path) -> Registry {
         let (store, records) = Store::open(&state.join("sessions.sqlite3")).unwrap();
         let shared = Shared::for_tests(store, state).await;
+        shared.consent.apply(&pb::OriginConsent {
+            origin: ORIGIN.into(),
+            approved: true,
+            approved_at_ms: 1,
+            folders: vec![],
+        });
         let registry = Registry::new(shared, state.join("workspaces"), WorkspacePolicy::default());
         registry.restore(records);
         registry

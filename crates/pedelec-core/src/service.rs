@@ -60,13 +60,13 @@ impl Core for CoreService {
 
     async fn prepare(&self, request: Request<pb::PrepareRequest>) -> Reply<pb::OperationAccepted> {
         let request = request.into_inner();
-        let session = self.registry.get(&request.session_id, &request.caller_origin).await?;
+        let session = self.registry.get_for_work(&request.session_id, &request.caller_origin).await?;
         Ok(Response::new(session.prepare().await?))
     }
 
     async fn send_text(&self, request: Request<pb::SendTextRequest>) -> Reply<pb::OperationAccepted> {
         let request = request.into_inner();
-        let session = self.registry.get(&request.session_id, &request.caller_origin).await?;
+        let session = self.registry.get_for_work(&request.session_id, &request.caller_origin).await?;
         Ok(Response::new(session.send_text(request.text, request.attachments).await?))
     }
 
@@ -94,7 +94,7 @@ impl Core for CoreService {
 
     async fn resume(&self, request: Request<pb::ResumeRequest>) -> Reply<pb::ResumeResponse> {
         let request = request.into_inner();
-        let session = self.registry.get(&request.session_id, &request.caller_origin).await?;
+        let session = self.registry.get_for_work(&request.session_id, &request.caller_origin).await?;
         session.resume().await?;
         Ok(Response::new(pb::ResumeResponse { session: Some(session.info.clone()) }))
     }
@@ -181,12 +181,56 @@ impl Core for CoreService {
         let (sessions, has_more) = self.registry.list(&request).await?;
         Ok(Response::new(pb::ListSessionsResponse { sessions, has_more }))
     }
+
+    async fn get_consent(&self, request: Request<pb::GetConsentRequest>) -> Reply<pb::GetConsentResponse> {
+        let request = request.into_inner();
+        crate::consent::check_owner(&request.caller_origin)?;
+        Ok(Response::new(pb::GetConsentResponse { origins: self.registry.shared.consent.list(&request.origin) }))
+    }
+
+    async fn set_consent(&self, request: Request<pb::SetConsentRequest>) -> Reply<pb::SetConsentResponse> {
+        let request = request.into_inner();
+        crate::consent::check_owner(&request.caller_origin)?;
+        let consent =
+            request.consent.ok_or_else(|| CoreError::new(ErrorCode::InvalidArgument, "SetConsent needs a consent"))?;
+        Ok(Response::new(pb::SetConsentResponse { consent: Some(self.registry.set_consent(&consent).await?) }))
+    }
+
+    async fn revoke_origin(&self, request: Request<pb::RevokeOriginRequest>) -> Reply<pb::RevokeOriginResponse> {
+        let request = request.into_inner();
+        crate::consent::check_owner(&request.caller_origin)?;
+        let sessions_ended = self.registry.revoke_origin(&request.origin).await?;
+        Ok(Response::new(pb::RevokeOriginResponse { sessions_ended }))
+    }
+
+    async fn list_user_permissions(
+        &self,
+        request: Request<pb::ListUserPermissionsRequest>,
+    ) -> Reply<pb::ListUserPermissionsResponse> {
+        crate::consent::check_owner(&request.into_inner().caller_origin)?;
+        Ok(Response::new(pb::ListUserPermissionsResponse { permissions: self.registry.user_permissions() }))
+    }
+
+    async fn answer_user_permission(
+        &self,
+        request: Request<pb::AnswerUserPermissionRequest>,
+    ) -> Reply<pb::AnswerPermissionResponse> {
+        let request = request.into_inner();
+        crate::consent::check_owner(&request.caller_origin)?;
+        let session = self.registry.get_as_owner(&request.session_id).await?;
+        check_id("permission id", &request.permission_id)?;
+        if request.option_id.len() > pedelec_protocol::limits::MAX_ID_LEN {
+            return Err(CoreError::new(ErrorCode::InvalidArgument, "option_id is too long").into());
+        }
+        session.answer_user_permission(&request.permission_id, &request.option_id)?;
+        Ok(Response::new(pb::AnswerPermissionResponse {}))
+    }
 }
 
 impl CoreService {
     /// Assets are usable while a session is not ending or ended.
     async fn usable_for_assets(&self, id: &str, origin: &str) -> Result<Arc<crate::session::Session>, CoreError> {
-        let session = self.registry.get(id, origin).await?;
+        let session = self.registry.get_for_work(id, origin).await?;
         if let Some((code, message)) = session.status().refuse_assets() {
             return Err(CoreError::new(code, message));
         }
@@ -227,6 +271,15 @@ impl CoreService {
             Call::ListSessions(q) => NativeReply::ListSessions(self.list_sessions(r(q)).await?.into_inner()),
             Call::AnswerPermission(q) => {
                 NativeReply::AnswerPermission(self.answer_permission(r(q)).await?.into_inner())
+            }
+            Call::GetConsent(q) => NativeReply::GetConsent(self.get_consent(r(q)).await?.into_inner()),
+            Call::SetConsent(q) => NativeReply::SetConsent(self.set_consent(r(q)).await?.into_inner()),
+            Call::RevokeOrigin(q) => NativeReply::RevokeOrigin(self.revoke_origin(r(q)).await?.into_inner()),
+            Call::ListUserPermissions(q) => {
+                NativeReply::ListUserPermissions(self.list_user_permissions(r(q)).await?.into_inner())
+            }
+            Call::AnswerUserPermission(q) => {
+                NativeReply::AnswerUserPermission(self.answer_user_permission(r(q)).await?.into_inner())
             }
             Call::Subscribe(_) | Call::Unsubscribe(_) => {
                 return Err(CoreError::new(ErrorCode::InvalidArgument, "subscriptions use Core.Subscribe").into());

@@ -205,6 +205,11 @@ CREATE INDEX IF NOT EXISTS transcript_by_session ON transcript(session_id, seq);
 -- Listing an origin's sessions reads only that origin's rows.
 CREATE INDEX IF NOT EXISTS sessions_by_origin ON sessions(origin, created_at_ms);
 CREATE INDEX IF NOT EXISTS transcript_completions ON transcript(session_id, seq) WHERE kind = 'operation_completed';
+-- The user's consent per web origin (crate::consent): a pb::OriginConsent as JSON.
+CREATE TABLE IF NOT EXISTS consent (
+    origin TEXT PRIMARY KEY,
+    body TEXT NOT NULL
+);
 ";
 
 /// Process-wide SQLite settings, for Core's binary to apply first thing in
@@ -352,6 +357,43 @@ impl Store {
                 Err(_) => Err(stopped()),
             }
         })
+    }
+
+    /// Every origin's stored consent (crate::consent), read at start.
+    pub async fn consents(&self) -> CoreResult<Vec<pedelec_protocol::pb::OriginConsent>> {
+        self.read(|c| {
+            let mut stmt = c.prepare("SELECT body FROM consent ORDER BY origin")?;
+            let bodies = stmt.query_map([], |row| row.get::<_, String>(0))?;
+            let mut consents = Vec::new();
+            for body in bodies {
+                // A row that no longer parses grants nothing; it is skipped, not fatal.
+                match serde_json::from_str(&body?) {
+                    Ok(consent) => consents.push(consent),
+                    Err(error) => tracing::warn!(%error, "skipping an unreadable stored consent"),
+                }
+            }
+            Ok(consents)
+        })
+        .await
+    }
+
+    /// Stores one origin's consent durably (an unapproved origin with no
+    /// folders is deleted), so a decision the user made survives a crash.
+    pub async fn save_consent(&self, consent: pedelec_protocol::pb::OriginConsent) -> CoreResult<()> {
+        self.submit_and_wait(Box::new(move |c| {
+            if !consent.approved && consent.folders.is_empty() {
+                c.execute("DELETE FROM consent WHERE origin = ?1", [&consent.origin])?;
+            } else {
+                let body = serde_json::to_string(&consent).unwrap_or_default();
+                c.execute(
+                    "INSERT INTO consent (origin, body) VALUES (?1, ?2)
+                     ON CONFLICT(origin) DO UPDATE SET body = excluded.body",
+                    params![consent.origin, body],
+                )?;
+            }
+            Ok(())
+        }))
+        .await
     }
 
     /// Writes the whole record and waits until it is committed.

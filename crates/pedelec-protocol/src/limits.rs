@@ -413,16 +413,17 @@ pub const MAX_ID_LEN: usize = 128;
 /// assert_eq!(MAX_WORKSPACE_PATH_BYTES, 4096);
 /// ```
 pub const MAX_WORKSPACE_PATH_BYTES: usize = 4096;
-/// The most granted roots one request may carry (`WorkspaceSpec.granted_roots`).
+/// The most folders the user may grant one web origin (`Core.SetConsent`).
 ///
 /// # Examples
 ///
 /// ```
 /// use pedelec_protocol::limits::MAX_WORKSPACE_GRANTS;
-/// use pedelec_protocol::pb::WorkspaceSpec;
+/// use pedelec_protocol::pb::{FolderGrant, OriginConsent};
 ///
-/// let spec = WorkspaceSpec { path: "/home/ada/site".into(), granted_roots: vec!["/home/ada".into()] };
-/// assert!(spec.granted_roots.len() <= MAX_WORKSPACE_GRANTS);
+/// let folder = FolderGrant { path: "/home/ada/site".into(), may_approve_commands: false };
+/// let consent = OriginConsent { origin: "https://ada.example".into(), approved: true, folders: vec![folder], ..Default::default() };
+/// assert!(consent.folders.len() <= MAX_WORKSPACE_GRANTS);
 /// ```
 pub const MAX_WORKSPACE_GRANTS: usize = 64;
 /// How long an asset ticket stays valid.

@@ -234,6 +234,8 @@ fn events() {
         ],
         policy_option_id: "reject".into(),
         deadline_at_ms: 1_764_000_060_000,
+        // Outside the workspace: only the user answers it.
+        user_only: true,
     };
     let activity = pb::Activity {
         activity_id: "call-7".into(),

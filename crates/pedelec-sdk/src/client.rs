@@ -368,8 +368,6 @@ impl Pedelec {
                     .to_str()
                     .ok_or_else(|| PedelecError::new(ErrorCode::WorkspaceInvalid, "workspace path is not UTF-8"))?
                     .to_owned(),
-                // Grants are the browser extension's to state, for web origins.
-                granted_roots: Vec::new(),
             }),
             None => None,
         };

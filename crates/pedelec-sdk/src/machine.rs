@@ -391,6 +391,10 @@ impl SessionMachine {
     /// Hands a permission request to the shell once (a re-sync's snapshot
     /// repeats the pending ones).
     fn ask_permission(&mut self, request: &pb::PermissionRequest, ctx: EventContext, out: &mut Vec<Effect>) {
+        // Only the user answers it (in the extension); Core would refuse ours.
+        if request.user_only {
+            return;
+        }
         if self.asking.insert(request.permission_id.clone()) {
             out.push(Effect::AskPermission { request: request.clone(), ctx });
         }

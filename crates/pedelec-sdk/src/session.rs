@@ -795,7 +795,9 @@ impl<T: ToolName> PedelecSession<T> {
     /// newest handler answers. Without a handler the request gets the option
     /// Core's policy would choose (`policy_option_id`); without an answer by
     /// its deadline Core rejects it. The first answer from any handle of the
-    /// origin wins.
+    /// origin wins. A request only the user may answer
+    /// (`PermissionRequest.user_only`: a web page's agent asking to run a
+    /// command or to leave its workspace) never reaches `f`.
     ///
     /// # Examples
     ///

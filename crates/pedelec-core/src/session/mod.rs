@@ -71,6 +71,9 @@ impl crate::providers::PermissionAsker for SessionAsker {
 /// What every session shares with Core.
 pub struct Shared {
     pub store: Store,
+    /// The user's consent per web origin: checked on create, resume and
+    /// every call that works in a workspace, and by permission routing.
+    pub consent: Arc<crate::consent::Consent>,
     pub assets: Arc<crate::assets::AssetServer>,
     pub providers: Providers,
     pub disconnect_grace: Duration,
@@ -94,6 +97,7 @@ impl Shared {
         let settings = crate::settings::Settings::default();
         Arc::new(Shared {
             store,
+            consent: Arc::default(),
             assets: crate::assets::AssetServer::start(Duration::from_secs(60)).await.expect("asset server"),
             providers: Providers::from_settings(&settings).expect("default providers"),
             disconnect_grace: Duration::from_secs(60),
@@ -741,6 +745,7 @@ impl Session {
         mut request: pb::PermissionRequest,
     ) -> Result<machine::PermissionAnswer, pb::Error> {
         request.permission_id = new_id("perm");
+        request.user_only = self.only_the_user_answers(&request);
         let timeout = self.shared.permission_timeout;
         let (receiver, id) = {
             let mut inner = self.lock();
@@ -768,6 +773,32 @@ impl Session {
     /// The application's answer to a permission request.
     pub fn answer_permission(self: &Arc<Self>, permission_id: &str, option_id: &str) -> CoreResult<()> {
         self.step(|m, now, out| m.answer_permission(permission_id, option_id, now, out))
+    }
+
+    /// The user's answer (an owner call), to any request of this session.
+    pub fn answer_user_permission(self: &Arc<Self>, permission_id: &str, option_id: &str) -> CoreResult<()> {
+        self.step(|m, now, out| m.answer_permission_as(machine::Answerer::User, permission_id, option_id, now, out))
+    }
+
+    /// The requests waiting for the user.
+    pub fn user_permissions(&self) -> Vec<pb::PermissionRequest> {
+        self.lock().machine.user_permissions().cloned().collect()
+    }
+
+    /// Whether a web page may not answer `request` itself: the agent asks
+    /// for more than its workspace's files (a command, a fetch, a path
+    /// outside), and the user has not let this origin approve that in this
+    /// folder. Approving a site must not be code execution as the user.
+    fn only_the_user_answers(&self, request: &pb::PermissionRequest) -> bool {
+        use crate::consent::{WorkspaceGrant, is_web_origin, stays_in_workspace};
+        if !is_web_origin(&self.origin) {
+            return false;
+        }
+        if request.activity.as_ref().is_some_and(|a| stays_in_workspace(a, &self.workspace.root)) {
+            return false;
+        }
+        let grant = self.shared.consent.workspace_grant(&self.origin, &self.workspace.root, self.workspace.managed);
+        grant != WorkspaceGrant::Granted { may_approve_commands: true }
     }
 
     /// What `ListSessions` shows of this session.

@@ -36,6 +36,8 @@ use pedelec_sdk::{Pedelec, PedelecSession, SessionOptions, ToolSpec, sync_handle
 use serde_json::json;
 
 pub const ORIGIN: &str = "app:pedelec-tests";
+/// The caller origin of owner calls, as the extension sends it.
+pub const OWNER: &str = "app:pedelec-extension";
 
 /// The extension id the native-host tests present (32 characters a–p).
 pub const EXTENSION_ID: &str = "pedelecpedelecpedelecpedelecpede";
@@ -133,6 +135,10 @@ impl Harness {
     }
 
     pub async fn client_for(&self, origin: &str) -> Pedelec {
+        // A web origin reaches Core only once the user approved it (Core.SetConsent).
+        if origin.starts_with("http") {
+            self.approve(origin, &[]).await;
+        }
         match self.via {
             Via::Grpc => Pedelec::connect(self.socket(), origin).await.expect("connect"),
             Via::Native => {
@@ -146,6 +152,23 @@ impl Harness {
                 Pedelec::with_transport(Arc::new(transport), origin)
             }
         }
+    }
+
+    /// What the user's click in the extension does: approves `origin` and
+    /// grants it `folders` (each with `may_approve_commands` false).
+    pub async fn approve(&self, origin: &str, folders: &[&std::path::Path]) -> pb::OriginConsent {
+        let folders = folders
+            .iter()
+            .map(|f| pb::FolderGrant { path: f.display().to_string(), may_approve_commands: false })
+            .collect();
+        let consent = pb::OriginConsent { origin: origin.into(), approved: true, folders, ..Default::default() };
+        self.set_consent(consent).await
+    }
+
+    /// `Core.SetConsent` as the extension makes it.
+    pub async fn set_consent(&self, consent: pb::OriginConsent) -> pb::OriginConsent {
+        let request = pb::SetConsentRequest { caller_origin: OWNER.into(), consent: Some(consent) };
+        self.raw().await.set_consent(request).await.expect("consent set").into_inner().consent.expect("stored")
     }
 
     pub async fn raw(&self) -> CoreClient<tonic::transport::Channel> {

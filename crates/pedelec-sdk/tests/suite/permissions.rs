@@ -11,7 +11,7 @@ use std::time::Duration;
 use pedelec_protocol::pb;
 use pedelec_sdk::{PedelecSession, SessionOptions, SessionStatus};
 
-use super::{Harness, ORIGIN, Recorder, Via, eventually};
+use super::{Harness, ORIGIN, OWNER, Recorder, Via, eventually};
 
 async fn app_session(h: &Harness) -> PedelecSession {
     h.client()
@@ -118,7 +118,109 @@ async fn unanswered_foreign_and_cancelled_requests(via: Via) {
     session.end().await.unwrap();
 }
 
+/// A web page in `PermissionMode::App` answers only what stays in its
+/// workspace: its agent's command goes to the user (the extension's prompt,
+/// here its owner call), never to the page, unless the user let the site
+/// approve commands in that folder.
+async fn a_page_cannot_approve_its_agents_commands_only_the_user_can(via: Via) {
+    const SITE: &str = "https://page.example";
+    let h = Harness::start_via(via);
+    let area = tempfile::tempdir().unwrap();
+    let trusted = area.path().join("trusted");
+    std::fs::create_dir_all(&trusted).unwrap();
+    let client = h.client_for(SITE).await;
+    let session = client
+        .create_session::<String>(SessionOptions {
+            permission_mode: pb::PermissionMode::App,
+            auto_end_on_disconnect: false,
+            ..Default::default()
+        })
+        .await
+        .unwrap();
+    let recorder = Recorder::attach(&session);
+    // The page would allow anything; it is never asked.
+    let asked = Arc::new(Mutex::new(0));
+    let count = asked.clone();
+    let _off = session.on_permission(move |_, _| {
+        *count.lock().unwrap() += 1;
+        async { Some("allow".to_string()) }
+    });
+    let turn = tokio::spawn({
+        let session = session.clone();
+        async move { session.send_text("/permission rm -rf ~").await }
+    });
+    let mut raw = h.raw().await;
+    let mut waiting = Vec::new();
+    for _ in 0..400 {
+        let list = pb::ListUserPermissionsRequest { caller_origin: OWNER.into() };
+        waiting = raw.list_user_permissions(list).await.unwrap().into_inner().permissions;
+        if !waiting.is_empty() {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(25)).await;
+    }
+    assert_eq!(waiting.len(), 1, "the command waits for the user");
+    let ask = &waiting[0];
+    let request = ask.request.clone().unwrap();
+    assert_eq!(
+        (ask.origin.as_str(), ask.session_id.as_str(), ask.provider.as_str()),
+        (SITE, session.session_id(), "scripted")
+    );
+    assert!(request.user_only);
+    assert_eq!(request.activity.as_ref().unwrap().command, "rm -rf ~");
+    // The page's own answer, sent straight to Core, is refused and changes nothing.
+    let code = |status: tonic::Status| pedelec_protocol::grpc::error_from_status(&status).code;
+    let page_answer = pb::AnswerPermissionRequest {
+        session_id: session.session_id().into(),
+        caller_origin: SITE.into(),
+        permission_id: request.permission_id.clone(),
+        option_id: "allow".into(),
+    };
+    assert_eq!(code(raw.answer_permission(page_answer).await.unwrap_err()), "ORIGIN_NOT_ALLOWED");
+    // Nor may a page answer as the user.
+    let as_user = |caller: &str, option: &str| pb::AnswerUserPermissionRequest {
+        caller_origin: caller.into(),
+        session_id: session.session_id().into(),
+        permission_id: request.permission_id.clone(),
+        option_id: option.into(),
+    };
+    assert_eq!(code(raw.answer_user_permission(as_user(SITE, "allow")).await.unwrap_err()), "ORIGIN_NOT_ALLOWED");
+    raw.answer_user_permission(as_user(OWNER, "deny")).await.unwrap();
+    turn.await.unwrap().unwrap();
+    assert!(last_chat(&recorder).contains("Permission to run rm -rf ~: answered deny."), "{:?}", recorder.lines());
+    assert_eq!(*asked.lock().unwrap(), 0, "the page was never asked");
+
+    // Where the user let the site approve commands, the page answers.
+    let grant = pb::FolderGrant { path: trusted.display().to_string(), may_approve_commands: true };
+    h.set_consent(pb::OriginConsent {
+        origin: SITE.into(),
+        approved: true,
+        folders: vec![grant],
+        ..Default::default()
+    })
+    .await;
+    let trusted_session = client
+        .create_session::<String>(SessionOptions {
+            permission_mode: pb::PermissionMode::App,
+            workspace_path: Some(trusted.clone()),
+            auto_end_on_disconnect: false,
+            ..Default::default()
+        })
+        .await
+        .unwrap();
+    let recorder = Recorder::attach(&trusted_session);
+    let count = asked.clone();
+    let _off = trusted_session.on_permission(move |_, _| {
+        *count.lock().unwrap() += 1;
+        async { Some("allow".to_string()) }
+    });
+    trusted_session.send_text("/permission make test").await.unwrap();
+    assert!(last_chat(&recorder).contains("answered allow."), "{:?}", recorder.lines());
+    assert_eq!(*asked.lock().unwrap(), 1);
+}
+
 super::over_both_transports!(
+    a_page_cannot_approve_its_agents_commands_only_the_user_can,
     the_handler_decides,
     without_a_handler_the_policy_answers,
     unanswered_foreign_and_cancelled_requests,

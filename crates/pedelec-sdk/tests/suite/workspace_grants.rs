@@ -12,16 +12,17 @@ use super::*;
 
 const SITE: &str = "https://approved.example";
 
-fn create(origin: &str, path: &Path, granted: &[&Path]) -> pb::CreateSessionRequest {
+fn create(origin: &str, path: &Path) -> pb::CreateSessionRequest {
     pb::CreateSessionRequest {
-        workspace: Some(pb::WorkspaceSpec {
-            path: path.display().to_string(),
-            granted_roots: granted.iter().map(|g| g.display().to_string()).collect(),
-        }),
+        workspace: Some(pb::WorkspaceSpec { path: path.display().to_string() }),
         caller_origin: origin.into(),
         auto_end_on_disconnect: Some(false),
         ..Default::default()
     }
+}
+
+fn code(status: &tonic::Status) -> String {
+    error_from_status(status).code
 }
 
 /// The refusal's `details.reason`, or "created".
@@ -50,32 +51,203 @@ async fn an_approved_web_origin_opens_only_what_the_user_granted_it() {
     let home = PathBuf::from(std::env::var_os("HOME").expect("HOME"));
     std::os::unix::fs::symlink(&home, project.join("home-link")).unwrap();
 
-    assert_eq!(attempt(&mut raw, create(SITE, &project, &[&project])).await, "created");
+    h.approve(SITE, &[&project]).await;
+    assert_eq!(attempt(&mut raw, create(SITE, &project)).await, "created");
     // Inside the grant only: not its sibling, not by `..`, not through a link.
-    assert_eq!(attempt(&mut raw, create(SITE, &sibling, &[&project])).await, "not_granted");
-    assert_eq!(attempt(&mut raw, create(SITE, &project.join("../sibling"), &[&project])).await, "not_granted");
-    assert_eq!(attempt(&mut raw, create(SITE, &project.join("home-link"), &[&project])).await, "forbidden");
-    // Never, whatever is granted: the home directory, `/`, a secret store, Core's own config.
-    assert_eq!(attempt(&mut raw, create(SITE, &home, &[&home])).await, "forbidden");
-    assert_eq!(attempt(&mut raw, create(SITE, Path::new("/"), &[Path::new("/")])).await, "forbidden");
+    assert_eq!(attempt(&mut raw, create(SITE, &sibling)).await, "not_granted");
+    assert_eq!(attempt(&mut raw, create(SITE, &project.join("../sibling"))).await, "not_granted");
+    assert_eq!(attempt(&mut raw, create(SITE, &project.join("home-link"))).await, "forbidden");
+    // Never, whatever is asked: the home directory, `/`, a secret store, Core's own config.
+    assert_eq!(attempt(&mut raw, create(SITE, &home)).await, "forbidden");
+    assert_eq!(attempt(&mut raw, create(SITE, Path::new("/"))).await, "forbidden");
     let ssh = home.join(".ssh");
     if ssh.is_dir() {
-        assert_eq!(attempt(&mut raw, create(SITE, &ssh, &[&home])).await, "forbidden");
+        assert_eq!(attempt(&mut raw, create(SITE, &ssh)).await, "forbidden");
     }
     let config = h.dir.path().join("config");
-    assert_eq!(attempt(&mut raw, create(SITE, &config, &[&config])).await, "forbidden");
-    // Granted, then revoked (the extension sends no grant any more): refused again.
-    assert_eq!(attempt(&mut raw, create(SITE, &project, &[&project])).await, "created");
-    assert_eq!(attempt(&mut raw, create(SITE, &project, &[])).await, "not_granted");
-    // Each refusal changed nothing: only the two sessions exist.
+    assert_eq!(attempt(&mut raw, create(SITE, &config)).await, "forbidden");
+    // The grant withdrawn (the origin still approved): refused again.
+    h.approve(SITE, &[]).await;
+    assert_eq!(attempt(&mut raw, create(SITE, &project)).await, "not_granted");
+    // Each refusal changed nothing: only the one session exists.
     let listed = raw
         .list_sessions(pb::ListSessionsRequest { caller_origin: SITE.into(), ..Default::default() })
         .await
         .unwrap()
         .into_inner();
-    assert_eq!(listed.sessions.len(), 2);
+    assert_eq!(listed.sessions.len(), 1);
     assert!(!area.path().join("sibling/.pedelec-runtime").exists(), "nothing written in a refused workspace");
 }
+
+/// Attacks on consent itself: an origin the user never approved, a page
+/// calling the owner calls, grants of the home directory or `/`, a grant
+/// withdrawn under a live session, and consent surviving a restart.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn consent_lives_in_core_and_only_the_owner_changes_it() {
+    let mut h = Harness::start();
+    let mut raw = h.raw().await;
+    let area = tempfile::tempdir().unwrap();
+    let project = area.path().join("project");
+    std::fs::create_dir_all(&project).unwrap();
+
+    // Not approved: no session, managed or not.
+    let managed = pb::CreateSessionRequest { caller_origin: SITE.into(), ..Default::default() };
+    assert_eq!(code(&raw.create_session(managed.clone()).await.unwrap_err()), "ORIGIN_NOT_ALLOWED");
+    assert_eq!(code(&raw.create_session(create(SITE, &project)).await.unwrap_err()), "ORIGIN_NOT_ALLOWED");
+
+    // A web origin cannot make an owner call, whatever it asks for.
+    let forged = pb::OriginConsent {
+        origin: SITE.into(),
+        approved: true,
+        folders: vec![pb::FolderGrant { path: "/".into(), may_approve_commands: true }],
+        ..Default::default()
+    };
+    for caller in [SITE, "http://localhost:8080", ""] {
+        let set = pb::SetConsentRequest { caller_origin: caller.into(), consent: Some(forged.clone()) };
+        assert_eq!(code(&raw.set_consent(set).await.unwrap_err()), "ORIGIN_NOT_ALLOWED", "{caller:?}");
+        let get = pb::GetConsentRequest { caller_origin: caller.into(), origin: String::new() };
+        assert_eq!(code(&raw.get_consent(get).await.unwrap_err()), "ORIGIN_NOT_ALLOWED", "{caller:?}");
+        let revoke = pb::RevokeOriginRequest { caller_origin: caller.into(), origin: "https://canary.example".into() };
+        assert_eq!(code(&raw.revoke_origin(revoke).await.unwrap_err()), "ORIGIN_NOT_ALLOWED", "{caller:?}");
+        let list = pb::ListUserPermissionsRequest { caller_origin: caller.into() };
+        assert_eq!(code(&raw.list_user_permissions(list).await.unwrap_err()), "ORIGIN_NOT_ALLOWED", "{caller:?}");
+    }
+    // Even the owner cannot grant what can never be a workspace.
+    let home = PathBuf::from(std::env::var_os("HOME").expect("HOME"));
+    for folder in [home.clone(), PathBuf::from("/"), h.state()] {
+        let mut consent = forged.clone();
+        consent.folders[0].path = folder.display().to_string();
+        let set = pb::SetConsentRequest { caller_origin: OWNER.into(), consent: Some(consent) };
+        let refused = raw.set_consent(set).await.unwrap_err();
+        assert_eq!(code(&refused), "WORKSPACE_NOT_ALLOWED", "{}", folder.display());
+    }
+    let stored = raw
+        .get_consent(pb::GetConsentRequest { caller_origin: OWNER.into(), origin: String::new() })
+        .await
+        .unwrap()
+        .into_inner();
+    assert!(stored.origins.is_empty(), "nothing stored by the refusals: {stored:?}");
+
+    // Approved and granted: a session works in the folder.
+    let consent = h.approve(SITE, &[&project]).await;
+    assert!(consent.approved && consent.approved_at_ms > 0);
+    assert_eq!(consent.folders[0].path, project.canonicalize().unwrap().display().to_string());
+    let session = raw.create_session(create(SITE, &project)).await.unwrap().into_inner().session.unwrap().session_id;
+    let send = |text: &str| pb::SendTextRequest {
+        session_id: session.clone(),
+        caller_origin: SITE.into(),
+        text: text.into(),
+        ..Default::default()
+    };
+    raw.send_text(send("hello")).await.unwrap();
+
+    // Consent is Core's: it survives a crash and restart.
+    h.crash_and_restart();
+    let mut raw = h.raw().await;
+    let kept = raw
+        .get_consent(pb::GetConsentRequest { caller_origin: OWNER.into(), origin: SITE.into() })
+        .await
+        .unwrap()
+        .into_inner();
+    assert_eq!(kept.origins, vec![consent.clone()]);
+
+    // The folder withdrawn: the live session may no longer work there, nor resume.
+    h.approve(SITE, &[]).await;
+    eventually_idle(&mut raw, &session).await;
+    assert_eq!(code(&raw.send_text(send("more")).await.unwrap_err()), "WORKSPACE_NOT_ALLOWED");
+    let end = pb::EndRequest { session_id: session.clone(), caller_origin: SITE.into() };
+    raw.end(end).await.unwrap();
+    let resume = pb::ResumeRequest { session_id: session.clone(), caller_origin: SITE.into() };
+    assert_eq!(code(&raw.resume(resume.clone()).await.unwrap_err()), "WORKSPACE_NOT_ALLOWED");
+    // Granted again, it resumes; the origin revoked, it does not.
+    h.approve(SITE, &[&project]).await;
+    raw.resume(resume.clone()).await.unwrap();
+    let revoke = pb::RevokeOriginRequest { caller_origin: OWNER.into(), origin: SITE.into() };
+    assert_eq!(raw.revoke_origin(revoke).await.unwrap().into_inner().sessions_ended, 1);
+    assert_eq!(code(&raw.resume(resume).await.unwrap_err()), "ORIGIN_NOT_ALLOWED");
+}
+
+/// Waits until the session's running operation (if any) is over.
+async fn eventually_idle(raw: &mut CoreClient<tonic::transport::Channel>, session: &str) {
+    for _ in 0..200 {
+        let listed = raw
+            .list_sessions(pb::ListSessionsRequest { caller_origin: SITE.into(), ..Default::default() })
+            .await
+            .unwrap()
+            .into_inner();
+        let idle = listed.sessions.iter().any(|s| {
+            s.session.as_ref().is_some_and(|i| i.session_id == session) && s.status == pb::SessionStatus::Idle as i32
+        });
+        if idle {
+            return;
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(25)).await;
+    }
+    panic!("session {session} never became idle");
+}
+
+/// Revoking an origin ends every live session of it, however many (the
+/// extension once remembered only the last 1 000), and no other origin's.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn revoking_an_origin_ends_all_of_its_sessions() {
+    const SESSIONS: usize = 2_000;
+    let h = Harness::start();
+    h.approve(SITE, &[]).await;
+    h.approve(CANARY, &[]).await;
+    let raw = h.raw().await;
+    let managed = |origin: &str| pb::CreateSessionRequest {
+        caller_origin: origin.into(),
+        auto_end_on_disconnect: Some(false),
+        ..Default::default()
+    };
+    let created = futures::future::join_all((0..SESSIONS).map(|_| {
+        let mut raw = raw.clone();
+        let request = managed(SITE);
+        async move { raw.create_session(request).await.map(|_| ()) }
+    }))
+    .await;
+    assert!(created.iter().all(Result::is_ok), "{:?}", created.iter().find(|r| r.is_err()));
+    let mut raw = raw.clone();
+    let canary = raw.create_session(managed(CANARY)).await.unwrap().into_inner().session.unwrap().session_id;
+
+    let revoke = pb::RevokeOriginRequest { caller_origin: OWNER.into(), origin: SITE.into() };
+    assert_eq!(raw.revoke_origin(revoke).await.unwrap().into_inner().sessions_ended as usize, SESSIONS);
+    // None of the origin's sessions is left running, on any page of the listing.
+    let mut before = String::new();
+    let mut seen = 0;
+    loop {
+        let page = raw
+            .list_sessions(pb::ListSessionsRequest {
+                caller_origin: SITE.into(),
+                limit: 500,
+                before_session_id: before,
+            })
+            .await
+            .unwrap()
+            .into_inner();
+        for summary in &page.sessions {
+            assert_eq!(summary.status, pb::SessionStatus::Ended as i32, "{summary:?}");
+        }
+        seen += page.sessions.len();
+        match page.sessions.last() {
+            Some(last) if page.has_more => before = last.session.as_ref().unwrap().session_id.clone(),
+            _ => break,
+        }
+    }
+    assert_eq!(seen, SESSIONS);
+    // The other origin's session is untouched and still works.
+    let send = pb::SendTextRequest {
+        session_id: canary,
+        caller_origin: CANARY.into(),
+        text: "hi".into(),
+        ..Default::default()
+    };
+    raw.send_text(send).await.unwrap();
+    // The revoked origin starts nothing new.
+    assert_eq!(code(&raw.create_session(managed(SITE)).await.unwrap_err()), "ORIGIN_NOT_ALLOWED");
+}
+
+const CANARY: &str = "https://canary.example";
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_local_app_opens_only_the_configured_roots() {
@@ -86,14 +258,21 @@ async fn a_local_app_opens_only_the_configured_roots() {
     let settings = format!("allowed_workspace_roots = [{:?}]\n", allowed.display().to_string());
     let h = Harness::with_config(Via::Grpc, &settings);
     let mut raw = h.raw().await;
-    assert_eq!(attempt(&mut raw, create(ORIGIN, &allowed.join("app"), &[])).await, "created");
-    assert_eq!(attempt(&mut raw, create(ORIGIN, elsewhere.path(), &[])).await, "not_granted");
-    // Grants are the extension's, for web origins: an app cannot grant itself a path.
-    assert_eq!(attempt(&mut raw, create(ORIGIN, elsewhere.path(), &[elsewhere.path()])).await, "not_granted");
+    assert_eq!(attempt(&mut raw, create(ORIGIN, &allowed.join("app"))).await, "created");
+    assert_eq!(attempt(&mut raw, create(ORIGIN, elsewhere.path())).await, "not_granted");
+    // Consent is for web origins: granting one nothing opens for an app.
+    let refused = raw
+        .set_consent(pb::SetConsentRequest {
+            caller_origin: OWNER.into(),
+            consent: Some(pb::OriginConsent { origin: ORIGIN.into(), approved: true, ..Default::default() }),
+        })
+        .await
+        .unwrap_err();
+    assert_eq!(code(&refused), "INVALID_ARGUMENT");
     // Without any configured root (Core's default) an app opens managed workspaces only.
     let bare = Harness::with_config(Via::Grpc, "allowed_workspace_roots = []\n");
     let mut raw = bare.raw().await;
-    assert_eq!(attempt(&mut raw, create(ORIGIN, &allowed.join("app"), &[])).await, "not_granted");
+    assert_eq!(attempt(&mut raw, create(ORIGIN, &allowed.join("app"))).await, "not_granted");
 }
 
 /// Another OS user's process cannot connect to Core's socket, even where

@@ -193,6 +193,8 @@ pub fn to_app(request: &RequestPermissionRequest, decision: &Decision) -> pb::Pe
         options,
         policy_option_id,
         deadline_at_ms: 0,
+        // Core decides when it asks (Session::ask_permission).
+        user_only: false,
     }
 }
 

@@ -25,7 +25,7 @@ mod lifecycle;
 mod operation;
 mod permission;
 
-pub use permission::PermissionAnswer;
+pub use permission::{Answerer, PermissionAnswer};
 
 use std::collections::VecDeque;
 use std::time::{Duration, Instant};

@@ -18,6 +18,15 @@ pub enum PermissionAnswer {
     Cancelled,
 }
 
+/// Who answers a permission request.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Answerer {
+    /// The session's application (its origin's pages or program).
+    App,
+    /// The person at the keyboard, through an owner call.
+    User,
+}
+
 #[derive(Debug)]
 pub(super) struct PendingPermission {
     pub request: pb::PermissionRequest,
@@ -60,6 +69,20 @@ impl SessionState {
         now: Now,
         out: &mut Vec<Effect>,
     ) -> Result<(), CoreError> {
+        self.answer_permission_as(Answerer::App, permission_id, option_id, now, out)
+    }
+
+    /// [`SessionState::answer_permission`] by `answerer`: a `user_only`
+    /// request refuses the application's answer (`ORIGIN_NOT_ALLOWED`,
+    /// reason `user_only`) and changes nothing.
+    pub fn answer_permission_as(
+        &mut self,
+        answerer: Answerer,
+        permission_id: &str,
+        option_id: &str,
+        now: Now,
+        out: &mut Vec<Effect>,
+    ) -> Result<(), CoreError> {
         let Some(index) = self.permissions.iter().position(|p| p.request.permission_id == permission_id) else {
             return Err(CoreError::with_details(
                 ErrorCode::PermissionRequestNotFound,
@@ -67,6 +90,13 @@ impl SessionState {
                 serde_json::json!({ "permissionId": permission_id }),
             ));
         };
+        if self.permissions[index].request.user_only && answerer == Answerer::App {
+            return Err(CoreError::with_details(
+                ErrorCode::OriginNotAllowed,
+                format!("only the user may answer permission request {permission_id:?} (in the Pedelec extension)"),
+                serde_json::json!({ "permissionId": permission_id, "reason": "user_only" }),
+            ));
+        }
         let offered = &self.permissions[index].request.options;
         if !option_id.is_empty() && !offered.iter().any(|o| o.option_id == option_id) {
             let ids: Vec<&str> = offered.iter().map(|o| o.option_id.as_str()).collect();
@@ -83,6 +113,11 @@ impl SessionState {
         };
         self.settle_permission(index, answer, "answered", now, out);
         Ok(())
+    }
+
+    /// The requests waiting that only the user may answer, oldest first.
+    pub fn user_permissions(&self) -> impl Iterator<Item = &pb::PermissionRequest> {
+        self.permissions.iter().map(|p| &p.request).filter(|r| r.user_only)
     }
 
     /// The request's deadline passed unanswered: rejected.

@@ -1,0 +1,440 @@
+//! The user's decisions about web origins: which are approved, which
+//! folders each may open workspaces in, and where its pages may approve the
+//! agent's commands.
+//!
+//! Core holds them so that nothing a page sends can widen them: the browser
+//! extension once stamped grants into each request, and a second spelling
+//! of that request skipped the stamp. Now a request carries no grant at
+//! all; Core reads its own copy (in memory, written through to the store)
+//! on every check. Only owner calls (`Core.SetConsent`, `RevokeOrigin`)
+//! change it, and Core refuses those from web origins.
+
+use std::collections::HashMap;
+use std::path::{Path, PathBuf};
+use std::sync::RwLock;
+
+use pedelec_protocol::{ErrorCode, limits, pb};
+
+use crate::error::{CoreError, CoreResult};
+use crate::workspace_policy::{Refusal, WorkspacePolicy};
+
+/// The caller origin the browser extension uses for its owner calls.
+pub const EXTENSION_ORIGIN: &str = "app:pedelec-extension";
+
+/// The most folders one origin may be granted.
+const MAX_FOLDERS: usize = limits::MAX_WORKSPACE_GRANTS;
+
+/// Whether `origin` is a web origin (a page's), as opposed to a local
+/// program (`app:…`). Owner calls are refused from web origins; consent
+/// applies only to them.
+pub fn is_web_origin(origin: &str) -> bool {
+    origin.starts_with("https://") || origin.starts_with("http://")
+}
+
+/// Refuses an owner call made with a web origin.
+pub fn check_owner(caller_origin: &str) -> CoreResult<()> {
+    if caller_origin.is_empty() || is_web_origin(caller_origin) {
+        return Err(CoreError::with_details(
+            ErrorCode::OriginNotAllowed,
+            "only the user (the extension's own pages or a local program) may read or change consent",
+            serde_json::json!({ "origin": caller_origin, "reason": "owner_only" }),
+        ));
+    }
+    Ok(())
+}
+
+/// One origin's consent as Core checks it: folders already resolved.
+#[derive(Debug, Clone, Default)]
+struct Entry {
+    approved_at_ms: i64,
+    folders: Vec<(PathBuf, bool)>,
+}
+
+impl Entry {
+    fn to_pb(&self, origin: &str) -> pb::OriginConsent {
+        pb::OriginConsent {
+            origin: origin.to_owned(),
+            approved: self.approved_at_ms > 0,
+            approved_at_ms: self.approved_at_ms,
+            folders: self
+                .folders
+                .iter()
+                .map(|(path, may)| pb::FolderGrant { path: path.display().to_string(), may_approve_commands: *may })
+                .collect(),
+        }
+    }
+}
+
+/// What a session's workspace is granted, for routing its permission requests.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum WorkspaceGrant {
+    /// A managed workspace, or a local program's: not a user grant.
+    NotApplicable,
+    /// Inside a granted folder; `may_approve_commands` as the user set it.
+    Granted { may_approve_commands: bool },
+    /// No longer inside any folder granted to the origin (withdrawn).
+    Withdrawn,
+}
+
+/// Every origin's consent.
+#[derive(Debug, Default)]
+pub struct Consent {
+    origins: RwLock<HashMap<String, Entry>>,
+}
+
+impl Consent {
+    /// Consent as stored. A stored folder that no longer resolves is kept
+    /// under its recorded name: it grants nothing until it exists again.
+    pub fn from_stored(stored: Vec<pb::OriginConsent>) -> Self {
+        let origins = stored
+            .into_iter()
+            .map(|c| {
+                let folders = c.folders.iter().map(|f| (PathBuf::from(&f.path), f.may_approve_commands)).collect();
+                (c.origin, Entry { approved_at_ms: if c.approved { c.approved_at_ms.max(1) } else { 0 }, folders })
+            })
+            .collect();
+        Consent { origins: RwLock::new(origins) }
+    }
+
+    fn read(&self) -> std::sync::RwLockReadGuard<'_, HashMap<String, Entry>> {
+        self.origins.read().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// Whether a web origin is approved (local programs always are).
+    pub fn approved(&self, origin: &str) -> bool {
+        !is_web_origin(origin) || self.read().get(origin).is_some_and(|e| e.approved_at_ms > 0)
+    }
+
+    /// Refuses a web origin the user has not approved.
+    pub fn check_approved(&self, origin: &str) -> CoreResult<()> {
+        if self.approved(origin) {
+            return Ok(());
+        }
+        Err(CoreError::with_details(
+            ErrorCode::OriginNotAllowed,
+            format!("origin {origin} is not approved (approve it in the Pedelec extension)"),
+            serde_json::json!({ "origin": origin, "reason": "not_approved" }),
+        ))
+    }
+
+    /// The folders granted to `origin`, as the workspace policy takes them.
+    pub fn granted_roots(&self, origin: &str) -> Vec<String> {
+        self.read()
+            .get(origin)
+            .map(|e| e.folders.iter().map(|(p, _)| p.display().to_string()).collect())
+            .unwrap_or_default()
+    }
+
+    /// How `workspace` (resolved) of a session of `origin` stands now.
+    pub fn workspace_grant(&self, origin: &str, workspace: &Path, managed: bool) -> WorkspaceGrant {
+        if managed || !is_web_origin(origin) {
+            return WorkspaceGrant::NotApplicable;
+        }
+        let origins = self.read();
+        let Some(entry) = origins.get(origin).filter(|e| e.approved_at_ms > 0) else {
+            return WorkspaceGrant::Withdrawn;
+        };
+        // The deepest folder holding the workspace decides: a narrower grant
+        // may allow commands where a broader one does not, and the reverse.
+        entry
+            .folders
+            .iter()
+            .filter(|(root, _)| workspace.starts_with(root))
+            .max_by_key(|(root, _)| root.components().count())
+            .map_or(WorkspaceGrant::Withdrawn, |(_, may)| WorkspaceGrant::Granted { may_approve_commands: *may })
+    }
+
+    /// Refuses work in an explicit workspace the origin no longer holds.
+    pub fn check_workspace(&self, origin: &str, workspace: &Path, managed: bool) -> CoreResult<()> {
+        if self.workspace_grant(origin, workspace, managed) != WorkspaceGrant::Withdrawn {
+            return Ok(());
+        }
+        Err(CoreError::with_details(
+            ErrorCode::WorkspaceNotAllowed,
+            format!("workspace {} is no longer granted to {origin}", workspace.display()),
+            serde_json::json!({ "path": workspace.display().to_string(), "reason": "not_granted" }),
+        ))
+    }
+
+    /// Every origin's consent, or the one named, sorted by origin.
+    pub fn list(&self, origin: &str) -> Vec<pb::OriginConsent> {
+        let origins = self.read();
+        let mut listed: Vec<pb::OriginConsent> = origins
+            .iter()
+            .filter(|(o, _)| origin.is_empty() || o.as_str() == origin)
+            .map(|(o, e)| e.to_pb(o))
+            .collect();
+        listed.sort_by(|a, b| a.origin.cmp(&b.origin));
+        listed
+    }
+
+    /// Checks and resolves `consent` (see `Core.SetConsent`); what to store.
+    pub fn prepare(&self, consent: &pb::OriginConsent, policy: &WorkspacePolicy) -> CoreResult<pb::OriginConsent> {
+        check_consent_origin(&consent.origin)?;
+        if consent.folders.len() > MAX_FOLDERS {
+            return Err(CoreError::new(
+                ErrorCode::InvalidArgument,
+                format!("an origin may be granted at most {MAX_FOLDERS} folders"),
+            ));
+        }
+        let mut folders: Vec<(PathBuf, bool)> = Vec::with_capacity(consent.folders.len());
+        for folder in &consent.folders {
+            let path = resolve_folder(&folder.path)?;
+            if let Err(Refusal::Forbidden(what)) = policy.check(&path, &consent.origin, &[]) {
+                return Err(CoreError::with_details(
+                    ErrorCode::WorkspaceNotAllowed,
+                    format!("{} can never be granted: it is, holds or lies in {what}", path.display()),
+                    serde_json::json!({ "path": path.display().to_string(), "reason": "forbidden" }),
+                ));
+            }
+            match folders.iter_mut().find(|(p, _)| *p == path) {
+                Some((_, may)) => *may |= folder.may_approve_commands,
+                None => folders.push((path, folder.may_approve_commands)),
+            }
+        }
+        folders.sort();
+        let previous = self.read().get(&consent.origin).map_or(0, |e| e.approved_at_ms);
+        let approved_at_ms = match (consent.approved, previous) {
+            (false, _) => 0,
+            (true, 0) => crate::session::now_ms(),
+            (true, at) => at,
+        };
+        Ok(Entry { approved_at_ms, folders }.to_pb(&consent.origin))
+    }
+
+    /// Takes a stored (prepared) consent into memory; an unapproved origin
+    /// with no folders is forgotten.
+    pub fn apply(&self, consent: &pb::OriginConsent) {
+        let mut origins = self.origins.write().unwrap_or_else(|p| p.into_inner());
+        if !consent.approved && consent.folders.is_empty() {
+            origins.remove(&consent.origin);
+            return;
+        }
+        let stored = Consent::from_stored(vec![consent.clone()]);
+        let entry = stored.origins.into_inner().unwrap_or_else(|p| p.into_inner()).remove(&consent.origin);
+        origins.insert(consent.origin.clone(), entry.unwrap_or_default());
+    }
+
+    /// Forgets an origin.
+    pub fn forget(&self, origin: &str) {
+        self.origins.write().unwrap_or_else(|p| p.into_inner()).remove(origin);
+    }
+}
+
+/// Whether an agent's request stays inside `workspace`: it reads or edits
+/// files, names at least one, and every one lies inside (relative names
+/// against the workspace, `..` folded, and the deepest existing ancestor
+/// resolved, so a symlink inside pointing out counts as outside). Anything
+/// else — a command, a fetch, a search, a tool, a request naming no file —
+/// does not.
+pub fn stays_in_workspace(activity: &pb::Activity, workspace: &Path) -> bool {
+    let file_kind = matches!(
+        pb::ActivityKind::try_from(activity.kind),
+        Ok(pb::ActivityKind::FileEdit | pb::ActivityKind::FileRead)
+    );
+    let root = workspace.canonicalize().unwrap_or_else(|_| workspace.to_path_buf());
+    file_kind
+        && !activity.paths.is_empty()
+        && activity.paths.iter().all(|path| resolve_within(workspace, path).is_some_and(|p| p.starts_with(&root)))
+}
+
+/// `path` (relative to `base` unless absolute) with `.`/`..` folded and
+/// its deepest existing ancestor resolved; `None` when it cannot be read.
+fn resolve_within(base: &Path, path: &str) -> Option<PathBuf> {
+    use std::path::Component;
+    if path.is_empty() || path.contains('\0') {
+        return None;
+    }
+    let joined = base.join(path);
+    let mut folded = PathBuf::new();
+    for component in joined.components() {
+        match component {
+            Component::ParentDir => {
+                folded.pop();
+            }
+            Component::CurDir => {}
+            other => folded.push(other),
+        }
+    }
+    // The part that exists is resolved (symlinks); the rest cannot be a link yet.
+    let mut existing = folded.clone();
+    let mut rest = Vec::new();
+    while existing.symlink_metadata().is_err() {
+        rest.push(existing.file_name()?.to_owned());
+        if !existing.pop() {
+            return None;
+        }
+    }
+    let mut resolved = existing.canonicalize().ok()?;
+    resolved.extend(rest.iter().rev());
+    Some(resolved)
+}
+
+/// Consent is for web origins only, written as the browser writes them.
+fn check_consent_origin(origin: &str) -> CoreResult<()> {
+    let well_formed = is_web_origin(origin)
+        && origin.len() <= limits::MAX_ORIGIN_LEN
+        && !origin.chars().any(|c| c.is_control() || c.is_whitespace())
+        && !origin.trim_start_matches("https://").trim_start_matches("http://").contains('/');
+    if well_formed {
+        Ok(())
+    } else {
+        Err(CoreError::new(ErrorCode::InvalidArgument, "consent is for a web origin (scheme://host[:port])"))
+    }
+}
+
+/// An absolute directory, symlinks and `..` resolved.
+fn resolve_folder(path: &str) -> CoreResult<PathBuf> {
+    let invalid = |why: &str| {
+        CoreError::with_details(
+            ErrorCode::WorkspaceInvalid,
+            format!("folder {path:?} {why}"),
+            serde_json::json!({ "path": path }),
+        )
+    };
+    if path.len() > limits::MAX_WORKSPACE_PATH_BYTES || path.contains('\0') || !Path::new(path).is_absolute() {
+        return Err(invalid("is not an absolute path"));
+    }
+    let resolved = Path::new(path).canonicalize().map_err(|_| invalid("does not exist"))?;
+    if !resolved.is_dir() {
+        return Err(invalid("is not a directory"));
+    }
+    Ok(resolved)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn consent(origin: &str, approved: bool, folders: &[(&Path, bool)]) -> pb::OriginConsent {
+        pb::OriginConsent {
+            origin: origin.into(),
+            approved,
+            approved_at_ms: 0,
+            folders: folders
+                .iter()
+                .map(|(p, may)| pb::FolderGrant { path: p.display().to_string(), may_approve_commands: *may })
+                .collect(),
+        }
+    }
+
+    fn activity(kind: pb::ActivityKind, paths: &[&str]) -> pb::Activity {
+        pb::Activity { kind: kind as i32, paths: paths.iter().map(|p| p.to_string()).collect(), ..Default::default() }
+    }
+
+    #[test]
+    fn only_file_requests_inside_the_workspace_stay_in_it() {
+        let dir = tempfile::tempdir().unwrap();
+        let workspace = dir.path().join("ws");
+        std::fs::create_dir_all(workspace.join("src")).unwrap();
+        std::fs::create_dir(dir.path().join("outside")).unwrap();
+        #[cfg(unix)]
+        std::os::unix::fs::symlink(dir.path().join("outside"), workspace.join("link")).unwrap();
+        let inside = workspace.join("src/a.rs").display().to_string();
+        use pb::ActivityKind::*;
+        assert!(stays_in_workspace(&activity(FileEdit, &["src/new.rs", &inside]), &workspace));
+        assert!(stays_in_workspace(&activity(FileRead, &["./src/../src/a.rs"]), &workspace));
+        assert!(!stays_in_workspace(&activity(FileEdit, &["../outside/x"]), &workspace));
+        assert!(!stays_in_workspace(&activity(FileRead, &["/etc/passwd"]), &workspace));
+        assert!(!stays_in_workspace(&activity(FileEdit, &["src/a.rs", "/etc/passwd"]), &workspace));
+        #[cfg(unix)]
+        assert!(!stays_in_workspace(&activity(FileEdit, &["link/new-file"]), &workspace));
+        assert!(!stays_in_workspace(&activity(FileEdit, &[]), &workspace));
+        assert!(!stays_in_workspace(&activity(Command, &["src/a.rs"]), &workspace));
+        for kind in [Fetch, Search, ToolCall, Unspecified] {
+            assert!(!stays_in_workspace(&activity(kind, &["src/a.rs"]), &workspace), "{kind:?}");
+        }
+    }
+
+    #[test]
+    fn owner_calls_are_refused_from_web_origins() {
+        assert!(check_owner("https://evil.example").is_err());
+        assert!(check_owner("http://localhost:8080").is_err());
+        assert!(check_owner("").is_err());
+        assert!(check_owner(EXTENSION_ORIGIN).is_ok());
+        assert!(check_owner("app:my-tool").is_ok());
+    }
+
+    #[test]
+    fn only_approved_web_origins_pass_and_local_programs_always_do() {
+        let c = Consent::default();
+        assert!(!c.approved("https://a.example"));
+        assert!(c.approved("app:tool"));
+        c.apply(&pb::OriginConsent {
+            origin: "https://a.example".into(),
+            approved: true,
+            approved_at_ms: 5,
+            ..Default::default()
+        });
+        assert!(c.approved("https://a.example"));
+        assert!(!c.approved("https://b.example"));
+        assert!(!c.approved("https://a.example.evil"));
+        c.forget("https://a.example");
+        assert!(!c.approved("https://a.example"));
+    }
+
+    #[test]
+    fn the_deepest_grant_decides_commands_and_a_withdrawn_folder_is_refused() {
+        let dir = tempfile::tempdir().unwrap();
+        let root = dir.path().canonicalize().unwrap();
+        let inner = root.join("inner");
+        std::fs::create_dir(&inner).unwrap();
+        let policy = WorkspacePolicy::default();
+        let c = Consent::default();
+        let prepared =
+            c.prepare(&consent("https://a.example", true, &[(&root, false), (&inner, true)]), &policy).unwrap();
+        c.apply(&prepared);
+        let site = "https://a.example";
+        assert_eq!(
+            c.workspace_grant(site, &inner.join("x"), false),
+            WorkspaceGrant::Granted { may_approve_commands: true }
+        );
+        assert_eq!(
+            c.workspace_grant(site, &root.join("y"), false),
+            WorkspaceGrant::Granted { may_approve_commands: false }
+        );
+        assert_eq!(c.workspace_grant(site, Path::new("/elsewhere"), false), WorkspaceGrant::Withdrawn);
+        assert_eq!(c.workspace_grant(site, Path::new("/elsewhere"), true), WorkspaceGrant::NotApplicable);
+        assert!(c.check_workspace("https://other.example", &inner, false).is_err());
+        let narrowed = c.prepare(&consent(site, true, &[(&inner, false)]), &policy).unwrap();
+        c.apply(&narrowed);
+        assert!(c.check_workspace(site, &root.join("y"), false).is_err());
+        assert!(c.check_workspace(site, &inner, false).is_ok());
+    }
+
+    #[test]
+    fn malformed_origins_and_folders_are_refused() {
+        let c = Consent::default();
+        let policy = WorkspacePolicy::default();
+        for origin in ["app:x", "https://a.example/path", "https://a .example", "ftp://a.example", ""] {
+            assert!(c.prepare(&consent(origin, true, &[]), &policy).is_err(), "{origin}");
+        }
+        for folder in ["relative/dir", "/does/not/exist/at/all"] {
+            let mut request = consent("https://a.example", true, &[]);
+            request.folders.push(pb::FolderGrant { path: folder.into(), may_approve_commands: false });
+            assert_eq!(c.prepare(&request, &policy).unwrap_err().code(), ErrorCode::WorkspaceInvalid, "{folder}");
+        }
+        let too_many = pb::OriginConsent {
+            origin: "https://a.example".into(),
+            approved: true,
+            folders: vec![pb::FolderGrant { path: "/tmp".into(), may_approve_commands: false }; MAX_FOLDERS + 1],
+            ..Default::default()
+        };
+        assert_eq!(c.prepare(&too_many, &policy).unwrap_err().code(), ErrorCode::InvalidArgument);
+    }
+
+    #[test]
+    fn the_home_directory_and_its_parents_can_never_be_granted() {
+        let dir = tempfile::tempdir().unwrap();
+        let home = dir.path().join("home/u");
+        std::fs::create_dir_all(home.join("project")).unwrap();
+        let home = home.canonicalize().unwrap();
+        let policy = WorkspacePolicy::new(Some(&home), &[], &[]);
+        let c = Consent::default();
+        for folder in [home.clone(), home.parent().unwrap().to_path_buf(), PathBuf::from("/")] {
+            let error = c.prepare(&consent("https://a.example", true, &[(&folder, false)]), &policy).unwrap_err();
+            assert_eq!(error.code(), ErrorCode::WorkspaceNotAllowed, "{}", folder.display());
+        }
+        assert!(c.prepare(&consent("https://a.example", true, &[(&home.join("project"), false)]), &policy).is_ok());
+    }
+}
