@@ -24,6 +24,8 @@ mod relay;
 
 pub const ID: &str = "pedelecpedelecpedelecpedelecpede";
 pub const ORIGIN: &str = "https://app.example";
+/// The caller origin the extension's worker uses for owner calls.
+pub const OWNER: &str = "app:pedelec-extension";
 
 pub struct Env {
     pub dir: tempfile::TempDir,
@@ -36,7 +38,26 @@ impl Env {
         let core =
             CoreProcess::spawn(&dir.path().join("core.sock"), &dir.path().join("state"), Duration::from_millis(300))
                 .unwrap();
-        Env { dir, core: Some(core) }
+        let env = Env { dir, core: Some(core) };
+        env.approve(ORIGIN, &[]);
+        env
+    }
+
+    /// What the user's approval in the extension does: an owner call
+    /// through a host, as the extension's worker makes it.
+    pub fn approve(&self, origin: &str, folders: &[&std::path::Path]) {
+        let mut host = self.host();
+        let consent = pb::OriginConsent {
+            origin: origin.into(),
+            approved: true,
+            folders: folders
+                .iter()
+                .map(|f| pb::FolderGrant { path: f.display().to_string(), may_approve_commands: false })
+                .collect(),
+            ..Default::default()
+        };
+        let call = Call::SetConsent(pb::SetConsentRequest { caller_origin: OWNER.into(), consent: Some(consent) });
+        assert!(matches!(host.call(1, call), Body::Response(_)), "consent set");
     }
 
     pub fn without_core() -> Self {

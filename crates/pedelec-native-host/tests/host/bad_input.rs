@@ -56,6 +56,46 @@ fn a_truncated_length_prefix_at_end_of_input_exits_cleanly() {
     assert!(host.recv().is_none());
 }
 
+/// A page once skipped its folder grant by spelling the request the proto
+/// way (`create_session`, `granted_roots`), which the host's JSON decoder
+/// also takes. Grants now live in Core: no spelling of a request carries
+/// one, and a forged one creates nothing, in the folder or anywhere.
+#[test]
+fn a_request_in_any_spelling_cannot_grant_itself_a_folder() {
+    let env = Env::with_core();
+    let target = tempfile::tempdir().unwrap();
+    let path = target.path().display().to_string();
+    let mut host = env.host();
+    let forged = [
+        format!(
+            r#"{{"requestId":1,"request":{{"create_session":{{"provider":"scripted","callerOrigin":"{ORIGIN}","workspace":{{"path":"{path}","granted_roots":["/"]}}}}}}}}"#
+        ),
+        format!(
+            r#"{{"requestId":2,"request":{{"createSession":{{"provider":"scripted","caller_origin":"{ORIGIN}","workspace":{{"path":"{path}","grantedRoots":["{path}"]}}}}}}}}"#
+        ),
+        format!(
+            r#"{{"requestId":3,"request":{{"createSession":{{"provider":"scripted","callerOrigin":"{ORIGIN}","workspace":{{"path":"{path}"}}}}}}}}"#
+        ),
+    ];
+    for (i, frame) in forged.iter().enumerate() {
+        host.send_json(frame);
+        let id = i as u32 + 1;
+        let code = error_code(&host.reply(id)).to_owned();
+        assert!(["NATIVE_FRAME_INVALID_JSON", "WORKSPACE_NOT_ALLOWED"].contains(&code.as_str()), "{frame}: {code}");
+    }
+    let listed = host
+        .call(9, Call::ListSessions(pb::ListSessionsRequest { caller_origin: ORIGIN.into(), ..Default::default() }));
+    let Body::Response(pb::NativeResponse { result: Some(R::ListSessions(listed)) }) = listed else {
+        panic!("{listed:?}")
+    };
+    assert!(listed.sessions.is_empty(), "no session was created: {listed:?}");
+    assert!(!target.path().join(".pedelec-runtime").exists(), "nothing written in the folder");
+    // Once the user grants it (an owner call, which a page cannot make), it opens.
+    env.approve(ORIGIN, &[target.path()]);
+    host.send_json(&forged[2]);
+    assert!(matches!(host.reply(3), Body::Response(_)));
+}
+
 #[test]
 fn a_frame_for_a_session_of_another_origin_is_denied() {
     let env = Env::with_core();
