@@ -15,7 +15,8 @@
 //! | `/usage N` | report N as the total |
 //! | `/command TEXT` | report a shell command TEXT as an activity, in progress then completed (nothing runs) |
 //! | `/plan A; B; C` | report a plan of those entries, the first in progress |
-//! | `/permission TEXT` | ask permission to run the command TEXT (options allow, deny); the reply says the answer. With permission mode `app` the application answers; else the policy rejects |
+//! | `/permission TEXT` | ask permission to run the command TEXT (options allow, deny); the reply says the answer. With permission mode `app` the application answers (a web page only where the user let its site approve commands: else the user does); else the policy rejects |
+//! | `/edit PATH` | ask permission to edit the file PATH, the same way; a web page answers it when PATH lies inside the workspace |
 //! | `/fail MESSAGE` | fail the turn (session stays usable) |
 //! | `/crash` | the runtime dies (session moves to `error`) |
 //! | `/panic` | the provider's code panics mid-turn (Core's fault path: the turn fails, the session stays usable) |
@@ -85,14 +86,22 @@ struct ScriptedSession {
 }
 
 enum Directive<'a> {
-    Tool { times: usize, name: &'a str, args: &'a str },
+    Tool {
+        times: usize,
+        name: &'a str,
+        args: &'a str,
+    },
     Deltas(usize),
     Slow(u64),
     Sleep(u64),
     Usage(u64),
     Command(&'a str),
     Plan(&'a str),
-    Permission(&'a str),
+    /// A permission request about a command (`kind` COMMAND) or a file to edit (FILE_EDIT).
+    Permission {
+        kind: pb::ActivityKind,
+        about: &'a str,
+    },
     Fail(&'a str),
     Crash,
     Panic,
@@ -121,7 +130,8 @@ fn parse(line: &str) -> Option<Result<Directive<'_>, String>> {
             "usage" => Directive::Usage(number(args)?),
             "command" => Directive::Command(args),
             "plan" => Directive::Plan(args),
-            "permission" => Directive::Permission(args),
+            "permission" => Directive::Permission { kind: pb::ActivityKind::Command, about: args },
+            "edit" => Directive::Permission { kind: pb::ActivityKind::FileEdit, about: args },
             "fail" => Directive::Fail(args),
             "crash" => Directive::Crash,
             "panic" => Directive::Panic,
@@ -222,11 +232,15 @@ impl ScriptedSession {
                     done.output = "(scripted: nothing ran)".into();
                     sink.activity(done);
                 }
-                Directive::Permission(command) => {
+                Directive::Permission { kind, about: what } => {
                     let answer = match &self.permissions {
                         Some(asker) => {
-                            let mut about = super::activity("", pb::ActivityKind::Command, command);
-                            about.command = command.to_owned();
+                            let mut about = super::activity("", kind, what);
+                            if kind == pb::ActivityKind::Command {
+                                about.command = what.to_owned();
+                            } else {
+                                about.paths = vec![what.to_owned()];
+                            }
                             about.status = pb::ActivityStatus::Pending as i32;
                             let option = |id: &str, kind: pb::PermissionOptionKind| pb::PermissionOption {
                                 option_id: id.into(),
@@ -252,7 +266,8 @@ impl ScriptedSession {
                         }
                         None => "rejected by the policy".to_owned(),
                     };
-                    reply.push(format!("Permission to run {command}: {answer}."));
+                    let verb = if kind == pb::ActivityKind::Command { "run" } else { "edit" };
+                    reply.push(format!("Permission to {verb} {what}: {answer}."));
                 }
                 Directive::Plan(entries) => {
                     activities += 1;

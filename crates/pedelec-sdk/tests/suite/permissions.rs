@@ -189,6 +189,38 @@ async fn a_page_cannot_approve_its_agents_commands_only_the_user_can(via: Via) {
     turn.await.unwrap().unwrap();
     assert!(last_chat(&recorder).contains("Permission to run rm -rf ~: answered deny."), "{:?}", recorder.lines());
     assert_eq!(*asked.lock().unwrap(), 0, "the page was never asked");
+    // A file of its own workspace is the page's to answer; one outside is not.
+    session.send_text("/edit notes/today.md").await.unwrap();
+    assert!(
+        last_chat(&recorder).contains("Permission to edit notes/today.md: answered allow."),
+        "{:?}",
+        recorder.lines()
+    );
+    assert_eq!(*asked.lock().unwrap(), 1);
+    let outside = tokio::spawn({
+        let session = session.clone();
+        async move { session.send_text("/edit ../../.bashrc").await }
+    });
+    let mut waiting = Vec::new();
+    for _ in 0..400 {
+        let list = pb::ListUserPermissionsRequest { caller_origin: OWNER.into() };
+        waiting = raw.list_user_permissions(list).await.unwrap().into_inner().permissions;
+        if !waiting.is_empty() {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(25)).await;
+    }
+    let id = waiting[0].request.as_ref().unwrap().permission_id.clone();
+    let answer = pb::AnswerUserPermissionRequest {
+        caller_origin: OWNER.into(),
+        session_id: session.session_id().into(),
+        permission_id: id,
+        option_id: String::new(),
+    };
+    raw.answer_user_permission(answer).await.unwrap();
+    outside.await.unwrap().unwrap();
+    assert!(last_chat(&recorder).contains("Permission to edit ../../.bashrc: rejected."), "{:?}", recorder.lines());
+    assert_eq!(*asked.lock().unwrap(), 1, "the page was not asked about a path outside");
 
     // Where the user let the site approve commands, the page answers.
     let grant = pb::FolderGrant { path: trusted.display().to_string(), may_approve_commands: true };
@@ -216,7 +248,7 @@ async fn a_page_cannot_approve_its_agents_commands_only_the_user_can(via: Via) {
     });
     trusted_session.send_text("/permission make test").await.unwrap();
     assert!(last_chat(&recorder).contains("answered allow."), "{:?}", recorder.lines());
-    assert_eq!(*asked.lock().unwrap(), 1);
+    assert_eq!(*asked.lock().unwrap(), 2);
 }
 
 super::over_both_transports!(
