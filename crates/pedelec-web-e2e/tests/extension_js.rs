@@ -21,5 +21,6 @@ fn extension_requests_js_unit_tests() {
     let report = String::from_utf8_lossy(&out.stdout);
     assert!(out.status.success(), "node --test failed:\n{report}\n{}", String::from_utf8_lossy(&out.stderr));
     // node --test passes with no test files at all: make sure ours ran.
-    assert!(report.contains("# pass 6"), "the six unit tests ran:\n{report}");
+    let passed = report.lines().find_map(|l| l.strip_prefix("# pass ")).and_then(|n| n.trim().parse::<u32>().ok());
+    assert!(passed.is_some_and(|n| n > 0), "no unit test ran:\n{report}");
 }
