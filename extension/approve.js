@@ -74,6 +74,7 @@ async function render() {
 }
 
 async function decideGrant(root) {
+  decided = true;
   for (const id of ["grant", "grant-parent", "refuse-grant"]) document.getElementById(id).disabled = true;
   const reply = await send({ type: "grant", origin: requested, path: requestedPath, root });
   document.getElementById("grant-outcome").textContent =
@@ -81,6 +82,7 @@ async function decideGrant(root) {
 }
 
 async function decide(approved) {
+  decided = true;
   document.getElementById("approve").disabled = true;
   document.getElementById("reject").disabled = true;
   const reply = await send({ type: "decide", origin: requested, approved });
@@ -93,7 +95,10 @@ if (requestedPath) {
   document.getElementById("grant-origin").textContent = requested;
   document.getElementById("grant-path").textContent = requestedPath;
   document.getElementById("grant-parent-path").textContent = parentPath;
-  document.getElementById("grant-parent").hidden = !parentPath || parentPath === requestedPath;
+  // A root or a home is never offered: it holds everything of the user (the worker refuses it too).
+  document.getElementById("grant").hidden = PedelecRequests.isHomeOrRoot(requestedPath);
+  document.getElementById("grant-parent").hidden =
+    !parentPath || parentPath === requestedPath || PedelecRequests.isHomeOrRoot(parentPath);
   document.getElementById("grant").addEventListener("click", () => decideGrant(requestedPath));
   document.getElementById("grant-parent").addEventListener("click", () => decideGrant(parentPath));
   document.getElementById("refuse-grant").addEventListener("click", () => decideGrant(null));
@@ -101,3 +106,32 @@ if (requestedPath) {
 document.getElementById("approve").addEventListener("click", () => decide(true));
 document.getElementById("reject").addEventListener("click", () => decide(false));
 render();
+
+// ---- buttons that cannot be clicked by surprise (issue 38) ----
+//
+// A page can make this tab open at a moment it chooses, under the user's
+// pointer, so a click meant for the page (a double-click) could land on
+// Approve. The decision buttons start disabled (approve.html) and are
+// enabled only once this tab has been visible and focused for `armMs`
+// without a break; losing focus or visibility disables them and starts
+// the wait again. `promptArmMs` in storage.local changes the wait (tests).
+const PROMPT_BUTTONS = ["approve", "reject", "grant", "grant-parent", "refuse-grant"];
+let decided = false;
+let armMs = 750;
+let attentiveSince = null;
+
+function armTick() {
+  const attentive = document.visibilityState === "visible" && document.hasFocus();
+  if (!attentive) attentiveSince = null;
+  else if (attentiveSince === null) attentiveSince = performance.now();
+  const armed = !decided && attentiveSince !== null && performance.now() - attentiveSince >= armMs;
+  for (const id of PROMPT_BUTTONS) document.getElementById(id).disabled = !armed;
+}
+
+chrome.storage.local.get("promptArmMs").then((stored) => {
+  if (typeof stored.promptArmMs === "number") armMs = stored.promptArmMs;
+});
+for (const event of ["focus", "blur"]) window.addEventListener(event, armTick);
+document.addEventListener("visibilitychange", armTick);
+setInterval(armTick, 50);
+armTick();

@@ -10,6 +10,10 @@
 // Message shapes are documented in README.md.
 "use strict";
 
+// requests.js (the request allowlist): Firefox loads it first through
+// `background.scripts`; Chromium's service worker imports it here.
+if (typeof PedelecRequests === "undefined") importScripts("requests.js");
+
 /** The host name pedelec-native-host registers (crates/pedelec-native-host/src/registration.rs). */
 const HOST_NAME = "dev.pedelec.host";
 /** This extension's id, fixed by the manifest key (see README.md). */
@@ -58,12 +62,14 @@ const ready = (async () => {
     "sessionOrigins",
     "approvalTimeoutMs",
     "workspaceGrants",
+    "promptCooldownMs",
   ]);
   approvedOrigins = local.approvedOrigins || {};
   workspaceGrants = local.workspaceGrants || {};
   approvalTimeoutMs = local.approvalTimeoutMs || APPROVAL_TIMEOUT_MS;
   sessionOrigins = local.sessionOrigins || {};
-  const session = await chrome.storage.session.get(["pendingApprovals"]);
+  const session = await chrome.storage.session.get(["pendingApprovals", "promptCooldowns"]);
+  loadPromptState(local, session);
   // An approval tab opened before a restart stays valid until its deadline.
   for (const [origin, entry] of Object.entries(session.pendingApprovals || {})) {
     const left = entry.deadline - Date.now();
@@ -175,21 +181,27 @@ class PageLink {
       return;
     }
     if (message.type !== "frame") return;
-    const frame = message.frame;
-    const id = frame && frame.requestId;
+    const id = message.frame && message.frame.requestId;
     if (!Number.isInteger(id) || id <= 0 || id >= INTERNAL_IDS) return;
-    const request = frame.request;
-    const calls = request && typeof request === "object" ? Object.keys(request) : [];
-    if (calls.length !== 1 || typeof request[calls[0]] !== "object" || request[calls[0]] === null) {
-      this.sendFrame(errorFrame(id, "INVALID_ARGUMENT", "a page may only send one request per frame"));
+    // Only what requests.js rebuilds from its allowlist goes on; a refused
+    // frame changes nothing (no prompt, no host, nothing stored).
+    const built = PedelecRequests.buildFrame(message.frame, this.origin);
+    if (built.error) {
+      this.sendFrame(errorFrame(id, "INVALID_ARGUMENT", built.error.message, built.error.details));
       return;
     }
+    const frame = built.frame;
     // Every request passes the gate, including send, tool result and end.
     if (this.refused) {
       this.sendFrame(this.refusal(id));
       return;
     }
     if (!isApproved(this.origin)) {
+      // A site the user just rejected (or let time out) may not prompt again yet.
+      if (promptCoolingDown(this.origin)) {
+        this.sendFrame(this.refusal(id, "cooldown"));
+        return;
+      }
       this.queue.push(frame);
       this.toPage({ type: "approval", origin: this.origin, state: "pending" });
       requestApproval(this.origin);
@@ -226,10 +238,10 @@ class PageLink {
     }
   }
 
-  refusal(id) {
-    return errorFrame(id, "ORIGIN_NOT_ALLOWED", `origin ${this.origin} is not approved (${this.refused})`, {
+  refusal(id, reason = this.refused) {
+    return errorFrame(id, "ORIGIN_NOT_ALLOWED", `origin ${this.origin} is not approved (${reason})`, {
       origin: this.origin,
-      reason: this.refused,
+      reason,
     });
   }
 
@@ -237,7 +249,8 @@ class PageLink {
     const approved = isApproved(this.origin);
     let appConnected = false;
     if (approved) appConnected = await this.ping();
-    return { type: "status", origin: this.origin, approved, pending: approvals.has(this.origin), appConnected };
+    const pending = approvals.has(this.origin) || promptQueued("origin", this.origin);
+    return { type: "status", origin: this.origin, approved, pending, appConnected };
   }
 
   /** Pings Core through this page's host, answering false after 2 s. */
@@ -432,10 +445,11 @@ class PageLink {
       for (const frame of queued) this.forward(frame);
       return;
     }
-    // Remembered for this port, so a refused page cannot reopen the prompt in a loop.
-    this.refused = reason;
+    // Remembered for this port, so a refused page cannot reopen the prompt in
+    // a loop. A cooldown is not: it ends, and the site's own cooldown holds meanwhile.
+    if (reason !== "cooldown") this.refused = reason;
     this.toPage({ type: "approval", origin: this.origin, state: reason });
-    for (const frame of queued) this.sendFrame(this.refusal(frame.requestId));
+    for (const frame of queued) this.sendFrame(this.refusal(frame.requestId, reason));
   }
 
   revoked() {
@@ -472,8 +486,12 @@ function armApproval(origin, tabId, deadline) {
   approvals.set(origin, { timer, tabId, deadline });
 }
 
-async function requestApproval(origin) {
-  if (approvals.has(origin)) return;
+function requestApproval(origin) {
+  if (approvals.has(origin) || promptQueued("origin", origin)) return;
+  enqueuePrompt({ kind: "origin", origin });
+}
+
+async function openApproval(origin) {
   armApproval(origin, null, Date.now() + approvalTimeoutMs);
   const url = chrome.runtime.getURL(`${APPROVAL_PAGE}?origin=${encodeURIComponent(origin)}`);
   const tab = await chrome.tabs.create({ url, active: true });
@@ -495,11 +513,17 @@ async function decide(origin, approved, reason) {
   }
   await savePending();
   for (const page of [...pages]) if (page.origin === origin) page.approvalDecided(approved, reason);
+  promptDecided(origin, approved ? "approved" : reason);
 }
 
 async function requestGrant(origin, path) {
   const key = `${origin}\n${path}`;
-  if (grantPrompts.has(key)) return;
+  if (grantPrompts.has(key) || promptQueued("grant", origin, path)) return;
+  enqueuePrompt({ kind: "grant", origin, path });
+}
+
+async function openGrant(origin, path) {
+  const key = `${origin}\n${path}`;
   const timer = setTimeout(() => {
     decideGrant(origin, path, null).catch((e) => console.error(e));
   }, approvalTimeoutMs);
@@ -527,6 +551,7 @@ async function decideGrant(origin, path, root) {
     await saveLocal();
   }
   for (const page of [...pages]) if (page.origin === origin) page.grantDecided(path, granted);
+  promptDecided(origin, granted ? "granted" : "refused");
 }
 
 function isAncestorOrSelf(root, path) {
@@ -576,6 +601,81 @@ async function revoke(origin) {
   for (const id of ids) delete sessionOrigins[id];
   await saveLocal();
   for (const page of [...pages]) if (page.origin === origin) page.revoked();
+  clearPromptCooldown(origin);
+}
+
+// ---- prompts a page cannot force (issue 38) ----
+//
+// One approval tab at a time, whatever asks: origin approvals and folder
+// grants wait in one queue, so a page (or many subdomains of one site) can
+// neither stack tabs nor put one over another. After a rejection or a
+// timeout the origin's whole site (PedelecRequests.siteOf) may not prompt
+// for `promptCooldownMs` (storage.local, tests shorten it; default 10 min):
+// its requests are refused with ORIGIN_NOT_ALLOWED, reason "cooldown".
+// Approving an origin of the site, or revoking one on the extension's page,
+// ends it early. Cooldowns live in storage.session, so a worker restart
+// does not lift them.
+
+const PROMPT_COOLDOWN_MS = 10 * 60 * 1000;
+let promptCooldownMs = PROMPT_COOLDOWN_MS;
+/** site -> when its last prompt was rejected or timed out (ms since epoch). */
+let promptCooldowns = {};
+/** Prompts waiting for the open one to close: { kind: "origin" | "grant", origin, path? }. */
+const promptQueue = [];
+
+function loadPromptState(local, session) {
+  promptCooldownMs = typeof local.promptCooldownMs === "number" ? local.promptCooldownMs : PROMPT_COOLDOWN_MS;
+  promptCooldowns = session.promptCooldowns || {};
+}
+
+function promptCoolingDown(origin) {
+  const at = promptCooldowns[PedelecRequests.siteOf(origin)];
+  return at !== undefined && Date.now() - at < promptCooldownMs;
+}
+
+function promptQueued(kind, origin, path) {
+  return promptQueue.some((p) => p.kind === kind && p.origin === origin && p.path === path);
+}
+
+function enqueuePrompt(prompt) {
+  promptQueue.push(prompt);
+  openNextPrompt().catch((e) => console.error("pedelec: opening a prompt failed", e));
+}
+
+/** Opens the first queued prompt someone still waits for, when no prompt is open. */
+async function openNextPrompt() {
+  while (approvals.size === 0 && grantPrompts.size === 0 && promptQueue.length > 0) {
+    const { kind, origin, path } = promptQueue.shift();
+    const waiting = [...pages].filter((p) =>
+      kind === "origin" ? p.origin === origin && p.queue.length > 0 : p.origin === origin && p.grantQueue && p.grantQueue.has(`${origin}\n${path}`),
+    );
+    if (waiting.length === 0) continue;
+    if (kind === "origin" && promptCoolingDown(origin)) {
+      // Queued before another origin of its site was rejected.
+      for (const page of waiting) page.approvalDecided(false, "cooldown");
+      continue;
+    }
+    // Each opener registers its prompt before its first await, so the loop
+    // condition holds off a second tab at once.
+    if (kind === "origin") await openApproval(origin);
+    else await openGrant(origin, path);
+  }
+}
+
+/** A prompt closed: start or clear the site's cooldown, then open the next one. */
+function promptDecided(origin, outcome) {
+  if (outcome === "rejected" || outcome === "timeout") {
+    promptCooldowns[PedelecRequests.siteOf(origin)] = Date.now();
+    chrome.storage.session.set({ promptCooldowns }).catch((e) => console.error(e));
+  } else if (outcome === "approved") {
+    clearPromptCooldown(origin);
+  }
+  openNextPrompt().catch((e) => console.error("pedelec: opening a prompt failed", e));
+}
+
+function clearPromptCooldown(origin) {
+  delete promptCooldowns[PedelecRequests.siteOf(origin)];
+  chrome.storage.session.set({ promptCooldowns }).catch((e) => console.error(e));
 }
 
 // ---- wiring ----
@@ -583,6 +683,10 @@ async function revoke(origin) {
 chrome.storage.onChanged.addListener((changes, area) => {
   if (area === "local" && changes.approvalTimeoutMs) {
     approvalTimeoutMs = changes.approvalTimeoutMs.newValue || APPROVAL_TIMEOUT_MS;
+  }
+  if (area === "local" && changes.promptCooldownMs) {
+    const value = changes.promptCooldownMs.newValue;
+    promptCooldownMs = typeof value === "number" ? value : PROMPT_COOLDOWN_MS;
   }
 });
 
@@ -646,6 +750,11 @@ chrome.runtime.onMessage.addListener((message, sender, sendResponse) => {
         case "grant":
           if (!grantPrompts.has(`${message.origin}\n${message.path}`)) {
             return { ok: false, error: "no pending workspace request for this origin and path" };
+          }
+          // Never a filesystem root or a home: the page hides such a button,
+          // and a message that names one anyway is refused here.
+          if (typeof message.root === "string" && PedelecRequests.isHomeOrRoot(normalizePath(message.root) || message.root)) {
+            return { ok: false, error: `${message.root} is a filesystem root or a home directory` };
           }
           await decideGrant(message.origin, message.path, typeof message.root === "string" ? message.root : null);
           return { ok: true };

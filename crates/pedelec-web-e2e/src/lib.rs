@@ -169,6 +169,10 @@ impl Rig {
         })?;
         let page = Page::attach(&self.browser, target["targetId"].as_str().unwrap_or_default())?;
         page.wait_until(&format!("!document.getElementById('{section}').hidden"), Duration::from_secs(10))?;
+        // The buttons arm only once the tab has been in front and focused for a while.
+        self.browser.call("Page.bringToFront", serde_json::json!({}), Some(&page.session))?;
+        let selector = serde_json::to_string(button)?;
+        page.wait_until(&format!("!document.querySelector({selector}).disabled"), Duration::from_secs(10))?;
         page.click(button)
     }
 
@@ -178,6 +182,90 @@ impl Rig {
         page.wait_until("document.readyState === 'complete'", Duration::from_secs(10))?;
         Ok(page)
     }
+}
+
+/// A page script (a function of `frames` and `waitMs`) that sends raw
+/// `NativeFrame`s to the extension through its content-script relay, as a
+/// page that bypasses the SDK would, and resolves to `{ replies, approvals }`:
+/// the reply frame to each request in order (`null` when none came within
+/// `waitMs`) and the `approval` messages the extension sent meanwhile. The
+/// relay exists in Chromium and Firefox alike, so both tests use it.
+pub const RAW_FRAMES_JS: &str = r#"(async (frames, waitMs) => {
+  const port = 1000000 + Math.floor(Math.random() * 1000000);
+  const replies = {};
+  const approvals = [];
+  const post = (type, message) =>
+    window.postMessage({ channel: "pedelec:page", port, type, message }, location.origin);
+  const connected = new Promise((resolve, reject) => {
+    window.addEventListener("message", (event) => {
+      const d = event.data;
+      if (event.source !== window || !d || d.channel !== "pedelec:extension" || d.port !== port) return;
+      if (d.type === "connected") resolve();
+      if (d.type !== "message") return;
+      if (d.message.type === "frame" && d.message.frame.requestId) replies[d.message.frame.requestId] = d.message.frame;
+      if (d.message.type === "approval") approvals.push(d.message);
+    });
+    setTimeout(() => reject(new Error("the relay did not connect")), 3000);
+  });
+  post("connect");
+  await connected;
+  for (const frame of frames) post("message", { type: "frame", frame });
+  const deadline = Date.now() + waitMs;
+  while (Date.now() < deadline && frames.some((f) => !replies[f.requestId])) {
+    await new Promise((r) => setTimeout(r, 20));
+  }
+  post("disconnect");
+  return { replies: frames.map((f) => replies[f.requestId] ?? null), approvals };
+})"#;
+
+/// Frames a page on an approved origin might forge (issue 38), each with the
+/// field the extension must name when it refuses it: the proto spelling of
+/// the call and of the grants (the native host decodes both spellings),
+/// the two mixed spellings, a call pages may not make (an owner-only one),
+/// and a session bound to another origin. `folder` is a folder the user
+/// never granted.
+pub fn forged_frames(folder: &str) -> Vec<(serde_json::Value, &'static str)> {
+    use serde_json::json;
+    vec![
+        (
+            json!({ "requestId": 9001, "request": { "create_session": {
+                "provider": "scripted", "workspace": { "path": folder, "granted_roots": ["/"] } } } }),
+            "request.create_session",
+        ),
+        (
+            json!({ "requestId": 9002, "request": { "createSession": {
+                "provider": "scripted", "workspace": { "path": folder, "granted_roots": ["/"] } } } }),
+            "request.createSession.workspace.granted_roots",
+        ),
+        (
+            json!({ "requestId": 9003, "request": { "createSession": {
+                "provider": "scripted", "workspace": { "path": folder, "grantedRoots": ["/"] } } } }),
+            "request.createSession.workspace.grantedRoots",
+        ),
+        (
+            json!({ "requestId": 9004, "request": { "revokeOrigin": { "origin": "https://example.com" } } }),
+            "request.revokeOrigin",
+        ),
+        (
+            json!({ "requestId": 9005, "request": { "createSession": {
+                "provider": "scripted", "callerOrigin": "https://evil.example" } } }),
+            "request.createSession.callerOrigin",
+        ),
+    ]
+}
+
+/// Checks what [`RAW_FRAMES_JS`] answered to [`forged_frames`]: each one
+/// refused with INVALID_ARGUMENT naming its field, and no prompt opened.
+pub fn assert_forged_refused(sent: &serde_json::Value, forged: &[(serde_json::Value, &str)]) {
+    use serde_json::json;
+    for (i, (frame, field)) in forged.iter().enumerate() {
+        let reply = &sent["replies"][i];
+        assert_eq!(reply["error"]["code"], json!("INVALID_ARGUMENT"), "{frame} → {reply}");
+        let details: serde_json::Value =
+            serde_json::from_str(reply["error"]["detailsJson"].as_str().unwrap_or("null")).unwrap_or_default();
+        assert_eq!(details["field"], json!(field), "{frame} → {reply}");
+    }
+    assert_eq!(sent["approvals"], json!([]), "a refused frame opens no prompt: {sent}");
 }
 
 /// `encodeURIComponent` for an origin (`:` and `/` are the only characters that need it).

@@ -11,7 +11,10 @@ use pedelec_sdk::grpc::GrpcTransport;
 use pedelec_sdk::transport::{Call, Transport};
 use pedelec_sdk::{ErrorCode, Pedelec, SessionStatus};
 use pedelec_web_e2e::page::Page;
-use pedelec_web_e2e::{EXTENSION_ID, Rig, missing_prerequisite, native_host_pids, workspace_root};
+use pedelec_web_e2e::{
+    EXTENSION_ID, RAW_FRAMES_JS, Rig, assert_forged_refused, encode_component, forged_frames, missing_prerequisite,
+    native_host_pids, workspace_root,
+};
 use serde_json::{Value, json};
 
 /// Core's auto-end grace: long enough for a restarted extension worker to re-subscribe.
@@ -485,9 +488,13 @@ fn browser_end_to_end() {
 
     // Nobody answers the prompt: it times out (shortened through the worker's storage) and
     // the request is refused with reason "timeout"; the prompt tab is closed.
+    // The rejection's cooldown (shortened too) has to pass first.
     let worker_target = rig.browser.wait_for_target("the service worker", is_worker).unwrap();
     let worker_page = Page::attach(&rig.browser, worker_target["targetId"].as_str().unwrap()).unwrap();
-    worker_page.eval("chrome.storage.local.set({ approvalTimeoutMs: 800 })").expect("shorten the approval timeout");
+    worker_page
+        .eval("chrome.storage.local.set({ approvalTimeoutMs: 800, promptCooldownMs: 1000 })")
+        .expect("shorten the approval timeout and the cooldown");
+    std::thread::sleep(Duration::from_millis(1100));
     let other = rig.open_demo(&rig.other_site).expect("second origin, new page");
     let timed_out = attempt(&other, "return await demo.start()");
     assert_eq!(
@@ -582,12 +589,12 @@ fn browser_end_to_end() {
     let refused = asked.wait(TURN).expect("createSession settles")["result"]["value"].clone();
     assert_eq!(refused["code"], json!("WORKSPACE_NOT_ALLOWED"), "{refused}");
     assert!(!area.path().join(".pedelec-runtime").exists(), "nothing written in a refused folder");
-    // Whatever the page claims, its grants are the extension's: Core refuses the home directory.
+    // The home directory is never offered as a grant: the prompt can only refuse it.
     let home = std::env::var("HOME").expect("HOME");
     let asked = page.eval_later(&in_folder(&home)).unwrap();
-    rig.answer_grant(&origin, &home, "#grant").expect("grant the home directory");
+    rig.answer_grant(&origin, &home, "#refuse-grant").expect("refuse the home directory");
     let never = asked.wait(TURN).expect("createSession settles")["result"]["value"].clone();
-    assert_eq!(never["code"], json!("WORKSPACE_NOT_ALLOWED"), "Core never opens the home directory: {never}");
+    assert_eq!(never["code"], json!("WORKSPACE_NOT_ALLOWED"), "{never}");
     // Revoked on the manager page: asked again.
     let manager = rig.open_manager().expect("manager page");
     let grant_button = format!("button.revoke-grant[data-root=\"{project}\"]");
@@ -652,4 +659,140 @@ fn browser_end_to_end() {
     let exceptions: Vec<Value> =
         rig.browser.events().into_iter().filter(|e| e["method"] == json!("Runtime.exceptionThrown")).collect();
     assert!(exceptions.is_empty(), "uncaught page exceptions: {exceptions:?}");
+}
+
+/// The ids of the sessions Core keeps for the page's origin, asked with a
+/// raw `listSessions` frame (Core's own answer, not the SDK's).
+fn listed_sessions(page: &Page<'_>) -> Vec<String> {
+    let frames = json!([{ "requestId": 9100, "request": { "listSessions": {} } }]);
+    let sent = page.eval_for(&format!("({RAW_FRAMES_JS})({frames}, 10000)"), TURN).expect("listSessions");
+    let reply = &sent["replies"][0];
+    let sessions = reply["response"]["listSessions"]["sessions"].as_array().unwrap_or_else(|| panic!("{reply}"));
+    sessions.iter().map(|s| s["session"]["sessionId"].as_str().unwrap().to_owned()).collect()
+}
+
+/// Whether an approval tab whose url contains `query` is open.
+fn prompt_open(rig: &Rig, query: &str) -> bool {
+    rig.browser
+        .targets()
+        .unwrap()
+        .iter()
+        .any(|t| t["url"].as_str().is_some_and(|u| u.contains("/approve.html") && u.contains(query)))
+}
+
+/// Issue 38, "Consent that holds": a page on an approved origin cannot get
+/// past the folder grant by spelling its request the proto way, nor send
+/// a call or a field the extension does not list; a page cannot force the
+/// user's hand with prompts (a rejected site cools down, a prompt's buttons
+/// wait for the user's attention, a home or a root is never offered).
+#[test]
+fn browser_refuses_forged_requests_and_forced_prompts() {
+    if !prerequisites_or_skip() {
+        return;
+    }
+    let rig = Rig::start(GRACE).expect("Core, native host, pages and Chromium start");
+    let origin = rig.site.origin();
+    let page = rig.open_demo(&rig.site).expect("demo page loads the wasm SDK");
+    let created = page.eval_later("demo.attempt(() => demo.start())").expect("start");
+    rig.answer_approval(&origin, "#approve").expect("click Approve on the extension's page");
+    ok_value(created.wait(TURN).expect("createSession settles")["result"]["value"].clone());
+
+    // Forged frames from the approved page: each refused by the extension
+    // with INVALID_ARGUMENT naming the field; no session, no prompt.
+    let area = tempfile::tempdir().expect("tempdir");
+    let folder = area.path().canonicalize().unwrap().display().to_string();
+    let before = listed_sessions(&page);
+    let forged = forged_frames(&folder);
+    let frames = serde_json::Value::Array(forged.iter().map(|(f, _)| f.clone()).collect());
+    let sent = page.eval_for(&format!("({RAW_FRAMES_JS})({frames}, 3000)"), TURN).expect("the page sends raw frames");
+    assert_forged_refused(&sent, &forged);
+    assert_eq!(listed_sessions(&page), before, "no session was created");
+    assert!(!area.path().join(".pedelec-runtime").exists(), "nothing opened in the forged folder");
+    assert!(!prompt_open(&rig, "path="), "no workspace prompt opened");
+
+    // Prompts. The buttons wait for the tab to be in front and focused for
+    // 750 ms; 2 s here, so that a loaded machine cannot make the early
+    // click below come late.
+    let worker = format!("chrome-extension://{EXTENSION_ID}/background.js");
+    let worker = rig
+        .browser
+        .wait_for_target("the service worker", |t| {
+            t["type"] == json!("service_worker") && t["url"].as_str() == Some(worker.as_str())
+        })
+        .unwrap();
+    let worker = Page::attach(&rig.browser, worker["targetId"].as_str().unwrap()).unwrap();
+    worker.eval("chrome.storage.local.set({ promptArmMs: 2000 })").expect("set the arming time");
+    worker.detach().unwrap();
+    let other_origin = rig.other_site.origin();
+    let other = rig.open_demo(&rig.other_site).expect("second origin loads");
+    let refused = other.eval_later("demo.attempt(() => demo.start())").expect("start");
+    let url = format!("chrome-extension://{EXTENSION_ID}/approve.html?origin={}", encode_component(&other_origin));
+    let target = rig.browser.wait_for_target("the approval page", |t| t["url"].as_str() == Some(url.as_str())).unwrap();
+    let prompt = Page::attach(&rig.browser, target["targetId"].as_str().unwrap()).unwrap();
+    prompt.wait_until("!document.getElementById('request').hidden", Duration::from_secs(10)).unwrap();
+    // A click as soon as it shows (a double-click meant for the page) does nothing.
+    prompt.click("#reject").expect("an early click");
+    std::thread::sleep(Duration::from_millis(300));
+    let early = prompt
+        .eval(
+            "(async () => ({ outcome: document.getElementById('outcome').textContent,
+                disabled: document.getElementById('reject').disabled,
+                pending: (await chrome.runtime.sendMessage({ type: 'list' })).pending }))()",
+        )
+        .unwrap();
+    assert_eq!(early, json!({ "outcome": "", "disabled": true, "pending": [other_origin] }), "the early click landed");
+    // The same click once the prompt has had the user's attention long enough.
+    rig.answer_approval(&other_origin, "#reject").expect("click Reject once armed");
+    let refused = refused.wait(TURN).expect("createSession settles")["result"]["value"].clone();
+    assert_eq!(
+        (refused["code"].clone(), refused["details"]["reason"].clone()),
+        (json!("ORIGIN_NOT_ALLOWED"), json!("rejected")),
+        "{refused}"
+    );
+    other.close().unwrap();
+
+    // The rejected origin cannot reopen the prompt at once, even from a fresh page.
+    let again = rig.open_demo(&rig.other_site).expect("second origin, new page");
+    let cooled = attempt(&again, "return await demo.start()");
+    assert_eq!(
+        (cooled["code"].clone(), cooled["details"]["reason"].clone()),
+        (json!("ORIGIN_NOT_ALLOWED"), json!("cooldown")),
+        "{cooled}"
+    );
+    std::thread::sleep(Duration::from_millis(500));
+    assert!(!prompt_open(&rig, &encode_component(&other_origin)), "no prompt during the cooldown");
+    again.close().unwrap();
+
+    // A folder in the home directory: its parent (the home) is not offered,
+    // and the worker refuses it when asked anyway.
+    let home = std::env::var("HOME").expect("HOME");
+    let in_home = format!("{}/pedelec-issue-38", home.trim_end_matches('/'));
+    let asked = page
+        .eval_later(&format!(
+            "demo.attempt(async () => {{ const s = await demo.pedelec.createSession({{ provider: 'scripted', workspace: {{ path: '{in_home}' }} }}); await s.end(); return s.sessionId; }})"
+        ))
+        .unwrap();
+    let query = format!("origin={}&path={}", encode_component(&origin), encode_component(&in_home));
+    let url = format!("chrome-extension://{EXTENSION_ID}/approve.html?{query}");
+    let target = rig.browser.wait_for_target("the folder prompt", |t| t["url"].as_str() == Some(url.as_str())).unwrap();
+    let prompt = Page::attach(&rig.browser, target["targetId"].as_str().unwrap()).unwrap();
+    prompt.wait_until("!document.getElementById('grant-request').hidden", Duration::from_secs(10)).unwrap();
+    assert_eq!(
+        prompt.eval("document.getElementById('grant-parent').hidden").unwrap(),
+        json!(true),
+        "the home is offered"
+    );
+    let forced = prompt
+        .eval(&format!(
+            "chrome.runtime.sendMessage({{ type: 'grant', origin: {}, path: {}, root: {} }})",
+            json!(origin),
+            json!(in_home),
+            json!(home)
+        ))
+        .unwrap();
+    assert_eq!(forced["ok"], json!(false), "the worker granted the home: {forced}");
+    rig.answer_grant(&origin, &in_home, "#refuse-grant").expect("refuse the folder");
+    let refused = asked.wait(TURN).expect("createSession settles")["result"]["value"].clone();
+    assert_eq!(refused["code"], json!("WORKSPACE_NOT_ALLOWED"), "{refused}");
+    assert_eq!(refused["details"]["reason"], json!("refused"), "{refused}");
 }

@@ -14,7 +14,9 @@ use pedelec_sdk::daemon::CoreProcess;
 use pedelec_sdk::native::find_host_binary;
 use pedelec_web_e2e::bidi::{Firefox, firefox};
 use pedelec_web_e2e::server::StaticServer;
-use pedelec_web_e2e::{missing_web_build, web_dir, workspace_root};
+use pedelec_web_e2e::{
+    RAW_FRAMES_JS, assert_forged_refused, forged_frames, missing_web_build, web_dir, workspace_root,
+};
 use serde_json::json;
 
 /// The add-on id in the manifest's `browser_specific_settings.gecko.id`.
@@ -91,12 +93,35 @@ fn firefox_end_to_end() {
     let approval = ff.wait_for_context("the approval page", |url| url.contains("/approve.html?origin=")).unwrap();
     ff.wait_until(&approval, "!document.getElementById('request').hidden", Duration::from_secs(10))
         .expect("the approval page shows the request");
+    // Its buttons arm once the tab has been visible and focused for a while.
+    ff.wait_until(&approval, "!document.getElementById('approve').disabled", Duration::from_secs(10))
+        .expect("the approval page's buttons arm");
     ff.eval(&approval, "(document.querySelector('#approve').click(), true)").unwrap();
     let started = ff.value(started, TURN).unwrap();
     assert_eq!(started["ok"], json!(true), "{started}");
     assert!(started["value"].as_str().is_some_and(|id| id.starts_with("sess-")), "{started}");
     let status = ff.eval(&page, "demo.pedelec.getApprovalStatus()").unwrap();
     assert_eq!((status["approved"].clone(), status["appConnected"].clone()), (json!(true), json!(true)), "{status}");
+
+    // Forged frames from the approved page (issue 38): the proto spelling
+    // of the call or of the grants, an unlisted call, another origin. Each
+    // refused by the extension naming the field; no session, no prompt.
+    let area = tempfile::tempdir().unwrap();
+    let folder = area.path().canonicalize().unwrap().display().to_string();
+    let forged = forged_frames(&folder);
+    let frames = serde_json::Value::Array(forged.iter().map(|(f, _)| f.clone()).collect());
+    let sent = ff.eval(&page, &format!("({RAW_FRAMES_JS})({frames}, 3000)")).expect("the page sends raw frames");
+    assert_forged_refused(&sent, &forged);
+    let listed = ff
+        .eval(&page, &format!("({RAW_FRAMES_JS})([{{ requestId: 9100, request: {{ listSessions: {{}} }} }}], 10000)"))
+        .unwrap();
+    let sessions = listed["replies"][0]["response"]["listSessions"]["sessions"].as_array().cloned().unwrap_or_default();
+    assert_eq!(sessions.len(), 1, "only the session the page started: {listed}");
+    assert!(!area.path().join(".pedelec-runtime").exists(), "nothing opened in the forged folder");
+    std::thread::sleep(Duration::from_millis(300));
+    let prompts: Vec<String> =
+        ff.contexts().unwrap().into_iter().map(|(_, url)| url).filter(|u| u.contains("/approve.html")).collect();
+    assert!(prompts.is_empty(), "no prompt opened: {prompts:?}");
 
     // A frontend tool call answered by the page.
     let turn = ff.eval(&page, r#"demo.attempt(() => demo.send('/tool update_counter {"delta": 3}'))"#).unwrap();
