@@ -509,6 +509,8 @@ fn browser_end_to_end() {
         std::thread::sleep(Duration::from_millis(50));
     }
     other.close().unwrap();
+    // The prompts below wait for their buttons to arm (750 ms): the usual timeout again.
+    worker_page.eval("chrome.storage.local.remove('approvalTimeoutMs')").expect("restore the approval timeout");
 
     // Closing the page ends its session: auto end on disconnect, enforced and recorded by Core.
     assert_eq!(core_status(&rig, &origin, &session_id), SessionStatus::Idle);
