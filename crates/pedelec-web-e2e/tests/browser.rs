@@ -741,7 +741,7 @@ fn browser_refuses_forged_requests_and_forced_prompts() {
                 disabled: document.getElementById('reject').disabled,
                 pending: (await chrome.runtime.sendMessage({ type: 'list' })).pending }))()",
         )
-        .unwrap();
+        .unwrap_or_else(|e| panic!("the early click landed: the prompt is gone ({e})"));
     assert_eq!(early, json!({ "outcome": "", "disabled": true, "pending": [other_origin] }), "the early click landed");
     // The same click once the prompt has had the user's attention long enough.
     rig.answer_approval(&other_origin, "#reject").expect("click Reject once armed");
@@ -755,7 +755,9 @@ fn browser_refuses_forged_requests_and_forced_prompts() {
 
     // The rejected origin cannot reopen the prompt at once, even from a fresh page.
     let again = rig.open_demo(&rig.other_site).expect("second origin, new page");
-    let cooled = attempt(&again, "return await demo.start()");
+    let cooled = again
+        .eval_for("demo.attempt(async () => { return await demo.start(); })", Duration::from_secs(5))
+        .unwrap_or_else(|e| panic!("no cooldown: the rejected origin's request waits on a new prompt ({e})"));
     assert_eq!(
         (cooled["code"].clone(), cooled["details"]["reason"].clone()),
         (json!("ORIGIN_NOT_ALLOWED"), json!("cooldown")),
@@ -784,14 +786,18 @@ fn browser_refuses_forged_requests_and_forced_prompts() {
         json!(true),
         "the home is offered"
     );
+    // A granted folder closes the prompt, so no answer at all means the worker granted it.
     let forced = prompt
-        .eval(&format!(
-            "chrome.runtime.sendMessage({{ type: 'grant', origin: {}, path: {}, root: {} }})",
-            json!(origin),
-            json!(in_home),
-            json!(home)
-        ))
-        .unwrap();
+        .eval_for(
+            &format!(
+                "chrome.runtime.sendMessage({{ type: 'grant', origin: {}, path: {}, root: {} }})",
+                json!(origin),
+                json!(in_home),
+                json!(home)
+            ),
+            Duration::from_secs(5),
+        )
+        .unwrap_or_else(|e| panic!("the worker granted the home: the prompt closed ({e})"));
     assert_eq!(forced["ok"], json!(false), "the worker granted the home: {forced}");
     rig.answer_grant(&origin, &in_home, "#refuse-grant").expect("refuse the folder");
     let refused = asked.wait(TURN).expect("createSession settles")["result"]["value"].clone();
