@@ -743,6 +743,16 @@ fn browser_refuses_forged_requests_and_forced_prompts() {
         )
         .unwrap_or_else(|e| panic!("the early click landed: the prompt is gone ({e})"));
     assert_eq!(early, json!({ "outcome": "", "disabled": true, "pending": [other_origin] }), "the early click landed");
+    // One prompt at a time: a folder the approved page asks for meanwhile waits behind this one.
+    let waiting_dir = tempfile::tempdir().expect("tempdir");
+    let waiting_path = waiting_dir.path().canonicalize().unwrap().display().to_string();
+    let waiting = page
+        .eval_later(&format!(
+            "demo.attempt(async () => {{ const s = await demo.pedelec.createSession({{ provider: 'scripted', workspace: {{ path: '{waiting_path}' }} }}); await s.end(); return s.sessionId; }})"
+        ))
+        .unwrap();
+    std::thread::sleep(Duration::from_millis(500));
+    assert!(!prompt_open(&rig, "path="), "a second prompt opened while one was open");
     // The same click once the prompt has had the user's attention long enough.
     rig.answer_approval(&other_origin, "#reject").expect("click Reject once armed");
     let refused = refused.wait(TURN).expect("createSession settles")["result"]["value"].clone();
@@ -766,6 +776,19 @@ fn browser_refuses_forged_requests_and_forced_prompts() {
     std::thread::sleep(Duration::from_millis(500));
     assert!(!prompt_open(&rig, &encode_component(&other_origin)), "no prompt during the cooldown");
     again.close().unwrap();
+    // Nor can another origin of the same site (here another port of 127.0.0.1).
+    let sibling = pedelec_web_e2e::server::StaticServer::start(&pedelec_web_e2e::web_dir()).unwrap();
+    let cousin = rig.open_demo(&sibling).expect("a third origin of the same site loads");
+    let cooled = cousin
+        .eval_for("demo.attempt(async () => { return await demo.start(); })", Duration::from_secs(5))
+        .unwrap_or_else(|e| panic!("no cooldown for the site: the sibling origin waits on a new prompt ({e})"));
+    assert_eq!(cooled["details"]["reason"], json!("cooldown"), "{cooled}");
+    cousin.close().unwrap();
+
+    // The folder request that waited opens its prompt once the first one closed.
+    rig.answer_grant(&origin, &waiting_path, "#refuse-grant").expect("the waiting folder prompt opens");
+    let waited = waiting.wait(TURN).expect("createSession settles")["result"]["value"].clone();
+    assert_eq!(waited["code"], json!("WORKSPACE_NOT_ALLOWED"), "{waited}");
 
     // A folder in the home directory: its parent (the home) is not offered,
     // and the worker refuses it when asked anyway.
