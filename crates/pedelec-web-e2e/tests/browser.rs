@@ -753,6 +753,17 @@ fn browser_refuses_forged_requests_and_forced_prompts() {
         .unwrap();
     std::thread::sleep(Duration::from_millis(500));
     assert!(!prompt_open(&rig, "path="), "a second prompt opened while one was open");
+    // The attention must last: armed, then another tab in front disarms the
+    // prompt, and back in front it waits the whole time again.
+    let front = |tab: &Page<'_>| rig.browser.call("Page.bringToFront", json!({}), Some(&tab.session)).unwrap();
+    let disabled = "document.getElementById('reject').disabled";
+    front(&prompt);
+    prompt.wait_until(&format!("!{disabled}"), Duration::from_secs(10)).expect("the prompt arms");
+    front(&other);
+    prompt.wait_until(disabled, Duration::from_secs(5)).expect("another tab in front disarms the prompt");
+    front(&prompt);
+    std::thread::sleep(Duration::from_millis(500));
+    assert_eq!(prompt.eval(disabled).unwrap(), json!(true), "back in front, the prompt armed before its time");
     // The same click once the prompt has had the user's attention long enough.
     rig.answer_approval(&other_origin, "#reject").expect("click Reject once armed");
     let refused = refused.wait(TURN).expect("createSession settles")["result"]["value"].clone();
