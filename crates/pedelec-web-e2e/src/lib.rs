@@ -258,13 +258,17 @@ pub fn forged_frames(folder: &str) -> Vec<(serde_json::Value, &'static str)> {
 /// refused with INVALID_ARGUMENT naming its field, and no prompt opened.
 pub fn assert_forged_refused(sent: &serde_json::Value, forged: &[(serde_json::Value, &str)]) {
     use serde_json::json;
+    // Every frame is checked before failing, so a failure lists all that got through.
+    let mut passed = Vec::new();
     for (i, (frame, field)) in forged.iter().enumerate() {
         let reply = &sent["replies"][i];
-        assert_eq!(reply["error"]["code"], json!("INVALID_ARGUMENT"), "{frame} → {reply}");
         let details: serde_json::Value =
             serde_json::from_str(reply["error"]["detailsJson"].as_str().unwrap_or("null")).unwrap_or_default();
-        assert_eq!(details["field"], json!(field), "{frame} → {reply}");
+        if reply["error"]["code"] != json!("INVALID_ARGUMENT") || details["field"] != json!(field) {
+            passed.push(format!("{frame}\n  → {reply} (expected INVALID_ARGUMENT naming {field})"));
+        }
     }
+    assert!(passed.is_empty(), "forged frames not refused by the extension:\n{}", passed.join("\n"));
     assert_eq!(sent["approvals"], json!([]), "a refused frame opens no prompt: {sent}");
 }
 

@@ -509,6 +509,8 @@ fn browser_end_to_end() {
         std::thread::sleep(Duration::from_millis(50));
     }
     other.close().unwrap();
+    // The prompts below wait for their buttons to arm (750 ms): the usual timeout again.
+    worker_page.eval("chrome.storage.local.remove('approvalTimeoutMs')").expect("restore the approval timeout");
 
     // Closing the page ends its session: auto end on disconnect, enforced and recorded by Core.
     assert_eq!(core_status(&rig, &origin, &session_id), SessionStatus::Idle);
@@ -739,8 +741,29 @@ fn browser_refuses_forged_requests_and_forced_prompts() {
                 disabled: document.getElementById('reject').disabled,
                 pending: (await chrome.runtime.sendMessage({ type: 'list' })).pending }))()",
         )
-        .unwrap();
+        .unwrap_or_else(|e| panic!("the early click landed: the prompt is gone ({e})"));
     assert_eq!(early, json!({ "outcome": "", "disabled": true, "pending": [other_origin] }), "the early click landed");
+    // One prompt at a time: a folder the approved page asks for meanwhile waits behind this one.
+    let waiting_dir = tempfile::tempdir().expect("tempdir");
+    let waiting_path = waiting_dir.path().canonicalize().unwrap().display().to_string();
+    let waiting = page
+        .eval_later(&format!(
+            "demo.attempt(async () => {{ const s = await demo.pedelec.createSession({{ provider: 'scripted', workspace: {{ path: '{waiting_path}' }} }}); await s.end(); return s.sessionId; }})"
+        ))
+        .unwrap();
+    std::thread::sleep(Duration::from_millis(500));
+    assert!(!prompt_open(&rig, "path="), "a second prompt opened while one was open");
+    // The attention must last: armed, then another tab in front disarms the
+    // prompt, and back in front it waits the whole time again.
+    let front = |tab: &Page<'_>| rig.browser.call("Page.bringToFront", json!({}), Some(&tab.session)).unwrap();
+    let disabled = "document.getElementById('reject').disabled";
+    front(&prompt);
+    prompt.wait_until(&format!("!{disabled}"), Duration::from_secs(10)).expect("the prompt arms");
+    front(&other);
+    prompt.wait_until(disabled, Duration::from_secs(5)).expect("another tab in front disarms the prompt");
+    front(&prompt);
+    std::thread::sleep(Duration::from_millis(500));
+    assert_eq!(prompt.eval(disabled).unwrap(), json!(true), "back in front, the prompt armed before its time");
     // The same click once the prompt has had the user's attention long enough.
     rig.answer_approval(&other_origin, "#reject").expect("click Reject once armed");
     let refused = refused.wait(TURN).expect("createSession settles")["result"]["value"].clone();
@@ -753,7 +776,9 @@ fn browser_refuses_forged_requests_and_forced_prompts() {
 
     // The rejected origin cannot reopen the prompt at once, even from a fresh page.
     let again = rig.open_demo(&rig.other_site).expect("second origin, new page");
-    let cooled = attempt(&again, "return await demo.start()");
+    let cooled = again
+        .eval_for("demo.attempt(async () => { return await demo.start(); })", Duration::from_secs(5))
+        .unwrap_or_else(|e| panic!("no cooldown: the rejected origin's request waits on a new prompt ({e})"));
     assert_eq!(
         (cooled["code"].clone(), cooled["details"]["reason"].clone()),
         (json!("ORIGIN_NOT_ALLOWED"), json!("cooldown")),
@@ -762,6 +787,19 @@ fn browser_refuses_forged_requests_and_forced_prompts() {
     std::thread::sleep(Duration::from_millis(500));
     assert!(!prompt_open(&rig, &encode_component(&other_origin)), "no prompt during the cooldown");
     again.close().unwrap();
+    // Nor can another origin of the same site (here another port of 127.0.0.1).
+    let sibling = pedelec_web_e2e::server::StaticServer::start(&pedelec_web_e2e::web_dir()).unwrap();
+    let cousin = rig.open_demo(&sibling).expect("a third origin of the same site loads");
+    let cooled = cousin
+        .eval_for("demo.attempt(async () => { return await demo.start(); })", Duration::from_secs(5))
+        .unwrap_or_else(|e| panic!("no cooldown for the site: the sibling origin waits on a new prompt ({e})"));
+    assert_eq!(cooled["details"]["reason"], json!("cooldown"), "{cooled}");
+    cousin.close().unwrap();
+
+    // The folder request that waited opens its prompt once the first one closed.
+    rig.answer_grant(&origin, &waiting_path, "#refuse-grant").expect("the waiting folder prompt opens");
+    let waited = waiting.wait(TURN).expect("createSession settles")["result"]["value"].clone();
+    assert_eq!(waited["code"], json!("WORKSPACE_NOT_ALLOWED"), "{waited}");
 
     // A folder in the home directory: its parent (the home) is not offered,
     // and the worker refuses it when asked anyway.
@@ -782,14 +820,18 @@ fn browser_refuses_forged_requests_and_forced_prompts() {
         json!(true),
         "the home is offered"
     );
+    // A granted folder closes the prompt, so no answer at all means the worker granted it.
     let forced = prompt
-        .eval(&format!(
-            "chrome.runtime.sendMessage({{ type: 'grant', origin: {}, path: {}, root: {} }})",
-            json!(origin),
-            json!(in_home),
-            json!(home)
-        ))
-        .unwrap();
+        .eval_for(
+            &format!(
+                "chrome.runtime.sendMessage({{ type: 'grant', origin: {}, path: {}, root: {} }})",
+                json!(origin),
+                json!(in_home),
+                json!(home)
+            ),
+            Duration::from_secs(5),
+        )
+        .unwrap_or_else(|e| panic!("the worker granted the home: the prompt closed ({e})"));
     assert_eq!(forced["ok"], json!(false), "the worker granted the home: {forced}");
     rig.answer_grant(&origin, &in_home, "#refuse-grant").expect("refuse the folder");
     let refused = asked.wait(TURN).expect("createSession settles")["result"]["value"].clone();
