@@ -346,7 +346,7 @@ impl Registry {
             model,
             effort_level: request.effort_level,
             created_at_ms: now_ms(),
-            workspace_path: workspace.root.display().to_string(),
+            workspace_path: shown_workspace(origin, &workspace.root.display().to_string(), workspace.managed),
             managed_workspace: workspace.managed,
             auto_end_on_disconnect: request.auto_end_on_disconnect.unwrap_or(true),
             permission_mode: request.permission_mode,
@@ -481,6 +481,13 @@ fn unheld_and_ended(session: &Arc<Session>) -> bool {
     Arc::strong_count(session) == 1 && session.status() == SessionStatus::Ended
 }
 
+/// The workspace path a caller is told: a web page is not told where Core
+/// keeps a managed workspace, since that path names the user's home and
+/// account; an explicit workspace is the path the page itself chose.
+fn shown_workspace(origin: &str, path: &str, managed: bool) -> String {
+    if managed && crate::consent::is_web_origin(origin) { String::new() } else { path.to_owned() }
+}
+
 fn info_of(record: &SessionRecord) -> pb::SessionInfo {
     pb::SessionInfo {
         session_id: record.id.clone(),
@@ -488,7 +495,7 @@ fn info_of(record: &SessionRecord) -> pb::SessionInfo {
         model: record.model.clone(),
         effort_level: record.effort_level,
         created_at_ms: record.created_at_ms,
-        workspace_path: record.workspace.clone(),
+        workspace_path: shown_workspace(&record.origin, &record.workspace, record.managed_workspace),
         managed_workspace: record.managed_workspace,
         auto_end_on_disconnect: record.auto_end_on_disconnect,
         permission_mode: record.permission_mode,

@@ -91,7 +91,11 @@ async fn consent_lives_in_core_and_only_the_owner_changes_it() {
     std::fs::create_dir_all(&project).unwrap();
 
     // Not approved: no session, managed or not.
-    let managed = pb::CreateSessionRequest { caller_origin: SITE.into(), ..Default::default() };
+    let managed = pb::CreateSessionRequest {
+        caller_origin: SITE.into(),
+        auto_end_on_disconnect: Some(false),
+        ..Default::default()
+    };
     assert_eq!(code(&raw.create_session(managed.clone()).await.unwrap_err()), "ORIGIN_NOT_ALLOWED");
     assert_eq!(code(&raw.create_session(create(SITE, &project)).await.unwrap_err()), "ORIGIN_NOT_ALLOWED");
 
@@ -130,6 +134,9 @@ async fn consent_lives_in_core_and_only_the_owner_changes_it() {
 
     // Approved and granted: a session works in the folder.
     let consent = h.approve(SITE, &[&project]).await;
+    // Where Core keeps a managed workspace is not the page's to know (it names the home).
+    let managed_info = raw.create_session(managed).await.unwrap().into_inner().session.unwrap();
+    assert!(managed_info.managed_workspace && managed_info.workspace_path.is_empty(), "{managed_info:?}");
     assert!(consent.approved && consent.approved_at_ms > 0);
     assert_eq!(consent.folders[0].path, project.canonicalize().unwrap().display().to_string());
     let session = raw.create_session(create(SITE, &project)).await.unwrap().into_inner().session.unwrap().session_id;
@@ -163,7 +170,8 @@ async fn consent_lives_in_core_and_only_the_owner_changes_it() {
     h.approve(SITE, &[&project]).await;
     raw.resume(resume.clone()).await.unwrap();
     let revoke = pb::RevokeOriginRequest { caller_origin: OWNER.into(), origin: SITE.into() };
-    assert_eq!(raw.revoke_origin(revoke).await.unwrap().into_inner().sessions_ended, 1);
+    // The resumed session and the managed one.
+    assert_eq!(raw.revoke_origin(revoke).await.unwrap().into_inner().sessions_ended, 2);
     assert_eq!(code(&raw.resume(resume).await.unwrap_err()), "ORIGIN_NOT_ALLOWED");
 }
 
