@@ -94,7 +94,9 @@ impl Shared {
         let settings = crate::settings::Settings::default();
         Arc::new(Shared {
             store,
-            assets: crate::assets::AssetServer::start(Duration::from_secs(60)).await.expect("asset server"),
+            assets: crate::assets::AssetServer::start(Duration::from_secs(60), Default::default())
+                .await
+                .expect("asset server"),
             providers: Providers::from_settings(&settings).expect("default providers"),
             disconnect_grace: Duration::from_secs(60),
             turn_timeout: Duration::from_secs(30),
@@ -461,11 +463,11 @@ impl Session {
         let files = if attachments.is_empty() {
             Vec::new()
         } else {
-            let assets_root = self.workspace.assets();
+            let workspace = self.workspace.root.clone();
             tokio::task::spawn_blocking(move || {
                 attachments
                     .iter()
-                    .map(|path| crate::assets::attachment(&assets_root, path))
+                    .map(|path| crate::assets::attachment(&workspace, path))
                     .collect::<CoreResult<Vec<_>>>()
             })
             .await
