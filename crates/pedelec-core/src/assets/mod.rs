@@ -107,13 +107,26 @@ fn parse_path(text: &str) -> CoreResult<AssetPath> {
 /// [`limits::MAX_IMAGE_ATTACHMENT_BYTES`] (they travel inline).
 pub fn attachment(workspace: &Path, text: &str) -> CoreResult<crate::providers::Attachment> {
     let path = parse_path(text)?;
-    let (_, meta) = Area::open_existing(workspace, &path)?.open_file(&path)?;
+    let (opened, meta) = Area::open_existing(workspace, &path)?.open_file(&path)?;
     let file = Area::display_path(workspace, &path);
     let mime = mime_for(path.file_name()).to_owned();
-    if pedelec_protocol::asset_path::is_attachable_image(&mime) && meta.len() > limits::MAX_IMAGE_ATTACHMENT_BYTES {
-        return Err(coded(ErrorCode::AssetTooLarge, format!("the image {path} is over the 20 MiB attachment limit")));
-    }
-    Ok(crate::providers::Attachment { path: path.to_string(), file, mime, size: meta.len() })
+    let image = if pedelec_protocol::asset_path::is_attachable_image(&mime) {
+        if meta.len() > limits::MAX_IMAGE_ATTACHMENT_BYTES {
+            return Err(coded(
+                ErrorCode::AssetTooLarge,
+                format!("the image {path} is over the 20 MiB attachment limit"),
+            ));
+        }
+        // Read now, from the descriptor just checked: the provider sends
+        // these bytes, never whatever the path names by then.
+        let mut bytes = Vec::with_capacity(meta.len() as usize);
+        std::io::Read::read_to_end(&mut std::io::Read::take(opened, meta.len()), &mut bytes)
+            .map_err(|e| CoreError::io(format!("reading the attachment {path}"), e))?;
+        Some(crate::providers::ImageBytes(bytes.into()))
+    } else {
+        None
+    };
+    Ok(crate::providers::Attachment { path: path.to_string(), file, mime, size: meta.len(), image })
 }
 
 /// A safe basename from an uploaded file's name.
