@@ -300,3 +300,84 @@ fn walk(
 pub(super) fn modified_ms(modified: Option<std::time::SystemTime>) -> i64 {
     modified.and_then(|t| t.duration_since(std::time::UNIX_EPOCH).ok()).map(|d| d.as_millis() as i64).unwrap_or(0)
 }
+
+#[cfg(all(test, unix))]
+mod tests {
+    use std::os::unix::fs::symlink;
+
+    use super::*;
+
+    fn path(text: &str) -> AssetPath {
+        AssetPath::parse(text).unwrap()
+    }
+
+    fn code(result: CoreResult<Option<Area>>) -> Option<ErrorCode> {
+        result.err().map(|e| e.code())
+    }
+
+    #[test]
+    fn a_linked_level_of_the_folder_is_refused_wherever_it_points() {
+        let ws = tempfile::tempdir().unwrap();
+        let elsewhere = tempfile::tempdir().unwrap();
+        // Missing without `create`: no folder, no error; with it: made.
+        assert!(Area::open(ws.path(), false).unwrap().is_none());
+        assert!(Area::open(ws.path(), true).unwrap().is_some());
+        let runtime = ws.path().join(RUNTIME_DIR);
+        let assets = runtime.join(ASSETS_DIR);
+        // A link inside the workspace is refused as much as one out of it.
+        std::fs::remove_dir(&assets).unwrap();
+        std::fs::create_dir(ws.path().join("inside")).unwrap();
+        for target in [elsewhere.path().to_path_buf(), ws.path().join("inside")] {
+            symlink(&target, &assets).unwrap();
+            for create in [false, true] {
+                assert_eq!(code(Area::open(ws.path(), create)), Some(ErrorCode::AssetPathInvalid), "{target:?}");
+            }
+            std::fs::remove_file(&assets).unwrap();
+        }
+        // A file in the folder's place is refused too.
+        std::fs::write(&assets, "x").unwrap();
+        assert_eq!(code(Area::open(ws.path(), true)), Some(ErrorCode::AssetPathInvalid));
+        std::fs::remove_file(&assets).unwrap();
+        std::fs::remove_dir_all(&runtime).unwrap();
+        symlink(elsewhere.path(), &runtime).unwrap();
+        assert_eq!(code(Area::open(ws.path(), true)), Some(ErrorCode::AssetPathInvalid));
+        assert!(std::fs::read_dir(elsewhere.path()).unwrap().next().is_none(), "nothing made through the link");
+    }
+
+    #[test]
+    fn files_are_reached_and_landed_without_following_links() {
+        let ws = tempfile::tempdir().unwrap();
+        let elsewhere = tempfile::tempdir().unwrap();
+        std::fs::write(elsewhere.path().join("secret"), "key").unwrap();
+        let area = Area::open(ws.path(), true).unwrap().unwrap();
+        let root = ws.path().join(RUNTIME_DIR).join(ASSETS_DIR);
+        symlink(elsewhere.path(), root.join("dir")).unwrap();
+        symlink(elsewhere.path().join("secret"), root.join("file")).unwrap();
+        for linked in ["/dir/secret", "/file"] {
+            assert_eq!(area.open_file(&path(linked)).unwrap_err().code(), ErrorCode::AssetNotFound, "{linked}");
+        }
+        // Landing through a linked parent, or onto a link, is refused and
+        // writes nothing outside.
+        for target in ["/dir/owned", "/file"] {
+            let (temp, _) = area.stage().unwrap();
+            assert!(matches!(area.land(&temp, &path(target)), Err(Landing::Refused(_))), "{target}");
+            area.discard(&temp);
+        }
+        assert_eq!(std::fs::read_to_string(elsewhere.path().join("secret")).unwrap(), "key");
+        assert_eq!(std::fs::read_dir(elsewhere.path()).unwrap().count(), 1);
+        // A real upload lands, counts, lists; its temporary file counted
+        // while it was there, and was never listed.
+        let (temp, mut file) = area.stage().unwrap();
+        std::io::Write::write_all(&mut file, b"12345").unwrap();
+        assert_eq!(area.used_bytes(), 5, "an unlanded upload counts");
+        assert!(area.list().is_empty(), "an unlanded upload is not listed");
+        area.land(&temp, &path("/new/a.txt")).unwrap();
+        assert_eq!(area.used_bytes(), 5);
+        assert_eq!(area.size_of(&path("/new/a.txt")), 5);
+        let listed: Vec<String> = area.list().into_iter().map(|a| a.path).collect();
+        assert_eq!(listed, ["/new/a.txt"], "links neither listed nor followed");
+        let (file, meta) = area.open_file(&path("/new/a.txt")).unwrap();
+        assert_eq!((meta.len(), std::io::read_to_string(file).unwrap().as_str()), (5, "12345"));
+        assert!(area.occupied(&path("/file")) && !area.occupied(&path("/free")));
+    }
+}
