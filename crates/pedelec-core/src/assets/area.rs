@@ -47,29 +47,37 @@ fn not_found(path: &AssetPath) -> CoreError {
     )
 }
 
+/// Why a directory level could not be opened.
+#[derive(Debug, thiserror::Error)]
+enum LevelError {
+    /// A symlink (to anywhere) or not a directory: never gone through.
+    #[error("a symlink or not a directory")]
+    Refused,
+    #[error(transparent)]
+    Io(#[from] std::io::Error),
+}
+
 /// Opens the directory `name` below `parent` without following a symlink;
 /// `None` when it does not exist (and `create` is off).
-fn open_level(parent: &Dir, name: &str, create: bool) -> std::io::Result<Option<Dir>> {
+fn open_level(parent: &Dir, name: &str, create: bool) -> Result<Option<Dir>, LevelError> {
     if create {
         // mkdirat never follows a symlink at its last component: a planted
-        // link makes it fail with "exists", and the open below refuses it.
+        // link makes it fail with "exists", and the check below refuses it.
         match parent.create_dir(name) {
             Ok(()) => {}
             Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => {}
-            Err(e) => return Err(e),
+            Err(e) => return Err(e.into()),
         }
     }
     match parent.symlink_metadata(name) {
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(None),
-        Err(e) => return Err(e),
-        Ok(meta) if meta.file_type().is_symlink() || !meta.is_dir() => {
-            return Err(std::io::Error::new(std::io::ErrorKind::InvalidInput, "a symlink or not a directory"));
-        }
+        Err(e) => return Err(e.into()),
+        Ok(meta) if meta.file_type().is_symlink() || !meta.is_dir() => return Err(LevelError::Refused),
         Ok(_) => {}
     }
     // Checked above for a clear answer; refused here too should the name
-    // have been swapped for a link since.
-    parent.open_dir_nofollow(name).map(Some)
+    // have been swapped for a link since (the open fails on a link).
+    parent.open_dir_nofollow(name).map(Some).map_err(|_| LevelError::Refused)
 }
 
 impl Area {
@@ -90,9 +98,12 @@ impl Area {
             dir = match open_level(&dir, name, create) {
                 Ok(Some(next)) => next,
                 Ok(None) => return Ok(None),
-                Err(error) => {
-                    tracing::warn!(%error, workspace = %workspace.display(), name, "refused an asset folder level");
+                Err(LevelError::Refused) => {
+                    tracing::warn!(workspace = %workspace.display(), name, "refused a symlinked asset folder level");
                     return Err(refused(workspace, name));
+                }
+                Err(LevelError::Io(e)) => {
+                    return Err(CoreError::io(format!("opening {name} in {}", workspace.display()), e));
                 }
             };
         }
@@ -106,7 +117,7 @@ impl Area {
 
     /// The directory holding `path`'s last segment, every parent opened
     /// without following a symlink; `create` makes missing parents.
-    fn parent_of(&self, path: &AssetPath, create: bool) -> std::io::Result<Option<Dir>> {
+    fn parent_of(&self, path: &AssetPath, create: bool) -> Result<Option<Dir>, LevelError> {
         let segments: Vec<&str> = path.segments().collect();
         let mut dir = self.dir.try_clone()?;
         for segment in &segments[..segments.len().saturating_sub(1)] {
