@@ -103,7 +103,7 @@ impl Core for CoreService {
         let request = request.into_inner();
         let session = self.usable_for_assets(&request.session_id, &request.caller_origin).await?;
         let assets = &self.registry.shared.assets;
-        Ok(Response::new(assets.create_upload(&session.id, &session.origin, &session.workspace.assets(), &request)?))
+        Ok(Response::new(assets.create_upload(&session.id, &session.origin, &session.workspace.root, &request)?))
     }
 
     async fn create_asset_download(&self, request: Request<pb::CreateAssetDownloadRequest>) -> Reply<pb::AssetTicket> {
@@ -113,7 +113,7 @@ impl Core for CoreService {
         Ok(Response::new(assets.create_download(
             &session.id,
             &session.origin,
-            &session.workspace.assets(),
+            &session.workspace.root,
             &request.path,
         )?))
     }
@@ -121,10 +121,10 @@ impl Core for CoreService {
     async fn list_assets(&self, request: Request<pb::ListAssetsRequest>) -> Reply<pb::ListAssetsResponse> {
         let request = request.into_inner();
         let session = self.usable_for_assets(&request.session_id, &request.caller_origin).await?;
-        let root = session.workspace.assets();
-        let assets = tokio::task::spawn_blocking(move || crate::assets::list(&root))
+        let workspace = session.workspace.root.clone();
+        let assets = tokio::task::spawn_blocking(move || crate::assets::list(&workspace))
             .await
-            .map_err(|e| Status::internal(format!("listing failed: {e}")))?;
+            .map_err(|e| Status::internal(format!("listing failed: {e}")))??;
         Ok(Response::new(pb::ListAssetsResponse { assets }))
     }
 

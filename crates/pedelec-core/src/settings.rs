@@ -6,6 +6,9 @@
 //! permission_timeout_secs = 60        # an unanswered permission request (permission mode "app") is rejected
 //! ended_session_retention_days = 30   # ended sessions are deleted (with their transcript) this long after they end; 0 keeps them
 //! allowed_workspace_roots = ["~/projects"]  # where local ("app:") programs may open explicit workspaces; none by default
+//! asset_bytes_per_session = 1073741824  # bytes a session's asset folder may hold (1 GiB); an upload over it is QUOTA_EXCEEDED
+//! asset_server_connections = 64       # connections the loopback asset server holds at once; more are closed
+//! asset_header_timeout_secs = 10      # a connection to it that sends no complete request head in this long is closed
 //!
 //! [providers.codex]                   # override a built-in provider…
 //! command = ["/opt/codex/bin/codex"]
@@ -93,6 +96,12 @@ pub struct Settings {
     /// Where `app:` origins may open explicit workspaces (absolute or `~/…`).
     #[serde(default)]
     pub allowed_workspace_roots: Vec<String>,
+    /// Assets (`assets::AssetLimits`, whose defaults apply when unset): the
+    /// bytes one session's asset folder may hold, and the loopback transfer
+    /// server's connection cap and request-head timeout.
+    pub asset_bytes_per_session: Option<u64>,
+    pub asset_server_connections: Option<u32>,
+    pub asset_header_timeout_secs: Option<u64>,
     #[serde(default)]
     pub providers: BTreeMap<String, ProviderOverride>,
 }
@@ -148,6 +157,7 @@ impl Settings {
         if settings.permission_timeout_secs == Some(0) {
             return Err("permission_timeout_secs must be at least 1".into());
         }
+        crate::assets::AssetLimits::check(&settings)?;
         Ok(settings)
     }
 

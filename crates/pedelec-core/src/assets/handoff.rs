@@ -125,7 +125,7 @@ fn land_file(ticket: &Ticket, target: &AssetPath, size: u64, src: std::fs::File)
     if meta.len() != size {
         return Err(failed(format!("the file handed over is {} bytes, the ticket declared {size}", meta.len())));
     }
-    let (staged, out) = Staged::create(ticket)?;
+    let (staged, out) = Staged::create(ticket, target, size)?;
     let mut writeback = crate::writeback::Writeback::new();
     let copied = handoff::copy_range(&src, &out, size, |file, n| writeback.wrote(file, n))
         .map_err(|e| failed(format!("copying the file handed over failed: {e}")))?;
@@ -133,5 +133,5 @@ fn land_file(ticket: &Ticket, target: &AssetPath, size: u64, src: std::fs::File)
         return Err(failed(format!("{copied} of the declared {size} bytes could be read")));
     }
     out.sync_all().map_err(|e| failed(e.to_string()))?;
-    staged.land(ticket, target)
+    staged.land(target)
 }

@@ -6,6 +6,7 @@
 
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};
+
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
@@ -17,8 +18,13 @@ use pedelec_protocol::{AssetPath, ErrorCode, limits, pb};
 use crate::error::{CoreError, CoreResult};
 use crate::session::now_ms;
 
+mod area;
 #[cfg(unix)]
 mod handoff;
+mod server_limits;
+
+use area::{Area, Landing, modified_ms};
+pub use server_limits::AssetLimits;
 
 /// No upload progress for this long aborts the upload.
 pub const STALL_TIMEOUT: Duration = Duration::from_secs(10);
@@ -39,7 +45,11 @@ struct Ticket {
     kind: TicketKind,
     session_id: String,
     origin: String,
-    assets_root: PathBuf,
+    /// The session's workspace: its asset folder is opened from here, level
+    /// by level, at every use (`area`), never kept as a path below it.
+    workspace: PathBuf,
+    /// The bytes the asset folder may hold (`asset_bytes_per_session`).
+    max_bytes: u64,
     expires: Instant,
 }
 
@@ -53,6 +63,8 @@ pub struct AssetServer {
     pub addr: std::net::SocketAddr,
     /// How long a ticket stays valid (default `limits::ASSET_TICKET_TTL`).
     ticket_ttl: Duration,
+    /// config.toml's bounds on the folder and the server.
+    limits: AssetLimits,
     tickets: Mutex<HashMap<String, Ticket>>,
     slots: Mutex<Slots>,
     /// The hand-off socket, once it serves (`serve_handoff`, Unix): tickets
@@ -93,14 +105,28 @@ fn parse_path(text: &str) -> CoreResult<AssetPath> {
 /// A file of the session's assets sent with a text: the path rules of the
 /// seed (no symlinks, regular files only), and images within
 /// [`limits::MAX_IMAGE_ATTACHMENT_BYTES`] (they travel inline).
-pub fn attachment(assets_root: &Path, text: &str) -> CoreResult<crate::providers::Attachment> {
+pub fn attachment(workspace: &Path, text: &str) -> CoreResult<crate::providers::Attachment> {
     let path = parse_path(text)?;
-    let (file, meta) = regular_file(assets_root, &path)?;
+    let (opened, meta) = Area::open_existing(workspace, &path)?.open_file(&path)?;
+    let file = Area::display_path(workspace, &path);
     let mime = mime_for(path.file_name()).to_owned();
-    if pedelec_protocol::asset_path::is_attachable_image(&mime) && meta.len() > limits::MAX_IMAGE_ATTACHMENT_BYTES {
-        return Err(coded(ErrorCode::AssetTooLarge, format!("the image {path} is over the 20 MiB attachment limit")));
-    }
-    Ok(crate::providers::Attachment { path: path.to_string(), file, mime, size: meta.len() })
+    let image = if pedelec_protocol::asset_path::is_attachable_image(&mime) {
+        if meta.len() > limits::MAX_IMAGE_ATTACHMENT_BYTES {
+            return Err(coded(
+                ErrorCode::AssetTooLarge,
+                format!("the image {path} is over the 20 MiB attachment limit"),
+            ));
+        }
+        // Read now, from the descriptor just checked: the provider sends
+        // these bytes, never whatever the path names by then.
+        let mut bytes = Vec::with_capacity(meta.len() as usize);
+        std::io::Read::read_to_end(&mut std::io::Read::take(opened, meta.len()), &mut bytes)
+            .map_err(|e| CoreError::io(format!("reading the attachment {path}"), e))?;
+        Some(crate::providers::ImageBytes(bytes.into()))
+    } else {
+        None
+    };
+    Ok(crate::providers::Attachment { path: path.to_string(), file, mime, size: meta.len(), image })
 }
 
 /// A safe basename from an uploaded file's name.
@@ -117,102 +143,30 @@ pub fn mime_for(name: &str) -> &'static str {
     mime_guess::from_path(name).first_raw().unwrap_or("application/octet-stream")
 }
 
-fn modified_ms(meta: &std::fs::Metadata) -> i64 {
-    meta.modified()
-        .ok()
-        .and_then(|t| t.duration_since(std::time::UNIX_EPOCH).ok())
-        .map(|d| d.as_millis() as i64)
-        .unwrap_or(0)
+/// Every asset of the workspace's folder (`Area::list`); none when the
+/// folder does not exist yet, `ASSET_PATH_INVALID` when a level of it is a
+/// symlink.
+pub fn list(workspace: &Path) -> CoreResult<Vec<pb::Asset>> {
+    Ok(Area::open(workspace, false)?.map(|area| area.list()).unwrap_or_default())
 }
 
-/// Every completed regular file below `root`, by the seed's rules: every
-/// level, no directories, symlinks neither returned nor followed, `.pedelec-`
-/// names hidden at every level, newest first then by name.
-pub fn list(root: &Path) -> Vec<pb::Asset> {
-    let mut out = Vec::new();
-    let mut stack = vec![root.to_path_buf()];
-    while let Some(dir) = stack.pop() {
-        let Ok(entries) = std::fs::read_dir(&dir) else { continue };
-        for entry in entries.flatten() {
-            let name = entry.file_name().to_string_lossy().into_owned();
-            if name.starts_with(RESERVED_PREFIX) {
-                continue;
-            }
-            let Ok(meta) = entry.path().symlink_metadata() else { continue };
-            if meta.file_type().is_symlink() {
-                continue;
-            }
-            if meta.is_dir() {
-                stack.push(entry.path());
-            } else if meta.is_file() {
-                let Some(path) = entry.path().strip_prefix(root).ok().and_then(AssetPath::from_relative) else {
-                    continue;
-                };
-                out.push(pb::Asset {
-                    mime_type: mime_for(&name).into(),
-                    name,
-                    path: path.to_string(),
-                    size: meta.len(),
-                    modified_at_ms: modified_ms(&meta),
-                });
-            }
-        }
+/// Refuses an upload of `size` bytes to `target` that would take the folder
+/// over `max` bytes: what is there, less the file `target` replaces.
+fn check_quota(area: &Area, target: &AssetPath, size: u64, max: u64) -> CoreResult<()> {
+    let after = area.used_bytes().saturating_sub(area.size_of(target)).saturating_add(size);
+    if after > max {
+        return Err(CoreError::with_details(
+            ErrorCode::QuotaExceeded,
+            format!("{size} more bytes would take the session's assets to {after}, over the {max}-byte limit"),
+            serde_json::json!({ "limit": server_limits::BYTES_KEY, "max": max }),
+        ));
     }
-    // The seed: newest first, then by name; the path only settles equal
-    // names on different levels, so the order is total.
-    out.sort_by(|a, b| {
-        b.modified_at_ms.cmp(&a.modified_at_ms).then_with(|| a.name.cmp(&b.name)).then_with(|| a.path.cmp(&b.path))
-    });
-    out
-}
-
-/// The regular file at `path` below `root`, refusing symlinks at every level.
-fn regular_file(root: &Path, path: &AssetPath) -> CoreResult<(PathBuf, std::fs::Metadata)> {
-    let mut current = root.to_path_buf();
-    let segments: Vec<&str> = path.segments().collect();
-    let not_found = || {
-        CoreError::with_details(
-            ErrorCode::AssetNotFound,
-            format!("no asset at {path}"),
-            serde_json::json!({ "path": path.as_str() }),
-        )
-    };
-    for (i, segment) in segments.iter().enumerate() {
-        current.push(segment);
-        let meta = current.symlink_metadata().map_err(|_| not_found())?;
-        let last = i + 1 == segments.len();
-        if meta.file_type().is_symlink() || (!last && !meta.is_dir()) || (last && !meta.is_file()) {
-            return Err(not_found());
-        }
-        if last {
-            return Ok((current, meta));
-        }
-    }
-    Err(not_found())
-}
-
-/// Creates the parents of `path` below `root`, refusing symlinks and non-directories.
-fn prepare_target(root: &Path, path: &AssetPath) -> Result<PathBuf, String> {
-    let mut current = root.to_path_buf();
-    let segments: Vec<&str> = path.segments().collect();
-    for (i, segment) in segments.iter().enumerate() {
-        current.push(segment);
-        let last = i + 1 == segments.len();
-        match current.symlink_metadata() {
-            Ok(meta) if meta.file_type().is_symlink() => return Err(format!("{} is a symlink", current.display())),
-            Ok(meta) if last && meta.is_dir() => return Err(format!("{path} is a directory")),
-            Ok(meta) if !last && !meta.is_dir() => return Err(format!("a parent of {path} is a file")),
-            Ok(_) => {}
-            Err(_) if last => {}
-            Err(_) => std::fs::create_dir(&current).map_err(|e| format!("creating {}: {e}", current.display()))?,
-        }
-    }
-    Ok(current)
+    Ok(())
 }
 
 impl AssetServer {
     /// Binds 127.0.0.1 on an ephemeral port and serves transfers.
-    pub async fn start(ticket_ttl: Duration) -> CoreResult<Arc<Self>> {
+    pub async fn start(ticket_ttl: Duration, limits: AssetLimits) -> CoreResult<Arc<Self>> {
         let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
             .await
             .map_err(|e| CoreError::io("binding the asset server", e))?;
@@ -220,25 +174,42 @@ impl AssetServer {
         let server = Arc::new(AssetServer {
             addr,
             ticket_ttl,
+            limits,
             tickets: Mutex::default(),
             slots: Mutex::default(),
             local_socket: std::sync::OnceLock::new(),
         });
         let serving = server.clone();
+        let connections = Arc::new(tokio::sync::Semaphore::new(limits.max_connections));
         tokio::spawn(async move {
             loop {
                 let Ok((stream, _)) = listener.accept().await else { continue };
+                // Over the cap, the connection is closed at once rather than
+                // left in the backlog: any local process (or page) can open
+                // connections, and each held one costs a task and buffers.
+                let Ok(permit) = connections.clone().try_acquire_owned() else {
+                    tracing::debug!("the asset server is at its connection cap; closing a new connection");
+                    drop(stream);
+                    continue;
+                };
                 // Nagle's algorithm costs ~40 ms per request on a reused connection.
                 let _ = stream.set_nodelay(true);
                 let server = serving.clone();
                 tokio::spawn(async move {
+                    let header_timeout = server.limits.header_timeout;
                     let service = hyper::service::service_fn(move |req| {
                         let server = server.clone();
                         async move { Ok::<_, std::convert::Infallible>(server.handle(req).await) }
                     });
+                    // A client that connects and never finishes its request
+                    // head is cut off, so silent connections cannot hold the
+                    // cap. (Bodies have their own stall timeout.)
                     let _ = hyper::server::conn::http1::Builder::new()
+                        .timer(hyper_util::rt::TokioTimer::new())
+                        .header_read_timeout(header_timeout)
                         .serve_connection(hyper_util::rt::TokioIo::new(stream), service)
                         .await;
+                    drop(permit);
                 });
             }
         });
@@ -281,7 +252,7 @@ impl AssetServer {
         &self,
         session_id: &str,
         origin: &str,
-        assets_root: &Path,
+        workspace: &Path,
         request: &pb::CreateAssetUploadRequest,
     ) -> CoreResult<pb::AssetTicket> {
         if request.size > limits::MAX_ASSET_BYTES {
@@ -291,11 +262,16 @@ impl AssetServer {
                 serde_json::json!({ "limit": limits::MAX_ASSET_BYTES }),
             ));
         }
+        let area = Area::open(workspace, true)?
+            .ok_or_else(|| coded(ErrorCode::AssetUploadFailed, "the asset folder vanished while being made"))?;
         let target = if request.target_path.is_empty() {
-            self.derive_path(assets_root, &request.file_name)?
+            self.derive_path(&area, &request.file_name)?
         } else {
             parse_path(&request.target_path)?
         };
+        // Checked here for a clear early answer, and again when the bytes
+        // come (another upload may have landed meanwhile).
+        check_quota(&area, &target, request.size, self.limits.max_bytes)?;
         let ticket_id_token = random_hex(32);
         if self.lock_slots().contains_key(session_id) {
             return Err(coded(ErrorCode::SessionBusy, "another upload is running for this session"));
@@ -305,13 +281,14 @@ impl AssetServer {
             kind: TicketKind::Upload { target: target.clone(), size: request.size },
             session_id: session_id.to_owned(),
             origin: origin.to_owned(),
-            assets_root: assets_root.to_owned(),
+            workspace: workspace.to_owned(),
+            max_bytes: self.limits.max_bytes,
             expires: Instant::now() + self.ticket_ttl,
         };
         Ok(self.issue(ticket, None, &target))
     }
 
-    fn derive_path(&self, root: &Path, file_name: &str) -> CoreResult<AssetPath> {
+    fn derive_path(&self, area: &Area, file_name: &str) -> CoreResult<AssetPath> {
         let name = sanitize_name(file_name);
         let (stem, ext) = match name.rsplit_once('.') {
             Some((s, e)) if !s.is_empty() => (s.to_owned(), format!(".{e}")),
@@ -320,7 +297,7 @@ impl AssetServer {
         for n in 0..1000 {
             let candidate = if n == 0 { name.clone() } else { format!("{stem} ({n}){ext}") };
             let path = parse_path(&format!("/{candidate}"))?;
-            if path.join_to(root).symlink_metadata().is_err() {
+            if !area.occupied(&path) {
                 return Ok(path);
             }
         }
@@ -332,11 +309,11 @@ impl AssetServer {
         &self,
         session_id: &str,
         origin: &str,
-        assets_root: &Path,
+        workspace: &Path,
         path: &str,
     ) -> CoreResult<pb::AssetTicket> {
         let path = parse_path(path)?;
-        let (_, meta) = regular_file(assets_root, &path)?;
+        let (_, meta) = Area::open_existing(workspace, &path)?.open_file(&path)?;
         if meta.len() > limits::MAX_ASSET_BYTES {
             return Err(coded(ErrorCode::AssetTooLarge, format!("{path} is over the 100 MiB read limit")));
         }
@@ -344,7 +321,7 @@ impl AssetServer {
             name: path.file_name().to_owned(),
             path: path.to_string(),
             size: meta.len(),
-            modified_at_ms: modified_ms(&meta),
+            modified_at_ms: modified_ms(meta.modified().ok()),
             mime_type: mime_for(path.file_name()).into(),
         };
         let ticket = Ticket {
@@ -352,7 +329,8 @@ impl AssetServer {
             kind: TicketKind::Download { path: path.clone() },
             session_id: session_id.to_owned(),
             origin: origin.to_owned(),
-            assets_root: assets_root.to_owned(),
+            workspace: workspace.to_owned(),
+            max_bytes: self.limits.max_bytes,
             expires: Instant::now() + self.ticket_ttl,
         };
         Ok(self.issue(ticket, Some(asset), &path))
@@ -416,6 +394,17 @@ impl AssetServer {
     }
 
     async fn handle(&self, request: Request<Incoming>) -> Response<Body> {
+        // A page on a name that resolves to 127.0.0.1 (DNS rebinding) sends
+        // its own name: only this server's loopback authority is served.
+        let host = request.headers().get(hyper::header::HOST).and_then(|v| v.to_str().ok());
+        if !server_limits::is_own_host(host, self.addr.port()) {
+            return error_response(
+                StatusCode::MISDIRECTED_REQUEST,
+                ErrorCode::InvalidArgument,
+                "this server answers only to its own loopback address",
+                None,
+            );
+        }
         // The same reading of a ticket's url as the hand-off socket's.
         let id = pedelec_protocol::handoff::ticket_id(request.uri().path()).unwrap_or_default().to_owned();
         let origin_header =
@@ -504,7 +493,7 @@ async fn receive(request: Request<Incoming>, ticket: &Ticket, target: &AssetPath
     }
     // Removed unless it lands, whichever way this future ends (dropped
     // mid-upload included).
-    let (staged, file) = Staged::create(ticket)?;
+    let (staged, file) = Staged::create(ticket, target, size)?;
     // Disk writes run on a thread of their own, fed through a short queue:
     // the network side never waits on the disk per chunk, and memory stays bounded.
     let (chunks, mut queue) = tokio::sync::mpsc::channel::<Bytes>(16);
@@ -553,35 +542,44 @@ async fn receive(request: Request<Incoming>, ticket: &Ticket, target: &AssetPath
     if received != size {
         return Err(upload_failed(format!("{received} of the declared {size} bytes arrived")));
     }
-    staged.land(ticket, target)
+    staged.land(target)
 }
 
-/// An upload's temporary file, streamed or handed over: beside the assets
-/// directory, on its filesystem, so the rename into place is atomic, and out
-/// of the listing's reach. Removed on drop unless it landed.
+/// A refusal of Core's as a transfer's failure.
+fn failure(status: StatusCode, error: &CoreError) -> Failure {
+    (status, error.code(), error.to_string())
+}
+
+/// An upload's temporary file, streamed or handed over: in the asset
+/// folder, created and renamed through its handle (`Area::stage`), so the
+/// rename into place is atomic and nothing lands outside the folder however
+/// the workspace changes meanwhile. Removed on drop unless it landed.
 struct Staged {
-    path: PathBuf,
+    area: Area,
+    name: String,
     landed: bool,
 }
 
 impl Staged {
-    /// Creates the temporary file for `ticket`'s upload.
-    fn create(ticket: &Ticket) -> Result<(Staged, std::fs::File), Failure> {
-        let failed = |e: std::io::Error| (StatusCode::BAD_REQUEST, ErrorCode::AssetUploadFailed, e.to_string());
-        std::fs::create_dir_all(&ticket.assets_root).map_err(failed)?;
-        let beside = ticket.assets_root.parent().unwrap_or(&ticket.assets_root);
-        let temp = beside.join(format!("{RESERVED_PREFIX}upload-{}", random_hex(8)));
-        let staged = Staged { path: temp, landed: false };
-        let file = std::fs::File::create(&staged.path).map_err(failed)?;
-        Ok((staged, file))
+    /// Creates the temporary file for `ticket`'s upload of `size` bytes to
+    /// `target`, once the folder has room for them.
+    fn create(ticket: &Ticket, target: &AssetPath, size: u64) -> Result<(Staged, std::fs::File), Failure> {
+        let area =
+            Area::open(&ticket.workspace, true).map_err(|e| failure(StatusCode::CONFLICT, &e))?.ok_or_else(|| {
+                (StatusCode::CONFLICT, ErrorCode::AssetUploadFailed, "the asset folder vanished".to_owned())
+            })?;
+        check_quota(&area, target, size, ticket.max_bytes).map_err(|e| failure(StatusCode::PAYLOAD_TOO_LARGE, &e))?;
+        let (name, file) =
+            area.stage().map_err(|e| (StatusCode::BAD_REQUEST, ErrorCode::AssetUploadFailed, e.to_string()))?;
+        Ok((Staged { area, name, landed: false }, file))
     }
 
     /// Renames the complete, fsynced file into place at `target`.
-    fn land(mut self, ticket: &Ticket, target: &AssetPath) -> Result<(), Failure> {
-        let destination = prepare_target(&ticket.assets_root, target)
-            .map_err(|m| (StatusCode::CONFLICT, ErrorCode::AssetPathInvalid, m))?;
-        std::fs::rename(&self.path, &destination)
-            .map_err(|e| (StatusCode::BAD_REQUEST, ErrorCode::AssetUploadFailed, e.to_string()))?;
+    fn land(mut self, target: &AssetPath) -> Result<(), Failure> {
+        self.area.land(&self.name, target).map_err(|e| match e {
+            Landing::Refused(m) => (StatusCode::CONFLICT, ErrorCode::AssetPathInvalid, m),
+            Landing::Failed(e) => (StatusCode::BAD_REQUEST, ErrorCode::AssetUploadFailed, e.to_string()),
+        })?;
         self.landed = true;
         Ok(())
     }
@@ -590,7 +588,7 @@ impl Staged {
 impl Drop for Staged {
     fn drop(&mut self) {
         if !self.landed {
-            let _ = std::fs::remove_file(&self.path);
+            self.area.discard(&self.name);
         }
     }
 }
@@ -610,9 +608,19 @@ impl Drop for SlotGuard<'_> {
 
 /// Opens a download ticket's file, by the seed's path rules and within the
 /// read limit, with its metadata.
+///
+/// The file is opened once, through the folder's handle, and its metadata
+/// read from that descriptor: the file served is the file checked, whatever
+/// the agent swaps in meanwhile.
 fn open_download(ticket: &Ticket, path: &AssetPath) -> Result<(std::fs::File, std::fs::Metadata), Failure> {
-    let (physical, meta) =
-        regular_file(&ticket.assets_root, path).map_err(|e| (StatusCode::NOT_FOUND, e.code(), e.to_string()))?;
+    let status = |e: &CoreError| match e.code() {
+        ErrorCode::AssetNotFound => StatusCode::NOT_FOUND,
+        ErrorCode::AssetPathInvalid => StatusCode::CONFLICT,
+        _ => StatusCode::INTERNAL_SERVER_ERROR,
+    };
+    let (file, meta) = Area::open_existing(&ticket.workspace, path)
+        .and_then(|area| area.open_file(path))
+        .map_err(|e| failure(status(&e), &e))?;
     // Checked again here, not only when the ticket was issued: the file may
     // have grown since (an agent writing it).
     if meta.len() > limits::MAX_ASSET_BYTES {
@@ -622,8 +630,6 @@ fn open_download(ticket: &Ticket, path: &AssetPath) -> Result<(std::fs::File, st
             format!("{path} is larger than the {}-byte read limit", limits::MAX_ASSET_BYTES),
         ));
     }
-    let file = std::fs::File::open(&physical)
-        .map_err(|_| (StatusCode::NOT_FOUND, ErrorCode::AssetNotFound, "the asset vanished".to_owned()))?;
     Ok((file, meta))
 }
 
@@ -644,7 +650,7 @@ async fn send(ticket: &Ticket, path: &AssetPath) -> Response<Body> {
         .status(StatusCode::OK)
         .header("Content-Type", mime_for(path.file_name()))
         .header("Content-Length", meta.len())
-        .header("X-Pedelec-Modified-At", modified_ms(&meta))
+        .header("X-Pedelec-Modified-At", modified_ms(meta.modified().ok()))
         .header("X-Pedelec-Name", path.file_name().replace(|c: char| !c.is_ascii_graphic() && c != ' ', "_"))
         .body(BodyExt::boxed(StreamBody::new(chunks)))
         .expect("valid headers")
@@ -746,13 +752,14 @@ mod tests {
     #[test]
     fn listing_ties_are_broken_by_name_then_path() {
         let dir = tempfile::tempdir().unwrap();
+        let root = dir.path().join(".pedelec-runtime/assets");
         let at = std::time::SystemTime::UNIX_EPOCH + Duration::from_secs(1_700_000_000);
         for (sub, name) in [("b", "a.txt"), ("a", "z.txt"), ("c", "a.txt")] {
-            std::fs::create_dir_all(dir.path().join(sub)).unwrap();
-            let file = std::fs::File::create(dir.path().join(sub).join(name)).unwrap();
+            std::fs::create_dir_all(root.join(sub)).unwrap();
+            let file = std::fs::File::create(root.join(sub).join(name)).unwrap();
             file.set_modified(at).unwrap();
         }
-        let paths: Vec<String> = list(dir.path()).into_iter().map(|a| a.path).collect();
+        let paths: Vec<String> = list(dir.path()).unwrap().into_iter().map(|a| a.path).collect();
         assert_eq!(paths, ["/b/a.txt", "/c/a.txt", "/a/z.txt"]);
     }
 

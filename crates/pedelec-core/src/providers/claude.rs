@@ -135,10 +135,7 @@ pub fn turn_args(
 async fn stream_json_prompt(text: &str, images: &[&super::Attachment]) -> Result<String, ProviderFailure> {
     let mut content = vec![serde_json::json!({ "type": "text", "text": text })];
     for image in images {
-        let bytes = tokio::fs::read(&image.file)
-            .await
-            .map_err(|e| ProviderFailure::turn(format!("cannot read the attachment {}: {e}", image.path)))?;
-        let data = base64::Engine::encode(&base64::engine::general_purpose::STANDARD, bytes);
+        let data = image.image_base64()?;
         content.push(serde_json::json!({
             "type": "image",
             "source": { "type": "base64", "media_type": image.mime, "data": data },

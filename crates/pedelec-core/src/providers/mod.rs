@@ -49,16 +49,40 @@ pub struct TurnRequest {
 pub struct Attachment {
     /// Its public asset path, e.g. `/screens/page.png`.
     pub path: String,
-    /// Where it is on disk (inside the workspace's runtime directory).
+    /// Where it is on disk (inside the workspace's runtime directory), for
+    /// agents that read files themselves; Core itself never reopens it.
     pub file: PathBuf,
     pub mime: String,
     pub size: u64,
+    /// An image's bytes, read from the very descriptor Core checked
+    /// (`assets::attachment`): reading `file` again could follow a link the
+    /// agent put there since.
+    pub image: Option<ImageBytes>,
+}
+
+/// An image attachment's bytes; shared, and kept out of debug output.
+#[derive(Clone, PartialEq, Eq)]
+pub struct ImageBytes(pub std::sync::Arc<[u8]>);
+
+impl std::fmt::Debug for ImageBytes {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "ImageBytes({} bytes)", self.0.len())
+    }
 }
 
 impl Attachment {
     /// Whether it goes as image content (see `asset_path::is_attachable_image`).
     pub fn is_image(&self) -> bool {
         pedelec_protocol::asset_path::is_attachable_image(&self.mime)
+    }
+
+    /// An image's bytes as base64, for prompt content.
+    pub fn image_base64(&self) -> Result<String, ProviderFailure> {
+        let bytes = self
+            .image
+            .as_ref()
+            .ok_or_else(|| ProviderFailure::turn(format!("the attachment {} is not an image", self.path)))?;
+        Ok(base64::Engine::encode(&base64::engine::general_purpose::STANDARD, &bytes.0))
     }
 
     /// The refusal of a provider that cannot take images.

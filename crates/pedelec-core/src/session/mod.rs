@@ -98,7 +98,9 @@ impl Shared {
         Arc::new(Shared {
             store,
             consent: Arc::default(),
-            assets: crate::assets::AssetServer::start(Duration::from_secs(60)).await.expect("asset server"),
+            assets: crate::assets::AssetServer::start(Duration::from_secs(60), Default::default())
+                .await
+                .expect("asset server"),
             providers: Providers::from_settings(&settings).expect("default providers"),
             disconnect_grace: Duration::from_secs(60),
             turn_timeout: Duration::from_secs(30),
@@ -465,11 +467,11 @@ impl Session {
         let files = if attachments.is_empty() {
             Vec::new()
         } else {
-            let assets_root = self.workspace.assets();
+            let workspace = self.workspace.root.clone();
             tokio::task::spawn_blocking(move || {
                 attachments
                     .iter()
-                    .map(|path| crate::assets::attachment(&assets_root, path))
+                    .map(|path| crate::assets::attachment(&workspace, path))
                     .collect::<CoreResult<Vec<_>>>()
             })
             .await

@@ -197,6 +197,12 @@ async fn connect(
     Ok((sender, uri))
 }
 
+/// The `Host` a transfer names: the ticket url's own authority, address and
+/// port, the only one Core's transfer server answers to.
+fn host_of(uri: &hyper::Uri) -> String {
+    uri.authority().map(|a| a.as_str().to_owned()).unwrap_or_default()
+}
+
 type TransferBody = http_body_util::combinators::UnsyncBoxBody<Bytes, std::io::Error>;
 
 async fn error_from(response: hyper::Response<hyper::body::Incoming>, code: ErrorCode) -> PedelecError {
@@ -264,7 +270,7 @@ pub async fn put(ticket: &pb::AssetTicket, source: UploadSource) -> Result<(), P
         }
     });
     let request = hyper::Request::put(uri.path())
-        .header(hyper::header::HOST, "127.0.0.1")
+        .header(hyper::header::HOST, host_of(&uri))
         .header(hyper::header::AUTHORIZATION, format!("Bearer {}", ticket.token))
         .header(hyper::header::CONTENT_TYPE, &source.mime_type)
         .header(hyper::header::CONTENT_LENGTH, source.size)
@@ -285,7 +291,7 @@ async fn request_download(
 ) -> Result<hyper::Response<hyper::body::Incoming>, PedelecError> {
     let (mut sender, uri) = connect(ticket, code).await?;
     let request = hyper::Request::get(uri.path())
-        .header(hyper::header::HOST, "127.0.0.1")
+        .header(hyper::header::HOST, host_of(&uri))
         .header(hyper::header::AUTHORIZATION, format!("Bearer {}", ticket.token))
         .body(BodyExt::boxed_unsync(http_body_util::Empty::new().map_err(|never| match never {})))
         .map_err(|e| failed(code, e))?;

@@ -55,10 +55,9 @@ fn pattern(len: u32) -> Vec<u8> {
     (0..len).map(|i| (i.wrapping_mul(2654435761) >> 24) as u8).collect()
 }
 
-/// Upload temporaries left beside the assets directory.
+/// Upload temporaries left in the assets directory (where uploads are staged).
 fn leftovers(h: &Harness, s: &pedelec_sdk::PedelecSession) -> Vec<std::ffi::OsString> {
-    let runtime = assets_dir(h, s).parent().unwrap().to_path_buf();
-    std::fs::read_dir(runtime)
+    std::fs::read_dir(assets_dir(h, s))
         .map(|d| {
             d.flatten().map(|e| e.file_name()).filter(|n| n.to_string_lossy().starts_with(".pedelec-upload")).collect()
         })

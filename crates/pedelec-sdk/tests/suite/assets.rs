@@ -160,7 +160,7 @@ async fn raw_http(
     let rest = url.strip_prefix("http://").unwrap();
     let (addr, path) = rest.split_once('/').unwrap();
     let mut stream = tokio::net::TcpStream::connect(addr).await.unwrap();
-    let mut head = format!("{method} /{path} HTTP/1.1\r\nHost: 127.0.0.1\r\nAuthorization: Bearer {token}\r\n");
+    let mut head = format!("{method} /{path} HTTP/1.1\r\nHost: {addr}\r\nAuthorization: Bearer {token}\r\n");
     if let Some(len) = content_length {
         head.push_str(&format!("Content-Length: {len}\r\n"));
     }
@@ -181,7 +181,7 @@ pub(super) async fn start_upload(url: &str, token: &str, size: u64, first: &[u8]
     let (addr, path) = rest.split_once('/').unwrap();
     let mut stream = tokio::net::TcpStream::connect(addr).await.unwrap();
     let head = format!(
-        "PUT /{path} HTTP/1.1\r\nHost: 127.0.0.1\r\nAuthorization: Bearer {token}\r\nContent-Length: {size}\r\nConnection: close\r\n\r\n"
+        "PUT /{path} HTTP/1.1\r\nHost: {addr}\r\nAuthorization: Bearer {token}\r\nContent-Length: {size}\r\nConnection: close\r\n\r\n"
     );
     stream.write_all(head.as_bytes()).await.unwrap();
     stream.write_all(first).await.unwrap();
@@ -215,7 +215,7 @@ async fn raw_http_chunked(url: &str, token: &str, body: &[u8]) -> u16 {
     let (addr, path) = rest.split_once('/').unwrap();
     let mut stream = tokio::net::TcpStream::connect(addr).await.unwrap();
     let head = format!(
-        "PUT /{path} HTTP/1.1\r\nHost: 127.0.0.1\r\nAuthorization: Bearer {token}\r\nTransfer-Encoding: chunked\r\nConnection: close\r\n\r\n"
+        "PUT /{path} HTTP/1.1\r\nHost: {addr}\r\nAuthorization: Bearer {token}\r\nTransfer-Encoding: chunked\r\nConnection: close\r\n\r\n"
     );
     stream.write_all(head.as_bytes()).await.unwrap();
     stream.write_all(body).await.unwrap();
@@ -316,13 +316,13 @@ async fn size_mismatches_and_dropped_uploads_leave_no_partial_file() {
         tokio::time::sleep(Duration::from_millis(20)).await;
     }
     assert!(freed, "a dropped connection frees the upload slot");
+    // Uploads are staged in the asset folder itself (under a reserved name).
     let root = assets_dir(&h, &s);
-    let runtime = root.parent().unwrap().to_path_buf();
     assert!(s.list_assets().await.unwrap().is_empty(), "no visible partial file");
     // On a loaded machine the server may take up the dropped request only
     // after the slot check above passed: its temporary file must go too.
     let leftovers = || -> Vec<_> {
-        std::fs::read_dir(&runtime)
+        std::fs::read_dir(&root)
             .unwrap()
             .flatten()
             .filter(|e| e.file_name().to_string_lossy().starts_with(".pedelec-upload"))
@@ -371,7 +371,7 @@ async fn cors_admits_only_the_sessions_origin() {
     let rest = ticket.url.strip_prefix("http://").unwrap();
     let (addr, path) = rest.split_once('/').unwrap();
     let request = |extra: &str, method: &str| {
-        format!("{method} /{path} HTTP/1.1\r\nHost: 127.0.0.1\r\n{extra}Connection: close\r\n\r\n")
+        format!("{method} /{path} HTTP/1.1\r\nHost: {addr}\r\n{extra}Connection: close\r\n\r\n")
     };
     let send = |text: String| async move {
         let mut stream = tokio::net::TcpStream::connect(addr).await.unwrap();
@@ -444,7 +444,7 @@ async fn an_abandoned_download_stops_its_reader_and_the_file_still_downloads_who
         let (addr, path) = rest.split_once('/').unwrap();
         let mut stream = tokio::net::TcpStream::connect(addr).await.unwrap();
         let head = format!(
-            "GET /{path} HTTP/1.1\r\nHost: 127.0.0.1\r\nAuthorization: Bearer {}\r\nConnection: close\r\n\r\n",
+            "GET /{path} HTTP/1.1\r\nHost: {addr}\r\nAuthorization: Bearer {}\r\nConnection: close\r\n\r\n",
             ticket.token
         );
         stream.write_all(head.as_bytes()).await.unwrap();
@@ -503,7 +503,7 @@ async fn an_explicit_workspace_shares_its_assets_between_sessions() {
     assert_eq!(second.read_asset_text("/docs/notes.txt").await.unwrap(), "shared");
     let listed: Vec<String> = second.list_assets().await.unwrap().into_iter().map(|a| a.path).collect();
     assert_eq!(listed, ["/docs/notes.txt"]);
-    let leftovers: Vec<_> = std::fs::read_dir(ws.path().join(".pedelec-runtime"))
+    let leftovers: Vec<_> = std::fs::read_dir(ws.path().join(".pedelec-runtime/assets"))
         .unwrap()
         .flatten()
         .filter(|e| e.file_name().to_string_lossy().starts_with(".pedelec-upload"))

@@ -2,6 +2,7 @@
 
 mod activity;
 mod agent_tools;
+mod asset_escape;
 mod asset_handoff;
 mod assets;
 mod attachments;

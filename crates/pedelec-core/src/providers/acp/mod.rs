@@ -360,10 +360,7 @@ impl AcpSession {
 async fn attachment_block(attachment: &super::Attachment) -> Result<ContentBlock, ProviderFailure> {
     use agent_client_protocol::v1::schema::{ImageContent, ResourceLink};
     if attachment.is_image() {
-        let bytes = tokio::fs::read(&attachment.file)
-            .await
-            .map_err(|e| ProviderFailure::turn(format!("cannot read the attachment {}: {e}", attachment.path)))?;
-        let data = base64::Engine::encode(&base64::engine::general_purpose::STANDARD, bytes);
+        let data = attachment.image_base64()?;
         return Ok(ContentBlock::Image(ImageContent::new(data, attachment.mime.clone())));
     }
     let name = attachment.path.rsplit('/').next().unwrap_or_default().to_owned();

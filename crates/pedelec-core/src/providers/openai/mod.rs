@@ -256,10 +256,7 @@ async fn user_message(text: &str, attachments: &[super::Attachment]) -> Result<V
         attachments.iter().partition(|a| a.is_image());
     let mut content = vec![json!({ "type": "text", "text": super::with_attachment_paths(text, &files) })];
     for image in images {
-        let bytes = tokio::fs::read(&image.file)
-            .await
-            .map_err(|e| ProviderFailure::turn(format!("cannot read the attachment {}: {e}", image.path)))?;
-        let data = base64::Engine::encode(&base64::engine::general_purpose::STANDARD, bytes);
+        let data = image.image_base64()?;
         content
             .push(json!({ "type": "image_url", "image_url": { "url": format!("data:{};base64,{data}", image.mime) } }));
     }
