@@ -106,6 +106,11 @@ async fn main() {
     let dir = tempfile::tempdir().unwrap();
     let socket = dir.path().join("core.sock");
     let _core = CoreProcess::spawn(&socket, &dir.path().join("state"), Duration::from_secs(3)).unwrap();
+    // The page's origin, approved as the user's click in the extension does (an owner call).
+    let owner = pedelec_sdk::grpc::GrpcTransport::connect(&socket).await.unwrap();
+    let consent = pb::OriginConsent { origin: "https://app.example".into(), approved: true, ..Default::default() };
+    let approve = pb::SetConsentRequest { caller_origin: "app:pedelec-extension".into(), consent: Some(consent) };
+    pedelec_sdk::transport::Transport::call(&owner, Call::SetConsent(approve)).await.expect("origin approved");
 
     // Tool-call round trip: direct gRPC vs through the native host.
     let direct = Pedelec::connect(&socket, "app:bench").await.unwrap();
