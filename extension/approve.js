@@ -1,12 +1,15 @@
-// The approval page: decides a pending origin (from ?origin=), or a pending
-// workspace folder of an origin (?origin=&path=), and lists the approved
-// origins and the granted folders, each with a revoke button. All state
-// lives in the worker.
+// The approval page: decides a pending origin (from ?origin=), a pending
+// workspace folder of an origin (?origin=&path=), or an agent's request
+// only the user may answer (?permission=), and lists the approved origins
+// and the granted folders, each with a revoke button and, per folder,
+// whether the site may approve its agent's commands there. The decisions
+// live in Core; the worker makes the calls.
 "use strict";
 
 const params = new URLSearchParams(location.search);
 const requested = params.get("origin");
 const requestedPath = params.get("path");
+const requestedPermission = params.get("permission");
 const parentPath = requestedPath && requestedPath !== "/" ? requestedPath.replace(/\/[^/]*$/, "") || "/" : null;
 
 async function send(message) {
@@ -41,11 +44,25 @@ async function render() {
   const grants = (state && state.grants) || {};
   let count = 0;
   for (const origin of Object.keys(grants).sort()) {
-    for (const root of grants[origin]) {
+    for (const { path: root, mayApproveCommands } of grants[origin]) {
       count++;
       const item = document.createElement("li");
       const label = document.createElement("code");
       label.textContent = `${origin} → ${root}`;
+      // Off by default: the site's agent then asks the user before any command.
+      const may = document.createElement("label");
+      const box = document.createElement("input");
+      box.type = "checkbox";
+      box.className = "may-approve";
+      box.dataset.origin = origin;
+      box.dataset.root = root;
+      box.checked = mayApproveCommands;
+      box.addEventListener("change", async () => {
+        box.disabled = true;
+        await send({ type: "mayApproveCommands", origin, root, may: box.checked });
+        await render();
+      });
+      may.append(box, " the site may approve its agent's commands here");
       const revoke = document.createElement("button");
       revoke.type = "button";
       revoke.textContent = "Revoke";
@@ -57,11 +74,16 @@ async function render() {
         await send({ type: "revokeGrant", origin, root });
         await render();
       });
-      item.append(label, revoke);
+      item.append(label, revoke, may);
       grantList.append(item);
     }
   }
   document.getElementById("no-grants").hidden = count > 0;
+  if (requestedPermission) {
+    document.getElementById("request").hidden = true;
+    await showPermission();
+    return;
+  }
   if (requestedPath) {
     const pendingGrant =
       state && state.pendingGrants.some((g) => g.origin === requested && g.path === requestedPath);
@@ -71,6 +93,54 @@ async function render() {
   }
   const pending = requested && state && state.pending.includes(requested);
   document.getElementById("request").hidden = !pending;
+}
+
+let permissionShown = false;
+
+/** Fills the permission section once, from the worker's copy of Core's request. */
+async function showPermission() {
+  if (permissionShown) return;
+  const reply = await send({ type: "permission", id: requestedPermission });
+  const waiting = reply && reply.permission;
+  document.getElementById("permission-request").hidden = !waiting;
+  if (!waiting) return;
+  permissionShown = true;
+  const request = waiting.request || {};
+  const activity = request.activity || {};
+  document.getElementById("permission-origin").textContent = waiting.origin;
+  document.getElementById("permission-agent").textContent = waiting.provider;
+  document.getElementById("permission-folder").textContent = waiting.workspacePath;
+  document.getElementById("permission-title").textContent = activity.title || "";
+  const command = document.getElementById("permission-command");
+  command.hidden = !activity.command;
+  command.textContent = activity.command || "";
+  const paths = document.getElementById("permission-paths");
+  paths.hidden = !(activity.paths && activity.paths.length);
+  for (const path of activity.paths || []) {
+    const item = document.createElement("li");
+    item.textContent = path;
+    paths.append(item);
+  }
+  const options = document.getElementById("permission-options");
+  const choices = [...(request.options || []).map((o) => [o.optionId, o.name || o.optionId]), ["", "Reject"]];
+  for (const [optionId, name] of choices) {
+    const button = document.createElement("button");
+    button.type = "button";
+    button.disabled = true;
+    button.className = "permission-option";
+    button.dataset.option = optionId;
+    button.textContent = name;
+    button.addEventListener("click", () => answerPermission(optionId));
+    options.append(button);
+  }
+}
+
+async function answerPermission(optionId) {
+  decided = true;
+  for (const button of document.querySelectorAll(".permission-option")) button.disabled = true;
+  const reply = await send({ type: "answerPermission", id: requestedPermission, optionId });
+  document.getElementById("permission-outcome").textContent =
+    reply && reply.ok ? (optionId ? `Answered ${optionId}.` : "Rejected.") : `Not applied: ${reply && reply.error}`;
 }
 
 async function decideGrant(root) {
@@ -126,6 +196,7 @@ function armTick() {
   else if (attentiveSince === null) attentiveSince = performance.now();
   const armed = !decided && attentiveSince !== null && performance.now() - attentiveSince >= armMs;
   for (const id of PROMPT_BUTTONS) document.getElementById(id).disabled = !armed;
+  for (const button of document.querySelectorAll(".permission-option")) button.disabled = !armed;
 }
 
 chrome.storage.local.get("promptArmMs").then((stored) => {

@@ -35,12 +35,8 @@ if (chrome.runtime.id !== EXTENSION_ID) {
 
 // ---- state that must survive a worker restart (chrome.storage) ----
 
-/** origin -> { approvedAt } */
-let approvedOrigins = {};
-/** sessionId -> origin: which origin's sessions to end on revoke. */
+/** sessionId -> origin: whose events a subscription may carry (a cache; Core binds sessions itself). */
 let sessionOrigins = {};
-/** origin -> [absolute directory]: where the user let that origin open workspaces. */
-let workspaceGrants = {};
 /** `${origin}\n${path}` -> { origin, path, timer, tabId } of open workspace prompts. */
 const grantPrompts = new Map();
 /** origin -> { timer, tabId, deadline } (mirrored to storage.session without the timer) */
@@ -57,15 +53,7 @@ globalThis.pedelecStats = stats;
 /** Set once `ready` has settled (see acceptPage). */
 let loaded = false;
 const ready = (async () => {
-  const local = await chrome.storage.local.get([
-    "approvedOrigins",
-    "sessionOrigins",
-    "approvalTimeoutMs",
-    "workspaceGrants",
-    "promptCooldownMs",
-  ]);
-  approvedOrigins = local.approvedOrigins || {};
-  workspaceGrants = local.workspaceGrants || {};
+  const local = await chrome.storage.local.get(["sessionOrigins", "approvalTimeoutMs", "promptCooldownMs"]);
   approvalTimeoutMs = local.approvalTimeoutMs || APPROVAL_TIMEOUT_MS;
   sessionOrigins = local.sessionOrigins || {};
   const session = await chrome.storage.session.get(["pendingApprovals", "promptCooldowns"]);
@@ -76,13 +64,16 @@ const ready = (async () => {
     if (left > 0) armApproval(origin, entry.tabId, entry.deadline);
   }
   await savePending();
+  // What the user decided lives in Core; a worker that cannot reach it yet
+  // knows of no approval, so a page prompts and the decision is stored then.
+  await refreshConsent();
   loaded = true;
 })();
 
 async function saveLocal() {
   const ids = Object.keys(sessionOrigins);
   for (const id of ids.slice(0, Math.max(0, ids.length - MAX_REMEMBERED_SESSIONS))) delete sessionOrigins[id];
-  await chrome.storage.local.set({ approvedOrigins, sessionOrigins, workspaceGrants });
+  await chrome.storage.local.set({ sessionOrigins });
 }
 
 /**
@@ -102,7 +93,7 @@ function normalizePath(path) {
 }
 
 function isGranted(origin, path) {
-  return (workspaceGrants[origin] || []).some((root) => isAncestorOrSelf(root, path));
+  return grantsOf(origin).some((root) => isAncestorOrSelf(root, path));
 }
 
 async function savePending() {
@@ -112,7 +103,7 @@ async function savePending() {
 }
 
 function isApproved(origin) {
-  return Object.prototype.hasOwnProperty.call(approvedOrigins, origin);
+  return !!(consent[origin] && consent[origin].approved);
 }
 
 function rememberSession(sessionId, origin) {
@@ -149,6 +140,8 @@ class PageLink {
     this.reconnectAttempt = 0;
     this.reconnectTimer = null;
     this.pingWaiters = [];
+    /** Internal request id -> settles an owner call made through this host (ownerCall). */
+    this.ownerWaiters = new Map();
     this.hostAnswered = false;
     this.refused = null;
     this.closed = false;
@@ -267,6 +260,27 @@ class PageLink {
     });
   }
 
+  /**
+   * An owner call of the worker's own (never the page's) through this
+   * page's host, so watching for the user's requests costs no process of
+   * its own: `{ response }` or `{ error }`, never a rejection.
+   */
+  ownerCall(call, body) {
+    return new Promise((resolve) => {
+      this.internalId = this.internalId >= 0xfffffff0 ? INTERNAL_IDS : this.internalId + 1;
+      const id = this.internalId;
+      const timer = setTimeout(() => {
+        this.ownerWaiters.delete(id);
+        resolve({ error: { code: "CORE_RUNTIME_UNAVAILABLE", message: "Core did not answer in time" } });
+      }, OWNER_CALL_TIMEOUT_MS);
+      this.ownerWaiters.set(id, (frame) => {
+        clearTimeout(timer);
+        resolve(frame.error ? { error: frame.error } : { response: frame.response && frame.response[call] });
+      });
+      this.host.postMessage({ requestId: id, request: { [call]: { callerOrigin: OWNER_ORIGIN, ...body } } });
+    });
+  }
+
   forward(frame) {
     const id = frame.requestId;
     const call = Object.keys(frame.request)[0];
@@ -274,13 +288,13 @@ class PageLink {
     // The page never chooses its origin; the browser's sender information does.
     body.callerOrigin = this.origin;
     if (call === "createSession" && body.workspace && typeof body.workspace === "object") {
-      // Nor its grants: they are what the user granted this origin, nothing else.
+      // A folder the user has not granted this origin is asked about first.
+      // Core holds the grants and checks again; a request carries none.
       const path = normalizePath(body.workspace.path);
       if (body.workspace.path && path && !isGranted(this.origin, path)) {
         this.awaitGrant(path, frame);
         return;
       }
-      body.workspace.grantedRoots = [...(workspaceGrants[this.origin] || [])];
     }
     if (call === "subscribe") this.subs.set(id, frame);
     if (call === "unsubscribe") {
@@ -337,6 +351,12 @@ class PageLink {
     this.hostAnswered = true;
     const id = frame.requestId || 0;
     if (id >= INTERNAL_IDS) {
+      const owned = this.ownerWaiters.get(id);
+      if (owned) {
+        this.ownerWaiters.delete(id);
+        owned(frame);
+        return;
+      }
       const ok = !!frame.response;
       for (const w of this.pingWaiters.splice(0)) w(ok);
       return;
@@ -404,6 +424,8 @@ class PageLink {
     this.host = null;
     this.chunks.clear();
     for (const w of this.pingWaiters.splice(0)) w(false);
+    for (const [, owned] of this.ownerWaiters) owned({ error: { code: "CORE_RUNTIME_UNAVAILABLE", message: reason } });
+    this.ownerWaiters.clear();
     for (const [id] of this.pending) {
       this.subs.delete(id);
       this.sendFrame(errorFrame(id, "CORE_RUNTIME_UNAVAILABLE", `the native host exited: ${reason}`));
@@ -508,8 +530,10 @@ async function decide(origin, approved, reason) {
     if (entry.tabId != null) chrome.tabs.remove(entry.tabId).catch(() => {});
   }
   if (approved) {
-    approvedOrigins[origin] = { approvedAt: Date.now() };
-    await saveLocal();
+    // Approved only once Core stored it: Core is what every request is checked against.
+    const stored = await setConsent(origin, { approved: true, folders: foldersOf(origin) });
+    if (!stored) reason = "unavailable";
+    approved = stored;
   }
   await savePending();
   for (const page of [...pages]) if (page.origin === origin) page.approvalDecided(approved, reason);
@@ -543,12 +567,12 @@ async function decideGrant(origin, path, root) {
     grantPrompts.delete(key);
     if (entry.tabId != null) chrome.tabs.remove(entry.tabId).catch(() => {});
   }
-  const granted = root !== null && normalizePath(root) !== null && isAncestorOrSelf(normalizePath(root), path);
+  let granted = root !== null && normalizePath(root) !== null && isAncestorOrSelf(normalizePath(root), path);
   if (granted) {
-    const roots = new Set(workspaceGrants[origin] || []);
-    roots.add(normalizePath(root));
-    workspaceGrants[origin] = [...roots].sort();
-    await saveLocal();
+    // Core resolves the folder and refuses one that could never be a workspace.
+    const folders = foldersOf(origin).filter((f) => f.path !== normalizePath(root));
+    folders.push({ path: normalizePath(root), mayApproveCommands: false });
+    granted = await setConsent(origin, { approved: isApproved(origin), folders });
   }
   for (const page of [...pages]) if (page.origin === origin) page.grantDecided(path, granted);
   promptDecided(origin, granted ? "granted" : "refused");
@@ -559,49 +583,142 @@ function isAncestorOrSelf(root, path) {
 }
 
 async function revokeGrant(origin, root) {
-  const roots = (workspaceGrants[origin] || []).filter((r) => r !== root);
-  if (roots.length > 0) workspaceGrants[origin] = roots;
-  else delete workspaceGrants[origin];
-  await saveLocal();
+  const folders = foldersOf(origin).filter((f) => f.path !== root);
+  return setConsent(origin, { approved: isApproved(origin), folders });
 }
 
-/** Ends each session through a throwaway host, answering when all replied or after 5 s. */
-function endSessions(origin, sessionIds) {
-  if (sessionIds.length === 0) return Promise.resolve();
-  return new Promise((resolve) => {
-    const port = chrome.runtime.connectNative(HOST_NAME);
-    let left = sessionIds.length;
-    const done = () => {
-      clearTimeout(timer);
-      try {
-        port.disconnect();
-      } catch (_) {
-        // Already gone.
-      }
-      resolve();
-    };
-    const timer = setTimeout(done, 5000);
-    port.onMessage.addListener((frame) => {
-      if ((frame.response || frame.error) && --left === 0) done();
-    });
-    port.onDisconnect.addListener(done);
-    sessionIds.forEach((sessionId, i) => {
-      port.postMessage({ requestId: i + 1, request: { end: { sessionId, callerOrigin: origin } } });
-    });
-  });
+/** Lets (or stops) `origin`'s pages approve its agent's commands in the granted folder `root`. */
+async function setMayApproveCommands(origin, root, may) {
+  const folders = foldersOf(origin).map((f) => (f.path === root ? { ...f, mayApproveCommands: may } : f));
+  return setConsent(origin, { approved: isApproved(origin), folders });
 }
 
 async function revoke(origin) {
-  delete approvedOrigins[origin];
-  delete workspaceGrants[origin];
-  const ids = Object.keys(sessionOrigins).filter((id) => sessionOrigins[id] === origin);
-  await saveLocal();
-  // End first, so connected pages still receive the ended events; then cut them off.
-  await endSessions(origin, ids);
-  for (const id of ids) delete sessionOrigins[id];
+  // Core forgets the origin and ends every live session of it, however
+  // many; connected pages still receive the ended events, then are cut off.
+  const reply = await owner.call("revokeOrigin", { origin });
+  delete consent[origin];
+  for (const id of Object.keys(sessionOrigins)) if (sessionOrigins[id] === origin) delete sessionOrigins[id];
   await saveLocal();
   for (const page of [...pages]) if (page.origin === origin) page.revoked();
   clearPromptCooldown(origin);
+  if (reply.error) throw new Error(`Core did not revoke ${origin}: ${reply.error.message}`);
+}
+
+// ---- consent: the user's decisions, held by Core (issue 38) ----
+//
+// Core stores which origins are approved, the folders each may open and
+// where its pages may approve the agent's commands, and checks every
+// request against them; `consent` is the worker's copy, only to know when
+// to prompt. It changes only through owner calls the worker makes on a
+// native port of its own, with the caller origin OWNER_ORIGIN: a page's
+// request is rebuilt by requests.js, which has no owner call, and its
+// `callerOrigin` is always its own, so a page can never make one.
+
+const OWNER_ORIGIN = "app:pedelec-extension";
+/** How long an owner call waits for Core (starting it included). */
+const OWNER_CALL_TIMEOUT_MS = 15000;
+/** origin -> { approved, approvedAtMs, folders: [{ path, mayApproveCommands }] } as Core last said. */
+let consent = {};
+
+/** A native host for the worker's own calls, opened when one is made and closed once all are answered. */
+class OwnerLink {
+  constructor() {
+    this.port = null;
+    this.nextId = 1;
+    this.waiting = new Map();
+  }
+
+  /** `{ response }` or `{ error }`, never a rejection. */
+  call(call, body) {
+    return new Promise((resolve) => {
+      if (!this.port) this.open();
+      const id = this.nextId;
+      this.nextId = this.nextId >= 0x7ffffff0 ? 1 : this.nextId + 1;
+      const timer = setTimeout(() => {
+        this.waiting.delete(id);
+        resolve({ error: { code: "CORE_RUNTIME_UNAVAILABLE", message: "Core did not answer in time" } });
+      }, OWNER_CALL_TIMEOUT_MS);
+      this.waiting.set(id, (frame) => {
+        clearTimeout(timer);
+        resolve(frame.error ? { error: frame.error } : { response: frame.response && frame.response[call] });
+        // The user's decisions are rare: a host per batch of them, gone once answered.
+        if (this.waiting.size === 0) queueMicrotask(() => this.close());
+      });
+      try {
+        this.port.postMessage({ requestId: id, request: { [call]: { callerOrigin: OWNER_ORIGIN, ...body } } });
+      } catch (e) {
+        this.waiting.get(id)({ error: { code: "CORE_RUNTIME_UNAVAILABLE", message: String(e) } });
+        this.waiting.delete(id);
+      }
+    });
+  }
+
+  open() {
+    const port = chrome.runtime.connectNative(HOST_NAME);
+    port.onMessage.addListener((frame) => {
+      const done = this.waiting.get(frame.requestId);
+      if (!done) return;
+      this.waiting.delete(frame.requestId);
+      done(frame);
+    });
+    port.onDisconnect.addListener(() => {
+      if (this.port === port) this.port = null;
+      const message = (chrome.runtime.lastError && chrome.runtime.lastError.message) || "the native host exited";
+      for (const [, done] of this.waiting) done({ error: { code: "CORE_RUNTIME_UNAVAILABLE", message } });
+      this.waiting.clear();
+    });
+    this.port = port;
+  }
+
+  close() {
+    if (this.port && this.waiting.size === 0) {
+      this.port.disconnect();
+      this.port = null;
+    }
+  }
+}
+
+const owner = new OwnerLink();
+
+function foldersOf(origin) {
+  return ((consent[origin] && consent[origin].folders) || []).map((f) => ({
+    path: f.path,
+    mayApproveCommands: !!f.mayApproveCommands,
+  }));
+}
+
+function grantsOf(origin) {
+  return foldersOf(origin).map((f) => f.path);
+}
+
+function remember(stored) {
+  if (!stored || !stored.origin) return;
+  if (!stored.approved && (!stored.folders || stored.folders.length === 0)) delete consent[stored.origin];
+  else consent[stored.origin] = stored;
+}
+
+/** Reads every origin's consent from Core (kept as it was when Core cannot answer). */
+async function refreshConsent() {
+  const reply = await owner.call("getConsent", {});
+  if (reply.error) {
+    console.warn("pedelec: could not read consent from Core", reply.error);
+    return false;
+  }
+  consent = {};
+  for (const stored of (reply.response && reply.response.origins) || []) remember(stored);
+  return true;
+}
+
+/** Stores one origin's whole consent in Core; true once Core has it. */
+async function setConsent(origin, { approved, folders }) {
+  const reply = await owner.call("setConsent", { consent: { origin, approved, folders } });
+  if (reply.error) {
+    console.warn(`pedelec: Core refused the consent for ${origin}`, reply.error);
+    return false;
+  }
+  remember(reply.response && reply.response.consent);
+  return true;
 }
 
 // ---- prompts a page cannot force (issue 38) ----
@@ -620,7 +737,7 @@ const PROMPT_COOLDOWN_MS = 10 * 60 * 1000;
 let promptCooldownMs = PROMPT_COOLDOWN_MS;
 /** site -> when its last prompt was rejected or timed out (ms since epoch). */
 let promptCooldowns = {};
-/** Prompts waiting for the open one to close: { kind: "origin" | "grant", origin, path? }. */
+/** Prompts waiting for the open one to close: { kind: "origin" | "grant" | "permission", origin, path?, id? }. */
 const promptQueue = [];
 
 function loadPromptState(local, session) {
@@ -644,8 +761,13 @@ function enqueuePrompt(prompt) {
 
 /** Opens the first queued prompt someone still waits for, when no prompt is open. */
 async function openNextPrompt() {
-  while (approvals.size === 0 && grantPrompts.size === 0 && promptQueue.length > 0) {
-    const { kind, origin, path } = promptQueue.shift();
+  while (approvals.size === 0 && grantPrompts.size === 0 && !permissionPrompt && promptQueue.length > 0) {
+    const { kind, origin, path, id } = promptQueue.shift();
+    if (kind === "permission") {
+      // Still waiting in Core (it may have timed out or been cancelled meanwhile).
+      if (userPermissions.has(id)) await openPermission(id);
+      continue;
+    }
     const waiting = [...pages].filter((p) =>
       kind === "origin" ? p.origin === origin && p.queue.length > 0 : p.origin === origin && p.grantQueue && p.grantQueue.has(`${origin}\n${path}`),
     );
@@ -671,6 +793,94 @@ function promptDecided(origin, outcome) {
     clearPromptCooldown(origin);
   }
   openNextPrompt().catch((e) => console.error("pedelec: opening a prompt failed", e));
+}
+
+// ---- the agent's requests only the user may answer (issue 38) ----
+//
+// In permission mode `app` a page answers its agent's requests that stay in
+// its workspace; a command, a fetch or a path outside goes to the user
+// (Core marks it `user_only` and refuses the page's answer) unless the user
+// let that site approve commands in that folder. While pages are connected
+// the worker asks Core for such requests every USER_PERMISSION_POLL_MS and
+// shows each in a prompt naming the site, the agent, the folder and the
+// exact command or paths. Core rejects one nobody answers by its deadline;
+// the prompt then closes by itself.
+
+const USER_PERMISSION_POLL_MS = 1000;
+/** permissionId -> UserPermission (Core's), of the requests waiting for the user. */
+const userPermissions = new Map();
+/** Ids already queued or shown, so each prompts once. */
+const promptedPermissions = new Set();
+/** { id, tabId } of the open permission prompt. */
+let permissionPrompt = null;
+let permissionPoll = null;
+
+function watchUserPermissions() {
+  if (permissionPoll || pages.size === 0) return;
+  permissionPoll = setInterval(() => {
+    if (pages.size === 0) {
+      clearInterval(permissionPoll);
+      permissionPoll = null;
+      return;
+    }
+    pollUserPermissions().catch((e) => console.error("pedelec: reading the user's requests failed", e));
+  }, USER_PERMISSION_POLL_MS);
+}
+
+async function pollUserPermissions() {
+  // Through a host a page already has; with none, the user's prompt waits
+  // for the next page (Core rejects what nobody answers by its deadline).
+  const via = [...pages].find((p) => p.host && !p.closed);
+  if (!via) return;
+  const reply = await via.ownerCall("listUserPermissions", {});
+  if (reply.error) return;
+  const listed = (reply.response && reply.response.permissions) || [];
+  const now = new Set();
+  for (const waiting of listed) {
+    const id = waiting.request && waiting.request.permissionId;
+    if (!id) continue;
+    now.add(id);
+    userPermissions.set(id, waiting);
+    if (!promptedPermissions.has(id)) {
+      promptedPermissions.add(id);
+      enqueuePrompt({ kind: "permission", origin: waiting.origin, id });
+    }
+  }
+  // Settled without the user (its deadline, a cancel, the turn's end): its prompt goes.
+  for (const id of [...userPermissions.keys()]) {
+    if (now.has(id)) continue;
+    userPermissions.delete(id);
+    promptedPermissions.delete(id);
+    if (permissionPrompt && permissionPrompt.id === id) closePermissionPrompt();
+  }
+}
+
+async function openPermission(id) {
+  permissionPrompt = { id, tabId: null };
+  const url = chrome.runtime.getURL(`${APPROVAL_PAGE}?permission=${encodeURIComponent(id)}`);
+  const tab = await chrome.tabs.create({ url, active: true });
+  if (permissionPrompt && permissionPrompt.id === id) permissionPrompt.tabId = tab.id;
+  else chrome.tabs.remove(tab.id).catch(() => {});
+}
+
+function closePermissionPrompt() {
+  const open = permissionPrompt;
+  permissionPrompt = null;
+  if (open && open.tabId != null) chrome.tabs.remove(open.tabId).catch(() => {});
+  openNextPrompt().catch((e) => console.error("pedelec: opening a prompt failed", e));
+}
+
+async function answerUserPermission(id, optionId) {
+  const waiting = userPermissions.get(id);
+  if (!waiting) return { ok: false, error: "this request is no longer waiting" };
+  const reply = await owner.call("answerUserPermission", {
+    sessionId: waiting.sessionId,
+    permissionId: id,
+    optionId: typeof optionId === "string" ? optionId : "",
+  });
+  userPermissions.delete(id);
+  if (permissionPrompt && permissionPrompt.id === id) closePermissionPrompt();
+  return reply.error ? { ok: false, error: reply.error.message } : { ok: true };
 }
 
 function clearPromptCooldown(origin) {
@@ -719,6 +929,7 @@ function acceptPage(port, origin) {
   }
   const page = new PageLink(port, origin);
   pages.add(page);
+  watchUserPermissions();
   // `ready.then` keeps the page's messages in order until the stored state
   // is loaded; after that they are handled at once, without a microtask
   // per message (nothing can be queued behind `ready` by then).
@@ -741,10 +952,15 @@ chrome.runtime.onMessage.addListener((message, sender, sendResponse) => {
     .then(async () => {
       switch (message && message.type) {
         case "list":
+          await refreshConsent();
           return {
-            approved: approvedOrigins,
+            approved: Object.fromEntries(
+              Object.entries(consent)
+                .filter(([, c]) => c.approved)
+                .map(([origin, c]) => [origin, { approvedAt: Number(c.approvedAtMs || 0) }]),
+            ),
             pending: [...approvals.keys()],
-            grants: workspaceGrants,
+            grants: Object.fromEntries(Object.keys(consent).map((origin) => [origin, foldersOf(origin)])),
             pendingGrants: [...grantPrompts.values()].map(({ origin, path }) => ({ origin, path })),
           };
         case "grant":
@@ -759,8 +975,15 @@ chrome.runtime.onMessage.addListener((message, sender, sendResponse) => {
           await decideGrant(message.origin, message.path, typeof message.root === "string" ? message.root : null);
           return { ok: true };
         case "revokeGrant":
-          await revokeGrant(message.origin, message.root);
-          return { ok: true };
+          return (await revokeGrant(message.origin, message.root)) ? { ok: true } : { ok: false, error: "Core refused" };
+        case "mayApproveCommands":
+          return (await setMayApproveCommands(message.origin, message.root, message.may === true))
+            ? { ok: true }
+            : { ok: false, error: "Core refused" };
+        case "permission":
+          return { ok: true, permission: userPermissions.get(message.id) || null };
+        case "answerPermission":
+          return answerUserPermission(message.id, message.optionId);
         case "decide":
           if (!approvals.has(message.origin)) return { ok: false, error: "no pending request for this origin" };
           await decide(message.origin, message.approved === true, message.approved === true ? "approved" : "rejected");

@@ -44,7 +44,7 @@ globalThis.PedelecRequests = (() => {
   const ERROR = message({ code: STRING, message: STRING, detailsJson: STRING });
   const TOOL_DEFINITION = message({ name: STRING, description: STRING, inputSchemaJson: STRING, timeoutMs: UINT32 });
   const SKILLS = message({ guidance: STRING, tools: repeated(TOOL_DEFINITION) });
-  // `grantedRoots` is what the user granted the origin: the worker's to set.
+  // `grantedRoots` once carried grants; now reserved: grants live in Core.
   const WORKSPACE_SPEC = message({ path: STRING, grantedRoots: FORBIDDEN });
 
   // `callerOrigin` in every request: the worker writes the browser's origin
@@ -83,6 +83,20 @@ globalThis.PedelecRequests = (() => {
     listSessions: message({ callerOrigin: ORIGIN, limit: UINT32, beforeSessionId: STRING }),
     answerPermission: session({ permissionId: STRING, optionId: STRING }),
   };
+
+  /**
+   * The owner calls of NativeRequest: the user's decisions (consent) and
+   * the agent's requests only the user may answer. Only the worker makes
+   * them, for the extension's own pages; a page that names one is refused
+   * like any unknown call.
+   */
+  const OWNER_CALLS = Object.freeze([
+    "getConsent",
+    "setConsent",
+    "revokeOrigin",
+    "listUserPermissions",
+    "answerUserPermission",
+  ]);
 
   class Refusal extends Error {
     constructor(field, reason, message) {
@@ -237,5 +251,5 @@ globalThis.PedelecRequests = (() => {
     return labels.slice(-keep).join(".");
   }
 
-  return Object.freeze({ buildFrame, isHomeOrRoot, siteOf, CALLS: Object.freeze(Object.keys(CALLS)) });
+  return Object.freeze({ buildFrame, isHomeOrRoot, siteOf, CALLS: Object.freeze(Object.keys(CALLS)), OWNER_CALLS });
 })();

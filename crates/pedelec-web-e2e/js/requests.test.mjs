@@ -9,7 +9,7 @@ import { createContext, runInContext } from "node:vm";
 const source = readFileSync(new URL("../../../extension/requests.js", import.meta.url), "utf8");
 const context = createContext({ URL });
 runInContext(source, context);
-const { isHomeOrRoot, siteOf, CALLS } = context.PedelecRequests;
+const { isHomeOrRoot, siteOf, CALLS, OWNER_CALLS } = context.PedelecRequests;
 // Results come from the script's own realm; deepStrictEqual compares
 // prototypes, so they are brought into this one.
 const buildFrame = (input, origin) => JSON.parse(JSON.stringify(context.PedelecRequests.buildFrame(input, origin)));
@@ -63,8 +63,20 @@ test("every call of NativeRequest has a valid body here, and only those", () => 
   const proto = readFileSync(new URL("../../../proto/pedelec/v1/native.proto", import.meta.url), "utf8");
   const block = proto.slice(proto.indexOf("message NativeRequest"), proto.indexOf("message UnsubscribeRequest"));
   const calls = [...block.matchAll(/^\s+\w+Request (\w+) = \d+;/gm)].map((m) => m[1].replace(/_(.)/g, (_, c) => c.toUpperCase()));
-  assert.deepEqual([...CALLS].sort(), calls.sort());
-  assert.deepEqual(Object.keys(VALID).sort(), calls.sort());
+  // Each call is either a page's or the owner's, never both.
+  assert.deepEqual([...CALLS, ...OWNER_CALLS].sort(), calls.sort());
+  assert.deepEqual(Object.keys(VALID).sort(), [...CALLS].sort());
+});
+
+test("a page cannot make an owner call, in any spelling", () => {
+  const consent = { origin: ORIGIN, approved: true, folders: [{ path: "/", mayApproveCommands: true }] };
+  for (const call of OWNER_CALLS) {
+    const snake = call.replace(/[A-Z]/g, (c) => `_${c.toLowerCase()}`);
+    for (const name of [call, snake]) {
+      const details = refused(frame(name, { callerOrigin: "app:pedelec-extension", consent, origin: ORIGIN }));
+      assert.equal(details.field, `request.${name}`, name);
+    }
+  }
 });
 
 test("each valid body passes, copied as it came, into a fresh object", () => {

@@ -176,6 +176,29 @@ impl Rig {
         page.click(button)
     }
 
+    /// Finds the prompt the extension opened for an agent's request only
+    /// the user may answer, and clicks the option `option_id` ("" rejects).
+    /// Returns what the prompt showed: `{ origin, agent, folder, command }`.
+    pub fn answer_user_permission(&self, option_id: &str) -> Result<serde_json::Value, E2eError> {
+        let prefix = format!("chrome-extension://{EXTENSION_ID}/approve.html?permission=");
+        let target = self.browser.wait_for_target("the user's permission prompt", |t| {
+            t["type"].as_str() == Some("page") && t["url"].as_str().is_some_and(|u| u.starts_with(&prefix))
+        })?;
+        let page = Page::attach(&self.browser, target["targetId"].as_str().unwrap_or_default())?;
+        page.wait_until("!document.getElementById('permission-request').hidden", Duration::from_secs(10))?;
+        let shown = page.eval(
+            r#"({ origin: document.getElementById("permission-origin").textContent,
+                 agent: document.getElementById("permission-agent").textContent,
+                 folder: document.getElementById("permission-folder").textContent,
+                 command: document.getElementById("permission-command").textContent })"#,
+        )?;
+        self.browser.call("Page.bringToFront", serde_json::json!({}), Some(&page.session))?;
+        let selector = serde_json::to_string(&format!("button.permission-option[data-option=\"{option_id}\"]"))?;
+        page.wait_until(&format!("!document.querySelector({selector}).disabled"), Duration::from_secs(10))?;
+        page.click(&format!("button.permission-option[data-option=\"{option_id}\"]"))?;
+        Ok(shown)
+    }
+
     /// Opens the extension's approval page in manage mode (the list with revoke buttons).
     pub fn open_manager(&self) -> Result<Page<'_>, E2eError> {
         let page = Page::open(&self.browser, &format!("chrome-extension://{EXTENSION_ID}/approve.html"))?;

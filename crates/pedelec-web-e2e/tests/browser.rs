@@ -7,9 +7,9 @@
 use std::time::{Duration, Instant};
 
 use pedelec_protocol::pb;
+use pedelec_sdk::SessionStatus;
 use pedelec_sdk::grpc::GrpcTransport;
-use pedelec_sdk::transport::{Call, Transport};
-use pedelec_sdk::{ErrorCode, Pedelec, SessionStatus};
+use pedelec_sdk::transport::{Call, Reply, Transport};
 use pedelec_web_e2e::page::Page;
 use pedelec_web_e2e::{
     EXTENSION_ID, RAW_FRAMES_JS, Rig, assert_forged_refused, encode_component, forged_frames, missing_prerequisite,
@@ -32,32 +32,46 @@ fn prerequisites_or_skip() -> bool {
     false
 }
 
-/// Core's own view of a session, from a fresh gRPC client of the same origin.
+/// Core's own view of a session, from a fresh gRPC client of the same
+/// origin: its listing, which needs no approval (a revoked origin's ended
+/// sessions are still listed; Resume would be refused).
 fn core_status(rig: &Rig, origin: &str, session_id: &str) -> SessionStatus {
     let runtime = tokio::runtime::Builder::new_current_thread().enable_all().build().expect("runtime");
-    runtime.block_on(async {
-        let client = Pedelec::connect(rig.socket(), origin).await.expect("gRPC to Core");
-        let session = client.resume_session::<String>(session_id).await.expect("Core knows the session");
-        session.get_status()
-    })
+    let transport = runtime.block_on(GrpcTransport::connect(rig.socket())).expect("gRPC to Core");
+    let mut before = String::new();
+    loop {
+        let request = pb::ListSessionsRequest {
+            caller_origin: origin.to_owned(),
+            limit: 1000,
+            before_session_id: before.clone(),
+        };
+        let Ok(Reply::ListSessions(page)) = runtime.block_on(transport.call(Call::ListSessions(request))) else {
+            panic!("Core lists the origin's sessions");
+        };
+        for summary in &page.sessions {
+            if summary.session.as_ref().is_some_and(|s| s.session_id == session_id) {
+                return SessionStatus::from_pb(summary.status).expect("a known status");
+            }
+        }
+        match page.sessions.last() {
+            Some(last) if page.has_more => before = last.session.as_ref().unwrap().session_id.clone(),
+            _ => panic!("Core does not list {session_id}"),
+        }
+    }
 }
 
-/// Waits until Core reports the session ended. The probe is ListAssets (an
-/// ended session answers `SESSION_ENDED`) because a probing Subscribe would
-/// itself be a subscriber and hold off auto-end-on-disconnect.
+/// Waits until Core reports the session ended (its listing: a probing
+/// Subscribe would itself be a subscriber and hold off auto-end-on-disconnect).
 fn wait_for_core_end(rig: &Rig, origin: &str, session_id: &str) {
-    let runtime = tokio::runtime::Builder::new_current_thread().enable_all().build().expect("runtime");
-    let transport = runtime.block_on(GrpcTransport::connect(rig.socket())).expect("gRPC to Core");
     let deadline = Instant::now() + Duration::from_secs(15);
     loop {
-        let request = pb::ListAssetsRequest { session_id: session_id.to_owned(), caller_origin: origin.to_owned() };
-        match runtime.block_on(transport.call(Call::ListAssets(request))) {
-            Err(e) if e.is(ErrorCode::SessionEnded) => break,
-            other => assert!(Instant::now() < deadline, "Core has not ended {session_id}: {other:?}"),
+        let status = core_status(rig, origin, session_id);
+        if status == SessionStatus::Ended {
+            break;
         }
+        assert!(Instant::now() < deadline, "Core has not ended {session_id}: {status:?}");
         std::thread::sleep(Duration::from_millis(100));
     }
-    assert_eq!(core_status(rig, origin, session_id), SessionStatus::Ended, "Core records the session as ended");
 }
 
 /// After a revocation: the page's handle is ended and refuses at once, and
@@ -331,21 +345,40 @@ fn browser_end_to_end() {
     assert_eq!(activity["command"]["command"], json!("ls -la"), "{activity}");
     assert_eq!(activity["items"], json!(2), "{activity}");
 
-    // The agent's permission request reaches the page's onPermission, and
-    // the option the page chose reaches the agent.
+    // The agent's request to edit a file of its workspace reaches the
+    // page's onPermission, and the option the page chose reaches the agent.
     let permission = ok_value(attempt(
         &page,
         r##"demo.state.autoAnswer = "allow";
-           await demo.send("/permission rm -rf build");
+           await demo.send("/edit notes.md");
            const request = demo.state.permissions[demo.state.permissions.length - 1];
            delete demo.state.autoAnswer;
-           return { reply: demo.state.chats[demo.state.chats.length - 1], command: request.activity.command,
-                    options: request.options.map((o) => o.kind), policy: request.policyOptionId };"##,
+           return { reply: demo.state.chats[demo.state.chats.length - 1], paths: request.activity.paths,
+                    options: request.options.map((o) => o.kind), policy: request.policyOptionId,
+                    asked: demo.state.permissions.length };"##,
     ));
-    assert_eq!(permission["reply"], json!("Permission to run rm -rf build: answered allow."), "{permission}");
-    assert_eq!(permission["command"], json!("rm -rf build"), "{permission}");
+    assert_eq!(permission["reply"], json!("Permission to edit notes.md: answered allow."), "{permission}");
+    assert_eq!(permission["paths"], json!(["notes.md"]), "{permission}");
     assert_eq!(permission["options"], json!(["allow_once", "reject_once"]), "{permission}");
     assert_eq!(permission["policy"], json!("deny"), "{permission}");
+    // A command is not the page's to allow (issue 38): the page would say
+    // yes, but the request goes to the user's prompt in the extension,
+    // which names the site, the agent and the command.
+    let asked = permission["asked"].clone();
+    page.eval(r#"demo.state.autoAnswer = "allow"; window.commandTurn = demo.send("/permission rm -rf build"); true"#)
+        .expect("send the command turn");
+    let shown = rig.answer_user_permission("deny").expect("the user's prompt");
+    assert_eq!(shown["origin"], json!(origin), "{shown}");
+    assert_eq!(shown["agent"], json!("scripted"), "{shown}");
+    assert_eq!(shown["command"], json!("rm -rf build"), "{shown}");
+    let command = ok_value(attempt(
+        &page,
+        r##"await window.commandTurn;
+           delete demo.state.autoAnswer;
+           return { reply: demo.state.chats[demo.state.chats.length - 1], asked: demo.state.permissions.length };"##,
+    ));
+    assert_eq!(command["reply"], json!("Permission to run rm -rf build: answered deny."), "{command}");
+    assert_eq!(command["asked"], asked, "the page was never asked about the command: {command}");
 
     // Cancel a slowly streaming turn from the page: the awaited sendText
     // rejects with OPERATION_CANCELLED, the status is idle when cancel()
@@ -436,7 +469,16 @@ fn browser_end_to_end() {
 
     // The native host dies (as when Core goes away): the extension reconnects
     // with backoff and re-subscribes; the page's handle keeps working.
-    let hosts = native_host_pids(rig.browser.pid());
+    // The worker's own host for an owner call (reading consent at its
+    // restart) lives only until Core answered; then the page's is the one.
+    let mut hosts = native_host_pids(rig.browser.pid());
+    for _ in 0..100 {
+        if hosts.len() == 1 {
+            break;
+        }
+        std::thread::sleep(Duration::from_millis(50));
+        hosts = native_host_pids(rig.browser.pid());
+    }
     assert_eq!(hosts.len(), 1, "one host for the one open page: {hosts:?}");
     // SAFETY: plain kill(2) of a process this test's browser started.
     assert_eq!(unsafe { libc::kill(hosts[0] as i32, libc::SIGKILL) }, 0);
