@@ -1,6 +1,7 @@
 //! The per-session event gate: which Core events a client adopts.
 //!
-//! Rules (DESIGN §3, seed "Event order and duplicate protection"):
+//! Rules (the client must drop duplicate and out-of-order events, since a
+//! re-subscribe or a snapshot can repeat what it already saw):
 //! - an event whose `seq` is not newer than the last one seen is stale;
 //! - an operation-scoped event (non-empty `operation_id`) is accepted only
 //!   while that operation is the active one; `OperationStarted` makes its

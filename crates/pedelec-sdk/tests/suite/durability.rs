@@ -1,4 +1,6 @@
-//! DESIGN §4 durability: a Core crash loses no session.
+//! Durability: a Core killed mid-turn loses no session. Records, transcript,
+//! usage and provider identity are in SQLite, so a restarted Core resumes
+//! them, and an operation the crash cut short is reported `CORE_RESTARTED`.
 
 use pedelec_core::store::{read_record, read_transcript};
 use pedelec_sdk::{ErrorCode, SessionOptions, SessionStatus};
