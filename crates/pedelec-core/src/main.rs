@@ -43,12 +43,10 @@ enum Command {
         #[arg(long, default_value_t = 60_000)]
         asset_ticket_ttl_ms: u64,
         /// Async worker threads; 0 runs everything on one current-thread runtime.
-        // Two by default. One worker avoids a futex wake of a parked thread
-        // at each hand-off between tasks (request → session → provider →
-        // subscriber): on the 2-core machine the tool round trip went from
-        // ~57 to ~42 µs, but provider deltas lost ~10 % (codex 558k → 497k
-        // messages/s, OpenAI 858k → 765k) and the load bench's closed loop
-        // ~20 %, where parsing and delivery had overlapped (ARCHITECTURE.md).
+        // Two by default: one worker avoids a futex wake at each hand-off
+        // between tasks and so shortens the tool round trip, but costs
+        // provider delta throughput, where parsing and delivery overlap on
+        // two (docs/performance.md has the figures).
         #[arg(long, env = "PEDELEC_CORE_THREADS", default_value_t = 2)]
         worker_threads: usize,
         /// Directory of config.toml, the settings (default: $XDG_CONFIG_HOME/pedelec).
