@@ -6,6 +6,9 @@
 //! permission_timeout_secs = 60        # an unanswered permission request (permission mode "app") is rejected
 //! ended_session_retention_days = 30   # ended sessions are deleted (with their transcript) this long after they end; 0 keeps them
 //! allowed_workspace_roots = ["~/projects"]  # where local ("app:") programs may open explicit workspaces; none by default
+//! max_live_sessions_per_origin = 8    # sessions not yet ended per web (http/https) origin; local "app:" programs are not counted
+//! max_agent_processes = 16            # agent processes Core runs at once, all sessions together
+//! max_transcript_bytes = 268435456    # stored transcript per session (256 MiB); a turn starting past it is refused
 //!
 //! [providers.codex]                   # override a built-in provider…
 //! command = ["/opt/codex/bin/codex"]
@@ -95,6 +98,10 @@ pub struct Settings {
     pub allowed_workspace_roots: Vec<String>,
     #[serde(default)]
     pub providers: BTreeMap<String, ProviderOverride>,
+    /// Quotas (`quota.rs`); each refusal is `QUOTA_EXCEEDED` naming its key.
+    pub max_live_sessions_per_origin: Option<usize>,
+    pub max_agent_processes: Option<usize>,
+    pub max_transcript_bytes: Option<u64>,
 }
 
 /// A permission request nobody answers is rejected after this.
@@ -160,6 +167,18 @@ impl Settings {
         match self.ended_session_retention_days.unwrap_or(DEFAULT_RETENTION_DAYS) {
             0 => None,
             days => Some(Duration::from_secs(u64::from(days) * 86_400)),
+        }
+    }
+
+    /// The configured quotas, each its default where config.toml says nothing.
+    pub fn quotas(&self) -> crate::quota::Quotas {
+        let defaults = crate::quota::Quotas::default();
+        crate::quota::Quotas {
+            max_live_sessions_per_origin: self
+                .max_live_sessions_per_origin
+                .unwrap_or(defaults.max_live_sessions_per_origin),
+            max_agent_processes: self.max_agent_processes.unwrap_or(defaults.max_agent_processes),
+            max_transcript_bytes: self.max_transcript_bytes.unwrap_or(defaults.max_transcript_bytes),
         }
     }
 

@@ -25,6 +25,7 @@ use rusqlite::{Connection, params};
 use tokio::sync::oneshot;
 
 use crate::error::{CoreError, CoreResult};
+use crate::tool_token::ToolTokenDigest;
 
 /// Everything Core needs to bring a session back after a restart.
 #[derive(Debug, Clone, PartialEq)]
@@ -47,13 +48,19 @@ pub struct SessionRecord {
     pub usage_total: Option<u64>,
     /// Every seq Core emits for this session is at most this; a restart continues above it.
     pub seq_ceiling: u64,
-    pub tool_token: String,
+    /// The digest of the session's tool token (the token itself is never
+    /// stored: see `tool_token`).
+    pub tool_token_digest: ToolTokenDigest,
     /// Operation running when the record was written, if any.
     pub active_operation: Option<String>,
     /// The bodies of the session's last `operation_completed` transcript
     /// entries, oldest first (at most `limits::RECENT_OUTCOMES`). Read from
     /// the transcript when the store opens; not a column, never written.
     pub recent_outcomes: Vec<serde_json::Value>,
+    /// The bytes of the session's stored transcript bodies (what
+    /// `max_transcript_bytes` limits). Read with `recent_outcomes`; not a
+    /// column, never written.
+    pub transcript_bytes: u64,
     /// When the record was last written (ms since epoch): for an ended
     /// session, when it ended. Set by the store on every write; read only.
     pub updated_at_ms: i64,
@@ -90,6 +97,15 @@ impl EntryBody {
     /// A body read back from its row.
     fn stored(text: String) -> Self {
         EntryBody(text)
+    }
+
+    /// The stored text's length in bytes (what `max_transcript_bytes` counts).
+    pub fn len(&self) -> usize {
+        self.0.len()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.0.is_empty()
     }
 
     /// The body as a JSON tree (`null` if the stored text is not JSON).
@@ -252,9 +268,42 @@ fn migrate(conn: &Connection) -> rusqlite::Result<()> {
         conn.execute_batch("ALTER TABLE sessions ADD COLUMN updated_at_ms INTEGER NOT NULL DEFAULT 0")?;
         conn.execute("UPDATE sessions SET updated_at_ms = ?1", [wall_ms()])?;
     }
+    hash_plain_tool_tokens(conn)?;
     // Start-up reads live sessions only: an index over them alone keeps a
     // restart's cost independent of how many ended sessions are stored.
     conn.execute_batch("CREATE INDEX IF NOT EXISTS sessions_live ON sessions(created_at_ms) WHERE status != 'ended'")?;
+    Ok(())
+}
+
+/// A database from before tool tokens were hashed holds them in plain
+/// text: each becomes its digest. The old bytes would survive in freed
+/// space and in the WAL, so the file is then rewritten (`VACUUM`) and the
+/// caller's checkpoint (`Store::open`) empties the WAL.
+fn hash_plain_tool_tokens(conn: &Connection) -> rusqlite::Result<()> {
+    let plain: Vec<(String, String)> = {
+        let mut stmt = conn.prepare("SELECT id, tool_token FROM sessions WHERE tool_token NOT LIKE 'sha256:%'")?;
+        stmt.query_map([], |row| Ok((row.get(0)?, row.get(1)?)))?.collect::<rusqlite::Result<_>>()?
+    };
+    if plain.is_empty() {
+        return Ok(());
+    }
+    conn.execute_batch("BEGIN IMMEDIATE")?;
+    let hashed = (|| {
+        let mut update = conn.prepare("UPDATE sessions SET tool_token = ?2 WHERE id = ?1")?;
+        for (id, token) in &plain {
+            update.execute(params![id, ToolTokenDigest::from_stored(token).as_str()])?;
+        }
+        Ok(())
+    })();
+    match hashed {
+        Ok(()) => conn.execute_batch("COMMIT")?,
+        Err(error) => {
+            let _ = conn.execute_batch("ROLLBACK");
+            return Err(error);
+        }
+    }
+    conn.execute_batch("VACUUM")?;
+    tracing::info!(sessions = plain.len(), "stored tool tokens replaced by their digests");
     Ok(())
 }
 
@@ -428,6 +477,7 @@ impl Store {
             let mut record = select_records(c, "WHERE id = ?1", [id.as_str()])?.pop();
             if let Some(record) = &mut record {
                 record.recent_outcomes = recent_outcomes(c, &record.id)?;
+                record.transcript_bytes = transcript_bytes(c, &record.id)?;
             }
             Ok(record)
         })
@@ -639,7 +689,7 @@ fn upsert(c: &Connection, r: &SessionRecord) -> rusqlite::Result<()> {
          ON CONFLICT(id) DO UPDATE SET status = excluded.status, provider_session_id = excluded.provider_session_id,
             prepared = excluded.prepared, usage_total = excluded.usage_total,
             seq_ceiling = MAX(seq_ceiling, excluded.seq_ceiling), active_operation = excluded.active_operation,
-            updated_at_ms = excluded.updated_at_ms",
+            tool_token = excluded.tool_token, updated_at_ms = excluded.updated_at_ms",
     )?
     .execute(params![
         r.id,
@@ -656,7 +706,7 @@ fn upsert(c: &Connection, r: &SessionRecord) -> rusqlite::Result<()> {
         r.prepared,
         r.usage_total.map(|u| u as i64),
         r.seq_ceiling as i64,
-        r.tool_token,
+        r.tool_token_digest.as_str(),
         r.active_operation,
         r.permission_mode,
         wall_ms(),
@@ -688,10 +738,11 @@ fn record_of(row: &rusqlite::Row<'_>) -> rusqlite::Result<SessionRecord> {
         prepared: row.get(11)?,
         usage_total: row.get::<_, Option<i64>>(12)?.map(|u| u as u64),
         seq_ceiling: row.get::<_, i64>(13)? as u64,
-        tool_token: row.get(14)?,
+        tool_token_digest: ToolTokenDigest::from_stored(&row.get::<_, String>(14)?),
         active_operation: row.get(15)?,
         permission_mode: row.get(16)?,
         recent_outcomes: Vec::new(),
+        transcript_bytes: 0,
         updated_at_ms: row.get(17)?,
     })
 }
@@ -708,8 +759,16 @@ fn load_live(c: &Connection) -> rusqlite::Result<Vec<SessionRecord>> {
     let mut records = select_records(c, "WHERE status != 'ended' ORDER BY created_at_ms", [])?;
     for record in &mut records {
         record.recent_outcomes = recent_outcomes(c, &record.id)?;
+        record.transcript_bytes = transcript_bytes(c, &record.id)?;
     }
     Ok(records)
+}
+
+/// The bytes of a session's stored transcript bodies.
+fn transcript_bytes(c: &Connection, session_id: &str) -> rusqlite::Result<u64> {
+    c.prepare_cached("SELECT COALESCE(SUM(LENGTH(CAST(body AS BLOB))), 0) FROM transcript WHERE session_id = ?1")?
+        .query_row([session_id], |row| row.get::<_, i64>(0))
+        .map(|n| n.max(0) as u64)
 }
 
 /// A session's last `limits::RECENT_OUTCOMES` operation completions, oldest first.
@@ -749,6 +808,7 @@ pub fn read_record(database: &Path, session_id: &str) -> CoreResult<Option<Sessi
     let mut record = select_records(&conn, "WHERE id = ?1", [session_id])?.pop();
     if let Some(record) = &mut record {
         record.recent_outcomes = recent_outcomes(&conn, &record.id)?;
+        record.transcript_bytes = transcript_bytes(&conn, &record.id)?;
     }
     Ok(record)
 }
@@ -774,9 +834,10 @@ mod tests {
             prepared: false,
             usage_total: None,
             seq_ceiling: 0,
-            tool_token: "t".into(),
+            tool_token_digest: ToolTokenDigest::of("t"),
             active_operation: None,
             recent_outcomes: Vec::new(),
+            transcript_bytes: 0,
             updated_at_ms: 0,
         }
     }

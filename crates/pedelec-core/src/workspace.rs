@@ -1,7 +1,9 @@
 //! Workspaces (managed vs application-managed) and the per-session runtime
 //! directory `.pedelec-runtime/` holding assets and the skill/tool manifest.
 //!
-//! A managed workspace (no `workspace.path`) is `<state>/workspaces/<session>`;
+//! A managed workspace (no `workspace.path`) is `<workspaces dir>/<session>`
+//! (`config::workspaces_dir`: outside the state directory, so an agent
+//! working in it is nowhere near Core's database);
 //! its runtime directory is `<ws>/.pedelec-runtime`. An explicit workspace may
 //! be shared by several sessions, so each gets `<ws>/.pedelec-runtime/sessions/<session>`
 //! for its own files (the manifest); the public assets are
@@ -130,7 +132,9 @@ pub fn remove_stale_managed(managed_root: &Path, keep: &HashSet<String>) {
     };
     for entry in entries.flatten() {
         let name = entry.file_name().to_string_lossy().into_owned();
-        if !keep.contains(&name) {
+        // Only what Core made: the root may be a folder the user chose
+        // (`PEDELEC_WORKSPACES_DIR`), with other things in it.
+        if name.starts_with("sess-") && !keep.contains(&name) {
             tracing::info!(workspace = %name, "removing a stale managed workspace");
             let _ = std::fs::remove_dir_all(entry.path());
         }

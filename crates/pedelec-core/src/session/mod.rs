@@ -33,6 +33,7 @@ use crate::providers::{
 };
 use crate::store::{SessionRecord, Store};
 use crate::tools::ToolSet;
+use crate::tool_token::ToolToken;
 use crate::workspace::Workspace;
 use machine::{Begun, Effect, Identity, Now, SessionState, Start};
 
@@ -85,6 +86,8 @@ pub struct Shared {
     /// evicts them at once rather than at its next sweep, so a burst of
     /// ended sessions never piles up in memory.
     pub released: tokio::sync::mpsc::UnboundedSender<String>,
+    /// The configured limits (`quota.rs`).
+    pub quotas: crate::quota::Quotas,
 }
 
 #[cfg(test)]
@@ -102,6 +105,7 @@ impl Shared {
             core_exe: "/nonexistent/pedelec-core".into(),
             socket: dir.join("core.sock"),
             released: tokio::sync::mpsc::unbounded_channel().0,
+            quotas: crate::quota::Quotas::default(),
         })
     }
 }
@@ -137,12 +141,15 @@ pub struct Session {
     pub origin: String,
     pub info: pb::SessionInfo,
     pub workspace: Workspace,
-    pub tool_token: String,
+    /// Given to the agent it starts; only its digest is stored.
+    pub tool_token: ToolToken,
     pub guidance: String,
     pub tools: Arc<ToolSet>,
     shared: Arc<Shared>,
     inner: Mutex<Inner>,
     runtime: tokio::sync::Mutex<Option<Box<dyn ProviderSession>>>,
+    /// Bytes of transcript bodies written so far, against `max_transcript_bytes`.
+    transcript_bytes: std::sync::atomic::AtomicU64,
 }
 
 /// A registered subscriber's end: its snapshot (until sent), its queue, and
@@ -171,7 +178,7 @@ pub struct NewSession {
     pub origin: String,
     pub info: pb::SessionInfo,
     pub workspace: Workspace,
-    pub tool_token: String,
+    pub tool_token: ToolToken,
     pub skills: pb::Skills,
     pub tools: Arc<ToolSet>,
 }
@@ -184,7 +191,7 @@ impl NewSession {
             info: self.info.clone(),
             workspace: self.workspace.root.display().to_string(),
             managed_workspace: self.workspace.managed,
-            tool_token: self.tool_token.clone(),
+            tool_token_digest: self.tool_token.digest(),
         }
     }
 }
@@ -216,6 +223,7 @@ impl Session {
                 permission_responders: HashMap::new(),
             }),
             runtime: tokio::sync::Mutex::new(None),
+            transcript_bytes: std::sync::atomic::AtomicU64::new(0),
         })
     }
 
@@ -225,6 +233,7 @@ impl Session {
     pub fn restore(shared: Arc<Shared>, new: NewSession, record: &SessionRecord) -> Arc<Self> {
         let (machine, effects) = SessionState::restore(new.identity(), record, Now::current());
         let session = Self::with_machine(shared, new, machine);
+        session.transcript_bytes.store(record.transcript_bytes, std::sync::atomic::Ordering::Relaxed);
         session.apply_locked(effects);
         session
     }
@@ -257,7 +266,10 @@ impl Session {
                     }
                     inner.fanout.deliver(event)
                 }
-                Effect::Append(entry) => self.shared.store.append(&self.id, entry),
+                Effect::Append(entry) => {
+                    self.count_transcript(&entry);
+                    self.shared.store.append(&self.id, entry)
+                }
                 Effect::Save(record) => self.shared.store.save(record),
                 Effect::AnswerTool { request, answer } => {
                     if let Some(responder) = inner.responders.remove(&request) {
@@ -294,6 +306,30 @@ impl Session {
         }
     }
 
+    fn count_transcript(&self, entry: &crate::store::TranscriptEntry) {
+        self.transcript_bytes.fetch_add(entry.body.len() as u64, std::sync::atomic::Ordering::Relaxed);
+    }
+
+    /// Refuses a new operation whose prompt would take the stored
+    /// transcript past `max_transcript_bytes`. Checked when an operation
+    /// starts, not per message: a turn that starts under the limit finishes
+    /// (its output may pass it), and the next one is refused. Refusing
+    /// mid-turn would leave a turn half recorded.
+    fn check_transcript_quota(&self, prompt: &str) -> CoreResult<()> {
+        let max = self.shared.quotas.max_transcript_bytes;
+        let used = self.transcript_bytes.load(std::sync::atomic::Ordering::Relaxed);
+        if used.saturating_add(prompt.len() as u64) > max {
+            tracing::warn!(session = %self.id, used, max, "turn refused: max_transcript_bytes reached");
+            return Err(crate::quota::Exceeded {
+                key: "max_transcript_bytes",
+                max,
+                what: "the session's transcript is full",
+            }
+            .into());
+        }
+        Ok(())
+    }
+
     fn apply_locked(self: &Arc<Self>, effects: Vec<Effect>) {
         let mut inner = self.lock();
         self.apply(&mut inner, effects);
@@ -324,6 +360,7 @@ impl Session {
             .into_iter()
             .filter_map(|effect| match effect {
                 Effect::Append(entry) => {
+                    self.count_transcript(&entry);
                     entries.push(entry);
                     None
                 }
@@ -456,6 +493,7 @@ impl Session {
         if let Err((code, message)) = pedelec_protocol::asset_path::check_attachments(&attachments) {
             return Err(crate::error::CoreError::new(code, message));
         }
+        self.check_transcript_quota(&text)?;
         // The files are looked at off the async workers — and only when
         // there are any: a plain text costs no blocking task.
         let files = if attachments.is_empty() {
@@ -478,6 +516,7 @@ impl Session {
 
     pub async fn prepare(self: &Arc<Self>) -> CoreResult<pb::OperationAccepted> {
         let prompt = PREPARE_PROMPT.to_owned();
+        self.check_transcript_quota(&prompt)?;
         self.detached(|session| async move { session.start(pb::OperationKind::Prepare, prompt, Vec::new()).await })
             .await
     }
@@ -554,7 +593,7 @@ impl Session {
             bridge: ToolBridge {
                 command: self.shared.core_exe.clone(),
                 socket: self.shared.socket.clone(),
-                tool_token: self.tool_token.clone(),
+                tool_token: self.tool_token.expose().to_owned(),
             },
         }
     }
