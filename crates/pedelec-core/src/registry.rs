@@ -128,7 +128,7 @@ impl Registry {
             .filter(|s| s.origin == origin && s.status() != SessionStatus::Ended)
             .count();
         if live + pending >= max {
-            tracing::warn!(%origin, live, max, "session refused: max_live_sessions_per_origin reached");
+            tracing::debug!(%origin, live, max, "session refused: max_live_sessions_per_origin reached");
             return Err(crate::quota::Exceeded {
                 key: "max_live_sessions_per_origin",
                 max: max as u64,
@@ -340,6 +340,7 @@ impl Registry {
             auto_end_on_disconnect: request.auto_end_on_disconnect.unwrap_or(true),
             permission_mode: request.permission_mode,
         };
+        let skills_json = pedelec_protocol::json::to_json(&skills);
         let session = Session::new(
             self.shared.clone(),
             NewSession {
@@ -352,7 +353,9 @@ impl Registry {
                 tools,
             },
         );
-        self.shared.store.save_durably(session.initial_record()).await?;
+        let mut record = session.initial_record();
+        record.skills_json = Some(skills_json);
+        self.shared.store.save_durably(record).await?;
         tracing::info!(session = %id, provider = %info.provider, "session created");
         self.insert(session);
         Ok(info)
@@ -361,8 +364,16 @@ impl Registry {
     /// The in-memory session for a stored record.
     fn session_of(&self, record: &SessionRecord) -> Arc<Session> {
         let workspace = Workspace::recorded(&record.workspace, record.managed_workspace, &record.id);
-        // A manifest that no longer loads leaves the session without tools; resume reports it.
-        let skills = workspace.load_manifest().unwrap_or_default();
+        // Core's stored copy: the manifest file sits in the workspace, where
+        // the agent may rewrite it. Only a row from before the copy was
+        // kept falls back to the file (and gets no tools if it no longer loads).
+        let skills = match &record.skills_json {
+            Some(stored) => pedelec_protocol::json::from_json(stored).unwrap_or_else(|error| {
+                tracing::warn!(session = %record.id, %error, "the stored skills do not load");
+                pb::Skills::default()
+            }),
+            None => workspace.load_manifest().unwrap_or_default(),
+        };
         let tools = ToolSet::compile(skills.tools.clone())
             .unwrap_or_else(|_| ToolSet::compile(Vec::new()).expect("an empty manifest compiles"));
         let new = NewSession {

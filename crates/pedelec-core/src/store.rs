@@ -53,6 +53,11 @@ pub struct SessionRecord {
     pub tool_token_digest: ToolTokenDigest,
     /// Operation running when the record was written, if any.
     pub active_operation: Option<String>,
+    /// The session's skills and tools (`pb::Skills` as JSON), written once
+    /// at creation. Core's own copy: the manifest file in the workspace is
+    /// within the agent's reach, this is not. `None` in later writes
+    /// (which keep the stored copy) and in rows older than the column.
+    pub skills_json: Option<String>,
     /// The bodies of the session's last `operation_completed` transcript
     /// entries, oldest first (at most `limits::RECENT_OUTCOMES`). Read from
     /// the transcript when the store opens; not a column, never written.
@@ -261,6 +266,11 @@ fn migrate(conn: &Connection) -> rusqlite::Result<()> {
     };
     if !has("permission_mode")? {
         conn.execute_batch("ALTER TABLE sessions ADD COLUMN permission_mode INTEGER NOT NULL DEFAULT 0")?;
+    }
+    if !has("skills_json")? {
+        // Rows from before it have none: their sessions fall back to the
+        // manifest file once (`Registry::session_of`).
+        conn.execute_batch("ALTER TABLE sessions ADD COLUMN skills_json TEXT")?;
     }
     if !has("updated_at_ms")? {
         // Rows from before the column count as written now, so their
@@ -684,12 +694,13 @@ fn upsert(c: &Connection, r: &SessionRecord) -> rusqlite::Result<()> {
     c.prepare_cached(
         "INSERT INTO sessions(id, origin, provider, model, effort_level, created_at_ms, workspace, managed_workspace,
             auto_end_on_disconnect, status, provider_session_id, prepared, usage_total, seq_ceiling, tool_token, active_operation,
-            permission_mode, updated_at_ms)
-         VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14, ?15, ?16, ?17, ?18)
+            permission_mode, updated_at_ms, skills_json)
+         VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14, ?15, ?16, ?17, ?18, ?19)
          ON CONFLICT(id) DO UPDATE SET status = excluded.status, provider_session_id = excluded.provider_session_id,
             prepared = excluded.prepared, usage_total = excluded.usage_total,
             seq_ceiling = MAX(seq_ceiling, excluded.seq_ceiling), active_operation = excluded.active_operation,
-            tool_token = excluded.tool_token, updated_at_ms = excluded.updated_at_ms",
+            tool_token = excluded.tool_token, updated_at_ms = excluded.updated_at_ms,
+            skills_json = COALESCE(excluded.skills_json, skills_json)",
     )?
     .execute(params![
         r.id,
@@ -710,6 +721,7 @@ fn upsert(c: &Connection, r: &SessionRecord) -> rusqlite::Result<()> {
         r.active_operation,
         r.permission_mode,
         wall_ms(),
+        r.skills_json,
     ])?;
     Ok(())
 }
@@ -720,7 +732,7 @@ fn wall_ms() -> i64 {
 
 const COLUMNS: &str = "id, origin, provider, model, effort_level, created_at_ms, workspace, managed_workspace,
     auto_end_on_disconnect, status, provider_session_id, prepared, usage_total, seq_ceiling, tool_token, active_operation,
-    permission_mode, updated_at_ms";
+    permission_mode, updated_at_ms, skills_json";
 
 fn record_of(row: &rusqlite::Row<'_>) -> rusqlite::Result<SessionRecord> {
     Ok(SessionRecord {
@@ -744,6 +756,7 @@ fn record_of(row: &rusqlite::Row<'_>) -> rusqlite::Result<SessionRecord> {
         recent_outcomes: Vec::new(),
         transcript_bytes: 0,
         updated_at_ms: row.get(17)?,
+        skills_json: row.get(18)?,
     })
 }
 
@@ -836,6 +849,7 @@ mod tests {
             seq_ceiling: 0,
             tool_token_digest: ToolTokenDigest::of("t"),
             active_operation: None,
+            skills_json: None,
             recent_outcomes: Vec::new(),
             transcript_bytes: 0,
             updated_at_ms: 0,

@@ -97,18 +97,29 @@ impl Workspace {
         std::fs::write(&path, json::to_json(skills)).map_err(|e| CoreError::io("writing the tool manifest", e))
     }
 
-    /// Loads the manifest; any failure is `WORKSPACE_OPEN_FAILED`.
-    pub fn load_manifest(&self) -> CoreResult<pb::Skills> {
-        let failed = |why: String| {
-            CoreError::with_details(
-                ErrorCode::WorkspaceOpenFailed,
-                why,
-                serde_json::json!({ "workspace": self.root.display().to_string() }),
-            )
-        };
+    fn open_failed(&self, why: String) -> CoreError {
+        CoreError::with_details(
+            ErrorCode::WorkspaceOpenFailed,
+            why,
+            serde_json::json!({ "workspace": self.root.display().to_string() }),
+        )
+    }
+
+    /// `WORKSPACE_OPEN_FAILED` unless the workspace is still a directory.
+    pub fn check_present(&self) -> CoreResult<()> {
         if !self.root.is_dir() {
-            return Err(failed(format!("workspace {} is missing or not a directory", self.root.display())));
+            return Err(self.open_failed(format!("workspace {} is missing or not a directory", self.root.display())));
         }
+        Ok(())
+    }
+
+    /// Loads the manifest file; any failure is `WORKSPACE_OPEN_FAILED`.
+    /// Only for sessions stored before Core kept its own copy of their
+    /// skills (`SessionRecord::skills_json`): the file is in the agent's
+    /// reach, so what it says is not trusted where the stored copy exists.
+    pub fn load_manifest(&self) -> CoreResult<pb::Skills> {
+        let failed = |why: String| self.open_failed(why);
+        self.check_present()?;
         let text = std::fs::read_to_string(self.runtime.join(MANIFEST))
             .map_err(|e| failed(format!("cannot read the session's tool manifest: {e}")))?;
         json::from_json(&text).map_err(|e| failed(format!("the session's tool manifest does not load: {e}")))

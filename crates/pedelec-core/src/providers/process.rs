@@ -126,7 +126,7 @@ impl AgentProcess {
     /// while `max_agent_processes` are running.
     pub fn spawn(command: &CommandLine, cwd: &Path) -> Result<Self, ProviderFailure> {
         let slot = crate::quota::AGENT_PROCESSES.take().map_err(|refused| {
-            tracing::warn!(program = %command.program, "agent process refused: max_agent_processes reached");
+            tracing::debug!(program = %command.program, "agent process refused: max_agent_processes reached");
             let details = refused.details();
             ProviderFailure { code: ErrorCode::QuotaExceeded, message: refused.to_string(), fatal: false, details }
         })?;

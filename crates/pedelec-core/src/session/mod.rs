@@ -319,7 +319,7 @@ impl Session {
         let max = self.shared.quotas.max_transcript_bytes;
         let used = self.transcript_bytes.load(std::sync::atomic::Ordering::Relaxed);
         if used.saturating_add(prompt.len() as u64) > max {
-            tracing::warn!(session = %self.id, used, max, "turn refused: max_transcript_bytes reached");
+            tracing::debug!(session = %self.id, used, max, "turn refused: max_transcript_bytes reached");
             return Err(crate::quota::Exceeded {
                 key: "max_transcript_bytes",
                 max,
@@ -844,7 +844,7 @@ impl Session {
         if !self.lock().machine.can_resume()? {
             return Ok(());
         }
-        self.workspace.load_manifest()?;
+        self.workspace.check_present()?;
         // A subscriber arriving after this look is harmless: a timer
         // checks at its end whether anyone watches.
         let unwatched = self.lock().fanout.is_empty();

@@ -241,7 +241,7 @@ async fn managed_and_explicit_workspaces(via: Via) {
     let mut h = Harness::start_via(via);
     let client = h.client().await;
     let managed = client.create_session::<String>(SessionOptions::default()).await.unwrap();
-    let managed_dir = h.state().join("workspaces").join(managed.session_id());
+    let managed_dir = h.workspaces().join(managed.session_id());
     assert!(managed_dir.join(".pedelec-runtime/assets").is_dir());
 
     let shared = tempfile::tempdir().unwrap();
@@ -263,9 +263,12 @@ async fn managed_and_explicit_workspaces(via: Via) {
     assert!(!managed_dir.exists(), "managed workspaces are removed at normal exit");
     assert!(shared.path().join(".pedelec-runtime").is_dir(), "explicit workspaces are never deleted");
 
+    std::fs::create_dir_all(h.workspaces().join("sess-leftover")).unwrap();
+    // Where managed workspaces were before they left the state dir.
     std::fs::create_dir_all(h.state().join("workspaces/sess-leftover")).unwrap();
     h.restart();
-    assert!(!h.state().join("workspaces/sess-leftover").exists(), "leftovers are removed at the next start");
+    assert!(!h.workspaces().join("sess-leftover").exists(), "leftovers are removed at the next start");
+    assert!(!h.state().join("workspaces/sess-leftover").exists(), "in the old place too");
 }
 
 super::over_both_transports!(

@@ -287,6 +287,7 @@ impl SessionState {
                 .as_ref()
                 .filter(|a| !matches!(a.phase, Phase::Finishing(_)))
                 .map(|a| a.id.as_str().to_owned()),
+            skills_json: None,
             recent_outcomes: Vec::new(),
             transcript_bytes: 0,
             updated_at_ms: 0,
