@@ -125,9 +125,11 @@ async fn resume_fails_with_thread_not_found_and_workspace_open_failed(via: Via) 
     let err = session.resume().await.unwrap_err();
     assert!(err.is(ErrorCode::WorkspaceOpenFailed), "{err}");
     assert_eq!(session.get_status(), SessionStatus::Ended);
-    // A manifest that no longer loads is the same failure.
+    // The manifest file is not read back (Core keeps its own copy of the
+    // session's tools): the folder back, without it, resumes.
     std::fs::create_dir(&root).unwrap();
-    assert!(session.resume().await.unwrap_err().is(ErrorCode::WorkspaceOpenFailed));
+    session.resume().await.expect("the stored manifest needs no file");
+    assert_eq!(session.get_status(), SessionStatus::Idle);
 }
 
 /// The seed: prepare() rejects with SESSION_ENDED after end — also on a
