@@ -952,6 +952,39 @@ mod tests {
         }
     }
 
+    /// A database from before tool tokens were hashed: its plain tokens
+    /// become digests, and no byte of them is left in the file or its WAL.
+    #[tokio::test]
+    async fn plain_tool_tokens_of_an_older_database_become_digests_and_leave_no_trace() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("sessions.sqlite3");
+        let plain = "ab".repeat(32);
+        {
+            let conn = Connection::open(&path).unwrap();
+            conn.pragma_update(None, "journal_mode", "WAL").unwrap();
+            conn.execute_batch(SCHEMA).unwrap();
+            conn.execute(
+                "INSERT INTO sessions(id, origin, provider, model, effort_level, created_at_ms, workspace,
+                    managed_workspace, auto_end_on_disconnect, status, prepared, seq_ceiling, tool_token)
+                 VALUES ('sess-old', 'app:x', 'scripted', '', 0, 1, '/w', 1, 0, 'idle', 0, 0, ?1)",
+                [&plain],
+            )
+            .unwrap();
+        }
+        let contains = |needle: &str| {
+            std::fs::read_dir(dir.path()).unwrap().flatten().any(|f| {
+                std::fs::read(f.path()).is_ok_and(|bytes| bytes.windows(needle.len()).any(|w| w == needle.as_bytes()))
+            })
+        };
+        assert!(contains(&plain), "the old database holds the plain token");
+        let (store, records) = Store::open(&path).unwrap();
+        assert_eq!(records[0].tool_token_digest, ToolTokenDigest::of(&plain));
+        store.flush().await.unwrap();
+        assert!(!contains(&plain), "no file in the directory holds it after the upgrade");
+        let stored = read_record(&path, "sess-old").unwrap().unwrap();
+        assert_eq!(stored.tool_token_digest, ToolTokenDigest::of(&plain));
+    }
+
     #[tokio::test]
     async fn injected_faults_fail_exactly_the_armed_jobs() {
         let dir = tempfile::tempdir().unwrap();
