@@ -85,6 +85,7 @@ pub async fn serve(config: CoreConfig) -> CoreResult<()> {
         socket: config.socket.clone(),
         released: released_tx,
         quotas: settings.quotas(),
+        private_dirs: vec![config.state_dir.clone(), config.config_dir.clone()],
     });
     crate::quota::AGENT_PROCESSES.set_max(settings.quotas().max_agent_processes);
     use pedelec_protocol::discovery::{Platform, home_dir_for};

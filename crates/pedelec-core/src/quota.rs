@@ -111,7 +111,11 @@ impl ProcessSlots {
         self.running
             .fetch_update(Ordering::SeqCst, Ordering::SeqCst, |n| (n < max).then_some(n + 1))
             .map(|_| ProcessSlot(self))
-            .map_err(|_| Exceeded { key: "max_agent_processes", max: max as u64, what: "too many agent processes running" })
+            .map_err(|_| Exceeded {
+                key: "max_agent_processes",
+                max: max as u64,
+                what: "too many agent processes running",
+            })
     }
 }
 

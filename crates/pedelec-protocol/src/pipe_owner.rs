@@ -76,7 +76,9 @@ impl TokenUserBuf {
         let token = unsafe { OwnedHandle::from_raw_handle(token as RawHandle) };
         let mut needed = 0u32;
         // SAFETY: asks for the size only (no buffer); `needed` is ours to write.
-        unsafe { GetTokenInformation(token.as_raw_handle() as HANDLE, TokenUser, std::ptr::null_mut(), 0, &mut needed) };
+        unsafe {
+            GetTokenInformation(token.as_raw_handle() as HANDLE, TokenUser, std::ptr::null_mut(), 0, &mut needed)
+        };
         if needed == 0 {
             return Err(std::io::Error::last_os_error());
         }

@@ -32,8 +32,8 @@ use crate::providers::{
     PREPARE_PROMPT, ProviderFailure, ProviderSession, ProviderSetup, Providers, ToolBridge, TurnRequest,
 };
 use crate::store::{SessionRecord, Store};
-use crate::tools::ToolSet;
 use crate::tool_token::ToolToken;
+use crate::tools::ToolSet;
 use crate::workspace::Workspace;
 use machine::{Begun, Effect, Identity, Now, SessionState, Start};
 
@@ -88,6 +88,8 @@ pub struct Shared {
     pub released: tokio::sync::mpsc::UnboundedSender<String>,
     /// The configured limits (`quota.rs`).
     pub quotas: crate::quota::Quotas,
+    /// Core's state and config directories, for `ProviderSetup::private_dirs`.
+    pub private_dirs: Vec<std::path::PathBuf>,
 }
 
 #[cfg(test)]
@@ -106,6 +108,7 @@ impl Shared {
             socket: dir.join("core.sock"),
             released: tokio::sync::mpsc::unbounded_channel().0,
             quotas: crate::quota::Quotas::default(),
+            private_dirs: Vec::new(),
         })
     }
 }
@@ -590,6 +593,7 @@ impl Session {
             usage_total: inner.machine.usage(),
             permissions: (self.info.permission_mode == pb::PermissionMode::App as i32)
                 .then(|| Arc::new(SessionAsker(Arc::downgrade(self))) as Arc<dyn crate::providers::PermissionAsker>),
+            private_dirs: self.shared.private_dirs.clone(),
             bridge: ToolBridge {
                 command: self.shared.core_exe.clone(),
                 socket: self.shared.socket.clone(),

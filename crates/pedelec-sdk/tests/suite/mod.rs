@@ -144,10 +144,10 @@ impl Harness {
         std::fs::read_to_string(self.dir.path().join("tool-tokens"))
             .unwrap_or_default()
             .lines()
+            .rev()
             .filter_map(|line| line.split_once(' '))
-            .filter(|(id, _)| *id == session_id)
+            .find(|(id, _)| *id == session_id)
             .map(|(_, token)| token.to_owned())
-            .last()
             .unwrap_or_else(|| panic!("Core minted no tool token for {session_id}"))
     }
 
