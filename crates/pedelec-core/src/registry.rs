@@ -137,7 +137,7 @@ impl Registry {
             .into());
         }
         *admitting.entry(origin.to_owned()).or_default() += 1;
-        Ok(Some(Admission { registry: self, origin: origin.to_owned() }))
+        Ok(Some(Admission { registry: self, origin: origin.to_owned(), settled: false }))
     }
 
     fn in_memory(&self, id: &str) -> Option<Arc<Session>> {
@@ -260,7 +260,7 @@ impl Registry {
 
     pub async fn create(&self, request: pb::CreateSessionRequest) -> CoreResult<pb::SessionInfo> {
         check_origin(&request.caller_origin)?;
-        let _admission = self.admit(&request.caller_origin)?;
+        let admission = self.admit(&request.caller_origin)?;
         let provider_code =
             if request.provider.is_empty() { self.shared.providers.default_code() } else { request.provider.clone() };
         let provider = self.shared.providers.get(&provider_code).ok_or_else(|| {
@@ -357,7 +357,10 @@ impl Registry {
         record.skills_json = Some(skills_json);
         self.shared.store.save_durably(record).await?;
         tracing::info!(session = %id, provider = %info.provider, "session created");
-        self.insert(session);
+        match admission {
+            Some(admission) => admission.settle(|| self.insert(session)),
+            None => self.insert(session),
+        }
         Ok(info)
     }
 
@@ -485,16 +488,37 @@ impl Registry {
 pub struct Admission<'a> {
     registry: &'a Registry,
     origin: String,
+    /// The place was given back by `settle`.
+    settled: bool,
+}
+
+impl Admission<'_> {
+    /// Runs `insert` (which puts the admitted session in `sessions`) and
+    /// gives the place back in one step under the admitting lock, so that
+    /// no check in between counts the session twice.
+    fn settle(mut self, insert: impl FnOnce()) {
+        let registry = self.registry;
+        let mut admitting = registry.admitting.lock().unwrap_or_else(|p| p.into_inner());
+        insert();
+        release(&mut admitting, &self.origin);
+        self.settled = true;
+    }
 }
 
 impl Drop for Admission<'_> {
     fn drop(&mut self) {
-        let mut admitting = self.registry.admitting.lock().unwrap_or_else(|p| p.into_inner());
-        if let Some(pending) = admitting.get_mut(&self.origin) {
-            *pending -= 1;
-            if *pending == 0 {
-                admitting.remove(&self.origin);
-            }
+        if !self.settled {
+            let mut admitting = self.registry.admitting.lock().unwrap_or_else(|p| p.into_inner());
+            release(&mut admitting, &self.origin);
+        }
+    }
+}
+
+fn release(admitting: &mut HashMap<String, usize>, origin: &str) {
+    if let Some(pending) = admitting.get_mut(origin) {
+        *pending -= 1;
+        if *pending == 0 {
+            admitting.remove(origin);
         }
     }
 }
