@@ -1,7 +1,10 @@
 //! Quotas: the configured limits on what one caller (or all of them) may
 //! make Core hold, and the `QUOTA_EXCEEDED` refusal each of them answers
-//! with. A refused request changes nothing: the check runs before anything
-//! is created, spawned or written.
+//! with. A refused create, resume or turn start changes nothing: the check
+//! runs before anything is created, spawned or written. The process limit
+//! is met inside a turn (only there is it known whether the turn needs a
+//! new process), so that turn is recorded and completes failed, with no
+//! process started.
 //!
 //! Three limits live here; each is a key of `config.toml` (`settings.rs`):
 //!

@@ -222,6 +222,16 @@ mod tests {
     }
 
     #[test]
+    fn quotas_default_and_can_be_set() {
+        assert_eq!(Settings::default().quotas(), crate::quota::Quotas::default());
+        let s =
+            Settings::parse("max_live_sessions_per_origin = 2\nmax_agent_processes = 3\nmax_transcript_bytes = 4096\n")
+                .unwrap();
+        let q = s.quotas();
+        assert_eq!((q.max_live_sessions_per_origin, q.max_agent_processes, q.max_transcript_bytes), (2, 3, 4096));
+    }
+
+    #[test]
     fn a_missing_file_is_the_defaults() {
         let dir = tempfile::tempdir().unwrap();
         let s = Settings::load(dir.path()).unwrap();
