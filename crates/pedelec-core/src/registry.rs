@@ -375,7 +375,12 @@ impl Registry {
                 tracing::warn!(session = %record.id, %error, "the stored skills do not load");
                 pb::Skills::default()
             }),
-            None => workspace.load_manifest().unwrap_or_default(),
+            None => {
+                let skills = workspace.load_manifest().unwrap_or_default();
+                // Read from the file this once: from now on Core's copy holds.
+                self.shared.store.adopt_skills(&record.id, pedelec_protocol::json::to_json(&skills));
+                skills
+            }
         };
         let tools = ToolSet::compile(skills.tools.clone())
             .unwrap_or_else(|_| ToolSet::compile(Vec::new()).expect("an empty manifest compiles"));

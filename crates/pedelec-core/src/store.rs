@@ -423,6 +423,17 @@ impl Store {
         self.submit_statement(Box::new(move |c| upsert(c, &record)));
     }
 
+    /// Keeps `skills_json` as the session's stored skills if it has none
+    /// yet (a row from before Core kept its own copy), without waiting.
+    pub fn adopt_skills(&self, session_id: &str, skills_json: String) {
+        let id = session_id.to_owned();
+        self.submit_statement(Box::new(move |c| {
+            c.prepare_cached("UPDATE sessions SET skills_json = ?2 WHERE id = ?1 AND skills_json IS NULL")?
+                .execute(params![id, skills_json])
+                .map(drop)
+        }));
+    }
+
     /// Appends a transcript entry without waiting.
     pub fn append(&self, session_id: &str, entry: TranscriptEntry) {
         // The body was serialised on the caller's thread (`EntryBody`): the
@@ -983,6 +994,20 @@ mod tests {
         assert!(!contains(&plain), "no file in the directory holds it after the upgrade");
         let stored = read_record(&path, "sess-old").unwrap().unwrap();
         assert_eq!(stored.tool_token_digest, ToolTokenDigest::of(&plain));
+    }
+
+    #[tokio::test]
+    async fn skills_are_kept_once_and_later_writes_keep_them() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("sessions.sqlite3");
+        let (store, _) = Store::open(&path).unwrap();
+        store.save_durably(record("sess-a")).await.unwrap();
+        assert_eq!(read_record(&path, "sess-a").unwrap().unwrap().skills_json, None, "a row without a copy");
+        store.adopt_skills("sess-a", "{\"guidance\":\"first\"}".into());
+        store.adopt_skills("sess-a", "{\"guidance\":\"second\"}".into());
+        store.save_durably(record("sess-a")).await.unwrap();
+        let kept = read_record(&path, "sess-a").unwrap().unwrap().skills_json;
+        assert_eq!(kept.as_deref(), Some("{\"guidance\":\"first\"}"), "adopted once, kept by later writes");
     }
 
     #[tokio::test]
