@@ -33,7 +33,8 @@ enum Command {
         /// Socket path (default: $XDG_RUNTIME_DIR/pedelec/core.sock).
         #[arg(long, env = "PEDELEC_CORE_SOCKET")]
         socket: Option<PathBuf>,
-        /// State directory: database, managed workspaces (default: $XDG_STATE_HOME/pedelec).
+        /// State directory: database, lock, discovery file (default: $XDG_STATE_HOME/pedelec). Managed
+        /// workspaces go beside it, never inside (`$PEDELEC_WORKSPACES_DIR` to choose).
         #[arg(long, env = "PEDELEC_STATE_DIR")]
         state_dir: Option<PathBuf>,
         /// How long a session with auto_end_on_disconnect waits for a subscriber to come back.
