@@ -34,7 +34,7 @@ enum Command {
         #[arg(long, env = "PEDELEC_CORE_SOCKET")]
         socket: Option<PathBuf>,
         /// State directory: database, lock, discovery file (default: $XDG_STATE_HOME/pedelec). Managed
-        /// workspaces go beside it, never inside (`$PEDELEC_WORKSPACES_DIR` to choose).
+        /// workspaces live outside it (`$PEDELEC_WORKSPACES_DIR` to choose; see `config::workspaces_dir`).
         #[arg(long, env = "PEDELEC_STATE_DIR")]
         state_dir: Option<PathBuf>,
         /// How long a session with auto_end_on_disconnect waits for a subscriber to come back.
