@@ -46,14 +46,25 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
     let dir = tempfile::tempdir()?;
     let socket = dir.path().join("core.sock");
     let state = dir.path().join("state");
-    let _core = CoreProcess::spawn(&socket, &state, Duration::from_secs(3))?;
+    // The bench plays the agent: Core stores only the token's digest, so it
+    // has Core write the token it mints to a file outside the state dir.
+    let witness = dir.path().join("tool-tokens");
+    let witness_arg = witness.display().to_string();
+    let _core = CoreProcess::spawn_with_args(
+        &find_core_binary(),
+        &socket,
+        &state,
+        Duration::from_secs(3),
+        &["--tool-token-witness", &witness_arg],
+    )?;
     let client = Pedelec::connect(&socket, "app:bench").await?;
     let tool = ToolSpec::new("t".to_string(), "echo", json!({"type": "object"}));
     let session = client.create_session(SessionOptions { tools: vec![tool], ..Default::default() }).await?;
     let _h = session.on_tool_sync("t".to_string(), |args: Value, _| Ok::<_, String>(args));
-    let token = pedelec_core::store::read_record(&state.join("sessions.sqlite3"), session.session_id())?
-        .expect("the session is stored")
-        .tool_token;
+    let token = std::fs::read_to_string(&witness)?
+        .lines()
+        .find_map(|line| line.strip_prefix(&format!("{} ", session.session_id())).map(str::to_owned))
+        .expect("Core minted the session's token");
 
     let mut bridge = tokio::process::Command::new(find_core_binary())
         .arg("mcp")

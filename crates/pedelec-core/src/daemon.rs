@@ -51,6 +51,9 @@ pub async fn serve(config: CoreConfig) -> CoreResult<()> {
     crate::platform::files::raise_open_file_limit();
     crate::platform::files::ensure_private_dir(&config.state_dir)?;
     let _state_lock = lock_state_dir(&config.state_dir)?;
+    // Private like the state dir: a managed workspace's runtime files (a
+    // claude session's MCP config) carry its tool token.
+    crate::platform::files::ensure_private_dir(&config.managed_root())?;
     let listener = crate::platform::endpoint::Listener::bind(&config.socket).await?;
     // The tool socket goes with the gRPC endpoint; binding it second means
     // the check above already refused a live Core.
@@ -87,15 +90,23 @@ pub async fn serve(config: CoreConfig) -> CoreResult<()> {
         core_exe: std::env::current_exe().map_err(|e| CoreError::io("locating the pedelec-core executable", e))?,
         socket: config.socket.clone(),
         released: released_tx,
+        quotas: settings.quotas(),
+        private_dirs: vec![config.state_dir.clone(), config.config_dir.clone()],
     });
+    crate::quota::AGENT_PROCESSES.set_max(settings.quotas().max_agent_processes);
     use pedelec_protocol::discovery::{Platform, home_dir_for};
     let home = home_dir_for(Platform::current(), |k| std::env::var(k).ok());
     let policy = crate::workspace_policy::WorkspacePolicy::new(
         home.as_deref(),
         &settings.allowed_workspace_roots,
-        &[&config.state_dir, &config.config_dir],
+        // The managed root too: one session's managed workspace is no other's to open.
+        &[&config.state_dir, &config.config_dir, &config.managed_root()],
     );
-    let registry = Arc::new(Registry::new(shared, config.managed_root(), policy));
+    let registry = Arc::new(
+        Registry::new(shared, config.managed_root(), policy)
+            .with_token_witness(config.tool_token_witness.clone())
+            .with_legacy_managed_root(config.legacy_managed_root()),
+    );
     let restored = records.len();
     registry.restore(records);
     tokio::spawn(maintain(registry.clone(), released, settings.ended_retention(), config.trim_after_quiet));

@@ -33,7 +33,8 @@ enum Command {
         /// Socket path (default: $XDG_RUNTIME_DIR/pedelec/core.sock).
         #[arg(long, env = "PEDELEC_CORE_SOCKET")]
         socket: Option<PathBuf>,
-        /// State directory: database, managed workspaces (default: $XDG_STATE_HOME/pedelec).
+        /// State directory: database, lock, discovery file (default: $XDG_STATE_HOME/pedelec). Managed
+        /// workspaces live outside it (`$PEDELEC_WORKSPACES_DIR` to choose; see `config::workspaces_dir`).
         #[arg(long, env = "PEDELEC_STATE_DIR")]
         state_dir: Option<PathBuf>,
         /// How long a session with auto_end_on_disconnect waits for a subscriber to come back.
@@ -64,6 +65,11 @@ enum Command {
         #[arg(long, env = "PEDELEC_CORE_TRIM_AFTER_QUIET_MS",
               default_value_t = pedelec_core::platform::memory::QUIET_TICK.as_millis() as u64)]
         trim_after_quiet_ms: u64,
+        /// Tests only: append every tool token Core mints to this file. The
+        /// database holds only digests, and a test that plays the agent
+        /// needs the token; whoever can pass Core flags owns it anyway.
+        #[arg(long, hide = true)]
+        tool_token_witness: Option<PathBuf>,
     },
     /// Say what a user needs to know when something does not work: Core's
     /// socket and whether it answers, the state dir, the settings, each
@@ -117,6 +123,7 @@ fn main() -> std::process::ExitCode {
             max_connections,
             handshake_timeout_ms,
             trim_after_quiet_ms,
+            tool_token_witness,
         } => {
             let mut config = CoreConfig::resolve(socket, state_dir, Duration::from_millis(disconnect_grace_ms));
             config.asset_ticket_ttl = Duration::from_millis(asset_ticket_ttl_ms);
@@ -128,6 +135,7 @@ fn main() -> std::process::ExitCode {
                 config.config_dir = dir;
             }
             config.trim_after_quiet = (trim_after_quiet_ms > 0).then(|| Duration::from_millis(trim_after_quiet_ms));
+            config.tool_token_witness = tool_token_witness;
             run(runtime_builder(worker_threads), async move {
                 pedelec_core::daemon::serve(config).await.map_err(|e| e.to_string())
             })

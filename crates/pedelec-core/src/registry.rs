@@ -9,7 +9,7 @@
 //! ever stored.
 
 use std::collections::{HashMap, HashSet};
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, RwLock};
 use std::time::Duration;
@@ -19,6 +19,7 @@ use pedelec_protocol::{ErrorCode, SessionStatus, limits, pb};
 use crate::error::{CoreError, CoreResult};
 use crate::session::{NewSession, Session, Shared, new_id, now_ms};
 use crate::store::SessionRecord;
+use crate::tool_token::{ToolToken, ToolTokenDigest};
 use crate::tools::ToolSet;
 use crate::workspace::{self, Workspace};
 use crate::workspace_policy::{Refusal, WorkspacePolicy};
@@ -29,7 +30,19 @@ pub struct Registry {
     /// Which explicit workspaces a caller may open.
     policy: WorkspacePolicy,
     sessions: RwLock<HashMap<String, Arc<Session>>>,
-    tokens: RwLock<HashMap<String, String>>,
+    /// Session ids by the digest of their tool token: a presented token is
+    /// digested and looked up, so no plain token is a key anywhere.
+    tokens: RwLock<HashMap<ToolTokenDigest, String>>,
+    /// Creates and resumes under way, per origin, not yet in `sessions`:
+    /// counted with the live ones so that concurrent requests cannot all
+    /// pass the per-origin check at once.
+    admitting: std::sync::Mutex<HashMap<String, usize>>,
+    /// Tests only (`serve --tool-token-witness`): where each minted token is
+    /// written, since the store no longer holds one a test could read.
+    token_witness: Option<PathBuf>,
+    /// Where managed workspaces were made before they left the state
+    /// directory: leftovers there are swept too.
+    legacy_managed_root: Option<PathBuf>,
     /// Bumped by every eviction: a store read begun before one may be
     /// older than what the evicted session last wrote, so it is read again.
     evictions: AtomicU64,
@@ -58,13 +71,6 @@ fn check_origin(origin: &str) -> CoreResult<()> {
     Ok(())
 }
 
-fn random_token() -> String {
-    use rand::RngCore;
-    let mut bytes = [0u8; 32];
-    rand::rng().fill_bytes(&mut bytes);
-    bytes.iter().map(|b| format!("{b:02x}")).collect()
-}
-
 impl Registry {
     pub fn new(shared: Arc<Shared>, managed_root: PathBuf, policy: WorkspacePolicy) -> Self {
         Registry {
@@ -73,8 +79,65 @@ impl Registry {
             policy,
             sessions: RwLock::default(),
             tokens: RwLock::default(),
+            admitting: std::sync::Mutex::default(),
+            token_witness: None,
+            legacy_managed_root: None,
             evictions: AtomicU64::new(0),
         }
+    }
+
+    /// Writes every tool token this registry mints to `file` (tests only:
+    /// they play the agent, and the token is nowhere else they may read).
+    pub fn with_token_witness(mut self, file: Option<PathBuf>) -> Self {
+        self.token_witness = file;
+        self
+    }
+
+    pub fn with_legacy_managed_root(mut self, root: PathBuf) -> Self {
+        self.legacy_managed_root = Some(root);
+        self
+    }
+
+    /// A fresh tool token for session `id`. Minted at creation and again
+    /// whenever a stored session comes back into memory (restart, a
+    /// resume of an ended one): only the digest was stored.
+    fn mint_token(&self, id: &str) -> ToolToken {
+        let token = ToolToken::mint();
+        if let Some(file) = &self.token_witness {
+            witness(file, id, &token);
+        }
+        token
+    }
+
+    /// Admits one more live session of `origin`, or refuses with
+    /// `QUOTA_EXCEEDED` (`max_live_sessions_per_origin`). The place is held
+    /// until the returned guard drops: by then the session is in `sessions`
+    /// (and counted there) or was never made.
+    pub fn admit(&self, origin: &str) -> CoreResult<Option<Admission<'_>>> {
+        if !crate::quota::limits_sessions_of(origin) {
+            return Ok(None);
+        }
+        let max = self.shared.quotas.max_live_sessions_per_origin;
+        let mut admitting = self.admitting.lock().expect("admitting lock");
+        let pending = admitting.get(origin).copied().unwrap_or(0);
+        let live = self
+            .sessions
+            .read()
+            .expect("sessions lock")
+            .values()
+            .filter(|s| s.origin == origin && s.status() != SessionStatus::Ended)
+            .count();
+        if live + pending >= max {
+            tracing::debug!(%origin, live, max, "session refused: max_live_sessions_per_origin reached");
+            return Err(crate::quota::Exceeded {
+                key: "max_live_sessions_per_origin",
+                max: max as u64,
+                what: "this origin has too many live sessions",
+            }
+            .into());
+        }
+        *admitting.entry(origin.to_owned()).or_default() += 1;
+        Ok(Some(Admission { registry: self, origin: origin.to_owned(), settled: false }))
     }
 
     fn in_memory(&self, id: &str) -> Option<Arc<Session>> {
@@ -82,7 +145,7 @@ impl Registry {
     }
 
     fn insert(&self, session: Arc<Session>) {
-        self.tokens.write().expect("tokens lock").insert(session.tool_token.clone(), session.id.clone());
+        self.tokens.write().expect("tokens lock").insert(session.tool_token.digest(), session.id.clone());
         self.sessions.write().expect("sessions lock").insert(session.id.clone(), session);
     }
 
@@ -201,7 +264,7 @@ impl Registry {
                 continue;
             }
             let session = self.session_of(&record);
-            self.tokens.write().expect("tokens lock").insert(session.tool_token.clone(), session.id.clone());
+            self.tokens.write().expect("tokens lock").insert(session.tool_token.digest(), session.id.clone());
             sessions.insert(session.id.clone(), session.clone());
             return Ok(session);
         }
@@ -234,7 +297,7 @@ impl Registry {
         let mut tokens = self.tokens.write().expect("tokens lock");
         for id in gone {
             if let Some(session) = sessions.remove(id) {
-                tokens.remove(&session.tool_token);
+                tokens.remove(&session.tool_token.digest());
             }
         }
         // A burst of sessions leaves the maps sized for it: give that back.
@@ -264,8 +327,12 @@ impl Registry {
         if token.len() != 64 {
             return Err(refused());
         }
-        let id = self.tokens.read().expect("tokens lock").get(token).cloned().ok_or_else(refused)?;
+        let presented = ToolTokenDigest::of(token);
+        let id = self.tokens.read().expect("tokens lock").get(&presented).cloned().ok_or_else(refused)?;
         let session = self.sessions.read().expect("sessions lock").get(&id).cloned().ok_or_else(refused)?;
+        if !session.tool_token.digest().matches(&presented) {
+            return Err(refused());
+        }
         if session.status() == SessionStatus::Ended {
             return Err(CoreError::new(ErrorCode::ToolTokenInvalid, "the tool token's session has ended"));
         }
@@ -274,6 +341,7 @@ impl Registry {
 
     pub async fn create(&self, request: pb::CreateSessionRequest) -> CoreResult<pb::SessionInfo> {
         check_origin(&request.caller_origin)?;
+        let admission = self.admit(&request.caller_origin)?;
         let provider_code =
             if request.provider.is_empty() { self.shared.providers.default_code() } else { request.provider.clone() };
         let provider = self.shared.providers.get(&provider_code).ok_or_else(|| {
@@ -351,6 +419,7 @@ impl Registry {
             auto_end_on_disconnect: request.auto_end_on_disconnect.unwrap_or(true),
             permission_mode: request.permission_mode,
         };
+        let skills_json = pedelec_protocol::json::to_json(&skills);
         let session = Session::new(
             self.shared.clone(),
             NewSession {
@@ -358,22 +427,40 @@ impl Registry {
                 origin: request.caller_origin,
                 info: info.clone(),
                 workspace,
-                tool_token: random_token(),
+                tool_token: self.mint_token(&id),
                 skills,
                 tools,
             },
         );
-        self.shared.store.save_durably(session.initial_record()).await?;
+        let mut record = session.initial_record();
+        record.skills_json = Some(skills_json);
+        self.shared.store.save_durably(record).await?;
         tracing::info!(session = %id, provider = %info.provider, "session created");
-        self.insert(session);
+        match admission {
+            Some(admission) => admission.settle(|| self.insert(session)),
+            None => self.insert(session),
+        }
         Ok(info)
     }
 
     /// The in-memory session for a stored record.
     fn session_of(&self, record: &SessionRecord) -> Arc<Session> {
         let workspace = Workspace::recorded(&record.workspace, record.managed_workspace, &record.id);
-        // A manifest that no longer loads leaves the session without tools; resume reports it.
-        let skills = workspace.load_manifest().unwrap_or_default();
+        // Core's stored copy: the manifest file sits in the workspace, where
+        // the agent may rewrite it. Only a row from before the copy was
+        // kept falls back to the file (and gets no tools if it no longer loads).
+        let skills = match &record.skills_json {
+            Some(stored) => pedelec_protocol::json::from_json(stored).unwrap_or_else(|error| {
+                tracing::warn!(session = %record.id, %error, "the stored skills do not load");
+                pb::Skills::default()
+            }),
+            None => {
+                let skills = workspace.load_manifest().unwrap_or_default();
+                // Read from the file this once: from now on Core's copy holds.
+                self.shared.store.adopt_skills(&record.id, pedelec_protocol::json::to_json(&skills));
+                skills
+            }
+        };
         let tools = ToolSet::compile(skills.tools.clone())
             .unwrap_or_else(|_| ToolSet::compile(Vec::new()).expect("an empty manifest compiles"));
         let new = NewSession {
@@ -381,7 +468,7 @@ impl Registry {
             origin: record.origin.clone(),
             info: info_of(record),
             workspace,
-            tool_token: record.tool_token.clone(),
+            tool_token: self.mint_token(&record.id),
             skills,
             tools,
         };
@@ -406,6 +493,9 @@ impl Registry {
             self.insert(session);
         }
         workspace::remove_stale_managed(&self.managed_root, &keep);
+        if let Some(legacy) = &self.legacy_managed_root {
+            workspace::remove_stale_managed(legacy, &keep);
+        }
     }
 
     /// A page of `origin`'s sessions, newest created first (ties by id),
@@ -474,6 +564,58 @@ impl Registry {
             session.close_subscribers();
         }
         let _ = self.shared.store.flush().await;
+    }
+}
+
+/// A place under `max_live_sessions_per_origin` held for a create or a
+/// resume under way (see [`Registry::admit`]).
+pub struct Admission<'a> {
+    registry: &'a Registry,
+    origin: String,
+    /// The place was given back by `settle`.
+    settled: bool,
+}
+
+impl Admission<'_> {
+    /// Runs `insert` (which puts the admitted session in `sessions`) and
+    /// gives the place back in one step under the admitting lock, so that
+    /// no check in between counts the session twice.
+    fn settle(mut self, insert: impl FnOnce()) {
+        let registry = self.registry;
+        let mut admitting = registry.admitting.lock().unwrap_or_else(|p| p.into_inner());
+        insert();
+        release(&mut admitting, &self.origin);
+        self.settled = true;
+    }
+}
+
+impl Drop for Admission<'_> {
+    fn drop(&mut self) {
+        if !self.settled {
+            let mut admitting = self.registry.admitting.lock().unwrap_or_else(|p| p.into_inner());
+            release(&mut admitting, &self.origin);
+        }
+    }
+}
+
+fn release(admitting: &mut HashMap<String, usize>, origin: &str) {
+    if let Some(pending) = admitting.get_mut(origin) {
+        *pending -= 1;
+        if *pending == 0 {
+            admitting.remove(origin);
+        }
+    }
+}
+
+/// Appends `<session id> <token>` to the witness file (created 0600).
+fn witness(file: &Path, id: &str, token: &ToolToken) {
+    use std::io::Write;
+    let mut options = std::fs::OpenOptions::new();
+    options.create(true).append(true);
+    #[cfg(unix)]
+    std::os::unix::fs::OpenOptionsExt::mode(&mut options, 0o600);
+    if let Err(error) = options.open(file).and_then(|mut f| writeln!(f, "{id} {}", token.expose())) {
+        tracing::warn!(%error, file = %file.display(), "cannot write the tool token witness");
     }
 }
 

@@ -95,6 +95,12 @@ impl Core for CoreService {
     async fn resume(&self, request: Request<pb::ResumeRequest>) -> Reply<pb::ResumeResponse> {
         let request = request.into_inner();
         let session = self.registry.get_for_work(&request.session_id, &request.caller_origin).await?;
+        // Resuming an ended session makes it live again: it counts against
+        // the origin's quota like a new one (a live one is already counted).
+        let _admission = match session.status() {
+            pedelec_protocol::SessionStatus::Ended => self.registry.admit(&session.origin)?,
+            _ => None,
+        };
         session.resume().await?;
         Ok(Response::new(pb::ResumeResponse { session: Some(session.info.clone()) }))
     }

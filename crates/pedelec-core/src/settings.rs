@@ -9,6 +9,9 @@
 //! asset_bytes_per_session = 1073741824  # bytes a session's asset folder may hold (1 GiB); an upload over it is QUOTA_EXCEEDED
 //! asset_server_connections = 64       # connections the loopback asset server holds at once; more are closed
 //! asset_header_timeout_secs = 10      # a connection to it that sends no complete request head in this long is closed
+//! max_live_sessions_per_origin = 8    # sessions not yet ended per web (http/https) origin; local "app:" programs are not counted
+//! max_agent_processes = 16            # agent processes Core runs at once, all sessions together
+//! max_transcript_bytes = 268435456    # stored transcript per session (256 MiB); a turn starting past it is refused
 //!
 //! [providers.codex]                   # override a built-in provider…
 //! command = ["/opt/codex/bin/codex"]
@@ -104,6 +107,10 @@ pub struct Settings {
     pub asset_header_timeout_secs: Option<u64>,
     #[serde(default)]
     pub providers: BTreeMap<String, ProviderOverride>,
+    /// Quotas (`quota.rs`); each refusal is `QUOTA_EXCEEDED` naming its key.
+    pub max_live_sessions_per_origin: Option<usize>,
+    pub max_agent_processes: Option<usize>,
+    pub max_transcript_bytes: Option<u64>,
 }
 
 /// A permission request nobody answers is rejected after this.
@@ -173,6 +180,18 @@ impl Settings {
         }
     }
 
+    /// The configured quotas, each its default where config.toml says nothing.
+    pub fn quotas(&self) -> crate::quota::Quotas {
+        let defaults = crate::quota::Quotas::default();
+        crate::quota::Quotas {
+            max_live_sessions_per_origin: self
+                .max_live_sessions_per_origin
+                .unwrap_or(defaults.max_live_sessions_per_origin),
+            max_agent_processes: self.max_agent_processes.unwrap_or(defaults.max_agent_processes),
+            max_transcript_bytes: self.max_transcript_bytes.unwrap_or(defaults.max_transcript_bytes),
+        }
+    }
+
     pub fn permission_timeout(&self) -> Duration {
         self.permission_timeout_secs.map(Duration::from_secs).unwrap_or(DEFAULT_PERMISSION_TIMEOUT)
     }
@@ -210,6 +229,16 @@ mod tests {
         assert!(Settings::parse("[providers.x]\ncommand = []").unwrap_err().contains("needs a program"));
         assert!(Settings::parse("[providers.x]\nkind = \"telepathy\"").is_err());
         assert!(Settings::parse("turn_timeout_secs = 0").is_err());
+    }
+
+    #[test]
+    fn quotas_default_and_can_be_set() {
+        assert_eq!(Settings::default().quotas(), crate::quota::Quotas::default());
+        let s =
+            Settings::parse("max_live_sessions_per_origin = 2\nmax_agent_processes = 3\nmax_transcript_bytes = 4096\n")
+                .unwrap();
+        let q = s.quotas();
+        assert_eq!((q.max_live_sessions_per_origin, q.max_agent_processes, q.max_transcript_bytes), (2, 3, 4096));
     }
 
     #[test]

@@ -25,6 +25,7 @@ use rusqlite::{Connection, params};
 use tokio::sync::oneshot;
 
 use crate::error::{CoreError, CoreResult};
+use crate::tool_token::ToolTokenDigest;
 
 /// Everything Core needs to bring a session back after a restart.
 #[derive(Debug, Clone, PartialEq)]
@@ -47,13 +48,24 @@ pub struct SessionRecord {
     pub usage_total: Option<u64>,
     /// Every seq Core emits for this session is at most this; a restart continues above it.
     pub seq_ceiling: u64,
-    pub tool_token: String,
+    /// The digest of the session's tool token (the token itself is never
+    /// stored: see `tool_token`).
+    pub tool_token_digest: ToolTokenDigest,
     /// Operation running when the record was written, if any.
     pub active_operation: Option<String>,
+    /// The session's skills and tools (`pb::Skills` as JSON), written once
+    /// at creation. Core's own copy: the manifest file in the workspace is
+    /// within the agent's reach, this is not. `None` in later writes
+    /// (which keep the stored copy) and in rows older than the column.
+    pub skills_json: Option<String>,
     /// The bodies of the session's last `operation_completed` transcript
     /// entries, oldest first (at most `limits::RECENT_OUTCOMES`). Read from
     /// the transcript when the store opens; not a column, never written.
     pub recent_outcomes: Vec<serde_json::Value>,
+    /// The bytes of the session's stored transcript bodies (what
+    /// `max_transcript_bytes` limits). Read with `recent_outcomes`; not a
+    /// column, never written.
+    pub transcript_bytes: u64,
     /// When the record was last written (ms since epoch): for an ended
     /// session, when it ended. Set by the store on every write; read only.
     pub updated_at_ms: i64,
@@ -90,6 +102,15 @@ impl EntryBody {
     /// A body read back from its row.
     fn stored(text: String) -> Self {
         EntryBody(text)
+    }
+
+    /// The stored text's length in bytes (what `max_transcript_bytes` counts).
+    pub fn len(&self) -> usize {
+        self.0.len()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.0.is_empty()
     }
 
     /// The body as a JSON tree (`null` if the stored text is not JSON).
@@ -251,15 +272,53 @@ fn migrate(conn: &Connection) -> rusqlite::Result<()> {
     if !has("permission_mode")? {
         conn.execute_batch("ALTER TABLE sessions ADD COLUMN permission_mode INTEGER NOT NULL DEFAULT 0")?;
     }
+    if !has("skills_json")? {
+        // Rows from before it have none: their sessions fall back to the
+        // manifest file once (`Registry::session_of`).
+        conn.execute_batch("ALTER TABLE sessions ADD COLUMN skills_json TEXT")?;
+    }
     if !has("updated_at_ms")? {
         // Rows from before the column count as written now, so their
         // retention starts at the upgrade rather than expiring at once.
         conn.execute_batch("ALTER TABLE sessions ADD COLUMN updated_at_ms INTEGER NOT NULL DEFAULT 0")?;
         conn.execute("UPDATE sessions SET updated_at_ms = ?1", [wall_ms()])?;
     }
+    hash_plain_tool_tokens(conn)?;
     // Start-up reads live sessions only: an index over them alone keeps a
     // restart's cost independent of how many ended sessions are stored.
     conn.execute_batch("CREATE INDEX IF NOT EXISTS sessions_live ON sessions(created_at_ms) WHERE status != 'ended'")?;
+    Ok(())
+}
+
+/// A database from before tool tokens were hashed holds them in plain
+/// text: each becomes its digest. The old bytes would survive in freed
+/// space and in the WAL, so the file is then rewritten (`VACUUM`) and the
+/// caller's checkpoint (`Store::open`) empties the WAL.
+fn hash_plain_tool_tokens(conn: &Connection) -> rusqlite::Result<()> {
+    let plain: Vec<(String, String)> = {
+        let mut stmt = conn.prepare("SELECT id, tool_token FROM sessions WHERE tool_token NOT LIKE 'sha256:%'")?;
+        stmt.query_map([], |row| Ok((row.get(0)?, row.get(1)?)))?.collect::<rusqlite::Result<_>>()?
+    };
+    if plain.is_empty() {
+        return Ok(());
+    }
+    conn.execute_batch("BEGIN IMMEDIATE")?;
+    let hashed = (|| {
+        let mut update = conn.prepare("UPDATE sessions SET tool_token = ?2 WHERE id = ?1")?;
+        for (id, token) in &plain {
+            update.execute(params![id, ToolTokenDigest::from_stored(token).as_str()])?;
+        }
+        Ok(())
+    })();
+    match hashed {
+        Ok(()) => conn.execute_batch("COMMIT")?,
+        Err(error) => {
+            let _ = conn.execute_batch("ROLLBACK");
+            return Err(error);
+        }
+    }
+    conn.execute_batch("VACUUM")?;
+    tracing::info!(sessions = plain.len(), "stored tool tokens replaced by their digests");
     Ok(())
 }
 
@@ -406,6 +465,17 @@ impl Store {
         self.submit_statement(Box::new(move |c| upsert(c, &record)));
     }
 
+    /// Keeps `skills_json` as the session's stored skills if it has none
+    /// yet (a row from before Core kept its own copy), without waiting.
+    pub fn adopt_skills(&self, session_id: &str, skills_json: String) {
+        let id = session_id.to_owned();
+        self.submit_statement(Box::new(move |c| {
+            c.prepare_cached("UPDATE sessions SET skills_json = ?2 WHERE id = ?1 AND skills_json IS NULL")?
+                .execute(params![id, skills_json])
+                .map(drop)
+        }));
+    }
+
     /// Appends a transcript entry without waiting.
     pub fn append(&self, session_id: &str, entry: TranscriptEntry) {
         // The body was serialised on the caller's thread (`EntryBody`): the
@@ -470,6 +540,7 @@ impl Store {
             let mut record = select_records(c, "WHERE id = ?1", [id.as_str()])?.pop();
             if let Some(record) = &mut record {
                 record.recent_outcomes = recent_outcomes(c, &record.id)?;
+                record.transcript_bytes = transcript_bytes(c, &record.id)?;
             }
             Ok(record)
         })
@@ -676,12 +747,13 @@ fn upsert(c: &Connection, r: &SessionRecord) -> rusqlite::Result<()> {
     c.prepare_cached(
         "INSERT INTO sessions(id, origin, provider, model, effort_level, created_at_ms, workspace, managed_workspace,
             auto_end_on_disconnect, status, provider_session_id, prepared, usage_total, seq_ceiling, tool_token, active_operation,
-            permission_mode, updated_at_ms)
-         VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14, ?15, ?16, ?17, ?18)
+            permission_mode, updated_at_ms, skills_json)
+         VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14, ?15, ?16, ?17, ?18, ?19)
          ON CONFLICT(id) DO UPDATE SET status = excluded.status, provider_session_id = excluded.provider_session_id,
             prepared = excluded.prepared, usage_total = excluded.usage_total,
             seq_ceiling = MAX(seq_ceiling, excluded.seq_ceiling), active_operation = excluded.active_operation,
-            updated_at_ms = excluded.updated_at_ms",
+            tool_token = excluded.tool_token, updated_at_ms = excluded.updated_at_ms,
+            skills_json = COALESCE(excluded.skills_json, skills_json)",
     )?
     .execute(params![
         r.id,
@@ -698,10 +770,11 @@ fn upsert(c: &Connection, r: &SessionRecord) -> rusqlite::Result<()> {
         r.prepared,
         r.usage_total.map(|u| u as i64),
         r.seq_ceiling as i64,
-        r.tool_token,
+        r.tool_token_digest.as_str(),
         r.active_operation,
         r.permission_mode,
         wall_ms(),
+        r.skills_json,
     ])?;
     Ok(())
 }
@@ -712,7 +785,7 @@ fn wall_ms() -> i64 {
 
 const COLUMNS: &str = "id, origin, provider, model, effort_level, created_at_ms, workspace, managed_workspace,
     auto_end_on_disconnect, status, provider_session_id, prepared, usage_total, seq_ceiling, tool_token, active_operation,
-    permission_mode, updated_at_ms";
+    permission_mode, updated_at_ms, skills_json";
 
 fn record_of(row: &rusqlite::Row<'_>) -> rusqlite::Result<SessionRecord> {
     Ok(SessionRecord {
@@ -730,11 +803,13 @@ fn record_of(row: &rusqlite::Row<'_>) -> rusqlite::Result<SessionRecord> {
         prepared: row.get(11)?,
         usage_total: row.get::<_, Option<i64>>(12)?.map(|u| u as u64),
         seq_ceiling: row.get::<_, i64>(13)? as u64,
-        tool_token: row.get(14)?,
+        tool_token_digest: ToolTokenDigest::from_stored(&row.get::<_, String>(14)?),
         active_operation: row.get(15)?,
         permission_mode: row.get(16)?,
         recent_outcomes: Vec::new(),
+        transcript_bytes: 0,
         updated_at_ms: row.get(17)?,
+        skills_json: row.get(18)?,
     })
 }
 
@@ -750,8 +825,16 @@ fn load_live(c: &Connection) -> rusqlite::Result<Vec<SessionRecord>> {
     let mut records = select_records(c, "WHERE status != 'ended' ORDER BY created_at_ms", [])?;
     for record in &mut records {
         record.recent_outcomes = recent_outcomes(c, &record.id)?;
+        record.transcript_bytes = transcript_bytes(c, &record.id)?;
     }
     Ok(records)
+}
+
+/// The bytes of a session's stored transcript bodies.
+fn transcript_bytes(c: &Connection, session_id: &str) -> rusqlite::Result<u64> {
+    c.prepare_cached("SELECT COALESCE(SUM(LENGTH(CAST(body AS BLOB))), 0) FROM transcript WHERE session_id = ?1")?
+        .query_row([session_id], |row| row.get::<_, i64>(0))
+        .map(|n| n.max(0) as u64)
 }
 
 /// A session's last `limits::RECENT_OUTCOMES` operation completions, oldest first.
@@ -791,6 +874,7 @@ pub fn read_record(database: &Path, session_id: &str) -> CoreResult<Option<Sessi
     let mut record = select_records(&conn, "WHERE id = ?1", [session_id])?.pop();
     if let Some(record) = &mut record {
         record.recent_outcomes = recent_outcomes(&conn, &record.id)?;
+        record.transcript_bytes = transcript_bytes(&conn, &record.id)?;
     }
     Ok(record)
 }
@@ -816,9 +900,11 @@ mod tests {
             prepared: false,
             usage_total: None,
             seq_ceiling: 0,
-            tool_token: "t".into(),
+            tool_token_digest: ToolTokenDigest::of("t"),
             active_operation: None,
+            skills_json: None,
             recent_outcomes: Vec::new(),
+            transcript_bytes: 0,
             updated_at_ms: 0,
         }
     }
@@ -917,6 +1003,53 @@ mod tests {
         } else {
             assert!(current > 0, "SQLite started first, so it still counts its memory");
         }
+    }
+
+    /// A database from before tool tokens were hashed: its plain tokens
+    /// become digests, and no byte of them is left in the file or its WAL.
+    #[tokio::test]
+    async fn plain_tool_tokens_of_an_older_database_become_digests_and_leave_no_trace() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("sessions.sqlite3");
+        let plain = "ab".repeat(32);
+        {
+            let conn = Connection::open(&path).unwrap();
+            conn.pragma_update(None, "journal_mode", "WAL").unwrap();
+            conn.execute_batch(SCHEMA).unwrap();
+            conn.execute(
+                "INSERT INTO sessions(id, origin, provider, model, effort_level, created_at_ms, workspace,
+                    managed_workspace, auto_end_on_disconnect, status, prepared, seq_ceiling, tool_token)
+                 VALUES ('sess-old', 'app:x', 'scripted', '', 0, 1, '/w', 1, 0, 'idle', 0, 0, ?1)",
+                [&plain],
+            )
+            .unwrap();
+        }
+        let contains = |needle: &str| {
+            std::fs::read_dir(dir.path()).unwrap().flatten().any(|f| {
+                std::fs::read(f.path()).is_ok_and(|bytes| bytes.windows(needle.len()).any(|w| w == needle.as_bytes()))
+            })
+        };
+        assert!(contains(&plain), "the old database holds the plain token");
+        let (store, records) = Store::open(&path).unwrap();
+        assert_eq!(records[0].tool_token_digest, ToolTokenDigest::of(&plain));
+        store.flush().await.unwrap();
+        assert!(!contains(&plain), "no file in the directory holds it after the upgrade");
+        let stored = read_record(&path, "sess-old").unwrap().unwrap();
+        assert_eq!(stored.tool_token_digest, ToolTokenDigest::of(&plain));
+    }
+
+    #[tokio::test]
+    async fn skills_are_kept_once_and_later_writes_keep_them() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("sessions.sqlite3");
+        let (store, _) = Store::open(&path).unwrap();
+        store.save_durably(record("sess-a")).await.unwrap();
+        assert_eq!(read_record(&path, "sess-a").unwrap().unwrap().skills_json, None, "a row without a copy");
+        store.adopt_skills("sess-a", "{\"guidance\":\"first\"}".into());
+        store.adopt_skills("sess-a", "{\"guidance\":\"second\"}".into());
+        store.save_durably(record("sess-a")).await.unwrap();
+        let kept = read_record(&path, "sess-a").unwrap().unwrap().skills_json;
+        assert_eq!(kept.as_deref(), Some("{\"guidance\":\"first\"}"), "adopted once, kept by later writes");
     }
 
     #[tokio::test]

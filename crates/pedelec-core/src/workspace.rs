@@ -1,7 +1,9 @@
 //! Workspaces (managed vs application-managed) and the per-session runtime
 //! directory `.pedelec-runtime/` holding assets and the skill/tool manifest.
 //!
-//! A managed workspace (no `workspace.path`) is `<state>/workspaces/<session>`;
+//! A managed workspace (no `workspace.path`) is `<workspaces dir>/<session>`
+//! (`config::workspaces_dir`: outside the state directory, so an agent
+//! working in it is nowhere near Core's database);
 //! its runtime directory is `<ws>/.pedelec-runtime`. An explicit workspace may
 //! be shared by several sessions, so each gets `<ws>/.pedelec-runtime/sessions/<session>`
 //! for its own files (the manifest); the public assets are
@@ -95,18 +97,29 @@ impl Workspace {
         std::fs::write(&path, json::to_json(skills)).map_err(|e| CoreError::io("writing the tool manifest", e))
     }
 
-    /// Loads the manifest; any failure is `WORKSPACE_OPEN_FAILED`.
-    pub fn load_manifest(&self) -> CoreResult<pb::Skills> {
-        let failed = |why: String| {
-            CoreError::with_details(
-                ErrorCode::WorkspaceOpenFailed,
-                why,
-                serde_json::json!({ "workspace": self.root.display().to_string() }),
-            )
-        };
+    fn open_failed(&self, why: String) -> CoreError {
+        CoreError::with_details(
+            ErrorCode::WorkspaceOpenFailed,
+            why,
+            serde_json::json!({ "workspace": self.root.display().to_string() }),
+        )
+    }
+
+    /// `WORKSPACE_OPEN_FAILED` unless the workspace is still a directory.
+    pub fn check_present(&self) -> CoreResult<()> {
         if !self.root.is_dir() {
-            return Err(failed(format!("workspace {} is missing or not a directory", self.root.display())));
+            return Err(self.open_failed(format!("workspace {} is missing or not a directory", self.root.display())));
         }
+        Ok(())
+    }
+
+    /// Loads the manifest file; any failure is `WORKSPACE_OPEN_FAILED`.
+    /// Only for sessions stored before Core kept its own copy of their
+    /// skills (`SessionRecord::skills_json`): the file is in the agent's
+    /// reach, so what it says is not trusted where the stored copy exists.
+    pub fn load_manifest(&self) -> CoreResult<pb::Skills> {
+        let failed = |why: String| self.open_failed(why);
+        self.check_present()?;
         let text = std::fs::read_to_string(self.runtime.join(MANIFEST))
             .map_err(|e| failed(format!("cannot read the session's tool manifest: {e}")))?;
         json::from_json(&text).map_err(|e| failed(format!("the session's tool manifest does not load: {e}")))
@@ -130,7 +143,9 @@ pub fn remove_stale_managed(managed_root: &Path, keep: &HashSet<String>) {
     };
     for entry in entries.flatten() {
         let name = entry.file_name().to_string_lossy().into_owned();
-        if !keep.contains(&name) {
+        // Only what Core made: the root may be a folder the user chose
+        // (`PEDELEC_WORKSPACES_DIR`), with other things in it.
+        if name.starts_with("sess-") && !keep.contains(&name) {
             tracing::info!(workspace = %name, "removing a stale managed workspace");
             let _ = std::fs::remove_dir_all(entry.path());
         }

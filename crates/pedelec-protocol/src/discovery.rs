@@ -159,6 +159,43 @@ pub fn state_dir_for(platform: Platform, env: impl Fn(&str) -> Option<String>) -
     }
 }
 
+/// Where Core creates managed workspaces (for sessions that name none) on
+/// `platform`: `$PEDELEC_WORKSPACES_DIR`; else on Linux
+/// `$XDG_DATA_HOME/pedelec/workspaces`, else
+/// `$HOME/.local/share/pedelec/workspaces`; on macOS `$HOME/Library/Application
+/// Support/Pedelec Workspaces`; on Windows `%LOCALAPPDATA%\Pedelec Workspaces`.
+///
+/// Never inside the state directory ([`state_dir_for`]): an agent reads and
+/// writes its workspace, and the state directory holds Core's database.
+///
+/// # Examples
+///
+/// ```
+/// use std::path::Path;
+/// use pedelec_protocol::discovery::{Platform, workspaces_dir_for};
+///
+/// let env = |k: &str| (k == "HOME").then(|| "/home/ada".to_owned());
+/// assert_eq!(workspaces_dir_for(Platform::Linux, env), Path::new("/home/ada/.local/share/pedelec/workspaces"));
+/// let xdg = |k: &str| (k == "XDG_DATA_HOME").then(|| "/data".to_owned());
+/// assert_eq!(workspaces_dir_for(Platform::Linux, xdg), Path::new("/data/pedelec/workspaces"));
+/// ```
+pub fn workspaces_dir_for(platform: Platform, env: impl Fn(&str) -> Option<String>) -> PathBuf {
+    if let Some(dir) = set(&env, "PEDELEC_WORKSPACES_DIR") {
+        return PathBuf::from(dir);
+    }
+    match platform {
+        Platform::Linux => match set(&env, "XDG_DATA_HOME") {
+            Some(dir) => PathBuf::from(dir).join("pedelec").join("workspaces"),
+            None => home(platform, &env).join(".local/share/pedelec/workspaces"),
+        },
+        Platform::MacOs => home(platform, &env).join("Library/Application Support/Pedelec Workspaces"),
+        Platform::Windows => match set(&env, "LOCALAPPDATA") {
+            Some(dir) => PathBuf::from(dir).join("Pedelec Workspaces"),
+            None => home(platform, &env).join("AppData").join("Local").join("Pedelec Workspaces"),
+        },
+    }
+}
+
 /// Where Core reads `config.toml` on `platform`: `$PEDELEC_CONFIG_DIR`; else on
 /// Linux `$XDG_CONFIG_HOME/pedelec`, else `$HOME/.config/pedelec`; on macOS and
 /// Windows the state directory's place ([`state_dir_for`] without

@@ -246,6 +246,10 @@ pub async fn connect_local(endpoint: &std::path::Path) -> std::io::Result<tokio:
 /// offers the next one (it does so as each connection is accepted), so
 /// that is retried for up to 2 s; any other error is returned at once.
 ///
+/// A pipe served by a process of another user is refused
+/// (`PermissionDenied`) before anything is sent on it: see
+/// [`crate::pipe_owner`].
+///
 /// # Examples
 ///
 /// ```no_run
@@ -266,7 +270,12 @@ pub async fn connect_local(
             Err(e) if e.raw_os_error() == Some(ERROR_PIPE_BUSY) && std::time::Instant::now() < deadline => {
                 tokio::time::sleep(std::time::Duration::from_millis(5)).await;
             }
-            result => return result,
+            Ok(pipe) => {
+                use std::os::windows::io::AsRawHandle;
+                crate::pipe_owner::check_server_is_current_user(pipe.as_raw_handle())?;
+                return Ok(pipe);
+            }
+            Err(e) => return Err(e),
         }
     }
 }

@@ -25,6 +25,8 @@ pub mod ids;
 pub mod json;
 pub mod limits;
 pub mod native;
+#[cfg(windows)]
+pub mod pipe_owner;
 pub mod prepare;
 pub mod registration;
 pub mod status;

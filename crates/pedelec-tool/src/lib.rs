@@ -137,7 +137,9 @@ fn open(endpoint: &Path) -> std::io::Result<Connection> {
 /// A named pipe opens as a file. Every instance taken answers
 /// `ERROR_PIPE_BUSY` until Core offers the next (it does as it accepts), so
 /// that is retried briefly. Windows gives a synchronous pipe no read
-/// timeout; Core's own tool deadline is what ends a wait there.
+/// timeout; Core's own tool deadline is what ends a wait there. A pipe
+/// served by another user's process is refused before anything (the token
+/// first of all) is sent on it.
 #[cfg(windows)]
 fn open(endpoint: &Path) -> std::io::Result<Connection> {
     const ERROR_PIPE_BUSY: i32 = 231;
@@ -147,7 +149,12 @@ fn open(endpoint: &Path) -> std::io::Result<Connection> {
             Err(e) if e.raw_os_error() == Some(ERROR_PIPE_BUSY) && std::time::Instant::now() < deadline => {
                 std::thread::sleep(Duration::from_millis(5));
             }
-            other => return other,
+            Ok(pipe) => {
+                use std::os::windows::io::AsRawHandle;
+                pedelec_protocol::pipe_owner::check_server_is_current_user(pipe.as_raw_handle())?;
+                return Ok(pipe);
+            }
+            Err(e) => return Err(e),
         }
     }
 }

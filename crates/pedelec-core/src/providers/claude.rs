@@ -3,7 +3,7 @@
 //! Command line (prompt on stdin):
 //! `claude -p --output-format stream-json --verbose --include-partial-messages
 //!  --mcp-config <runtime>/.pedelec-mcp.json --strict-mcp-config --allowedTools mcp__pedelec
-//!  [--model MODEL] [--effort low|high] [--resume <session id>]`
+//!  [--disallowedTools Read(//<state>/**) Edit(//<state>/**) …] [--model MODEL] [--effort low|high] [--resume <session id>]`
 //!
 //! The MCP config (with the tool token in the bridge's `env`) is a 0600 file
 //! in the session's runtime directory, not inline JSON, so the token never
@@ -92,6 +92,20 @@ struct ClaudeSession {
 }
 
 /// The argv (after the program) for one turn.
+/// Deny rules keeping claude's own file tools out of Core's directories:
+/// `Read(//abs/path/**)` and `Edit(//abs/path/**)` (`//` marks an absolute
+/// path in claude's rule syntax). A deny rule wins over any allow and over
+/// the permission prompt. Claude's shell tool is not allowed at all
+/// (`--allowedTools` names only the session's own tools), so these are
+/// the tools that could reach the files. Paths that are not absolute Unix
+/// paths (Windows drive paths) have no such rule form and are left out.
+fn keep_out_rules(dirs: &[PathBuf]) -> Vec<String> {
+    dirs.iter()
+        .filter_map(|dir| dir.to_str().filter(|d| d.starts_with('/')).map(|d| d.trim_end_matches('/').to_owned()))
+        .flat_map(|dir| [format!("Read(/{dir}/**)"), format!("Edit(/{dir}/**)")])
+        .collect()
+}
+
 pub fn turn_args(
     config: &ProviderConfig,
     setup: &ProviderSetup,
@@ -114,6 +128,11 @@ pub fn turn_args(
         ]
         .map(str::to_owned),
     );
+    let denied = keep_out_rules(&setup.private_dirs);
+    if !denied.is_empty() {
+        args.push("--disallowedTools".to_owned());
+        args.extend(denied);
+    }
     if !setup.model.is_empty() {
         args.extend(["--model".to_owned(), setup.model.clone()]);
     }

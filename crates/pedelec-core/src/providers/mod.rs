@@ -246,6 +246,9 @@ pub struct ProviderSetup {
     /// Usage total already known for the session.
     pub usage_total: Option<u64>,
     pub bridge: ToolBridge,
+    /// Core's own directories (state, settings): the agent is told to keep
+    /// out of them where its sandbox can say so (claude's deny rules).
+    pub private_dirs: Vec<PathBuf>,
     /// Present when the application answers permission requests.
     pub permissions: Option<Arc<dyn PermissionAsker>>,
 }

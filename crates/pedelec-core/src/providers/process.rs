@@ -116,11 +116,20 @@ pub struct AgentProcess {
     tree: Option<crate::platform::process_tree::Tree>,
     stderr_tail: Arc<Mutex<VecDeque<u8>>>,
     program: String,
+    /// Its place under `max_agent_processes`, held until the tree is ended.
+    _slot: crate::quota::ProcessSlot,
 }
 
 impl AgentProcess {
     /// Starts `command` in `cwd` with piped stdio.
+    /// Refused with `QUOTA_EXCEEDED` (not fatal: the session stays usable)
+    /// while `max_agent_processes` are running.
     pub fn spawn(command: &CommandLine, cwd: &Path) -> Result<Self, ProviderFailure> {
+        let slot = crate::quota::AGENT_PROCESSES.take().map_err(|refused| {
+            tracing::debug!(program = %command.program, "agent process refused: max_agent_processes reached");
+            let details = refused.details();
+            ProviderFailure { code: ErrorCode::QuotaExceeded, message: refused.to_string(), fatal: false, details }
+        })?;
         let program = resolve_program(&command.program).map_err(|reason| ProviderFailure {
             code: ErrorCode::ProviderUnavailable,
             message: reason,
@@ -161,7 +170,7 @@ impl AgentProcess {
                 }
             });
         }
-        Ok(AgentProcess { child, tree, stderr_tail, program: command.program.clone() })
+        Ok(AgentProcess { child, tree, stderr_tail, program: command.program.clone(), _slot: slot })
     }
 
     pub fn take_stdin(&mut self) -> Option<ChildStdin> {

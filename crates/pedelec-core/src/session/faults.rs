@@ -43,7 +43,7 @@ async fn rig() -> Rig {
             origin: "https://app.example".into(),
             info,
             workspace,
-            tool_token: "token".into(),
+            tool_token: crate::tool_token::ToolToken::mint(),
             skills: pb::Skills::default(),
             tools: ToolSet::compile(Vec::new()).unwrap(),
         },

@@ -32,6 +32,7 @@ use crate::providers::{
     PREPARE_PROMPT, ProviderFailure, ProviderSession, ProviderSetup, Providers, ToolBridge, TurnRequest,
 };
 use crate::store::{SessionRecord, Store};
+use crate::tool_token::ToolToken;
 use crate::tools::ToolSet;
 use crate::workspace::Workspace;
 use machine::{Begun, Effect, Identity, Now, SessionState, Start};
@@ -88,6 +89,10 @@ pub struct Shared {
     /// evicts them at once rather than at its next sweep, so a burst of
     /// ended sessions never piles up in memory.
     pub released: tokio::sync::mpsc::UnboundedSender<String>,
+    /// The configured limits (`quota.rs`).
+    pub quotas: crate::quota::Quotas,
+    /// Core's state and config directories, for `ProviderSetup::private_dirs`.
+    pub private_dirs: Vec<std::path::PathBuf>,
 }
 
 #[cfg(test)]
@@ -108,6 +113,8 @@ impl Shared {
             core_exe: "/nonexistent/pedelec-core".into(),
             socket: dir.join("core.sock"),
             released: tokio::sync::mpsc::unbounded_channel().0,
+            quotas: crate::quota::Quotas::default(),
+            private_dirs: Vec::new(),
         })
     }
 }
@@ -143,12 +150,15 @@ pub struct Session {
     pub origin: String,
     pub info: pb::SessionInfo,
     pub workspace: Workspace,
-    pub tool_token: String,
+    /// Given to the agent it starts; only its digest is stored.
+    pub tool_token: ToolToken,
     pub guidance: String,
     pub tools: Arc<ToolSet>,
     shared: Arc<Shared>,
     inner: Mutex<Inner>,
     runtime: tokio::sync::Mutex<Option<Box<dyn ProviderSession>>>,
+    /// Bytes of transcript bodies written so far, against `max_transcript_bytes`.
+    transcript_bytes: std::sync::atomic::AtomicU64,
 }
 
 /// A registered subscriber's end: its snapshot (until sent), its queue, and
@@ -177,7 +187,7 @@ pub struct NewSession {
     pub origin: String,
     pub info: pb::SessionInfo,
     pub workspace: Workspace,
-    pub tool_token: String,
+    pub tool_token: ToolToken,
     pub skills: pb::Skills,
     pub tools: Arc<ToolSet>,
 }
@@ -190,7 +200,7 @@ impl NewSession {
             info: self.info.clone(),
             workspace: self.workspace.root.display().to_string(),
             managed_workspace: self.workspace.managed,
-            tool_token: self.tool_token.clone(),
+            tool_token_digest: self.tool_token.digest(),
         }
     }
 }
@@ -222,6 +232,7 @@ impl Session {
                 permission_responders: HashMap::new(),
             }),
             runtime: tokio::sync::Mutex::new(None),
+            transcript_bytes: std::sync::atomic::AtomicU64::new(0),
         })
     }
 
@@ -231,6 +242,7 @@ impl Session {
     pub fn restore(shared: Arc<Shared>, new: NewSession, record: &SessionRecord) -> Arc<Self> {
         let (machine, effects) = SessionState::restore(new.identity(), record, Now::current());
         let session = Self::with_machine(shared, new, machine);
+        session.transcript_bytes.store(record.transcript_bytes, std::sync::atomic::Ordering::Relaxed);
         session.apply_locked(effects);
         session
     }
@@ -263,7 +275,10 @@ impl Session {
                     }
                     inner.fanout.deliver(event)
                 }
-                Effect::Append(entry) => self.shared.store.append(&self.id, entry),
+                Effect::Append(entry) => {
+                    self.count_transcript(&entry);
+                    self.shared.store.append(&self.id, entry)
+                }
                 Effect::Save(record) => self.shared.store.save(record),
                 Effect::AnswerTool { request, answer } => {
                     if let Some(responder) = inner.responders.remove(&request) {
@@ -300,6 +315,30 @@ impl Session {
         }
     }
 
+    fn count_transcript(&self, entry: &crate::store::TranscriptEntry) {
+        self.transcript_bytes.fetch_add(entry.body.len() as u64, std::sync::atomic::Ordering::Relaxed);
+    }
+
+    /// Refuses a new operation whose prompt would take the stored
+    /// transcript past `max_transcript_bytes`. Checked when an operation
+    /// starts, not per message: a turn that starts under the limit finishes
+    /// (its output may pass it), and the next one is refused. Refusing
+    /// mid-turn would leave a turn half recorded.
+    fn check_transcript_quota(&self, prompt: &str) -> CoreResult<()> {
+        let max = self.shared.quotas.max_transcript_bytes;
+        let used = self.transcript_bytes.load(std::sync::atomic::Ordering::Relaxed);
+        if used.saturating_add(prompt.len() as u64) > max {
+            tracing::debug!(session = %self.id, used, max, "turn refused: max_transcript_bytes reached");
+            return Err(crate::quota::Exceeded {
+                key: "max_transcript_bytes",
+                max,
+                what: "the session's transcript is full",
+            }
+            .into());
+        }
+        Ok(())
+    }
+
     fn apply_locked(self: &Arc<Self>, effects: Vec<Effect>) {
         let mut inner = self.lock();
         self.apply(&mut inner, effects);
@@ -330,6 +369,7 @@ impl Session {
             .into_iter()
             .filter_map(|effect| match effect {
                 Effect::Append(entry) => {
+                    self.count_transcript(&entry);
                     entries.push(entry);
                     None
                 }
@@ -462,6 +502,7 @@ impl Session {
         if let Err((code, message)) = pedelec_protocol::asset_path::check_attachments(&attachments) {
             return Err(crate::error::CoreError::new(code, message));
         }
+        self.check_transcript_quota(&text)?;
         // The files are looked at off the async workers — and only when
         // there are any: a plain text costs no blocking task.
         let files = if attachments.is_empty() {
@@ -484,6 +525,7 @@ impl Session {
 
     pub async fn prepare(self: &Arc<Self>) -> CoreResult<pb::OperationAccepted> {
         let prompt = PREPARE_PROMPT.to_owned();
+        self.check_transcript_quota(&prompt)?;
         self.detached(|session| async move { session.start(pb::OperationKind::Prepare, prompt, Vec::new()).await })
             .await
     }
@@ -557,10 +599,11 @@ impl Session {
             usage_total: inner.machine.usage(),
             permissions: (self.info.permission_mode == pb::PermissionMode::App as i32)
                 .then(|| Arc::new(SessionAsker(Arc::downgrade(self))) as Arc<dyn crate::providers::PermissionAsker>),
+            private_dirs: self.shared.private_dirs.clone(),
             bridge: ToolBridge {
                 command: self.shared.core_exe.clone(),
                 socket: self.shared.socket.clone(),
-                tool_token: self.tool_token.clone(),
+                tool_token: self.tool_token.expose().to_owned(),
             },
         }
     }
@@ -838,7 +881,7 @@ impl Session {
         if !self.lock().machine.can_resume()? {
             return Ok(());
         }
-        self.workspace.load_manifest()?;
+        self.workspace.check_present()?;
         // A subscriber arriving after this look is harmless: a timer
         // checks at its end whether anyone watches.
         let unwatched = self.lock().fanout.is_empty();

@@ -24,7 +24,7 @@ fn identity(auto_end: bool) -> Identity {
         },
         workspace: "/w".into(),
         managed_workspace: true,
-        tool_token: "token".into(),
+        tool_token_digest: crate::tool_token::ToolTokenDigest::of("token"),
     }
 }
 

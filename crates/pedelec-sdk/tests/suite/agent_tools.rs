@@ -3,7 +3,6 @@
 
 use std::sync::{Arc, Mutex};
 
-use pedelec_core::store::read_record;
 use pedelec_protocol::grpc::error_from_status;
 use pedelec_protocol::pb::{self, agent_tools_client::AgentToolsClient, call_tool_response::Outcome};
 use pedelec_sdk::{SessionOptions, ToolSpec};
@@ -28,7 +27,7 @@ async fn an_agent_lists_and_calls_its_own_sessions_tools_concurrently() {
         .create_session(SessionOptions { tools: vec![tool], guidance: "be kind".into(), ..Default::default() })
         .await
         .unwrap();
-    let token = read_record(&h.database(), session.session_id()).unwrap().unwrap().tool_token;
+    let token = h.tool_token(session.session_id());
     let mut agent = agent(&h).await;
 
     let listed = agent.list_tools(pb::ListToolsRequest { tool_token: token.clone() }).await.unwrap().into_inner();

@@ -15,7 +15,7 @@ pub(super) async fn session(h: &Harness) -> PedelecSession {
 }
 
 pub(super) fn assets_dir(h: &Harness, s: &PedelecSession) -> std::path::PathBuf {
-    h.state().join("workspaces").join(s.session_id()).join(".pedelec-runtime/assets")
+    h.workspaces().join(s.session_id()).join(".pedelec-runtime/assets")
 }
 
 pub(super) fn bytes(name: &str, data: &[u8]) -> UploadSource {

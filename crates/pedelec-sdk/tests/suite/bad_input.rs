@@ -32,7 +32,7 @@ fn tool(name: &str, description: &str, schema: &str) -> pb::ToolDefinition {
 }
 
 fn workspaces(h: &Harness) -> usize {
-    std::fs::read_dir(h.state().join("workspaces")).map(|d| d.count()).unwrap_or(0)
+    std::fs::read_dir(h.workspaces()).map(|d| d.count()).unwrap_or(0)
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -91,7 +91,7 @@ async fn each_workspace_rule_is_refused() {
     let h = Harness::start();
     let mut raw = h.raw().await;
     let file = tempfile::NamedTempFile::new().unwrap();
-    let managed_inside = h.state().join("workspaces");
+    let managed_inside = h.workspaces();
     std::fs::create_dir_all(&managed_inside).unwrap();
     for (path, expected) in [
         ("relative/path".to_string(), "WORKSPACE_INVALID"),

@@ -98,7 +98,7 @@ fn text_of(result: &Value) -> String {
 }
 
 fn token_of(h: &Harness, session: &PedelecSession) -> String {
-    pedelec_core::store::read_record(&h.database(), session.session_id()).unwrap().unwrap().tool_token
+    h.tool_token(session.session_id())
 }
 
 fn failing_tool() -> ToolSpec {

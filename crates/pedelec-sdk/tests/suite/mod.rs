@@ -9,6 +9,7 @@ mod attachments;
 mod bad_input;
 mod bridge;
 mod cancel;
+mod consent;
 mod daemon;
 mod durability;
 mod history;
@@ -109,12 +110,15 @@ impl Harness {
 
     fn spawn_core(dir: &std::path::Path, grace: Duration) -> CoreProcess {
         let config = dir.join("config").display().to_string();
+        // Outside the state directory: the tests play the agent, and the
+        // database keeps only the tokens' digests.
+        let witness = dir.join("tool-tokens").display().to_string();
         CoreProcess::spawn_with_args(
             &pedelec_sdk::daemon::find_core_binary(),
             &dir.join("run/core.sock"),
             &dir.join("state"),
             grace,
-            &["--config-dir", &config],
+            &["--config-dir", &config, "--tool-token-witness", &witness],
         )
         .expect("Core starts (run `cargo build -p pedelec-core -p pedelec-native-host` first)")
     }
@@ -127,8 +131,27 @@ impl Harness {
         self.dir.path().join("state")
     }
 
+    /// Where Core makes managed workspaces: beside the state dir it was
+    /// given (`<state>-workspaces`), never inside it.
+    pub fn workspaces(&self) -> PathBuf {
+        self.dir.path().join("state-workspaces")
+    }
+
     pub fn database(&self) -> PathBuf {
         self.state().join("sessions.sqlite3")
+    }
+
+    /// The tool token Core last minted for `session_id` (a restart or a
+    /// resume of an ended session mints a new one), as its agent gets it.
+    pub fn tool_token(&self, session_id: &str) -> String {
+        std::fs::read_to_string(self.dir.path().join("tool-tokens"))
+            .unwrap_or_default()
+            .lines()
+            .rev()
+            .filter_map(|line| line.split_once(' '))
+            .find(|(id, _)| *id == session_id)
+            .map(|(_, token)| token.to_owned())
+            .unwrap_or_else(|| panic!("Core minted no tool token for {session_id}"))
     }
 
     pub async fn client(&self) -> Pedelec {

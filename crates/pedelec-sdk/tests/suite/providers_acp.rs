@@ -116,8 +116,7 @@ async fn acp_tool_call_goes_through_the_mcp_bridge_to_the_sdk_handler() {
 
     // What the agent was given.
     let start = &fake.events("start")[0];
-    let token =
-        pedelec_core::store::read_record(&fake.harness.database(), session.session_id()).unwrap().unwrap().tool_token;
+    let token = fake.harness.tool_token(session.session_id());
     let argv: Vec<String> = serde_json::from_value(start["argv"].clone()).unwrap();
     assert_eq!(argv[1..], ["--acp".to_string()], "the configured command, nothing added");
     assert!(!argv.iter().any(|a| a.contains(&token)), "the token is not on the agent's command line");

@@ -77,7 +77,7 @@ async fn codex_turns_reach_frontend_tools_and_resume_the_thread() {
     assert_eq!(session.usage().total_tokens, Some(120));
 
     let argv = recorded(bin.path(), "codex", "argv");
-    let token = pedelec_core::store::read_record(&h.database(), session.session_id()).unwrap().unwrap().tool_token;
+    let token = h.tool_token(session.session_id());
     assert!(!argv.contains(&token), "the tool token stays off the command line");
     let args: Vec<&str> = argv.lines().collect();
     let workspace = recorded(bin.path(), "codex", "cwd");
@@ -163,6 +163,12 @@ async fn claude_streams_deltas_and_gets_the_bridge_in_a_private_mcp_config() {
     let argv = recorded(bin.path(), "claude", "argv");
     let args: Vec<&str> = argv.lines().collect();
     let mcp_path = args[args.iter().position(|a| *a == "--mcp-config").unwrap() + 1];
+    // Deny rules keep claude's file tools out of Core's state and config dirs.
+    let state = h.state().display().to_string();
+    let config = h.dir.path().join("config").display().to_string();
+    let (read_state, edit_state) = (format!("Read(/{state}/**)"), format!("Edit(/{state}/**)"));
+    let (read_config, edit_config) = (format!("Read(/{config}/**)"), format!("Edit(/{config}/**)"));
+    assert!(read_state.starts_with("Read(//"), "an absolute path in claude's rule syntax: {read_state}");
     assert_eq!(
         args,
         [
@@ -176,6 +182,11 @@ async fn claude_streams_deltas_and_gets_the_bridge_in_a_private_mcp_config() {
             "--strict-mcp-config",
             "--allowedTools",
             "mcp__pedelec",
+            "--disallowedTools",
+            &read_state,
+            &edit_state,
+            &read_config,
+            &edit_config,
             "--model",
             "sonnet",
             "--effort",
@@ -184,7 +195,7 @@ async fn claude_streams_deltas_and_gets_the_bridge_in_a_private_mcp_config() {
     );
     assert_eq!(recorded(bin.path(), "claude", "mode").trim(), "600");
     let mcp: serde_json::Value = serde_json::from_str(&recorded(bin.path(), "claude", "mcp")).unwrap();
-    let token = pedelec_core::store::read_record(&h.database(), session.session_id()).unwrap().unwrap().tool_token;
+    let token = h.tool_token(session.session_id());
     let server = &mcp["mcpServers"]["pedelec"];
     assert_eq!(server["args"], json!(["mcp"]));
     assert_eq!(server["env"]["PEDELEC_TOOL_TOKEN"], json!(token));

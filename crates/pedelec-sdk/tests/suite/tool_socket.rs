@@ -45,7 +45,7 @@ async fn running_session(h: &Harness) -> (PedelecSession, Arc<Mutex<i64>>, tokio
 }
 
 fn token_of(h: &Harness, session: &PedelecSession) -> String {
-    pedelec_core::store::read_record(&h.database(), session.session_id()).unwrap().unwrap().tool_token
+    h.tool_token(session.session_id())
 }
 
 fn tool_command(h: &Harness, token: Option<&str>, args: &[&str]) -> tokio::process::Command {

@@ -102,7 +102,7 @@ pub struct Identity {
     pub info: pb::SessionInfo,
     pub workspace: String,
     pub managed_workspace: bool,
-    pub tool_token: String,
+    pub tool_token_digest: crate::tool_token::ToolTokenDigest,
 }
 
 /// Where the active operation is.
@@ -281,13 +281,15 @@ impl SessionState {
             prepared: self.prepared,
             usage_total: self.usage,
             seq_ceiling: self.seq_ceiling.max(self.seq),
-            tool_token: id.tool_token.clone(),
+            tool_token_digest: id.tool_token_digest.clone(),
             active_operation: self
                 .active
                 .as_ref()
                 .filter(|a| !matches!(a.phase, Phase::Finishing(_)))
                 .map(|a| a.id.as_str().to_owned()),
+            skills_json: None,
             recent_outcomes: Vec::new(),
+            transcript_bytes: 0,
             updated_at_ms: 0,
         }
     }

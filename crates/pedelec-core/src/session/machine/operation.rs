@@ -274,6 +274,12 @@ impl SessionState {
             Err(failure) if failure.code == ErrorCode::AttachmentUnsupported && !failure.fatal => {
                 Some((pb::Error::new(ErrorCode::AttachmentUnsupported, failure.message), false))
             }
+            // No agent process could be started (`max_agent_processes`): the
+            // quota's own refusal, naming its key, so the page can tell it
+            // from a failing agent.
+            Err(failure) if failure.code == ErrorCode::QuotaExceeded && !failure.fatal => {
+                Some((pb::Error::with_details(ErrorCode::QuotaExceeded, failure.message, &failure.details), false))
+            }
             result => turn_error(kind, result, &active.hidden),
         };
         active.hidden = String::new();
