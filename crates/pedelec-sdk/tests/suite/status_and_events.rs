@@ -236,6 +236,52 @@ async fn a_reader_that_keeps_up_gets_every_delta_of_a_long_burst() {
     assert_eq!(count.load(std::sync::atomic::Ordering::SeqCst), 30_000);
 }
 
+/// Issue 40: `idle` on the stream means a `SendText` will be accepted. A raw
+/// client (no SDK gate or retry) sends its next text the moment it reads the
+/// previous operation's `StatusChanged(IDLE)`: Core announces that status only
+/// with the operation already released, so none of 1 000 sends is refused.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_send_on_idle_as_seen_on_the_stream_is_never_refused() {
+    use pb::session_event::Kind;
+    let h = Harness::start();
+    let session = h.client().await.create_session::<String>(SessionOptions::default()).await.unwrap();
+    let mut raw = h.raw().await;
+    let request = pb::SubscribeRequest { session_id: session.session_id().into(), caller_origin: ORIGIN.into() };
+    let mut events = raw.subscribe(request).await.unwrap().into_inner();
+    let first = events.message().await.unwrap().expect("a snapshot first");
+    assert!(matches!(first.kind, Some(Kind::Snapshot(_))), "{first:?}");
+    let mut refused = Vec::new();
+    for n in 0..1_000 {
+        let send = pb::SendTextRequest {
+            session_id: session.session_id().into(),
+            caller_origin: ORIGIN.into(),
+            text: format!("turn {n}"),
+            attachments: Vec::new(),
+        };
+        let operation = match raw.send_text(send).await {
+            Ok(accepted) => accepted.into_inner().operation_id,
+            Err(status) => {
+                refused.push(format!("turn {n}: {}", status.message()));
+                break;
+            }
+        };
+        // Read up to this operation's idle, then send at once.
+        loop {
+            let event = events.message().await.unwrap().expect("the stream stays open");
+            match event.kind {
+                Some(Kind::StatusChanged(change))
+                    if event.operation_id == operation && change.status == pb::SessionStatus::Idle as i32 =>
+                {
+                    break;
+                }
+                Some(Kind::Snapshot(_)) => panic!("a reader that keeps up is never re-synchronised (turn {n})"),
+                _ => {}
+            }
+        }
+    }
+    assert!(refused.is_empty(), "a send on idle was refused: {refused:?}");
+}
+
 /// A subscriber that stops reading holds the turn up only briefly: Core drops
 /// its queue and, when it reads again, it continues from a fresh snapshot.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
