@@ -83,6 +83,11 @@ pub async fn serve(config: CoreConfig) -> CoreResult<()> {
         core_exe: std::env::current_exe().map_err(|e| CoreError::io("locating the pedelec-core executable", e))?,
         socket: config.socket.clone(),
         released: released_tx,
+        log_bounds: crate::session::log::Bounds {
+            session_bytes: settings.event_log_bytes().0,
+            ..crate::session::log::Bounds::default()
+        },
+        log_budget: crate::session::log::Budget::new(settings.event_log_bytes().1),
     });
     use pedelec_protocol::discovery::{Platform, home_dir_for};
     let home = home_dir_for(Platform::current(), |k| std::env::var(k).ok());

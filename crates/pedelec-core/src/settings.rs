@@ -6,6 +6,8 @@
 //! permission_timeout_secs = 60        # an unanswered permission request (permission mode "app") is rejected
 //! ended_session_retention_days = 30   # ended sessions are deleted (with their transcript) this long after they end; 0 keeps them
 //! allowed_workspace_roots = ["~/projects"]  # where local ("app:") programs may open explicit workspaces; none by default
+//! event_log_session_mib = 128         # unread events kept per session for slow subscribers (a 200 000-delta turn)
+//! event_log_total_mib = 512           # the same across all sessions
 //!
 //! [providers.codex]                   # override a built-in provider…
 //! command = ["/opt/codex/bin/codex"]
@@ -95,6 +97,11 @@ pub struct Settings {
     pub allowed_workspace_roots: Vec<String>,
     #[serde(default)]
     pub providers: BTreeMap<String, ProviderOverride>,
+    // The event log subscribers read at their own pace (`session::log`):
+    // MiB of unread events kept per session, and across all sessions. A
+    // reader further behind is re-synchronised from a snapshot.
+    pub event_log_session_mib: Option<u64>,
+    pub event_log_total_mib: Option<u64>,
 }
 
 /// A permission request nobody answers is rejected after this.
@@ -148,6 +155,9 @@ impl Settings {
         if settings.permission_timeout_secs == Some(0) {
             return Err("permission_timeout_secs must be at least 1".into());
         }
+        if settings.event_log_session_mib == Some(0) || settings.event_log_total_mib == Some(0) {
+            return Err("event_log_session_mib and event_log_total_mib must be at least 1".into());
+        }
         Ok(settings)
     }
 
@@ -161,6 +171,17 @@ impl Settings {
             0 => None,
             days => Some(Duration::from_secs(u64::from(days) * 86_400)),
         }
+    }
+
+    /// Bytes of unread events kept per session, and across all sessions.
+    pub fn event_log_bytes(&self) -> (usize, usize) {
+        let mib = |v: Option<u64>, default: usize| {
+            v.map_or(default, |m| usize::try_from(m.saturating_mul(1 << 20)).unwrap_or(usize::MAX))
+        };
+        (
+            mib(self.event_log_session_mib, crate::session::log::DEFAULT_SESSION_BYTES),
+            mib(self.event_log_total_mib, crate::session::log::DEFAULT_TOTAL_BYTES),
+        )
     }
 
     pub fn permission_timeout(&self) -> Duration {
