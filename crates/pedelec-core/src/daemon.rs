@@ -92,6 +92,11 @@ pub async fn serve(config: CoreConfig) -> CoreResult<()> {
         released: released_tx,
         quotas: settings.quotas(),
         private_dirs: vec![config.state_dir.clone(), config.config_dir.clone()],
+        log_bounds: crate::session::log::Bounds {
+            session_bytes: settings.event_log_bytes().0,
+            ..crate::session::log::Bounds::default()
+        },
+        log_budget: crate::session::log::Budget::new(settings.event_log_bytes().1),
     });
     crate::quota::AGENT_PROCESSES.set_max(settings.quotas().max_agent_processes);
     use pedelec_protocol::discovery::{Platform, home_dir_for};

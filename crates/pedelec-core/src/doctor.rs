@@ -36,6 +36,13 @@ pub async fn report(config: &CoreConfig, layout: &Layout) -> String {
         ),
         Err(why) => writeln!(out, "  ✗ socket     {}: {why}", config.socket.display()),
     };
+    // A stock grpcio client fails every call without this (see
+    // `pedelec_protocol::grpc::CLIENT_AUTHORITY` for why Core cannot accept it).
+    let _ = writeln!(
+        out,
+        "  · clients    :authority must be a host name; Python: {}",
+        pedelec_protocol::grpc::grpcio_channel(&config.socket)
+    );
     let _ = writeln!(out, "  {} state dir  {}", mark(config.state_dir.is_dir()), describe_dir(&config.state_dir));
     let settings_file = Settings::file_in(&config.config_dir);
     let settings = Settings::load(&config.config_dir);

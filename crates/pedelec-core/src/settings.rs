@@ -12,6 +12,8 @@
 //! max_live_sessions_per_origin = 8    # sessions not yet ended per web (http/https) origin; local "app:" programs are not counted
 //! max_agent_processes = 16            # agent processes Core runs at once, all sessions together
 //! max_transcript_bytes = 268435456    # stored transcript per session (256 MiB); a turn starting past it is refused
+//! event_log_session_mib = 128         # unread events kept per session for slow subscribers (a 200 000-delta turn)
+//! event_log_total_mib = 512           # the same across all sessions
 //!
 //! [providers.codex]                   # override a built-in provider…
 //! command = ["/opt/codex/bin/codex"]
@@ -111,6 +113,11 @@ pub struct Settings {
     pub max_live_sessions_per_origin: Option<usize>,
     pub max_agent_processes: Option<usize>,
     pub max_transcript_bytes: Option<u64>,
+    // The event log subscribers read at their own pace (`session::log`):
+    // MiB of unread events kept per session, and across all sessions. A
+    // reader further behind is re-synchronised from a snapshot.
+    pub event_log_session_mib: Option<u64>,
+    pub event_log_total_mib: Option<u64>,
 }
 
 /// A permission request nobody answers is rejected after this.
@@ -165,6 +172,9 @@ impl Settings {
             return Err("permission_timeout_secs must be at least 1".into());
         }
         crate::assets::AssetLimits::check(&settings)?;
+        if settings.event_log_session_mib == Some(0) || settings.event_log_total_mib == Some(0) {
+            return Err("event_log_session_mib and event_log_total_mib must be at least 1".into());
+        }
         Ok(settings)
     }
 
@@ -190,6 +200,17 @@ impl Settings {
             max_agent_processes: self.max_agent_processes.unwrap_or(defaults.max_agent_processes),
             max_transcript_bytes: self.max_transcript_bytes.unwrap_or(defaults.max_transcript_bytes),
         }
+    }
+
+    /// Bytes of unread events kept per session, and across all sessions.
+    pub fn event_log_bytes(&self) -> (usize, usize) {
+        let mib = |v: Option<u64>, default: usize| {
+            v.map_or(default, |m| usize::try_from(m.saturating_mul(1 << 20)).unwrap_or(usize::MAX))
+        };
+        (
+            mib(self.event_log_session_mib, crate::session::log::DEFAULT_SESSION_BYTES),
+            mib(self.event_log_total_mib, crate::session::log::DEFAULT_TOTAL_BYTES),
+        )
     }
 
     pub fn permission_timeout(&self) -> Duration {

@@ -40,9 +40,9 @@ pub const MAX_IN_FLIGHT: usize = 256;
 /// Frames queued for stdout before producers wait. A frame can be a batch
 /// of up to `NATIVE_BATCH_MAX_EVENTS` events and 704 KiB, so this bounds the
 /// host's memory (≈ 22 MiB at worst) and how far it reads ahead of a browser
-/// that stopped reading: past it, the host stops reading Core and Core
-/// re-synchronises the lagging subscriber instead of the host queueing a
-/// whole turn.
+/// that stopped reading: past it, the host stops reading Core, whose event
+/// log keeps the events for the subscriber (re-synchronising it only if it
+/// falls out of the log) instead of the host queueing a whole turn.
 const OUTGOING_QUEUE: usize = 32;
 
 /// Why the relay stopped.

@@ -225,6 +225,38 @@ pub async fn local_channel(endpoint: &std::path::Path) -> Result<tonic::transpor
         .await
 }
 
+/// The `:authority` a client must give Core's endpoint: any plain host name
+/// does; this is the one Core's docs name.
+///
+/// Core cannot accept a socket path there. Its HTTP/2 server (h2, under
+/// hyper and tonic) parses `:authority` while it decodes a request's HEADERS
+/// and resets the stream (`PROTOCOL_ERROR`) when it is not a valid URI
+/// authority, before any service, tower layer or hyper option sees the
+/// request, and h2 has no setting to relax it. Rewriting it on the way in
+/// would mean decoding and re-encoding every request's HPACK block (with the
+/// client's dynamic table) in front of h2: a second header codec on every
+/// connection, which one channel option on the client makes unnecessary.
+pub const CLIENT_AUTHORITY: &str = "localhost";
+
+/// The one-line channel setting for a stock grpcio (Python) client, whose
+/// default `:authority` for a `unix:` target is the socket path
+/// (see [`CLIENT_AUTHORITY`] for why Core refuses it).
+///
+/// # Examples
+///
+/// ```
+/// let line = pedelec_protocol::grpc::grpcio_channel("/run/user/1000/pedelec/core.sock".as_ref());
+/// assert_eq!(
+///     line,
+///     r#"grpc.insecure_channel("unix:///run/user/1000/pedelec/core.sock", options=[("grpc.default_authority", "localhost")])"#
+/// );
+/// ```
+pub fn grpcio_channel(endpoint: &std::path::Path) -> String {
+    let target = endpoint.display().to_string();
+    let target = target.strip_prefix('/').unwrap_or(&target);
+    format!(r#"grpc.insecure_channel("unix:///{target}", options=[("grpc.default_authority", "{CLIENT_AUTHORITY}")])"#)
+}
+
 /// One connection to a local endpoint: a Unix socket.
 ///
 /// # Examples

@@ -215,19 +215,24 @@ pub const DEFAULT_LISTED_SESSIONS: u32 = 100;
 /// assert_eq!(page(50_000), 1000);
 /// ```
 pub const MAX_LISTED_SESSIONS: u32 = 1000;
-/// Events queued for one subscriber before the provider is made to wait.
+/// Events queued for one subscriber before the provider was made to wait.
+/// No longer Core's rule: subscribers read Core's per-session event log at
+/// their own pace and a provider never waits (see `session::log` in Core);
+/// kept as a size clients may use for their own queues.
 ///
 /// # Examples
 ///
 /// ```
 /// use pedelec_protocol::limits::SUBSCRIBER_QUEUE_EVENTS;
 ///
-/// // A provider runs at most this many events ahead of a subscriber that reads.
+/// // A size for a client's own event queue.
 /// assert_eq!(SUBSCRIBER_QUEUE_EVENTS, 4096);
 /// ```
 pub const SUBSCRIBER_QUEUE_EVENTS: usize = 4096;
-/// How long a full subscriber queue may hold a provider up before that
-/// subscriber is dropped and re-synchronised with a fresh snapshot.
+/// How long a full subscriber queue could hold a provider up before Core
+/// re-synchronised that subscriber. No longer Core's rule (a subscriber is
+/// re-synchronised only when it falls out of the event log, however long it
+/// was silent); benches and tests use it as a yardstick of a stall.
 ///
 /// # Examples
 ///

@@ -1,17 +1,17 @@
 //! One session. Its rules are the sans-IO [`machine`]; this module is the
-//! shell that carries the machine's effects out: it fans events out to
-//! subscribers ([`fanout`]), writes the store, runs the provider's turns
+//! shell that carries the machine's effects out: it appends events to the
+//! log its subscribers read at their own pace ([`log`]), writes the store, runs the provider's turns
 //! ([`sink`] is where a turn reports), delivers tool answers and arms timers.
 //!
 //! The machine, the subscribers, the waiting tool calls and the running turn
 //! sit behind one short-held mutex; every event is numbered by the machine
-//! and queued for subscribers while that mutex is held, so a new
+//! and appended to the log while that mutex is held, so a new
 //! subscriber's snapshot and the live events after it never overlap or
 //! leave a gap.
 
-mod fanout;
 #[cfg(test)]
 mod faults;
+pub mod log;
 pub mod machine;
 pub mod outcome;
 mod sink;
@@ -93,6 +93,10 @@ pub struct Shared {
     pub quotas: crate::quota::Quotas,
     /// Core's state and config directories, for `ProviderSetup::private_dirs`.
     pub private_dirs: Vec<std::path::PathBuf>,
+    /// How many bytes of unread events each session's log keeps, and the
+    /// bound across all of them (see `log`).
+    pub log_bounds: log::Bounds,
+    pub log_budget: Arc<log::Budget>,
 }
 
 #[cfg(test)]
@@ -115,6 +119,8 @@ impl Shared {
             released: tokio::sync::mpsc::unbounded_channel().0,
             quotas: crate::quota::Quotas::default(),
             private_dirs: Vec::new(),
+            log_bounds: log::Bounds::default(),
+            log_budget: log::Budget::new(log::DEFAULT_TOTAL_BYTES),
         })
     }
 }
@@ -122,7 +128,8 @@ impl Shared {
 /// The session's state and the I/O handles its effects need.
 struct Inner {
     machine: SessionState,
-    fanout: fanout::Fanout,
+    /// The recent events and each subscriber's cursor in them.
+    log: log::EventLog,
     /// Effects of the step under way; kept to reuse its allocation (a
     /// provider streaming deltas makes one step per delta).
     effects: Vec<Effect>,
@@ -156,18 +163,23 @@ pub struct Session {
     pub tools: Arc<ToolSet>,
     shared: Arc<Shared>,
     inner: Mutex<Inner>,
+    /// Woken when events are pushed to the log or its readers are closed.
+    readable: tokio::sync::Notify,
     runtime: tokio::sync::Mutex<Option<Box<dyn ProviderSession>>>,
     /// Bytes of transcript bodies written so far, against `max_transcript_bytes`.
     transcript_bytes: std::sync::atomic::AtomicU64,
 }
 
-/// A registered subscriber's end: its snapshot (until sent), its queue, and
-/// the guard that unsubscribes it.
+/// A registered subscriber's end: its snapshot (until sent), the events it
+/// took from the log and has not sent yet, and the guard that unsubscribes it.
 struct Subscription {
     snapshot: Option<pb::SessionEvent>,
-    events: fanout::Receiver,
+    taken: std::collections::VecDeque<Arc<pb::SessionEvent>>,
     guard: SubscriberGuard,
 }
+
+/// Events a reader takes from the log per lock of the session.
+const READ_BATCH: usize = 256;
 
 /// Keeps a subscription registered; dropping it (the stream went away) unsubscribes.
 struct SubscriberGuard {
@@ -212,6 +224,7 @@ impl Session {
     }
 
     fn with_machine(shared: Arc<Shared>, new: NewSession, machine: SessionState) -> Arc<Self> {
+        let log = log::EventLog::new(machine.last_seq(), shared.log_bounds, shared.log_budget.clone());
         Arc::new(Session {
             id: new.id,
             origin: new.origin,
@@ -223,7 +236,7 @@ impl Session {
             shared,
             inner: Mutex::new(Inner {
                 machine,
-                fanout: fanout::Fanout::default(),
+                log,
                 effects: Vec::new(),
                 responders: HashMap::new(),
                 task: None,
@@ -231,6 +244,7 @@ impl Session {
                 cancel_waiters: Vec::new(),
                 permission_responders: HashMap::new(),
             }),
+            readable: tokio::sync::Notify::new(),
             runtime: tokio::sync::Mutex::new(None),
             transcript_bytes: std::sync::atomic::AtomicU64::new(0),
         })
@@ -262,6 +276,7 @@ impl Session {
     /// Carries out the machine's effects; called with the lock held, so
     /// events reach subscribers in seq order.
     fn apply(self: &Arc<Self>, inner: &mut Inner, mut effects: Vec<Effect>) {
+        let mut emitted = false;
         for effect in effects.drain(..) {
             match effect {
                 Effect::Emit(event) => {
@@ -273,7 +288,8 @@ impl Session {
                             let _ = waiter.send(event.seq);
                         }
                     }
-                    inner.fanout.deliver(event)
+                    inner.log.push(Arc::new(event));
+                    emitted = true;
                 }
                 Effect::Append(entry) => {
                     self.count_transcript(&entry);
@@ -302,6 +318,9 @@ impl Session {
                 }
                 Effect::ArmDisconnectTimer { epoch } => self.arm_disconnect_timer(epoch),
             }
+        }
+        if emitted {
+            self.readable.notify_waiters();
         }
         // The buffer is kept for the next step while a turn is active (a step
         // per delta, two per tool call); a session without one gives it back.
@@ -393,18 +412,24 @@ impl Session {
         })
     }
 
-    /// Registers a subscriber: its snapshot and the receiver of every later event.
+    /// Registers a subscriber: its snapshot and a cursor in the log just
+    /// after it (under the same lock, so the two never overlap or leave a gap).
     fn subscribe(self: &Arc<Self>) -> Subscription {
         let mut inner = self.lock();
-        let (id, events) = inner.fanout.add();
-        inner.machine.watched();
         let snapshot = inner.machine.snapshot(Now::current());
-        Subscription { snapshot: Some(snapshot), events, guard: SubscriberGuard { session: self.clone(), id } }
+        let id = inner.log.add_reader(snapshot.seq);
+        inner.machine.watched();
+        Subscription {
+            snapshot: Some(snapshot),
+            taken: std::collections::VecDeque::new(),
+            guard: SubscriberGuard { session: self.clone(), id },
+        }
     }
 
     /// The session's events for one subscriber: a snapshot, then every later
-    /// event. If the subscriber fell so far behind that it was dropped, it is
-    /// re-registered and continues with a fresh snapshot (which resets the
+    /// event, read from the session's log at the subscriber's own pace (see
+    /// `log`): a reader behind but inside the log loses nothing. One that
+    /// fell out of it continues with a fresh snapshot (which resets the
     /// reader's gate; its `recent_outcomes` settle what the reader missed)
     /// instead of ending. The stream ends when Core closes the session's
     /// subscriptions; dropping it unsubscribes.
@@ -413,49 +438,60 @@ impl Session {
             if let Some(snapshot) = subscription.snapshot.take() {
                 return Some((snapshot, subscription));
             }
-            if let Some(event) = subscription.events.recv().await {
-                return Some((event, subscription));
+            let session = subscription.guard.session.clone();
+            let id = subscription.guard.id;
+            loop {
+                if let Some(event) = subscription.taken.pop_front() {
+                    // The log let go of it once every cursor passed it: the
+                    // last reader to take an event gets it without a copy.
+                    return Some((Arc::unwrap_or_clone(event), subscription));
+                }
+                // Registered before looking, so a push after the look wakes it.
+                let pushed = session.readable.notified();
+                tokio::pin!(pushed);
+                pushed.as_mut().enable();
+                {
+                    let mut inner = session.lock();
+                    match inner.log.read(id, READ_BATCH) {
+                        log::Read::Events(events) => {
+                            subscription.taken.extend(events);
+                            continue;
+                        }
+                        log::Read::Empty => {}
+                        log::Read::Resync => {
+                            tracing::info!(
+                                session = %session.id,
+                                "a subscriber fell out of the event log; re-synchronising it with a snapshot"
+                            );
+                            let snapshot = inner.machine.snapshot(Now::current());
+                            inner.log.resync(id, snapshot.seq);
+                            return Some((snapshot, subscription));
+                        }
+                        log::Read::Gone => return None,
+                    }
+                }
+                pushed.await;
             }
-            if !subscription.events.queue.lagged() {
-                return None;
-            }
-            let session = &subscription.guard.session;
-            tracing::info!(session = %session.id, "a subscriber fell behind; re-synchronising it with a snapshot");
-            // Registered before the old guard drops, so the session never looks unwatched.
-            let mut fresh = session.subscribe();
-            let snapshot = fresh.snapshot.take()?;
-            Some((snapshot, fresh))
         })
     }
 
-    /// Flow control for providers: waits while a live reader's queue is
-    /// full, so a provider produces no faster than its slowest live reader;
-    /// a reader that stopped reading no longer holds it back and is dropped
-    /// (it re-synchronises) once too far or too long behind. Every queue is
-    /// judged at once (see `fanout`), so N silent readers cost no more than one.
-    pub async fn flow(&self) {
-        loop {
-            let Some(pressure) = self.lock().fanout.pressure(std::time::Instant::now()) else { return };
-            // Any queue getting room, or a reader counting as stalled, is news.
-            let room = futures::future::select_all(
-                pressure.waiting_for.iter().map(|(queue, limit)| Box::pin(queue.below(*limit))),
-            );
-            let _ = tokio::time::timeout_at(pressure.until.into(), room).await;
-        }
-    }
+    /// Where a provider would wait for its readers: it never does. Every
+    /// reader reads the session's log at its own pace, and the log's bounds
+    /// (not a reader) decide what is kept (see `log`).
+    pub async fn flow(&self) {}
 
     fn unsubscribe(self: &Arc<Self>, id: u64) {
         let mut inner = self.lock();
-        inner.fanout.remove(id);
+        inner.log.remove_reader(id);
         self.unwatched_if_nobody_subscribes(&mut inner);
-        if inner.fanout.is_empty() && inner.machine.status() == SessionStatus::Ended {
+        if inner.log.readers() == 0 && inner.machine.status() == SessionStatus::Ended {
             let _ = self.shared.released.send(self.id.clone());
         }
     }
 
     /// Tells the machine when nobody watches (it may arm the disconnect timer).
     fn unwatched_if_nobody_subscribes(self: &Arc<Self>, inner: &mut Inner) {
-        if inner.fanout.is_empty() {
+        if inner.log.readers() == 0 {
             let mut effects = Vec::new();
             inner.machine.unwatched(&mut effects);
             self.apply(inner, effects);
@@ -470,7 +506,7 @@ impl Session {
             tokio::time::sleep(grace).await;
             let abandoned = {
                 let inner = session.lock();
-                inner.machine.disconnect_due(epoch, inner.fanout.is_empty())
+                inner.machine.disconnect_due(epoch, inner.log.readers() == 0)
             };
             if abandoned {
                 tracing::info!(session = %session.id, "last subscriber left; ending the session");
@@ -487,7 +523,8 @@ impl Session {
 
     /// Drops every subscriber, ending their streams (Core is stopping).
     pub fn close_subscribers(&self) {
-        self.lock().fanout.clear();
+        self.lock().log.close();
+        self.readable.notify_waiters();
     }
 
     /// A user turn with `text` and the session's asset files at the public
@@ -884,7 +921,7 @@ impl Session {
         self.workspace.check_present()?;
         // A subscriber arriving after this look is harmless: a timer
         // checks at its end whether anyone watches.
-        let unwatched = self.lock().fanout.is_empty();
+        let unwatched = self.lock().log.readers() == 0;
         let (_, committed) = self.step_committed(|m, now, out| {
             let record = m.resume(unwatched, now, out);
             out.extend(record.map(Effect::Save));

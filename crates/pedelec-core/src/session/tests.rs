@@ -187,9 +187,11 @@ fn the_next_operation_is_refused_until_the_completion_is_committed() {
     let mut m = SessionState::new(identity(false));
     running(&mut m, 1);
     let mut out = Vec::new();
-    m.finish(&op(1), Ok(()), t0(), &mut out).unwrap();
-    assert_eq!(m.status(), SessionStatus::Idle);
+    let committed = m.finish(&op(1), Ok(()), t0(), &mut out).unwrap();
+    assert_eq!(committed.status, "idle", "what is committed is the state after the completion");
+    assert_eq!(m.status(), SessionStatus::Running, "the status moves only when the completion is announced");
     assert!(!render(&out).iter().any(|l| l.contains("] completed")), "not announced before it is durable");
+    assert!(!render(&out).iter().any(|l| l.contains("-> idle")), "nor is idle");
     assert!(snapshot(&m).recent_outcomes.is_empty(), "nor reported by snapshots");
     assert_eq!(m.record().active_operation, None, "the record being committed no longer has it active");
     let busy = m.begin(pb::OperationKind::SendText, "x".into(), ids(2), t0(), &mut out).unwrap_err();
@@ -197,6 +199,74 @@ fn the_next_operation_is_refused_until_the_completion_is_committed() {
     m.completion_committed(&op(1), t0(), &mut out);
     assert!(render(&out).last().unwrap().ends_with("completed ok"));
     assert!(m.begin(pb::OperationKind::SendText, "x".into(), ids(2), t0(), &mut out).is_ok());
+}
+
+/// Issue 40: a client that sends its next text as soon as it sees `idle`
+/// must be accepted. Every way an operation ends is played; after each step
+/// whose effects say `-> idle`, a new `SendText` must start. The effects of a
+/// step reach subscribers only after it, under the same lock, so the state
+/// after the step is the one such a client meets.
+#[test]
+fn idle_is_announced_only_with_the_operation_released() {
+    type Ending = fn(&mut SessionState, &OperationId, &mut Vec<Effect>);
+    let endings: [(&str, Ending); 5] = [
+        ("success", |m, o, out| {
+            m.finish(o, Ok(()), t0(), out).unwrap();
+        }),
+        ("turn failure", |m, o, out| {
+            m.finish(o, Err(ProviderFailure::turn("no")), t0(), out).unwrap();
+        }),
+        ("cancel", |m, o, out| {
+            m.cancel(Some(o), t0(), out).unwrap();
+            m.finish(o, Ok(()), t0(), out).unwrap();
+        }),
+        ("after a tool wait", |m, o, out| {
+            out.extend(call(m, o, "tool-1", t0()));
+            m.finish(o, Ok(()), t0(), out).unwrap();
+        }),
+        ("completion not committed", |m, o, out| {
+            m.finish(o, Ok(()), t0(), out).unwrap();
+            let lines = render(out);
+            assert!(!lines.iter().any(|l| l.contains("-> idle")), "idle before the release: {lines:?}");
+            m.completion_not_committed(o, "disk full", t0(), out);
+        }),
+    ];
+    for (name, ending) in endings {
+        let mut m = SessionState::new(identity(false));
+        let operation = running(&mut m, 1);
+        let mut out = Vec::new();
+        ending(&mut m, &operation, &mut out);
+        let lines = render(&out);
+        if lines.iter().any(|l| l.contains("-> idle")) {
+            let next = m.begin(pb::OperationKind::SendText, "next".into(), ids(2), t0(), &mut Vec::new());
+            assert!(next.is_ok(), "{name}: idle was announced with the operation still held: {lines:?}");
+            continue;
+        }
+        out.clear();
+        m.completion_committed(&operation, t0(), &mut out);
+        let lines: Vec<String> = render(&out).into_iter().filter(|l| l.starts_with("emit")).collect();
+        let n = lines.len();
+        assert!(n >= 2, "{name}: {lines:?}");
+        assert!(lines[n - 2].ends_with(&format!("[{operation}] status running -> idle")), "{name}: {lines:?}");
+        assert!(lines[n - 1].contains(&format!("[{operation}] completed")), "{name}: {lines:?}");
+        let next = m.begin(pb::OperationKind::SendText, "next".into(), ids(2), t0(), &mut Vec::new());
+        assert!(next.is_ok(), "{name}: idle was announced with the operation still held");
+    }
+}
+
+/// An `End` while a completion is being committed announces what the turn
+/// left, in the documented order: its status, its completion, then the end.
+#[test]
+fn an_end_while_the_completion_is_committed_announces_it_in_order() {
+    let mut m = SessionState::new(identity(false));
+    let operation = running(&mut m, 1);
+    let mut out = Vec::new();
+    m.finish(&operation, Ok(()), t0(), &mut out).unwrap();
+    out.clear();
+    m.end("requested", t0(), &mut out).unwrap();
+    let lines: Vec<String> = render(&out).into_iter().filter(|l| l.starts_with("emit")).collect();
+    let kinds: Vec<&str> = lines.iter().map(|l| l.split("] ").nth(1).unwrap()).collect();
+    assert_eq!(kinds, ["status running -> idle", "completed ok", "status idle -> ended", "ended requested"]);
 }
 
 #[test]
@@ -394,8 +464,8 @@ fn a_turn_that_ends_while_waiting_for_a_tool_answers_the_agent_and_passes_throug
         [
             "answer tool-1 error SESSION_BUSY",
             "emit #5 [op-1] status waiting_tool_result -> running",
+            "append #5 operation_completed",
             "emit #6 [op-1] status running -> idle",
-            "append #6 operation_completed",
             "emit #7 [op-1] completed ok",
         ]
     );
@@ -610,9 +680,15 @@ fn a_completion_that_cannot_be_stored_ends_the_operation_with_internal() {
     out.clear();
     m.completion_not_committed(&operation, "disk I/O error", t0(), &mut out);
     let lines = render(&out);
+    // The status moves with the announcement, after the INTERNAL error.
     assert_eq!(
         lines,
-        ["emit #5 [] error INTERNAL", "append #5 operation_completed", "emit #6 [op-1] completed INTERNAL"]
+        [
+            "emit #4 [] error INTERNAL",
+            "append #4 operation_completed",
+            "emit #5 [op-1] status running -> idle",
+            "emit #6 [op-1] completed INTERNAL"
+        ]
     );
     let outcome = snapshot(&m).recent_outcomes.pop().unwrap();
     let details: serde_json::Value = serde_json::from_str(&outcome.error.unwrap().details_json).unwrap();

@@ -182,6 +182,11 @@ async fn the_doctor_says_what_answers_what_is_available_and_what_is_registered()
     let report = String::from_utf8(output.stdout).unwrap();
     let line = |start: &str| report.lines().find(|l| l.trim_start().starts_with(start)).unwrap_or_default().to_owned();
     assert!(line("✓ socket").contains("answers: Core"), "{report}");
+    // The setting a stock grpcio client needs, for this very socket (the
+    // interop test's Python client connects with exactly it).
+    let setting = r#"options=[("grpc.default_authority", "localhost")]"#;
+    let clients = line("· clients");
+    assert!(clients.contains(&format!("unix://{}", h.socket().display())) && clients.contains(setting), "{report}");
     assert!(line("✓ state dir").contains("700"), "{report}");
     assert!(report.contains("(as the running Core sees them)"), "{report}");
     assert!(line("✓ scripted").contains("Scripted"), "{report}");

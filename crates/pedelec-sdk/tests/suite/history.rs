@@ -105,11 +105,12 @@ async fn bad_history_requests_are_refused(via: Via) {
     assert!(empty.entries.is_empty() && !empty.has_more);
 }
 
-/// The SDK's own subscription lags (a handler blocks its reader for longer
-/// than the lag grace), Core re-synchronises it, and the awaited turn still
-/// settles — from the new snapshot's outcomes — as the success it was.
+/// The SDK's own subscription lags (a handler blocks its reader while the
+/// turn runs on) until it falls out of the session's event log (1 MiB here),
+/// Core re-synchronises it, and the awaited turn still settles — from the
+/// new snapshot's outcomes — as the success it was.
 async fn an_awaited_turn_settles_through_a_resync(via: Via) {
-    let h = Harness::start_via(via);
+    let h = Harness::with_config(via, "event_log_session_mib = 1\n");
     let session = h.client().await.create_session::<String>(SessionOptions::default()).await.unwrap();
     let blocked = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
     let deltas = std::sync::Arc::new(std::sync::atomic::AtomicUsize::new(0));
@@ -155,17 +156,19 @@ async fn history_is_per_origin() {
     assert_eq!(error.code, "THREAD_ACCESS_DENIED");
 }
 
-/// A subscriber that stops reading is re-synchronised; the messages of the
-/// gap come back from the history after the last seq it handled.
+/// A subscriber that stops reading until it falls out of the session's
+/// event log (1 MiB here; the default holds this whole turn) is
+/// re-synchronised; the messages of the gap come back from the history after
+/// the last seq it handled.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_resynced_subscriber_recovers_the_messages_it_missed() {
-    let h = Harness::start();
+    let h = Harness::with_config(Via::Grpc, "event_log_session_mib = 1\n");
     let session = h.client().await.create_session::<String>(SessionOptions::default()).await.unwrap();
     let request = pb::SubscribeRequest { session_id: session.session_id().into(), caller_origin: ORIGIN.into() };
     let mut stream = h.raw().await.subscribe(request).await.unwrap().into_inner();
     let first = stream.message().await.unwrap().unwrap();
     let mut last_seen = first.seq;
-    // The reader stalls through a long turn: Core drops and re-syncs it.
+    // The reader stalls through a long turn: it falls out of the log.
     session.send_text("/deltas 200000").await.unwrap();
     session.send_text("after the gap").await.unwrap();
     let snapshot = loop {
@@ -185,5 +188,20 @@ async fn a_resynced_subscriber_recovers_the_messages_it_missed() {
         missed.entries.iter().filter(|e| matches!(e.kind, Some(Kind::AssistantMessage(_)))).map(describe).collect();
     assert_eq!(messages.len(), 2, "both turns' messages are recovered: {messages:?}");
     assert_eq!(messages[1], "assistant_message \"You said: after the gap\"");
-    assert_eq!(snapshot.recent_outcomes.len(), 2, "and both outcomes are in the snapshot");
+    // Both outcomes are settled: in the snapshot (it may come while the
+    // first turn still runs, the moment the reader fell out) or as
+    // completions after it.
+    let mut settled = snapshot.recent_outcomes.len();
+    while settled < 2 {
+        let event = tokio::time::timeout(Duration::from_secs(20), stream.message())
+            .await
+            .expect("the stream goes on")
+            .unwrap()
+            .expect("the stream stays open");
+        match event.kind {
+            Some(pb::session_event::Kind::OperationCompleted(_)) => settled += 1,
+            Some(pb::session_event::Kind::Snapshot(snapshot)) => settled = snapshot.recent_outcomes.len(),
+            _ => {}
+        }
+    }
 }

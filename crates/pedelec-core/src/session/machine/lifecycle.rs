@@ -57,14 +57,18 @@ impl SessionState {
             out.push(Effect::AnswerTool { request: ToolRequestId::new(pending.call.tool_request_id), answer });
         }
         self.withdraw_permissions(None, now, out);
-        if let Some(active) = &self.active {
-            let operation = active.id.clone();
-            let outcome = match &active.phase {
-                Phase::Finishing(outcome) => outcome.clone(),
+        if let Some((operation, kind, phase)) = self.active.as_ref().map(|a| (a.id.clone(), a.kind, a.phase.clone())) {
+            let outcome = match phase {
+                Phase::Finishing(outcome, next) => {
+                    // The status the finished turn left, announced as its
+                    // completion would have been: status, then completion.
+                    self.set_status(next, operation.as_str(), now, out);
+                    outcome
+                }
                 Phase::Recorded | Phase::Running => {
                     out.push(Effect::StopTurn(operation.clone()));
                     let error = pb::Error::new(ErrorCode::SessionEnded, "the session ended during this operation");
-                    let outcome = outcome(&operation, active.kind, Some(error));
+                    let outcome = outcome(&operation, kind, Some(error));
                     self.append("operation_completed", completion_entry(&outcome), now, out);
                     outcome
                 }

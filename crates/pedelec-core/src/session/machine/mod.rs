@@ -113,8 +113,11 @@ enum Phase {
     /// Announced: its turn runs.
     Running,
     /// Its turn ended with this outcome, which is being committed; it is
-    /// announced ([`SessionState::completion_committed`]) only once durable.
-    Finishing(pb::OperationOutcome),
+    /// announced ([`SessionState::completion_committed`]) only once durable,
+    /// together with the status the session then moves to. Until then the
+    /// status stays as the turn left it: a client told `idle` must find the
+    /// operation released, so the status may not change before it is.
+    Finishing(pb::OperationOutcome, SessionStatus),
 }
 
 #[derive(Debug)]
@@ -285,7 +288,7 @@ impl SessionState {
             active_operation: self
                 .active
                 .as_ref()
-                .filter(|a| !matches!(a.phase, Phase::Finishing(_)))
+                .filter(|a| !matches!(a.phase, Phase::Finishing(..)))
                 .map(|a| a.id.as_str().to_owned()),
             skills_json: None,
             recent_outcomes: Vec::new(),

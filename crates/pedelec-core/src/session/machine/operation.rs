@@ -250,11 +250,12 @@ impl SessionState {
     }
 
     /// `operation`'s turn ended with `result`. Its abandoned tool calls are
-    /// answered for the agent, an error is raised if it failed, the status
-    /// moves to `idle` (or `error` when the failure is fatal) and the
-    /// completion is recorded. Returns the record to commit; only once it is
-    /// durable does [`SessionState::completion_committed`] announce the
-    /// completion, so a client that saw it can rely on it across a crash.
+    /// answered for the agent, an error is raised if it failed, and the
+    /// completion is recorded with the status the session moves to (`idle`,
+    /// or `error` when the failure is fatal). Returns the record to commit;
+    /// only once it is durable does [`SessionState::completion_committed`]
+    /// announce the status and the completion, so a client that saw them
+    /// can rely on them across a crash.
     pub fn finish(
         &mut self,
         operation: &OperationId,
@@ -323,13 +324,16 @@ impl SessionState {
             }
             None => SessionStatus::Idle,
         };
-        self.set_status(next, operation.as_str(), now, out);
         let outcome = outcome(operation, kind, error.map(|(e, _)| e));
         self.append("operation_completed", completion_entry(&outcome), now, out);
         if let Some(active) = self.active.as_mut() {
-            active.phase = Phase::Finishing(outcome);
+            active.phase = Phase::Finishing(outcome, next);
         }
-        Some(self.record())
+        // What is committed is the state after the completion; the status
+        // clients see moves only when it is announced.
+        let mut record = self.record();
+        record.status = next.as_str().to_owned();
+        Some(record)
     }
 
     /// `Cancel`: asks the active operation (`operation`, or whichever is
@@ -344,7 +348,7 @@ impl SessionState {
     pub fn cancel(&mut self, operation: Option<&OperationId>, now: Now, out: &mut Vec<Effect>) -> Option<OperationId> {
         let active = self.active.as_mut().filter(|a| operation.is_none_or(|wanted| a.id == *wanted))?;
         let id = active.id.clone();
-        if active.cancelled || matches!(active.phase, Phase::Finishing(_)) {
+        if active.cancelled || matches!(active.phase, Phase::Finishing(..)) {
             return Some(id);
         }
         active.cancelled = true;
@@ -370,12 +374,21 @@ impl SessionState {
 
     /// The completion [`SessionState::finish`] recorded is durable: it is
     /// announced, and snapshots report it from now on.
+    ///
+    /// The status change, the completion and the release of the operation
+    /// are one step, in the order the proto documents (`StatusChanged`, then
+    /// `OperationCompleted`; the status event is scoped to the operation, so
+    /// it must come while the operation is still active for the client's
+    /// gate). Both are queued for subscribers under the session's lock with
+    /// the operation already released, so a client that sends its next text
+    /// on seeing `idle` is never refused `SESSION_BUSY`.
     pub fn completion_committed(&mut self, operation: &OperationId, now: Now, out: &mut Vec<Effect>) {
-        let Some(Phase::Finishing(outcome)) =
+        let Some(Phase::Finishing(outcome, next)) =
             self.active.as_ref().filter(|a| a.id == *operation).map(|a| a.phase.clone())
         else {
             return;
         };
+        self.set_status(next, operation.as_str(), now, out);
         self.emit(operation.as_str(), completed(&outcome), now, out);
         self.active = None;
         self.remember(outcome);
@@ -388,7 +401,7 @@ impl SessionState {
     /// and recorded again (best effort), then announced.
     pub fn completion_not_committed(&mut self, operation: &OperationId, reason: &str, now: Now, out: &mut Vec<Effect>) {
         let Some(active) = self.active.as_mut().filter(|a| a.id == *operation) else { return };
-        let Phase::Finishing(outcome) = &mut active.phase else { return };
+        let Phase::Finishing(outcome, _) = &mut active.phase else { return };
         let turn_error = outcome.error.as_ref().map(|e| e.code.clone());
         let error = pb::Error::with_details(
             ErrorCode::Internal,
