@@ -19,6 +19,25 @@ use crate::error::{CoreError, CoreResult};
 pub const RUNTIME_DIR: &str = ".pedelec-runtime";
 const MANIFEST: &str = ".pedelec-skills.json";
 
+/// Opens a session's runtime directory `runtime` (below the workspace
+/// `root`) through handles, never following a symlink at any level (see
+/// `assets::area::open_below`); `create` makes missing levels. `Ok(None)`
+/// when it does not exist. Core's own files there (the manifest, claude's
+/// MCP config, the openai conversation) are written through the result.
+pub fn open_runtime(root: &Path, runtime: &Path, create: bool) -> std::io::Result<Option<cap_std::fs::Dir>> {
+    let relative = runtime.strip_prefix(root).map_err(|_| {
+        std::io::Error::new(std::io::ErrorKind::InvalidInput, "the runtime directory is not inside the workspace")
+    })?;
+    let levels: Vec<&str> = relative
+        .components()
+        .map(|c| match c {
+            std::path::Component::Normal(name) => name.to_str().ok_or(std::io::ErrorKind::InvalidInput),
+            _ => Err(std::io::ErrorKind::InvalidInput),
+        })
+        .collect::<Result<_, _>>()?;
+    crate::assets::area::open_below(root, &levels, create)
+}
+
 /// A session's resolved workspace.
 #[derive(Debug, Clone)]
 pub struct Workspace {
@@ -88,13 +107,23 @@ impl Workspace {
         Ok(Self::new(canonical, false, session_id))
     }
 
-    /// Creates the runtime directory and writes the skill/tool manifest.
+    /// Creates the runtime directory and the asset folder and writes the
+    /// skill/tool manifest, every level through a handle that refuses a
+    /// symlink: an agent of an earlier session may have planted one to send
+    /// Core's writes out of the workspace (`WORKSPACE_INVALID`).
     pub fn write_manifest(&self, skills: &pb::Skills) -> CoreResult<()> {
-        for dir in [&self.runtime, &self.assets()] {
-            std::fs::create_dir_all(dir).map_err(|e| CoreError::io("creating the runtime directory", e))?;
-        }
-        let path = self.runtime.join(MANIFEST);
-        std::fs::write(&path, json::to_json(skills)).map_err(|e| CoreError::io("writing the tool manifest", e))
+        let refused = |e: std::io::Error| {
+            CoreError::with_details(
+                ErrorCode::WorkspaceInvalid,
+                format!("cannot prepare the session's runtime directory: {e}"),
+                serde_json::json!({ "path": self.root.display().to_string() }),
+            )
+        };
+        let dir = open_runtime(&self.root, &self.runtime, true)
+            .and_then(|dir| dir.ok_or_else(|| std::io::Error::from(std::io::ErrorKind::NotFound)))
+            .map_err(refused)?;
+        crate::assets::area::Area::open(&self.root, true)?;
+        dir.write(MANIFEST, json::to_json(skills)).map_err(|e| CoreError::io("writing the tool manifest", e))
     }
 
     fn open_failed(&self, why: String) -> CoreError {
@@ -120,7 +149,9 @@ impl Workspace {
     pub fn load_manifest(&self) -> CoreResult<pb::Skills> {
         let failed = |why: String| self.open_failed(why);
         self.check_present()?;
-        let text = std::fs::read_to_string(self.runtime.join(MANIFEST))
+        let text = open_runtime(&self.root, &self.runtime, false)
+            .and_then(|dir| dir.ok_or_else(|| std::io::Error::from(std::io::ErrorKind::NotFound)))
+            .and_then(|dir| dir.read_to_string(MANIFEST))
             .map_err(|e| failed(format!("cannot read the session's tool manifest: {e}")))?;
         json::from_json(&text).map_err(|e| failed(format!("the session's tool manifest does not load: {e}")))
     }

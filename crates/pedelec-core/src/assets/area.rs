@@ -80,6 +80,35 @@ fn open_level(parent: &Dir, name: &str, create: bool) -> Result<Option<Dir>, Lev
     parent.open_dir_nofollow(name).map(Some).map_err(|_| LevelError::Refused)
 }
 
+/// Opens the directory `levels` below `root` (a resolved workspace), each
+/// level relative to the one above and never through a symlink, creating
+/// missing levels when `create`; `Ok(None)` when one is missing. A level
+/// that is a symlink (to anywhere) or not a directory is an error of kind
+/// `InvalidInput`. For Core's own files in the runtime directory, which the
+/// agent could otherwise redirect by planting a link.
+pub fn open_below(root: &Path, levels: &[&str], create: bool) -> std::io::Result<Option<Dir>> {
+    let mut dir = match Dir::open_ambient_dir(root, cap_std::ambient_authority()) {
+        Ok(dir) => dir,
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound && !create => return Ok(None),
+        Err(e) => return Err(e),
+    };
+    for name in levels {
+        dir = match open_level(&dir, name, create) {
+            Ok(Some(next)) => next,
+            Ok(None) => return Ok(None),
+            Err(LevelError::Refused) => {
+                tracing::warn!(workspace = %root.display(), name, "refused a symlinked runtime directory level");
+                return Err(std::io::Error::new(
+                    std::io::ErrorKind::InvalidInput,
+                    format!("{name} in {} is a symlink or not a directory; Core does not follow it", root.display()),
+                ));
+            }
+            Err(LevelError::Io(e)) => return Err(e),
+        };
+    }
+    Ok(Some(dir))
+}
+
 impl Area {
     /// Opens `<workspace>/.pedelec-runtime/assets`, each level relative to
     /// the one above and never through a symlink. `create` makes missing

@@ -18,7 +18,7 @@ use pedelec_protocol::{AssetPath, ErrorCode, limits, pb};
 use crate::error::{CoreError, CoreResult};
 use crate::session::now_ms;
 
-mod area;
+pub(crate) mod area;
 #[cfg(unix)]
 mod handoff;
 mod server_limits;

@@ -72,9 +72,16 @@ fn write_mcp_config(setup: &ProviderSetup) -> Result<PathBuf, ProviderFailure> {
         "timeout": timeout_ms + 5_000,
     }}});
     let path = setup.runtime_dir.join(".pedelec-mcp.json");
+    // Through a handle on the runtime directory: a link the agent planted
+    // there cannot send the token-bearing file elsewhere.
     let write = || -> std::io::Result<()> {
-        std::fs::create_dir_all(&setup.runtime_dir)?;
-        let mut file = crate::platform::files::create_private(&path)?;
+        let dir = crate::workspace::open_runtime(&setup.workspace, &setup.runtime_dir, true)?
+            .ok_or_else(|| std::io::Error::from(std::io::ErrorKind::NotFound))?;
+        let mut options = cap_std::fs::OpenOptions::new();
+        options.write(true).create(true).truncate(true);
+        #[cfg(unix)]
+        cap_std::fs::OpenOptionsExt::mode(&mut options, 0o600);
+        let mut file = dir.open_with(".pedelec-mcp.json", &options)?;
         file.write_all(body.to_string().as_bytes())
     };
     write().map_err(|e| {

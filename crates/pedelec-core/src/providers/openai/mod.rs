@@ -27,7 +27,6 @@ mod stream;
 mod tls;
 
 use std::net::ToSocketAddrs;
-use std::path::PathBuf;
 use std::time::Duration;
 
 use http_body_util::{BodyExt, Full};
@@ -180,10 +179,11 @@ impl Provider for OpenAi {
         let base = self.base_url().ok_or_else(|| unavailable("no base_url configured".into()))?;
         let endpoint = Endpoint::parse(&base).map_err(unavailable)?;
         let tls = if endpoint.tls { Some(self.tls().map_err(unavailable)?) } else { None };
-        let history_file = setup.runtime_dir.join(".pedelec-openai-history.json");
         let history = match &setup.provider_session_id {
-            Some(_) => std::fs::read(&history_file)
+            Some(_) => crate::workspace::open_runtime(&setup.workspace, &setup.runtime_dir, false)
                 .ok()
+                .flatten()
+                .and_then(|dir| dir.read(HISTORY_FILE).ok())
                 .and_then(|bytes| serde_json::from_slice::<Vec<Value>>(&bytes).ok())
                 .unwrap_or_default(),
             None => Vec::new(),
@@ -199,7 +199,6 @@ impl Provider for OpenAi {
             total: setup.usage_total.unwrap_or(0),
             identity,
             history,
-            history_file,
             setup,
         }))
     }
@@ -215,10 +214,11 @@ struct OpenAiSession {
     total: u64,
     identity: String,
     history: Vec<Value>,
-    history_file: PathBuf,
     setup: ProviderSetup,
 }
 
+/// The conversation so far, kept in the session's runtime directory.
+const HISTORY_FILE: &str = ".pedelec-openai-history.json";
 /// Retries of a request the endpoint answers 429 or 503, before it fails.
 const MAX_BUSY_RETRIES: u32 = 3;
 /// The longest wait between them, whatever `Retry-After` says.
@@ -484,11 +484,13 @@ impl OpenAiSession {
     }
 
     fn save_history(&self) {
+        // Through a handle on the runtime directory, never a planted link.
         let write = serde_json::to_vec(&self.history).map_err(std::io::Error::other).and_then(|bytes| {
-            std::fs::create_dir_all(&self.setup.runtime_dir)?;
-            let partial = self.history_file.with_extension("json.partial");
-            std::fs::write(&partial, bytes)?;
-            std::fs::rename(&partial, &self.history_file)
+            let dir = crate::workspace::open_runtime(&self.setup.workspace, &self.setup.runtime_dir, true)?
+                .ok_or_else(|| std::io::Error::from(std::io::ErrorKind::NotFound))?;
+            let partial = format!("{HISTORY_FILE}.partial");
+            dir.write(&partial, bytes)?;
+            dir.rename(&partial, &dir, HISTORY_FILE)
         });
         if let Err(error) = write {
             tracing::warn!(%error, "could not save the openai conversation");
