@@ -266,19 +266,8 @@ class PageLink {
    * its own: `{ response }` or `{ error }`, never a rejection.
    */
   ownerCall(call, body) {
-    return new Promise((resolve) => {
-      this.internalId = this.internalId >= 0xfffffff0 ? INTERNAL_IDS : this.internalId + 1;
-      const id = this.internalId;
-      const timer = setTimeout(() => {
-        this.ownerWaiters.delete(id);
-        resolve({ error: { code: "CORE_RUNTIME_UNAVAILABLE", message: "Core did not answer in time" } });
-      }, OWNER_CALL_TIMEOUT_MS);
-      this.ownerWaiters.set(id, (frame) => {
-        clearTimeout(timer);
-        resolve(frame.error ? { error: frame.error } : { response: frame.response && frame.response[call] });
-      });
-      this.host.postMessage({ requestId: id, request: { [call]: { callerOrigin: OWNER_ORIGIN, ...body } } });
-    });
+    this.internalId = this.internalId >= 0xfffffff0 ? INTERNAL_IDS : this.internalId + 1;
+    return sendOwnerCall(this.host, this.ownerWaiters, this.internalId, call, body);
   }
 
   forward(frame) {
@@ -631,27 +620,14 @@ class OwnerLink {
 
   /** `{ response }` or `{ error }`, never a rejection. */
   call(call, body) {
-    return new Promise((resolve) => {
-      if (!this.port) this.open();
-      const id = this.nextId;
-      this.nextId = this.nextId >= 0x7ffffff0 ? 1 : this.nextId + 1;
-      const timer = setTimeout(() => {
-        this.waiting.delete(id);
-        resolve({ error: { code: "CORE_RUNTIME_UNAVAILABLE", message: "Core did not answer in time" } });
-      }, OWNER_CALL_TIMEOUT_MS);
-      this.waiting.set(id, (frame) => {
-        clearTimeout(timer);
-        resolve(frame.error ? { error: frame.error } : { response: frame.response && frame.response[call] });
-        // The user's decisions are rare: a host per batch of them, gone once answered.
-        if (this.waiting.size === 0) queueMicrotask(() => this.close());
-      });
-      try {
-        this.port.postMessage({ requestId: id, request: { [call]: { callerOrigin: OWNER_ORIGIN, ...body } } });
-      } catch (e) {
-        this.waiting.get(id)({ error: { code: "CORE_RUNTIME_UNAVAILABLE", message: String(e) } });
-        this.waiting.delete(id);
-      }
-    });
+    if (!this.port) this.open();
+    const id = this.nextId;
+    this.nextId = this.nextId >= 0x7ffffff0 ? 1 : this.nextId + 1;
+    // The user's decisions are rare: a host per batch of them, gone once answered.
+    const settled = () => {
+      if (this.waiting.size === 0) queueMicrotask(() => this.close());
+    };
+    return sendOwnerCall(this.port, this.waiting, id, call, body, settled);
   }
 
   open() {
@@ -677,6 +653,34 @@ class OwnerLink {
       this.port = null;
     }
   }
+}
+
+/**
+ * Sends the owner call `call` as request `id` on the native `port`, its
+ * settlement kept in `waiters` (request id -> settle(frame), removed by
+ * whoever receives the reply); `{ response }` or `{ error }`, never a
+ * rejection, within OWNER_CALL_TIMEOUT_MS. `settled` runs after either.
+ */
+function sendOwnerCall(port, waiters, id, call, body, settled = () => {}) {
+  return new Promise((resolve) => {
+    const timer = setTimeout(() => {
+      waiters.delete(id);
+      resolve({ error: { code: "CORE_RUNTIME_UNAVAILABLE", message: "Core did not answer in time" } });
+      settled();
+    }, OWNER_CALL_TIMEOUT_MS);
+    waiters.set(id, (frame) => {
+      clearTimeout(timer);
+      resolve(frame.error ? { error: frame.error } : { response: frame.response && frame.response[call] });
+      settled();
+    });
+    try {
+      port.postMessage({ requestId: id, request: { [call]: { callerOrigin: OWNER_ORIGIN, ...body } } });
+    } catch (e) {
+      const settle = waiters.get(id);
+      waiters.delete(id);
+      if (settle) settle({ error: { code: "CORE_RUNTIME_UNAVAILABLE", message: String(e) } });
+    }
+  });
 }
 
 const owner = new OwnerLink();

@@ -118,6 +118,22 @@ async fn unanswered_foreign_and_cancelled_requests(via: Via) {
     session.end().await.unwrap();
 }
 
+/// The requests waiting for the user, as the extension polls them (once
+/// some are; empty after 10 s).
+async fn waiting_for_the_user(
+    raw: &mut pb::core_client::CoreClient<tonic::transport::Channel>,
+) -> Vec<pb::UserPermission> {
+    for _ in 0..400 {
+        let list = pb::ListUserPermissionsRequest { caller_origin: OWNER.into() };
+        let waiting = raw.list_user_permissions(list).await.unwrap().into_inner().permissions;
+        if !waiting.is_empty() {
+            return waiting;
+        }
+        tokio::time::sleep(Duration::from_millis(25)).await;
+    }
+    Vec::new()
+}
+
 /// A web page in `PermissionMode::App` answers only what stays in its
 /// workspace: its agent's command goes to the user (the extension's prompt,
 /// here its owner call), never to the page, unless the user let the site
@@ -150,15 +166,7 @@ async fn a_page_cannot_approve_its_agents_commands_only_the_user_can(via: Via) {
         async move { session.send_text("/permission rm -rf ~").await }
     });
     let mut raw = h.raw().await;
-    let mut waiting = Vec::new();
-    for _ in 0..400 {
-        let list = pb::ListUserPermissionsRequest { caller_origin: OWNER.into() };
-        waiting = raw.list_user_permissions(list).await.unwrap().into_inner().permissions;
-        if !waiting.is_empty() {
-            break;
-        }
-        tokio::time::sleep(Duration::from_millis(25)).await;
-    }
+    let waiting = waiting_for_the_user(&mut raw).await;
     assert_eq!(waiting.len(), 1, "the command waits for the user");
     let ask = &waiting[0];
     let request = ask.request.clone().unwrap();
@@ -201,15 +209,7 @@ async fn a_page_cannot_approve_its_agents_commands_only_the_user_can(via: Via) {
         let session = session.clone();
         async move { session.send_text("/edit ../../.bashrc").await }
     });
-    let mut waiting = Vec::new();
-    for _ in 0..400 {
-        let list = pb::ListUserPermissionsRequest { caller_origin: OWNER.into() };
-        waiting = raw.list_user_permissions(list).await.unwrap().into_inner().permissions;
-        if !waiting.is_empty() {
-            break;
-        }
-        tokio::time::sleep(Duration::from_millis(25)).await;
-    }
+    let waiting = waiting_for_the_user(&mut raw).await;
     let id = waiting[0].request.as_ref().unwrap().permission_id.clone();
     let answer = pb::AnswerUserPermissionRequest {
         caller_origin: OWNER.into(),
