@@ -1,6 +1,7 @@
 //! The README's demo: a fresh Core in a temporary state directory, one
 //! session, a streamed reply, a frontend tool call, usage, a cancelled turn,
-//! the origin's sessions, end and resume, and the history.
+//! the origin's sessions, end and resume, the history, and consent: a site
+//! the user approves, whose agent's command only the user may allow.
 
 use std::io::Write;
 use std::sync::Arc;
@@ -142,8 +143,76 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
     for entry in &page.entries {
         println!("  #{:<3} {}", entry.seq, describe(entry));
     }
+    if provider == "scripted" {
+        consent(&socket).await?;
+    }
     let clean = core.terminate();
     println!("▶ Core stopped cleanly: {clean}");
+    Ok(())
+}
+
+/// Consent, as the Pedelec extension keeps it for the user: a web site is
+/// approved (an owner call, which no page can make), its page drives a
+/// session, and when its agent asks to run a command the page cannot say
+/// yes: the request waits for the user, who answers it.
+async fn consent(socket: &std::path::Path) -> Result<(), Box<dyn std::error::Error>> {
+    use pedelec_protocol::pb;
+    use pedelec_sdk::transport::{Call, Reply, Transport};
+    const SITE: &str = "https://demo-site.example";
+    const OWNER: &str = "app:pedelec-extension";
+    let owner = pedelec_sdk::grpc::GrpcTransport::connect(socket).await?;
+    let site = Pedelec::connect(socket, SITE).await?;
+    let refused = site.create_session::<String>(SessionOptions::default()).await.err();
+    println!("▶ a site the user has not approved: {}", refused.map_or("created?!".into(), |e| e.code));
+    let consent = pb::OriginConsent { origin: SITE.into(), approved: true, ..Default::default() };
+    owner.call(Call::SetConsent(pb::SetConsentRequest { caller_origin: OWNER.into(), consent: Some(consent) })).await?;
+    println!("▶ the user approves {SITE} (SetConsent, an owner call)");
+    let options = SessionOptions { permission_mode: pb::PermissionMode::App, ..Default::default() };
+    let session = site.create_session::<String>(options).await?;
+    let _page = session.on_permission(|_, _| async { Some("allow".to_string()) });
+    let running = session.clone();
+    let turn = tokio::spawn(async move { running.send_text("/permission rm -rf ~").await });
+    let waiting = loop {
+        let list = Call::ListUserPermissions(pb::ListUserPermissionsRequest { caller_origin: OWNER.into() });
+        if let Reply::ListUserPermissions(list) = owner.call(list).await?
+            && let Some(waiting) = list.permissions.into_iter().next()
+        {
+            break waiting;
+        }
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    };
+    let request = waiting.request.unwrap_or_default();
+    println!(
+        "  🔐 {} asks to run {:?}: the page would allow it, but only the user may answer",
+        waiting.origin,
+        request.activity.unwrap_or_default().command
+    );
+    let answer = pb::AnswerUserPermissionRequest {
+        caller_origin: OWNER.into(),
+        session_id: waiting.session_id,
+        permission_id: request.permission_id,
+        option_id: "deny".into(),
+    };
+    owner.call(Call::AnswerUserPermission(answer)).await?;
+    turn.await??;
+    println!(
+        "  the user said no: {}",
+        session
+            .history(pedelec_sdk::HistoryQuery::default())
+            .await?
+            .entries
+            .iter()
+            .rev()
+            .find_map(|e| match &e.kind {
+                Some(pb::history_entry::Kind::AssistantMessage(m)) => Some(m.text.clone()),
+                _ => None,
+            })
+            .unwrap_or_default()
+    );
+    let revoke = pb::RevokeOriginRequest { caller_origin: OWNER.into(), origin: SITE.into() };
+    if let Reply::RevokeOrigin(revoked) = owner.call(Call::RevokeOrigin(revoke)).await? {
+        println!("▶ the user revokes {SITE}: {} live session(s) ended", revoked.sessions_ended);
+    }
     Ok(())
 }
 
