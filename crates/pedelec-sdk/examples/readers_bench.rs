@@ -15,6 +15,8 @@ mod common;
 use common::{hwm_kib, mib, rss_kib};
 use std::io::BufRead;
 use std::path::Path;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
 use pedelec_sdk::daemon::CoreProcess;
@@ -46,6 +48,7 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
     }
     alone.sort();
     let peak_alone = hwm_kib(pid);
+    let sdk_alone = fewest();
 
     // Fresh silent subscribers for each turn: held across turns they would
     // fall out of the log and measure re-syncs instead.
@@ -61,11 +64,16 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
         drop(silent);
     }
     with_silent.sort();
+    let sdk_silent = fewest();
     let peak_silent = hwm_kib(pid);
     tokio::time::sleep(Duration::from_millis(500)).await;
     let after = rss_kib(pid);
+    // A few of Core's quiet ticks (1 s): what stays once it has handed back
+    // what the allocator kept, as bench.rs reads idle RSS.
+    tokio::time::sleep(Duration::from_secs(3)).await;
+    let after_quiet = rss_kib(pid);
     println!(
-        "{DELTAS}-delta turn: alone {} best, {} median of 3 (the floor); with {SILENT} silent subscribers {} best, {} median of 3 = {:.2}× best, {:.2}× median (target ≤ 1.2×)",
+        "{DELTAS}-delta turn: alone {} best, {} median of 3 (the floor); with {SILENT} silent subscribers {} best, {} median of 3 = {:.2}× best, {:.2}× median (target ≤ 1.2×); the SDK's reader got at least {sdk_alone} / {DELTAS} deltas alone, {sdk_silent} / {DELTAS} with them",
         ms(alone[0]),
         ms(alone[1]),
         ms(with_silent[0]),
@@ -73,13 +81,42 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
         with_silent[0].as_secs_f64() / alone[0].as_secs_f64(),
         with_silent[1].as_secs_f64() / alone[1].as_secs_f64(),
     );
+    // The log's part: the same turns alone on a Core whose log may keep only
+    // 1 MiB per session. The SDK's reader falls behind Core during the turn,
+    // so even alone the default log holds much of it at the peak.
+    let config = dir.path().join("config-small-log");
+    std::fs::create_dir_all(&config)?;
+    std::fs::write(config.join("config.toml"), "event_log_session_mib = 1\n")?;
+    let small_socket = dir.path().join("small.sock");
+    let small_core = CoreProcess::spawn_with_args(
+        &pedelec_sdk::daemon::find_core_binary(),
+        &small_socket,
+        &dir.path().join("state-small"),
+        Duration::from_secs(3),
+        &["--config-dir", config.to_str().ok_or("a UTF-8 temporary path")?],
+    )?;
+    let small_pid = small_core.pid().unwrap_or(0);
+    let small_client = Pedelec::connect(&small_socket, ORIGIN).await?;
+    let small_session = small_client.create_session::<String>(SessionOptions::default()).await?;
+    let mut small = Vec::new();
+    for _ in 0..4 {
+        small.push(turn(&small_session).await?);
+    }
+    small[1..].sort();
+    let sdk_small = fewest();
+    let peak_small = hwm_kib(small_pid);
+    small_session.end().await?;
+    drop(small_core);
     println!(
-        "Core RSS during the {DELTAS}-delta turn: peak {} with {SILENT} silent subscribers (VmHWM), {} alone (VmHWM after the turns alone), {} before the turns (VmRSS); the log's part {} (peak with silent subscribers − peak alone: they hold the whole turn in the log); {} 500 ms after the silent subscribers left (VmRSS)",
-        mib(peak_silent),
+        "Core RSS during the {DELTAS}-delta turn: peak {} alone, {} with {SILENT} silent subscribers (VmHWM after each set of turns), {} before the turns (VmRSS), {} 500 ms after the silent subscribers left and {} 3.5 s after (VmRSS); the log's part {} (peak alone − peak alone on a Core with event_log_session_mib = 1: {}, its turn {} median of 3, the SDK's reader got at least {sdk_small} / {DELTAS} deltas there)",
         mib(peak_alone),
+        mib(peak_silent),
         mib(before),
-        mib(peak_silent.saturating_sub(peak_alone)),
         mib(after),
+        mib(after_quiet),
+        mib(peak_alone.saturating_sub(peak_small)),
+        mib(peak_small),
+        ms(small[2]),
     );
 
     python_reader(&client, &socket).await?;
@@ -91,9 +128,25 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
 /// One `/deltas 200000` turn, sent to its end (the SDK resolves on the
 /// turn's OperationCompleted).
 async fn turn(session: &PedelecSession<String>) -> Result<Duration, Box<dyn std::error::Error>> {
+    let count = Arc::new(AtomicU64::new(0));
+    let c = count.clone();
+    let _count = session.on_chat_delta(move |_, _| {
+        c.fetch_add(1, Ordering::Relaxed);
+    });
     let started = Instant::now();
     session.send_text(format!("/deltas {DELTAS}")).await?;
-    Ok(started.elapsed())
+    let took = started.elapsed();
+    // Deltas come before the completion on the stream: all are counted here.
+    FEWEST.fetch_min(count.load(Ordering::SeqCst), Ordering::SeqCst);
+    Ok(took)
+}
+
+/// The fewest deltas the SDK's own reader received in one turn since the
+/// last reset: whether the turn's floor reader kept every delta too.
+static FEWEST: AtomicU64 = AtomicU64::new(u64::MAX);
+
+fn fewest() -> u64 {
+    FEWEST.swap(u64::MAX, Ordering::SeqCst)
 }
 
 /// The interop client's `read` mode subscribes to a fresh session; once it
