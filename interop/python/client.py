@@ -9,6 +9,13 @@ ways through the asset hand-off socket (a file descriptor passed with
 SCM_RIGHTS), cancel, list sessions, end. Prints one line per step; exits non-zero on the first failure.
 
     python client.py SOCKET
+
+The `read` mode is the reader of `cargo xtask bench` (readers_bench, issue
+40): it subscribes to another program's session, prints READY once it holds
+the first snapshot, then reads as fast as Python can until the turn's
+OperationCompleted arrives, and prints one JSON line with what it counted.
+
+    python client.py SOCKET read SESSION_ID ORIGIN
 """
 
 import json
@@ -19,6 +26,7 @@ import struct
 import sys
 import tempfile
 import threading
+import time
 
 from grpc_tools import protoc
 
@@ -183,5 +191,49 @@ def handoff(core, core_pb2, session_id):
     check(refused.WhichOneof("result") == "error" and refused.error.code == "ASSET_TICKET_INVALID" and not files, "a ticket is single-use")
 
 
+def read(socket, session_id, origin, deadline_s=300):
+    generate()
+    import grpc
+    from pedelec.v1 import core_pb2, core_pb2_grpc
+
+    channel = grpc.insecure_channel(f"unix://{socket}", options=[("grpc.default_authority", "localhost")])
+    core = core_pb2_grpc.CoreStub(channel)
+    stream = core.Subscribe(core_pb2.SubscribeRequest(session_id=session_id, caller_origin=origin))
+    # Bounded: a turn whose completion never arrives still ends in a JSON line
+    # (completed false) instead of a hung bench.
+    timer = threading.Timer(deadline_s, stream.cancel)
+    timer.daemon = True
+    timer.start()
+    counts = {"deltas": 0, "chat": 0, "completed": False, "resyncs": 0, "error": None}
+    snapshots, started = 0, None
+    try:
+        for event in stream:
+            kind = event.WhichOneof("kind")
+            if kind == "snapshot":
+                snapshots += 1
+                if snapshots == 1:
+                    print("READY", flush=True)
+                    started = time.monotonic()
+                else:
+                    # A re-sync: this reader fell out of Core's event log.
+                    counts["resyncs"] += 1
+            elif kind == "chat_delta":
+                counts["deltas"] += 1
+            elif kind == "chat":
+                counts["chat"] += 1
+            elif kind == "operation_completed":
+                counts["completed"] = True
+                break
+    except grpc.RpcError as error:
+        counts["error"] = f"{error.code()}: {error.details()}"
+    timer.cancel()
+    stream.cancel()
+    counts["seconds"] = round(time.monotonic() - started, 3) if started is not None else None
+    print(json.dumps(counts), flush=True)
+
+
 if __name__ == "__main__":
-    main(sys.argv[1])
+    if len(sys.argv) == 5 and sys.argv[2] == "read":
+        read(sys.argv[1], sys.argv[3], sys.argv[4])
+    else:
+        main(sys.argv[1])

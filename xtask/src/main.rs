@@ -251,6 +251,9 @@ fn bench() -> Result<()> {
     let envs = [("PEDELEC_NATIVE_HOST_BIN", host), ("PEDELEC_TOOL_BIN", tool)];
     cargo_with_env(&["run", "--release", "--quiet", "-p", "pedelec-sdk", "--example", "bench"], &envs)?;
     cargo_with_env(&["run", "--release", "--quiet", "-p", "pedelec-sdk", "--example", "load_bench"], &envs)?;
+    // Issue 40's figures; its Python reader is the interop client's venv
+    // (`cargo xtask ci` installs it; without it that figure says skipped).
+    cargo_with_env(&["run", "--release", "--quiet", "-p", "pedelec-sdk", "--example", "readers_bench"], &envs)?;
     cargo_with_env(&["run", "--release", "--quiet", "-p", "pedelec-core", "--example", "provider_bench"], &envs)?;
     cargo_with_env(&["run", "--release", "--quiet", "-p", "pedelec-native-host", "--example", "host_bench"], &envs)
 }
