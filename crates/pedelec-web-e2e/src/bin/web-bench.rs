@@ -21,7 +21,9 @@
 //! - the native-messaging messages the extension received per 1 000 of those
 //!   deltas (a batching figure that does not depend on the machine's speed);
 //! - page memory (V8 heap after a collection, plus the SDK's wasm memory)
-//!   before the first delta turn and after the last.
+//!   before the first delta turn and after the last;
+//! - a page that is slow but live (its handler blocks 50 ms per 1 000
+//!   deltas): how many deltas of a 100 000-delta turn it still receives.
 //!
 //! To find where the time goes: `PEDELEC_WEB_BENCH_PROFILE=FILE` writes CPU
 //! profiles of the page and the extension's worker, `PEDELEC_WEB_BENCH_TRACE=FILE`
@@ -150,6 +152,7 @@ fn main() -> Result<(), E2eError> {
     // the SDK's share must not grow with the turns it streamed.
     page.eval("demo.state.deltas = ''")?;
     let after = page_memory(&rig, &page)?;
+    let slow = slow_page_turn(&page)?;
 
     let m = |f: fn(&Round) -> f64| median(rounds.iter().map(f).collect());
     let (tool, bare) = (m(|r| r.tool_p50), m(|r| r.bare_p50));
@@ -180,6 +183,14 @@ fn main() -> Result<(), E2eError> {
         total(after) - total(before),
         mib(before.1),
         mib(after.1)
+    );
+    println!(
+        "  a page whose handler blocks 50 ms per 1 000 deltas: {} / {DELTAS} deltas of one turn, turn settled {}, \
+         {} blocks, {:.1} s (target: every delta; Core's log holds what the page has not read)",
+        slow["n"],
+        slow["ok"],
+        slow["blocked"],
+        slow["ms"].as_f64().unwrap_or(f64::NAN) / 1000.0
     );
     for (i, r) in rounds.iter().enumerate() {
         println!(
@@ -290,6 +301,25 @@ fn round(page: &Page<'_>, worker: &Page<'_>, calls: u32) -> Result<Round, E2eErr
         messages_per_1000: messages / (DELTAS as f64 / 1000.0),
         messages_per_tool_call: tool_messages / f64::from(calls),
     })
+}
+
+/// One `/deltas` turn to a page that is slow but live: a second delta
+/// handler blocks the page's thread for 50 ms every 1 000 deltas (5 s over
+/// the turn), far slower than Core writes. Counts the deltas it saw; a reader
+/// cut off and re-synchronised would miss some (a snapshot replays none).
+fn slow_page_turn(page: &Page<'_>) -> Result<Value, E2eError> {
+    let turn = page.eval_for(
+        &format!(
+            "(async () => {{ let n = 0, blocked = 0; \
+             const off = demo.session().onChatDelta(() => {{ n++; if (n % 1000 === 0) {{ \
+               const end = performance.now() + 50; while (performance.now() < end) {{}} blocked++; }} }}); \
+             const t0 = performance.now(); const r = await demo.attempt(() => demo.send('/deltas {DELTAS}')); \
+             off(); return {{ ok: r.ok, n, blocked, ms: performance.now() - t0 }}; }})()"
+        ),
+        Duration::from_secs(600),
+    )?;
+    page.eval("demo.state.deltas = ''")?;
+    Ok(turn)
 }
 
 /// The page's V8 heap in use after a full collection, and the wasm memory.
