@@ -13,6 +13,7 @@ use std::collections::HashMap;
 use std::path::{Path, PathBuf};
 use std::sync::RwLock;
 
+use pedelec_protocol::origin::is_web_origin;
 use pedelec_protocol::{ErrorCode, limits, pb};
 
 use crate::error::{CoreError, CoreResult};
@@ -23,13 +24,6 @@ pub const EXTENSION_ORIGIN: &str = "app:pedelec-extension";
 
 /// The most folders one origin may be granted.
 const MAX_FOLDERS: usize = limits::MAX_WORKSPACE_GRANTS;
-
-/// Whether `origin` is a web origin (a page's), as opposed to a local
-/// program (`app:…`). Owner calls are refused from web origins; consent
-/// applies only to them.
-pub fn is_web_origin(origin: &str) -> bool {
-    origin.starts_with("https://") || origin.starts_with("http://")
-}
 
 /// Refuses an owner call made with a web origin.
 pub fn check_owner(caller_origin: &str) -> CoreResult<()> {
@@ -51,6 +45,16 @@ struct Entry {
 }
 
 impl Entry {
+    /// A stored consent as Core checks it. A stored folder that no longer
+    /// resolves is kept under its recorded name: it grants nothing until it
+    /// exists again.
+    fn of(consent: &pb::OriginConsent) -> Self {
+        Entry {
+            approved_at_ms: if consent.approved { consent.approved_at_ms.max(1) } else { 0 },
+            folders: consent.folders.iter().map(|f| (PathBuf::from(&f.path), f.may_approve_commands)).collect(),
+        }
+    }
+
     fn to_pb(&self, origin: &str) -> pb::OriginConsent {
         pb::OriginConsent {
             origin: origin.to_owned(),
@@ -83,16 +87,9 @@ pub struct Consent {
 }
 
 impl Consent {
-    /// Consent as stored. A stored folder that no longer resolves is kept
-    /// under its recorded name: it grants nothing until it exists again.
+    /// Consent as stored.
     pub fn from_stored(stored: Vec<pb::OriginConsent>) -> Self {
-        let origins = stored
-            .into_iter()
-            .map(|c| {
-                let folders = c.folders.iter().map(|f| (PathBuf::from(&f.path), f.may_approve_commands)).collect();
-                (c.origin, Entry { approved_at_ms: if c.approved { c.approved_at_ms.max(1) } else { 0 }, folders })
-            })
-            .collect();
+        let origins = stored.into_iter().map(|c| (c.origin.clone(), Entry::of(&c))).collect();
         Consent { origins: RwLock::new(origins) }
     }
 
@@ -210,9 +207,7 @@ impl Consent {
             origins.remove(&consent.origin);
             return;
         }
-        let stored = Consent::from_stored(vec![consent.clone()]);
-        let entry = stored.origins.into_inner().unwrap_or_else(|p| p.into_inner()).remove(&consent.origin);
-        origins.insert(consent.origin.clone(), entry.unwrap_or_default());
+        origins.insert(consent.origin.clone(), Entry::of(consent));
     }
 
     /// Forgets an origin.

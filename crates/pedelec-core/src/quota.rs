@@ -77,7 +77,7 @@ impl From<Exceeded> for CoreError {
 /// many-session programs (the load and chaos benches). Their agent
 /// processes still count against `max_agent_processes`.
 pub fn limits_sessions_of(origin: &str) -> bool {
-    origin.starts_with("https://") || origin.starts_with("http://")
+    pedelec_protocol::origin::is_web_origin(origin)
 }
 
 /// Agent processes running now, against `max_agent_processes`. Process-wide

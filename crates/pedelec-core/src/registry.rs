@@ -627,7 +627,7 @@ fn unheld_and_ended(session: &Arc<Session>) -> bool {
 /// keeps a managed workspace, since that path names the user's home and
 /// account; an explicit workspace is the path the page itself chose.
 fn shown_workspace(origin: &str, path: &str, managed: bool) -> String {
-    if managed && crate::consent::is_web_origin(origin) { String::new() } else { path.to_owned() }
+    if managed && pedelec_protocol::origin::is_web_origin(origin) { String::new() } else { path.to_owned() }
 }
 
 fn info_of(record: &SessionRecord) -> pb::SessionInfo {

@@ -25,6 +25,7 @@ pub mod ids;
 pub mod json;
 pub mod limits;
 pub mod native;
+pub mod origin;
 #[cfg(windows)]
 pub mod pipe_owner;
 pub mod prepare;

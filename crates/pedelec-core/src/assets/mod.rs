@@ -13,6 +13,7 @@ use std::time::{Duration, Instant};
 use http_body_util::{BodyExt, Full, StreamBody, combinators::BoxBody};
 use hyper::body::{Bytes, Frame, Incoming};
 use hyper::{Method, Request, Response, StatusCode};
+use pedelec_protocol::origin::is_web_origin;
 use pedelec_protocol::{AssetPath, ErrorCode, limits, pb};
 
 use crate::error::{CoreError, CoreResult};
@@ -724,11 +725,6 @@ fn full(text: String) -> Body {
 fn cors_origin(origin: String) -> Option<String> {
     (is_web_origin(&origin) && origin.is_ascii() && hyper::header::HeaderValue::from_str(&origin).is_ok())
         .then_some(origin)
-}
-
-/// A web page's origin, as a browser stamps it (an application's is `app:…`).
-fn is_web_origin(origin: &str) -> bool {
-    origin.starts_with("http://") || origin.starts_with("https://")
 }
 
 fn with_cors(builder: hyper::http::response::Builder, origin: Option<&str>) -> hyper::http::response::Builder {

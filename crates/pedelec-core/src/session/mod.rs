@@ -872,7 +872,8 @@ impl Session {
     /// outside), and the user has not let this origin approve that in this
     /// folder. Approving a site must not be code execution as the user.
     fn only_the_user_answers(&self, request: &pb::PermissionRequest) -> bool {
-        use crate::consent::{WorkspaceGrant, is_web_origin, stays_in_workspace};
+        use crate::consent::{WorkspaceGrant, stays_in_workspace};
+        use pedelec_protocol::origin::is_web_origin;
         if !is_web_origin(&self.origin) {
             return false;
         }
