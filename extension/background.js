@@ -818,6 +818,8 @@ const promptedPermissions = new Set();
 /** { id, tabId } of the open permission prompt. */
 let permissionPrompt = null;
 let permissionPoll = null;
+/** Whether a poll is waiting for Core. */
+let polling = false;
 
 function watchUserPermissions() {
   if (permissionPoll || pages.size === 0) return;
@@ -827,7 +829,14 @@ function watchUserPermissions() {
       permissionPoll = null;
       return;
     }
-    pollUserPermissions().catch((e) => console.error("pedelec: reading the user's requests failed", e));
+    // One poll at a time: a slow Core must not pile calls up behind it.
+    if (polling) return;
+    polling = true;
+    pollUserPermissions()
+      .catch((e) => console.error("pedelec: reading the user's requests failed", e))
+      .finally(() => {
+        polling = false;
+      });
   }, USER_PERMISSION_POLL_MS);
 }
 
