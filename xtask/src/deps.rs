@@ -9,10 +9,11 @@ use serde_json::Value;
 /// Each workspace crate and the workspace crates it may depend on.
 const ALLOWED: &[(&str, &[&str])] = &[
     ("pedelec-protocol", &[]),
-    ("pedelec-client", &["pedelec-protocol"]),
-    ("pedelec-sdk", &["pedelec-protocol", "pedelec-client"]),
-    ("pedelec-core", &["pedelec-protocol", "pedelec-tool"]),
-    ("pedelec-tool", &["pedelec-protocol"]),
+    ("pedelec-ipc", &["pedelec-protocol"]),
+    ("pedelec-client", &["pedelec-protocol", "pedelec-ipc"]),
+    ("pedelec-sdk", &["pedelec-protocol", "pedelec-client", "pedelec-ipc"]),
+    ("pedelec-core", &["pedelec-protocol", "pedelec-tool", "pedelec-ipc"]),
+    ("pedelec-tool", &["pedelec-protocol", "pedelec-ipc"]),
     ("pedelec-native-host", &["pedelec-protocol", "pedelec-client"]),
     ("pedelec-test-agents", &[]),
     ("pedelec-web-e2e", &["pedelec-protocol", "pedelec-sdk"]),

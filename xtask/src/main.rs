@@ -131,7 +131,7 @@ fn ci() -> Result<()> {
             .status()
             .is_ok_and(|s| s.success())
     {
-        cargo(&["build", "-p", "pedelec-protocol", "--target", "wasm32-unknown-unknown", "--no-default-features"])?;
+        cargo(&["build", "-p", "pedelec-protocol", "--target", "wasm32-unknown-unknown"])?;
     } else {
         eprintln!("warning: wasm32-unknown-unknown target unavailable; skipping the wasm build of pedelec-protocol");
     }
@@ -188,7 +188,7 @@ fn ci() -> Result<()> {
 /// unpacked copies in `$CARGO_HOME/registry/src/-<hash>/` (the unnamed
 /// local registries, never crates.io's) go too.
 fn package_crates() -> Result<()> {
-    const CRATES: [&str; 3] = ["pedelec-protocol", "pedelec-client", "pedelec-sdk"];
+    const CRATES: [&str; 4] = ["pedelec-protocol", "pedelec-ipc", "pedelec-client", "pedelec-sdk"];
     let verify = root().join("target/package-verify");
     let verify = verify.to_str().context("a UTF-8 target path")?;
     let mut clean = vec!["clean", "--quiet", "--target-dir", verify];

@@ -153,7 +153,7 @@ impl GrpcTransport {
 /// Re-exported from [`pedelec_protocol::grpc`]: a connection of your own to
 /// Core's socket, apart from a [`GrpcTransport`]'s (see
 /// [`GrpcTransport::channel`]).
-pub use pedelec_protocol::grpc::local_channel;
+pub use pedelec_ipc::local_channel;
 
 fn status(e: tonic::Status) -> PedelecError {
     error_from_status(&e).into()

@@ -66,7 +66,7 @@ impl AgentToolsLink {
             let core = discovery::default_socket(env, &discovery::default_state_dir(env));
             tool_socket::endpoint_for(Platform::current(), &core)
         });
-        let stream = pedelec_protocol::grpc::connect_local(&endpoint)
+        let stream = pedelec_ipc::connect_local(&endpoint)
             .await
             .map_err(|source| BridgeError::Connect { endpoint: endpoint.display().to_string(), source })?;
         let (reader, writer) = tokio::io::split(stream);

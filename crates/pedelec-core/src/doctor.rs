@@ -136,7 +136,7 @@ async fn ask_core(socket: &Path) -> Result<(pb::PingResponse, Duration, Vec<pb::
         return Err("no socket: Core is not running (the SDK and the native host start it on demand)".into());
     }
     let started = Instant::now();
-    let channel = tokio::time::timeout(ASK, pedelec_protocol::grpc::local_channel(socket))
+    let channel = tokio::time::timeout(ASK, pedelec_ipc::local_channel(socket))
         .await
         .map_err(|_| "no answer within 2 s".to_owned())?
         .map_err(|e| format!("cannot connect: {e} (a stale socket of a Core that died?)"))?;

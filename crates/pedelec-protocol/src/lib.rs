@@ -26,8 +26,6 @@ pub mod json;
 pub mod limits;
 pub mod native;
 pub mod origin;
-#[cfg(windows)]
-pub mod pipe_owner;
 pub mod prepare;
 pub mod registration;
 pub mod status;

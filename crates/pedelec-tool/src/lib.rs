@@ -151,7 +151,7 @@ fn open(endpoint: &Path) -> std::io::Result<Connection> {
             }
             Ok(pipe) => {
                 use std::os::windows::io::AsRawHandle;
-                pedelec_protocol::pipe_owner::check_server_is_current_user(pipe.as_raw_handle())?;
+                pedelec_ipc::pipe_owner::check_server_is_current_user(pipe.as_raw_handle())?;
                 return Ok(pipe);
             }
             Err(e) => return Err(e),

@@ -1,7 +1,8 @@
 //! The asset hand-off socket (Unix): the same tickets as the loopback
 //! transfer server, redeemed by handing over an open file instead of
 //! streaming bytes (the exchange is `AssetHandoffRequest` in `core.proto`;
-//! its frames and descriptor passing are `pedelec_protocol::handoff`).
+//! its rules are `pedelec_protocol::handoff`, its frames and descriptor passing
+//! `pedelec_ipc::handoff`).
 //!
 //! An upload is copied by the kernel from the client's file into the
 //! temporary file (`copy_file_range`), its writeback started piece by
@@ -17,6 +18,7 @@ use std::path::Path;
 use std::sync::Arc;
 
 use hyper::StatusCode;
+use pedelec_ipc::handoff as exchange;
 use pedelec_protocol::pb::asset_handoff_response::Result as Answer;
 use pedelec_protocol::{ErrorCode, handoff, pb};
 use tokio::sync::Semaphore;
@@ -62,12 +64,12 @@ impl AssetServer {
         {
             return;
         }
-        let (answer, file) = match handoff::receive::<pb::AssetHandoffRequest>(&socket, handoff::MAX_REQUEST, 1) {
+        let (answer, file) = match exchange::receive::<pb::AssetHandoffRequest>(&socket, handoff::MAX_REQUEST, 1) {
             Ok((request, files)) => self.answer(&request, files),
             Err(e) => (refused(ErrorCode::InvalidArgument, e.to_string()), None),
         };
         let response = pb::AssetHandoffResponse { result: Some(answer) };
-        if let Err(error) = handoff::send(&socket, &response, file.as_ref().map(|f| f.as_fd())) {
+        if let Err(error) = exchange::send(&socket, &response, file.as_ref().map(|f| f.as_fd())) {
             tracing::debug!(%error, "an asset hand-off client went away before its answer");
         }
     }
@@ -127,7 +129,7 @@ fn land_file(ticket: &Ticket, target: &AssetPath, size: u64, src: std::fs::File)
     }
     let (staged, out) = Staged::create(ticket, target, size)?;
     let mut writeback = crate::writeback::Writeback::new();
-    let copied = handoff::copy_range(&src, &out, size, |file, n| writeback.wrote(file, n))
+    let copied = exchange::copy_range(&src, &out, size, |file, n| writeback.wrote(file, n))
         .map_err(|e| failed(format!("copying the file handed over failed: {e}")))?;
     if copied != size {
         return Err(failed(format!("{copied} of the declared {size} bytes could be read")));

@@ -12,6 +12,7 @@ use std::fs::File;
 use std::os::fd::{AsFd, OwnedFd};
 use std::os::unix::net::UnixStream;
 
+use pedelec_ipc::handoff as exchange;
 use pedelec_protocol::pb::asset_handoff_response::Result as Answer;
 use pedelec_protocol::{ErrorCode, handoff, limits, pb};
 
@@ -47,8 +48,8 @@ fn exchange(
     socket.set_write_timeout(Some(handoff::REQUEST_TIMEOUT)).map_err(io)?;
     socket.set_read_timeout(Some(handoff::RESPONSE_TIMEOUT)).map_err(io)?;
     let request = pb::AssetHandoffRequest { url: ticket.url.clone(), token: ticket.token.clone() };
-    handoff::send(socket, &request, file.map(|f| f.as_fd())).map_err(io)?;
-    let (response, files) = handoff::receive::<pb::AssetHandoffResponse>(socket, handoff::MAX_RESPONSE, 1)
+    exchange::send(socket, &request, file.map(|f| f.as_fd())).map_err(io)?;
+    let (response, files) = exchange::receive::<pb::AssetHandoffResponse>(socket, handoff::MAX_RESPONSE, 1)
         .map_err(|e| failed(code, format!("the asset hand-off failed: {e}")))?;
     let answer = response.result.ok_or_else(|| failed(code, "the asset hand-off answered nothing"))?;
     Ok((answer, files.into_iter().next()))
@@ -145,7 +146,7 @@ pub(super) async fn copy_to(ticket: &pb::AssetTicket, out: File) -> Option<Resul
     let ticket = ticket.clone();
     let run = tokio::task::spawn_blocking(move || {
         Some(download_blocking(&ticket)?.and_then(|(file, size)| {
-            let copied = handoff::copy_range(&file, &out, size, |_, _| {})
+            let copied = exchange::copy_range(&file, &out, size, |_, _| {})
                 .map_err(|e| failed(code, format!("copying the asset failed: {e}")))?;
             if copied != size {
                 return Err(failed(code, format!("{copied} of {size} bytes could be read")));

@@ -9,6 +9,7 @@ use std::os::fd::{AsFd, AsRawFd, BorrowedFd, OwnedFd};
 use std::os::unix::net::UnixStream;
 use std::time::Duration;
 
+use pedelec_ipc::handoff as exchange;
 use pedelec_protocol::pb::asset_handoff_response::Result as Answer;
 use pedelec_protocol::{handoff, limits, pb};
 use pedelec_sdk::assets::UploadSource;
@@ -23,7 +24,7 @@ fn exchange(ticket: &pb::AssetTicket, token: &str, files: &[BorrowedFd<'_>]) -> 
     socket.set_read_timeout(Some(Duration::from_secs(30))).unwrap();
     let request = pb::AssetHandoffRequest { url: ticket.url.clone(), token: token.into() };
     send_with(&socket, &pedelec_protocol::tool_socket::encode_frame(&request), files);
-    let (response, back) = handoff::receive::<pb::AssetHandoffResponse>(&socket, handoff::MAX_RESPONSE, 1).unwrap();
+    let (response, back) = exchange::receive::<pb::AssetHandoffResponse>(&socket, handoff::MAX_RESPONSE, 1).unwrap();
     (response.result.expect("an answer"), back)
 }
 
@@ -195,7 +196,7 @@ async fn the_handoff_socket_refuses_every_bad_exchange_and_writes_nothing() {
     assert_eq!(code(&exchange(&download, &download.token, &[good.as_fd()]).0), "INVALID_ARGUMENT");
     let socket = UnixStream::connect(&download.local_socket).unwrap();
     send_with(&socket, &(1u32 << 20).to_le_bytes(), &[]);
-    let (response, _) = handoff::receive::<pb::AssetHandoffResponse>(&socket, handoff::MAX_RESPONSE, 1).unwrap();
+    let (response, _) = exchange::receive::<pb::AssetHandoffResponse>(&socket, handoff::MAX_RESPONSE, 1).unwrap();
     assert_eq!(code(&response.result.unwrap()), "INVALID_ARGUMENT");
     // A client that hangs up mid-frame leaves Core serving the next one.
     let socket = UnixStream::connect(&download.local_socket).unwrap();
