@@ -193,7 +193,7 @@ impl Consent {
         let previous = self.read().get(&consent.origin).map_or(0, |e| e.approved_at_ms);
         let approved_at_ms = match (consent.approved, previous) {
             (false, _) => 0,
-            (true, 0) => crate::session::now_ms(),
+            (true, 0) => crate::clock::now_ms(),
             (true, at) => at,
         };
         Ok(Entry { approved_at_ms, folders }.to_pb(&consent.origin))

@@ -72,11 +72,7 @@ pub async fn serve(config: CoreConfig) -> CoreResult<()> {
     }
     let started = std::time::Instant::now();
     let (store, records) = Store::open(&config.database())?;
-    let assets = crate::assets::AssetServer::start(
-        config.asset_ticket_ttl,
-        crate::assets::AssetLimits::from_settings(&settings),
-    )
-    .await?;
+    let assets = crate::assets::AssetServer::start(config.asset_ticket_ttl, settings.asset_limits()).await?;
     let (released_tx, released) = tokio::sync::mpsc::unbounded_channel();
     let consent = Arc::new(crate::consent::Consent::from_stored(store.consents().await?));
     let shared = Arc::new(Shared {

@@ -7,6 +7,7 @@
 
 pub mod assets;
 pub mod bridge;
+pub mod clock;
 pub mod config;
 pub mod connections;
 pub mod consent;
@@ -14,6 +15,7 @@ pub mod daemon;
 pub mod doctor;
 pub mod error;
 pub mod history;
+pub mod nofollow;
 pub mod platform;
 pub mod providers;
 pub mod quota;

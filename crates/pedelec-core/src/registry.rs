@@ -16,8 +16,9 @@ use std::time::Duration;
 
 use pedelec_protocol::{ErrorCode, SessionStatus, limits, pb};
 
+use crate::clock::now_ms;
 use crate::error::{CoreError, CoreResult};
-use crate::session::{NewSession, Session, Shared, new_id, now_ms};
+use crate::session::{NewSession, Session, Shared, new_id};
 use crate::store::SessionRecord;
 use crate::tool_token::{ToolToken, ToolTokenDigest};
 use crate::tools::ToolSet;
@@ -404,7 +405,12 @@ impl Registry {
                 )
             })
         })?;
-        if let Err(error) = workspace.write_manifest(&skills) {
+        // The asset folder exists from the start, made through handles as
+        // the manifest is, so a link planted there is refused at once.
+        let prepared = workspace
+            .write_manifest(&skills)
+            .and_then(|()| crate::assets::area::Area::open(&workspace.root, true).map(drop));
+        if let Err(error) = prepared {
             workspace.remove_if_managed();
             return Err(error);
         }

@@ -382,7 +382,8 @@ impl AgentToolsService {
         request: pb::AgentPermissionRequest,
     ) -> Result<pb::AgentPermissionResponse, CoreError> {
         let session = self.registry.by_token(&request.tool_token)?;
-        Ok(crate::providers::claude::ask_permission(&session, &request.tool, &request.input_json).await)
+        let mode = pb::PermissionMode::try_from(session.info.permission_mode).unwrap_or_default();
+        Ok(crate::providers::claude::ask_permission(&*session.asker(), mode, &request.tool, &request.input_json).await)
     }
 }
 

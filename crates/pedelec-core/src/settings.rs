@@ -171,7 +171,14 @@ impl Settings {
         if settings.permission_timeout_secs == Some(0) {
             return Err("permission_timeout_secs must be at least 1".into());
         }
-        crate::assets::AssetLimits::check(&settings)?;
+        // A transfer server that accepts no connection, or closes every one
+        // before its head can arrive, cannot work.
+        if settings.asset_server_connections == Some(0) {
+            return Err("asset_server_connections must be at least 1".into());
+        }
+        if settings.asset_header_timeout_secs == Some(0) {
+            return Err("asset_header_timeout_secs must be at least 1".into());
+        }
         if settings.event_log_session_mib == Some(0) || settings.event_log_total_mib == Some(0) {
             return Err("event_log_session_mib and event_log_total_mib must be at least 1".into());
         }
@@ -187,6 +194,16 @@ impl Settings {
         match self.ended_session_retention_days.unwrap_or(DEFAULT_RETENTION_DAYS) {
             0 => None,
             days => Some(Duration::from_secs(u64::from(days) * 86_400)),
+        }
+    }
+
+    /// The asset limits config.toml sets, defaults for what it leaves out.
+    pub fn asset_limits(&self) -> crate::assets::server_limits::AssetLimits {
+        let defaults = crate::assets::server_limits::AssetLimits::default();
+        crate::assets::server_limits::AssetLimits {
+            max_bytes: self.asset_bytes_per_session.unwrap_or(defaults.max_bytes),
+            max_connections: self.asset_server_connections.map_or(defaults.max_connections, |n| n as usize),
+            header_timeout: self.asset_header_timeout_secs.map_or(defaults.header_timeout, Duration::from_secs),
         }
     }
 

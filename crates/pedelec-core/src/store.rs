@@ -226,7 +226,7 @@ CREATE INDEX IF NOT EXISTS transcript_by_session ON transcript(session_id, seq);
 -- Listing an origin's sessions reads only that origin's rows.
 CREATE INDEX IF NOT EXISTS sessions_by_origin ON sessions(origin, created_at_ms);
 CREATE INDEX IF NOT EXISTS transcript_completions ON transcript(session_id, seq) WHERE kind = 'operation_completed';
--- The user's consent per web origin (crate::consent): a pb::OriginConsent as JSON.
+-- The user's consent per web origin (consent.rs): a pb::OriginConsent as JSON.
 CREATE TABLE IF NOT EXISTS consent (
     origin TEXT PRIMARY KEY,
     body TEXT NOT NULL
@@ -418,7 +418,7 @@ impl Store {
         })
     }
 
-    /// Every origin's stored consent (crate::consent), read at start.
+    /// Every origin's stored consent (`consent.rs`), read at start.
     pub async fn consents(&self) -> CoreResult<Vec<pedelec_protocol::pb::OriginConsent>> {
         self.read(|c| {
             let mut stmt = c.prepare("SELECT body FROM consent ORDER BY origin")?;

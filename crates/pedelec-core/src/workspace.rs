@@ -17,11 +17,13 @@ use pedelec_protocol::{ErrorCode, json, limits, pb};
 use crate::error::{CoreError, CoreResult};
 
 pub const RUNTIME_DIR: &str = ".pedelec-runtime";
+/// The folder below the runtime directory holding the public assets (`assets::area`).
+pub const ASSETS_DIR: &str = "assets";
 const MANIFEST: &str = ".pedelec-skills.json";
 
 /// Opens a session's runtime directory `runtime` (below the workspace
 /// `root`) through handles, never following a symlink at any level (see
-/// `assets::area::open_below`); `create` makes missing levels. `Ok(None)`
+/// `nofollow::open_below`); `create` makes missing levels. `Ok(None)`
 /// when it does not exist. Core's own files there (the manifest, claude's
 /// MCP config, the openai conversation) are written through the result.
 pub fn open_runtime(root: &Path, runtime: &Path, create: bool) -> std::io::Result<Option<cap_std::fs::Dir>> {
@@ -35,7 +37,7 @@ pub fn open_runtime(root: &Path, runtime: &Path, create: bool) -> std::io::Resul
             _ => Err(std::io::ErrorKind::InvalidInput),
         })
         .collect::<Result<_, _>>()?;
-    crate::assets::area::open_below(root, &levels, create)
+    crate::nofollow::open_below(root, &levels, create)
 }
 
 /// A session's resolved workspace.
@@ -122,7 +124,6 @@ impl Workspace {
         let dir = open_runtime(&self.root, &self.runtime, true)
             .and_then(|dir| dir.ok_or_else(|| std::io::Error::from(std::io::ErrorKind::NotFound)))
             .map_err(refused)?;
-        crate::assets::area::Area::open(&self.root, true)?;
         dir.write(MANIFEST, json::to_json(skills)).map_err(|e| CoreError::io("writing the tool manifest", e))
     }
 

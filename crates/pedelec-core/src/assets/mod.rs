@@ -16,13 +16,13 @@ use hyper::{Method, Request, Response, StatusCode};
 use pedelec_protocol::origin::is_web_origin;
 use pedelec_protocol::{AssetPath, ErrorCode, limits, pb};
 
+use crate::clock::now_ms;
 use crate::error::{CoreError, CoreResult};
-use crate::session::now_ms;
 
 pub(crate) mod area;
 #[cfg(unix)]
 mod handoff;
-mod server_limits;
+pub mod server_limits;
 
 use area::{Area, Landing, modified_ms};
 pub use server_limits::AssetLimits;

@@ -3,8 +3,6 @@
 
 use std::time::Duration;
 
-use crate::settings::Settings;
-
 /// The config.toml key of the asset bytes quota, named in `QUOTA_EXCEEDED`'s details.
 pub const BYTES_KEY: &str = "asset_bytes_per_session";
 /// 1 GiB: ten uploads at the 100 MiB per-file limit, with room to spare.
@@ -37,30 +35,6 @@ impl Default for AssetLimits {
     }
 }
 
-impl AssetLimits {
-    /// The limits config.toml sets, defaults for what it leaves out.
-    pub fn from_settings(settings: &Settings) -> Self {
-        let defaults = AssetLimits::default();
-        AssetLimits {
-            max_bytes: settings.asset_bytes_per_session.unwrap_or(defaults.max_bytes),
-            max_connections: settings.asset_server_connections.map_or(defaults.max_connections, |n| n as usize),
-            header_timeout: settings.asset_header_timeout_secs.map_or(defaults.header_timeout, Duration::from_secs),
-        }
-    }
-
-    /// The settings' values that cannot work: a server that accepts no
-    /// connection, or closes every one before its head can arrive.
-    pub fn check(settings: &Settings) -> Result<(), String> {
-        if settings.asset_server_connections == Some(0) {
-            return Err("asset_server_connections must be at least 1".into());
-        }
-        if settings.asset_header_timeout_secs == Some(0) {
-            return Err("asset_header_timeout_secs must be at least 1".into());
-        }
-        Ok(())
-    }
-}
-
 /// Whether a request's `Host` names the transfer server itself: a loopback
 /// name with the server's own port. A page on another name that resolves to
 /// 127.0.0.1 (DNS rebinding) sends that name, and is refused.
@@ -74,6 +48,7 @@ pub fn is_own_host(host: Option<&str>, port: u16) -> bool {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::settings::Settings;
 
     #[test]
     fn only_the_servers_own_loopback_authority_is_its_host() {
@@ -105,9 +80,9 @@ mod tests {
             "asset_bytes_per_session = 5\nasset_server_connections = 2\nasset_header_timeout_secs = 3\n",
         )
         .unwrap();
-        let limits = AssetLimits::from_settings(&settings);
+        let limits = settings.asset_limits();
         assert_eq!(limits, AssetLimits { max_bytes: 5, max_connections: 2, header_timeout: Duration::from_secs(3) });
-        assert_eq!(AssetLimits::from_settings(&Settings::default()), AssetLimits::default());
+        assert_eq!(Settings::default().asset_limits(), AssetLimits::default());
         assert!(Settings::parse("asset_server_connections = 0").unwrap_err().contains("asset_server_connections"));
         assert!(Settings::parse("asset_header_timeout_secs = 0").unwrap_err().contains("asset_header_timeout_secs"));
     }

@@ -178,13 +178,14 @@ async fn stream_json_prompt(text: &str, images: &[&super::Attachment]) -> Result
 /// session's own tools (`--allowedTools`), which claude never asks about:
 /// it would deny, so an SDK without a handler denies.
 pub async fn ask_permission(
-    session: &std::sync::Arc<crate::session::Session>,
+    asker: &dyn crate::providers::PermissionAsker,
+    mode: pb::PermissionMode,
     tool: &str,
     input_json: &str,
 ) -> pb::AgentPermissionResponse {
-    use crate::session::machine::PermissionAnswer;
+    use crate::providers::PermissionAnswer;
     let deny = |message: String| pb::AgentPermissionResponse { allowed: false, message };
-    if session.info.permission_mode != pb::PermissionMode::App as i32 {
+    if mode != pb::PermissionMode::App {
         return deny("this session's permissions follow Core's policy".into());
     }
     if tool.len() > pedelec_protocol::limits::MAX_ID_LEN
@@ -208,7 +209,7 @@ pub async fn ask_permission(
         ],
         ..Default::default()
     };
-    match session.ask_permission(request).await {
+    match asker.ask(request).await {
         Ok(PermissionAnswer::Selected(option)) if option == "allow" => {
             pb::AgentPermissionResponse { allowed: true, message: String::new() }
         }

@@ -219,15 +219,23 @@ impl ToolBridge {
     }
 }
 
+/// How a permission request was settled, as the asking provider hears it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum PermissionAnswer {
+    /// The application chose this option.
+    Selected(String),
+    /// Rejected without an option: the application said no, or the deadline passed.
+    Rejected,
+    /// The operation ended (cancelled, finished, the session ended) first.
+    Cancelled,
+}
+
 /// Asks the application about an agent's permission request (sessions in
 /// `PERMISSION_MODE_APP`): resolves with the application's answer, a
 /// rejection at the deadline, or a cancel when the operation ends; an error
 /// when no turn runs to ask for (the provider then applies its policy).
 pub trait PermissionAsker: Send + Sync + std::fmt::Debug {
-    fn ask(
-        &self,
-        request: pb::PermissionRequest,
-    ) -> BoxFuture<'static, Result<crate::session::machine::PermissionAnswer, pb::Error>>;
+    fn ask(&self, request: pb::PermissionRequest) -> BoxFuture<'static, Result<PermissionAnswer, pb::Error>>;
 }
 
 /// What a provider needs to start (or restart) a session's runtime.

@@ -31,7 +31,7 @@ use std::time::{Duration, Instant};
 
 use pedelec_protocol::pb;
 
-use crate::session::machine::PermissionAnswer;
+use crate::providers::PermissionAnswer;
 
 use super::{
     BoxFuture, PREPARED_ACK, Provider, ProviderConfig, ProviderFailure, ProviderSession, ProviderSetup, TurnRequest,

@@ -29,17 +29,14 @@ use tokio_util::sync::CancellationToken;
 
 use crate::error::CoreResult;
 use crate::providers::{
-    PREPARE_PROMPT, ProviderFailure, ProviderSession, ProviderSetup, Providers, ToolBridge, TurnRequest,
+    PREPARE_PROMPT, PermissionAnswer, ProviderFailure, ProviderSession, ProviderSetup, Providers, ToolBridge,
+    TurnRequest,
 };
 use crate::store::{SessionRecord, Store};
 use crate::tool_token::ToolToken;
 use crate::tools::ToolSet;
 use crate::workspace::Workspace;
 use machine::{Begun, Effect, Identity, Now, SessionState, Start};
-
-pub fn now_ms() -> i64 {
-    std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map(|d| d.as_millis() as i64).unwrap_or(0)
-}
 
 /// A fresh random (v4) id: `prefix-` and 32 hex digits.
 pub fn new_id(prefix: &str) -> String {
@@ -54,11 +51,19 @@ pub fn new_id(prefix: &str) -> String {
 #[derive(Debug)]
 struct SessionAsker(std::sync::Weak<Session>);
 
+impl Session {
+    /// Who a provider asks about its agent's permission requests: this
+    /// session, for as long as it lives.
+    pub fn asker(self: &Arc<Self>) -> Arc<dyn crate::providers::PermissionAsker> {
+        Arc::new(SessionAsker(Arc::downgrade(self)))
+    }
+}
+
 impl crate::providers::PermissionAsker for SessionAsker {
     fn ask(
         &self,
         request: pb::PermissionRequest,
-    ) -> crate::providers::BoxFuture<'static, Result<machine::PermissionAnswer, pb::Error>> {
+    ) -> crate::providers::BoxFuture<'static, Result<PermissionAnswer, pb::Error>> {
         let session = self.0.upgrade();
         Box::pin(async move {
             match session {
@@ -143,7 +148,7 @@ struct Inner {
     /// (answered with its seq when it is emitted).
     cancel_waiters: Vec<(OperationId, oneshot::Sender<u64>)>,
     /// Where each pending permission request's answer goes.
-    permission_responders: HashMap<String, oneshot::Sender<machine::PermissionAnswer>>,
+    permission_responders: HashMap<String, oneshot::Sender<PermissionAnswer>>,
 }
 
 /// How long a cancelled turn's provider gets to wind down on its own (ACP
@@ -634,8 +639,7 @@ impl Session {
             tools: self.tools.definitions.clone(),
             provider_session_id: inner.machine.provider_session_id().map(str::to_owned),
             usage_total: inner.machine.usage(),
-            permissions: (self.info.permission_mode == pb::PermissionMode::App as i32)
-                .then(|| Arc::new(SessionAsker(Arc::downgrade(self))) as Arc<dyn crate::providers::PermissionAsker>),
+            permissions: (self.info.permission_mode == pb::PermissionMode::App as i32).then(|| self.asker()),
             private_dirs: self.shared.private_dirs.clone(),
             bridge: ToolBridge {
                 command: self.shared.core_exe.clone(),
@@ -825,7 +829,7 @@ impl Session {
     pub async fn ask_permission(
         self: &Arc<Self>,
         mut request: pb::PermissionRequest,
-    ) -> Result<machine::PermissionAnswer, pb::Error> {
+    ) -> Result<PermissionAnswer, pb::Error> {
         request.permission_id = new_id("perm");
         request.user_only = self.only_the_user_answers(&request);
         let timeout = self.shared.permission_timeout;
@@ -843,11 +847,11 @@ impl Session {
         };
         match tokio::time::timeout(timeout, receiver).await {
             Ok(Ok(answer)) => Ok(answer),
-            Ok(Err(_)) => Ok(machine::PermissionAnswer::Cancelled),
+            Ok(Err(_)) => Ok(PermissionAnswer::Cancelled),
             Err(_) => {
                 self.step(|m, now, out| m.permission_timed_out(&id, now, out));
                 self.lock().permission_responders.remove(&id);
-                Ok(machine::PermissionAnswer::Rejected)
+                Ok(PermissionAnswer::Rejected)
             }
         }
     }

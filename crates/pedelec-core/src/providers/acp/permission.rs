@@ -27,8 +27,9 @@ use agent_client_protocol::v1::schema::{
 
 use pedelec_protocol::pb;
 
+use super::updates::raw_server;
 use crate::providers::MCP_SERVER_NAME;
-use crate::session::machine::PermissionAnswer;
+use crate::providers::PermissionAnswer;
 
 /// What the policy needs to know about the session.
 #[derive(Debug, Clone)]
@@ -62,31 +63,6 @@ fn normalise(base: &Path, path: &Path) -> PathBuf {
         }
     }
     out
-}
-
-/// The MCP server a tool call's raw input names (codex-acp: `server_name`).
-fn raw_server(raw: &serde_json::Value) -> Option<&str> {
-    raw.get("server_name").or_else(|| raw.get("server")).and_then(|s| s.as_str())
-}
-
-/// The manifest name of the frontend tool a tool call's title (or raw input)
-/// names, in any of the spellings `is_frontend_tool` accepts, if it is one of
-/// `tools`.
-pub fn our_tool(title: &str, raw_input: Option<&serde_json::Value>, tools: &[String]) -> Option<String> {
-    let known = |name: &str| tools.iter().find(|t| t.as_str() == name).cloned();
-    if let Some(raw) = raw_input
-        && raw_server(raw) == Some(MCP_SERVER_NAME)
-        && let Some(name) = raw.get("tool_name").or_else(|| raw.get("tool")).and_then(|t| t.as_str())
-    {
-        return known(name);
-    }
-    let title = title.strip_prefix("Tool: ").unwrap_or(title);
-    let spelled = title
-        .strip_prefix(&format!("mcp__{MCP_SERVER_NAME}__"))
-        .or_else(|| title.strip_prefix(&format!("{MCP_SERVER_NAME}/")))
-        .or_else(|| title.strip_suffix(&format!(" ({MCP_SERVER_NAME} MCP Server)")))
-        .unwrap_or(title);
-    known(spelled.trim())
 }
 
 impl PermissionPolicy {

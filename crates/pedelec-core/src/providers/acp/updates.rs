@@ -12,7 +12,7 @@ use pedelec_protocol::pb;
 use serde_json::Value;
 
 use crate::providers::events::content_text;
-use crate::providers::{AgentEvent, activity};
+use crate::providers::{AgentEvent, MCP_SERVER_NAME, activity};
 
 /// Longest summary an activity keeps (thoughts can be long).
 const SUMMARY_CHARS: usize = 300;
@@ -247,7 +247,7 @@ impl TurnMapper {
                     events.extend(self.flush_message());
                 }
                 let refused = !outcome.starts_with("allow");
-                if let (true, Some(tool)) = (refused, super::permission::our_tool(&title, None, &self.tools)) {
+                if let (true, Some(tool)) = (refused, our_tool(&title, None, &self.tools)) {
                     let reason = format!("the agent's permission request was answered {outcome}");
                     events.push(AgentEvent::ToolFailed { tool, reason });
                 }
@@ -315,9 +315,7 @@ impl TurnMapper {
                 }
                 if let Some(ToolCallStatus::Failed) = update.fields.status {
                     let title = self.tool_titles.get(&id).cloned().unwrap_or_else(|| id.clone());
-                    if let Some(tool) =
-                        super::permission::our_tool(&title, update.fields.raw_input.as_ref(), &self.tools)
-                    {
+                    if let Some(tool) = our_tool(&title, update.fields.raw_input.as_ref(), &self.tools) {
                         let content = serde_json::to_value(&update.fields.content).unwrap_or_default();
                         let reason = content_text(&content).unwrap_or_else(|| "the call failed".to_owned());
                         events.push(AgentEvent::ToolFailed { tool, reason });
@@ -443,6 +441,31 @@ impl TurnMapper {
         }
         events
     }
+}
+
+/// The MCP server a tool call's raw input names (codex-acp: `server_name`).
+pub fn raw_server(raw: &serde_json::Value) -> Option<&str> {
+    raw.get("server_name").or_else(|| raw.get("server")).and_then(|s| s.as_str())
+}
+
+/// The manifest name of the frontend tool a tool call's title (or raw input)
+/// names, in any of the spellings `PermissionPolicy::is_frontend_tool` accepts, if it is one of
+/// `tools`.
+pub fn our_tool(title: &str, raw_input: Option<&serde_json::Value>, tools: &[String]) -> Option<String> {
+    let known = |name: &str| tools.iter().find(|t| t.as_str() == name).cloned();
+    if let Some(raw) = raw_input
+        && raw_server(raw) == Some(MCP_SERVER_NAME)
+        && let Some(name) = raw.get("tool_name").or_else(|| raw.get("tool")).and_then(|t| t.as_str())
+    {
+        return known(name);
+    }
+    let title = title.strip_prefix("Tool: ").unwrap_or(title);
+    let spelled = title
+        .strip_prefix(&format!("mcp__{MCP_SERVER_NAME}__"))
+        .or_else(|| title.strip_prefix(&format!("{MCP_SERVER_NAME}/")))
+        .or_else(|| title.strip_suffix(&format!(" ({MCP_SERVER_NAME} MCP Server)")))
+        .unwrap_or(title);
+    known(spelled.trim())
 }
 
 #[cfg(test)]

@@ -25,7 +25,9 @@ mod lifecycle;
 mod operation;
 mod permission;
 
-pub use permission::{Answerer, PermissionAnswer};
+pub use permission::Answerer;
+
+use crate::providers::PermissionAnswer;
 
 use std::collections::VecDeque;
 use std::time::{Duration, Instant};
@@ -61,7 +63,7 @@ pub struct Now {
 
 impl Now {
     pub fn current() -> Now {
-        Now { instant: Instant::now(), epoch_ms: super::now_ms() }
+        Now { instant: Instant::now(), epoch_ms: crate::clock::now_ms() }
     }
 
     /// The same clock `by` later.

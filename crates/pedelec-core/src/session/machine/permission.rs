@@ -7,17 +7,6 @@ use pedelec_protocol::{ErrorCode, OperationId, SessionStatus};
 
 use super::*;
 
-/// How a permission request was settled, as the asking provider hears it.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub enum PermissionAnswer {
-    /// The application chose this option.
-    Selected(String),
-    /// Rejected without an option: the application said no, or the deadline passed.
-    Rejected,
-    /// The operation ended (cancelled, finished, the session ended) first.
-    Cancelled,
-}
-
 /// Who answers a permission request.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Answerer {
