@@ -4,15 +4,15 @@
 use pedelec_protocol::pb::{self, history_entry::Kind};
 
 use crate::session::outcome::outcome_from_entry;
-use crate::store::TranscriptEntry;
+use crate::store::{EntryKind, TranscriptEntry};
 
 /// A stored entry as the client sees it; `None` for kinds that are not part
 /// of the history (a preparation's prompt) or that this Core does not know.
 pub fn entry(id: u64, stored: &TranscriptEntry) -> Option<pb::HistoryEntry> {
     let body = &stored.body.json();
     let text = |key: &str| body.get(key).and_then(serde_json::Value::as_str).unwrap_or_default().to_owned();
-    let kind = match stored.kind.as_str() {
-        "user_text" => Kind::UserText(pb::HistoryText {
+    let kind = match &stored.kind {
+        EntryKind::UserText => Kind::UserText(pb::HistoryText {
             text: text("text"),
             interrupted: false,
             attachments: body
@@ -21,17 +21,17 @@ pub fn entry(id: u64, stored: &TranscriptEntry) -> Option<pb::HistoryEntry> {
                 .map(|paths| paths.iter().filter_map(serde_json::Value::as_str).map(str::to_owned).collect())
                 .unwrap_or_default(),
         }),
-        "chat" => Kind::AssistantMessage(pb::HistoryText {
+        EntryKind::Chat => Kind::AssistantMessage(pb::HistoryText {
             text: text("text"),
             interrupted: body.get("interrupted").and_then(serde_json::Value::as_bool).unwrap_or(false),
             attachments: Vec::new(),
         }),
-        "tool_call" => Kind::ToolCall(pb::HistoryToolCall {
+        EntryKind::ToolCall => Kind::ToolCall(pb::HistoryToolCall {
             tool_request_id: text("tool_request_id"),
             tool: text("tool"),
             args_json: text("args"),
         }),
-        "tool_result" => {
+        EntryKind::ToolResult => {
             use pb::history_tool_result::Outcome;
             let outcome = match body.get("result").and_then(serde_json::Value::as_str) {
                 Some(json) => Outcome::ResultJson(json.to_owned()),
@@ -39,16 +39,16 @@ pub fn entry(id: u64, stored: &TranscriptEntry) -> Option<pb::HistoryEntry> {
             };
             Kind::ToolResult(pb::HistoryToolResult { tool_request_id: text("tool_request_id"), outcome: Some(outcome) })
         }
-        "agent_activity" => Kind::Activity(pb::HistoryActivity {
+        EntryKind::AgentActivity => Kind::Activity(pb::HistoryActivity {
             kind: text("kind"),
             summary: text("summary"),
             activity: body.get("activity").and_then(|a| serde_json::from_value(a.clone()).ok()),
         }),
-        "tool_failed" => Kind::ToolFailed(pb::HistoryToolFailed { tool: text("tool"), reason: text("reason") }),
-        "operation_completed" => Kind::OperationCompleted(outcome_from_entry(body)?),
-        "ended" => Kind::Ended(pb::Ended { reason: text("reason") }),
-        "resumed" => Kind::Resumed(pb::HistoryResumed {}),
-        _ => return None,
+        EntryKind::ToolFailed => Kind::ToolFailed(pb::HistoryToolFailed { tool: text("tool"), reason: text("reason") }),
+        EntryKind::OperationCompleted => Kind::OperationCompleted(outcome_from_entry(body)?),
+        EntryKind::Ended => Kind::Ended(pb::Ended { reason: text("reason") }),
+        EntryKind::Resumed => Kind::Resumed(pb::HistoryResumed {}),
+        EntryKind::Prepare | EntryKind::Other(_) => return None,
     };
     Some(pb::HistoryEntry {
         id,
@@ -65,7 +65,7 @@ mod tests {
     use crate::store::EntryBody;
 
     fn stored(kind: &str, body: serde_json::Value) -> TranscriptEntry {
-        TranscriptEntry { seq: 7, at_ms: 1, kind: kind.into(), body: EntryBody::new(&body) }
+        TranscriptEntry { seq: 7, at_ms: 1, kind: EntryKind::parse(kind), body: EntryBody::new(&body) }
     }
 
     #[test]

@@ -18,6 +18,7 @@
 //! makes every job queued before it durable.
 
 use std::path::Path;
+#[cfg(test)]
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, mpsc};
 
@@ -76,9 +77,68 @@ pub struct SessionRecord {
 pub struct TranscriptEntry {
     pub seq: u64,
     pub at_ms: i64,
-    /// "user_text", "chat", "tool_call", "tool_result", "operation_started", "operation_completed", …
-    pub kind: String,
+    pub kind: EntryKind,
     pub body: EntryBody,
+}
+
+/// What a transcript entry records; stored in its row's `kind` column by
+/// [`EntryKind::as_str`].
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum EntryKind {
+    /// The user's text of a turn, with its attachments.
+    UserText,
+    /// A preparation's prompt: stored, never shown in the history.
+    Prepare,
+    /// One complete assistant message.
+    Chat,
+    ToolCall,
+    ToolResult,
+    AgentActivity,
+    /// The agent could not call a frontend tool.
+    ToolFailed,
+    OperationCompleted,
+    Ended,
+    Resumed,
+    /// A kind this Core does not know (a row written by a newer one): kept
+    /// as it is, left out of the history.
+    Other(String),
+}
+
+impl EntryKind {
+    const NAMED: [(EntryKind, &'static str); 10] = [
+        (EntryKind::UserText, "user_text"),
+        (EntryKind::Prepare, "prepare"),
+        (EntryKind::Chat, "chat"),
+        (EntryKind::ToolCall, "tool_call"),
+        (EntryKind::ToolResult, "tool_result"),
+        (EntryKind::AgentActivity, "agent_activity"),
+        (EntryKind::ToolFailed, "tool_failed"),
+        (EntryKind::OperationCompleted, "operation_completed"),
+        (EntryKind::Ended, "ended"),
+        (EntryKind::Resumed, "resumed"),
+    ];
+
+    /// The stored spelling.
+    pub fn as_str(&self) -> &str {
+        match self {
+            EntryKind::Other(kind) => kind,
+            known => Self::NAMED.iter().find(|(k, _)| k == known).map_or("", |(_, name)| name),
+        }
+    }
+
+    /// The kind a stored spelling names.
+    pub fn parse(stored: &str) -> EntryKind {
+        Self::NAMED
+            .iter()
+            .find(|(_, name)| *name == stored)
+            .map_or_else(|| EntryKind::Other(stored.to_owned()), |(kind, _)| kind.clone())
+    }
+}
+
+impl std::fmt::Display for EntryKind {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.as_str())
+    }
 }
 
 /// A transcript entry's body as JSON text, serialised once where the entry
@@ -175,19 +235,44 @@ pub struct HistoryQuery {
 }
 
 /// Failures on demand, for tests of what Core does when its disk fails.
+/// Only test builds can arm them; elsewhere the checks are empty.
 #[derive(Default)]
 pub struct Faults {
     /// The next this many jobs fail (each rolls back only itself).
+    #[cfg(test)]
     jobs: AtomicUsize,
     /// The next this many commits of an operation's completion fail.
+    #[cfg(test)]
     completions: AtomicUsize,
 }
 
+impl Faults {
+    /// Fails when a job failure is armed (taking it).
+    fn job(&self) -> rusqlite::Result<()> {
+        #[cfg(test)]
+        if take(&self.jobs) {
+            return Err(injected());
+        }
+        Ok(())
+    }
+
+    /// Fails when a completion failure is armed (taking it).
+    fn completion(&self) -> rusqlite::Result<()> {
+        #[cfg(test)]
+        if take(&self.completions) {
+            return Err(injected());
+        }
+        Ok(())
+    }
+}
+
 /// Takes one armed failure, if any.
+#[cfg(test)]
 fn take(armed: &AtomicUsize) -> bool {
     armed.fetch_update(Ordering::SeqCst, Ordering::SeqCst, |n| n.checked_sub(1)).is_ok()
 }
 
+#[cfg(test)]
 fn injected() -> rusqlite::Error {
     rusqlite::Error::SqliteFailure(
         rusqlite::ffi::Error::new(rusqlite::ffi::SQLITE_IOERR),
@@ -347,13 +432,14 @@ impl Store {
         Ok((Store { jobs: tx, writer, faults, reader: Arc::new(std::sync::Mutex::new(reader)) }, records))
     }
 
-    /// Makes the next `jobs` jobs fail as a broken disk would (tests only:
-    /// nothing outside Rust code in this process can reach it).
+    /// Makes the next `jobs` jobs fail as a broken disk would.
+    #[cfg(test)]
     pub fn fail_next_jobs(&self, jobs: usize) {
         self.faults.jobs.store(jobs, Ordering::SeqCst);
     }
 
-    /// Makes the next `commits` commits that carry an operation's completion fail (tests only).
+    /// Makes the next `commits` commits that carry an operation's completion fail.
+    #[cfg(test)]
     pub fn fail_next_completions(&self, commits: usize) {
         self.faults.completions.store(commits, Ordering::SeqCst);
     }
@@ -370,12 +456,12 @@ impl Store {
     ) -> impl std::future::Future<Output = CoreResult<()>> + Send + 'static {
         let id = session_id.to_owned();
         let faults = self.faults.clone();
-        let completes = entries.iter().any(|e| e.kind == "operation_completed");
+        let completes = entries.iter().any(|e| e.kind == EntryKind::OperationCompleted);
         let waiter = self.submit_waited(
             true,
             Box::new(move |c| {
-                if completes && take(&faults.completions) {
-                    return Err(injected());
+                if completes {
+                    faults.completion()?;
                 }
                 for entry in &entries {
                     insert_entry(c, &id, entry)?;
@@ -514,7 +600,7 @@ impl Store {
                     TranscriptEntry {
                         seq: row.get::<_, i64>(1)? as u64,
                         at_ms: row.get(2)?,
-                        kind: row.get(3)?,
+                        kind: EntryKind::parse(&row.get::<_, String>(3)?),
                         body: EntryBody::stored(body),
                     },
                 ))
@@ -701,7 +787,7 @@ fn run_work<'c>(
     work: Work,
     faults: &Faults,
 ) -> Result<(), String> {
-    let fault = || if take(&faults.jobs) { Err(injected()) } else { Ok(()) };
+    let fault = || faults.job();
     match work {
         Work::Append { session_id, entry } => fault().and_then(|()| {
             let statement = match insert {
@@ -861,7 +947,7 @@ pub fn read_transcript(database: &Path, session_id: &str) -> CoreResult<Vec<Tran
         Ok(TranscriptEntry {
             seq: row.get::<_, i64>(0)? as u64,
             at_ms: row.get(1)?,
-            kind: row.get(2)?,
+            kind: EntryKind::parse(&row.get::<_, String>(2)?),
             body: EntryBody::stored(body),
         })
     })?;
@@ -882,6 +968,16 @@ pub fn read_record(database: &Path, session_id: &str) -> CoreResult<Option<Sessi
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn every_entry_kind_reads_back_as_written_and_an_unknown_one_is_kept() {
+        for (kind, name) in EntryKind::NAMED {
+            assert_eq!(kind.as_str(), name);
+            assert_eq!(EntryKind::parse(name), kind);
+        }
+        assert_eq!(EntryKind::parse("from_a_newer_core"), EntryKind::Other("from_a_newer_core".into()));
+        assert_eq!(EntryKind::Other("x".into()).as_str(), "x");
+    }
 
     fn record(id: &str) -> SessionRecord {
         SessionRecord {
@@ -942,7 +1038,7 @@ mod tests {
         }));
         store.append(
             "sess-a",
-            TranscriptEntry { seq: 4, at_ms: 0, kind: "chat".into(), body: EntryBody::new(&serde_json::json!({})) },
+            TranscriptEntry { seq: 4, at_ms: 0, kind: EntryKind::Chat, body: EntryBody::new(&serde_json::json!({})) },
         );
         store.save_durably(record("sess-b")).await.expect("the batch commits around the failed statement");
         let seqs: Vec<u64> = read_transcript(&path, "sess-a").unwrap().iter().map(|e| e.seq).collect();
@@ -960,7 +1056,7 @@ mod tests {
         let entry = |seq: u64| TranscriptEntry {
             seq,
             at_ms: 0,
-            kind: "chat".into(),
+            kind: EntryKind::Chat,
             body: EntryBody::new(&serde_json::json!({ "text": format!("m{seq}") })),
         };
         store.fail_next_jobs(1);

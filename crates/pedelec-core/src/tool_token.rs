@@ -26,7 +26,7 @@ impl ToolToken {
         use rand::RngCore;
         let mut bytes = [0u8; 32];
         rand::rng().fill_bytes(&mut bytes);
-        ToolToken(hex(&bytes))
+        ToolToken(hex::encode(bytes))
     }
 
     /// The token as the agent presents it.
@@ -53,7 +53,7 @@ impl ToolTokenDigest {
     /// The digest of a presented token (any string: a forged one has a
     /// digest too, just not one Core knows).
     pub fn of(token: &str) -> Self {
-        ToolTokenDigest(format!("{DIGEST_PREFIX}{}", hex(&Sha256::digest(token.as_bytes()))))
+        ToolTokenDigest(format!("{DIGEST_PREFIX}{}", hex::encode(Sha256::digest(token.as_bytes()))))
     }
 
     /// A column value read back: a digest as stored, or — from a database
@@ -77,14 +77,6 @@ impl ToolTokenDigest {
     pub fn matches(&self, other: &ToolTokenDigest) -> bool {
         self.0.as_bytes().ct_eq(other.0.as_bytes()).into()
     }
-}
-
-fn hex(bytes: &[u8]) -> String {
-    use std::fmt::Write;
-    bytes.iter().fold(String::with_capacity(bytes.len() * 2), |mut out, b| {
-        let _ = write!(out, "{b:02x}");
-        out
-    })
 }
 
 #[cfg(test)]

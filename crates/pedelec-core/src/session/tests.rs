@@ -662,7 +662,9 @@ fn agent_tool_failures_are_raised_with_a_clipped_reason() {
     let Some(event) = out.iter().find_map(|e| if let Effect::Emit(e) = e { Some(e) } else { None }) else {
         panic!("{:?}", render(&out))
     };
-    assert!(matches!(out.last(), Some(Effect::Append(entry)) if entry.kind == "tool_failed" && entry.seq == event.seq));
+    assert!(
+        matches!(out.last(), Some(Effect::Append(entry)) if entry.kind == crate::store::EntryKind::ToolFailed && entry.seq == event.seq)
+    );
     let Some(Kind::Error(raised)) = &event.kind else { panic!("not an error") };
     let error = raised.error.as_ref().unwrap();
     assert_eq!(error.code, "TOOL_CALL_FAILED");
@@ -745,7 +747,7 @@ fn a_cancelled_tool_turn_withdraws_its_calls_keeps_its_text_and_completes_cancel
     // However the provider wound down (here: it finished normally), the outcome is cancelled.
     let finished = finish(&mut m, &operation, Ok(()));
     let interrupted = finished.iter().find_map(|e| match e {
-        Effect::Append(entry) if entry.kind == "chat" => Some(entry.body.json()),
+        Effect::Append(entry) if entry.kind == crate::store::EntryKind::Chat => Some(entry.body.json()),
         _ => None,
     });
     let interrupted = interrupted.expect("the streamed text is kept");

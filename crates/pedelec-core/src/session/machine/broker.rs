@@ -59,7 +59,7 @@ impl SessionState {
         let event =
             pb::ToolCall { tool_request_id: request.to_string(), tool: tool.to_owned(), args_json, deadline_at_ms };
         self.emit(operation.as_str(), Kind::ToolCall(event), now, out);
-        self.append("tool_call", body, now, out);
+        self.append(EntryKind::ToolCall, body, now, out);
         Ok(ToolCallStarted { request, operation, timeout })
     }
 
@@ -153,7 +153,7 @@ impl SessionState {
         let settled = pb::ToolCallSettled { tool_request_id: request.into_string(), code: code.to_owned() };
         self.emit(operation.as_str(), Kind::ToolCallSettled(settled), now, out);
         if let Some(entry) = entry {
-            self.append("tool_result", entry, now, out);
+            self.append(EntryKind::ToolResult, entry, now, out);
         }
         if self.pending.is_empty() && self.status == SessionStatus::WaitingToolResult {
             self.set_status(SessionStatus::Running, operation.as_str(), now, out);

@@ -30,7 +30,7 @@ impl SessionState {
             st.emit("", Kind::Error(pb::ErrorRaised { error: Some(error.clone()) }), now, &mut out);
             // The kind of the interrupted operation is not recorded; the id is what clients match.
             let outcome = pb::OperationOutcome { operation_id: op.clone(), kind: 0, error: Some(error) };
-            st.append("operation_completed", completion_entry(&outcome), now, &mut out);
+            st.append(EntryKind::OperationCompleted, completion_entry(&outcome), now, &mut out);
             st.remember(outcome);
             if st.status == SessionStatus::WaitingToolResult {
                 st.set_status(SessionStatus::Running, "", now, &mut out);
@@ -69,7 +69,7 @@ impl SessionState {
                     out.push(Effect::StopTurn(operation.clone()));
                     let error = pb::Error::new(ErrorCode::SessionEnded, "the session ended during this operation");
                     let outcome = outcome(&operation, kind, Some(error));
-                    self.append("operation_completed", completion_entry(&outcome), now, out);
+                    self.append(EntryKind::OperationCompleted, completion_entry(&outcome), now, out);
                     outcome
                 }
             };
@@ -81,7 +81,7 @@ impl SessionState {
             self.set_status(SessionStatus::Ended, "", now, out);
         }
         self.emit("", Kind::Ended(pb::Ended { reason: reason.to_owned() }), now, out);
-        self.append("ended", serde_json::json!({ "reason": reason }), now, out);
+        self.append(EntryKind::Ended, serde_json::json!({ "reason": reason }), now, out);
         Some(self.record())
     }
 
@@ -104,7 +104,7 @@ impl SessionState {
             return None;
         }
         self.set_status(SessionStatus::Idle, "", now, out);
-        self.append("resumed", serde_json::json!({}), now, out);
+        self.append(EntryKind::Resumed, serde_json::json!({}), now, out);
         if unwatched {
             self.unwatched(out);
         }

@@ -39,7 +39,7 @@ use pedelec_protocol::{OperationId, SessionId, SessionStatus, ToolRequestId, lim
 use super::outcome::{completed, completion_entry, outcome, outcome_from_entry, turn_error};
 use crate::error::CoreError;
 use crate::providers::ProviderFailure;
-use crate::store::{EntryBody, SessionRecord, TranscriptEntry};
+use crate::store::{EntryBody, EntryKind, SessionRecord, TranscriptEntry};
 
 /// How far ahead of the emitted `seq` the stored ceiling is moved, so that
 /// numbering survives a crash without a disk write per event.
@@ -352,9 +352,9 @@ impl SessionState {
         self.outcomes.push_back(outcome);
     }
 
-    fn append(&self, kind: &str, body: impl serde::Serialize, now: Now, out: &mut Vec<Effect>) {
+    fn append(&self, kind: EntryKind, body: impl serde::Serialize, now: Now, out: &mut Vec<Effect>) {
         let body = EntryBody::new(&body);
-        out.push(Effect::Append(TranscriptEntry { seq: self.seq, at_ms: now.epoch_ms, kind: kind.into(), body }));
+        out.push(Effect::Append(TranscriptEntry { seq: self.seq, at_ms: now.epoch_ms, kind, body }));
     }
 
     /// Numbers an event for every subscriber; moves the stored ceiling ahead

@@ -92,7 +92,7 @@ impl SessionState {
             streamed: String::new(),
             activities: Vec::new(),
         });
-        let entry = if kind == pb::OperationKind::Prepare { "prepare" } else { "user_text" };
+        let entry = if kind == pb::OperationKind::Prepare { EntryKind::Prepare } else { EntryKind::UserText };
         let mut body = serde_json::json!({ "operation_id": operation, "text": text });
         if !attachments.is_empty() {
             body["attachments"] = serde_json::json!(attachments);
@@ -125,7 +125,7 @@ impl SessionState {
             return;
         };
         let outcome = outcome(operation, active.kind, Some(error));
-        self.append("operation_completed", completion_entry(&outcome), now, out);
+        self.append(EntryKind::OperationCompleted, completion_entry(&outcome), now, out);
         self.remember(outcome);
         out.push(Effect::Save(self.record()));
     }
@@ -177,7 +177,7 @@ impl SessionState {
             operation_id: &'a str,
             text: &'a str,
         }
-        self.append("chat", Chat { operation_id: operation.as_str(), text }, now, out);
+        self.append(EntryKind::Chat, Chat { operation_id: operation.as_str(), text }, now, out);
     }
 
     /// The provider's cumulative total; announced only when it grows.
@@ -227,7 +227,7 @@ impl SessionState {
         let kind = Kind::ActivityUpdated(pb::ActivityUpdated { activity: Some(current.clone()) });
         self.emit(operation.as_str(), kind, now, out);
         if record {
-            self.append("agent_activity", activity_entry(operation, &current), now, out);
+            self.append(EntryKind::AgentActivity, activity_entry(operation, &current), now, out);
         }
     }
 
@@ -246,7 +246,7 @@ impl SessionState {
         );
         self.emit(operation.as_str(), Kind::Error(pb::ErrorRaised { error: Some(error) }), now, out);
         let body = serde_json::json!({ "operation_id": operation, "tool": tool, "reason": reason });
-        self.append("tool_failed", body, now, out);
+        self.append(EntryKind::ToolFailed, body, now, out);
     }
 
     /// `operation`'s turn ended with `result`. Its abandoned tool calls are
@@ -292,13 +292,13 @@ impl SessionState {
             .collect();
         let interrupted = std::mem::take(&mut active.streamed);
         for open in &open {
-            self.append("agent_activity", activity_entry(operation, open), now, out);
+            self.append(EntryKind::AgentActivity, activity_entry(operation, open), now, out);
         }
         if (cancelled || error.is_some()) && !interrupted.is_empty() {
             // What the user saw stream in stays in the transcript, marked cut
             // short: a cancel, or a turn that failed midway.
             let body = serde_json::json!({ "operation_id": operation, "text": interrupted, "interrupted": true });
-            self.append("chat", body, now, out);
+            self.append(EntryKind::Chat, body, now, out);
         }
         if kind == pb::OperationKind::Prepare && error.is_none() {
             self.prepared = true;
@@ -325,7 +325,7 @@ impl SessionState {
             None => SessionStatus::Idle,
         };
         let outcome = outcome(operation, kind, error.map(|(e, _)| e));
-        self.append("operation_completed", completion_entry(&outcome), now, out);
+        self.append(EntryKind::OperationCompleted, completion_entry(&outcome), now, out);
         if let Some(active) = self.active.as_mut() {
             active.phase = Phase::Finishing(outcome, next);
         }
@@ -411,7 +411,7 @@ impl SessionState {
         outcome.error = Some(error.clone());
         let entry = completion_entry(outcome);
         self.emit("", Kind::Error(pb::ErrorRaised { error: Some(error) }), now, out);
-        self.append("operation_completed", entry, now, out);
+        self.append(EntryKind::OperationCompleted, entry, now, out);
         self.completion_committed(operation, now, out);
     }
 }
