@@ -14,7 +14,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, RwLock};
 use std::time::Duration;
 
-use pedelec_protocol::{ErrorCode, SessionStatus, limits, pb};
+use pedelec_protocol::{ErrorCode, SessionId, SessionStatus, limits, pb};
 
 use crate::clock::now_ms;
 use crate::error::{CoreError, CoreResult};
@@ -30,10 +30,10 @@ pub struct Registry {
     managed_root: PathBuf,
     /// Which explicit workspaces a caller may open.
     policy: WorkspacePolicy,
-    sessions: RwLock<HashMap<String, Arc<Session>>>,
+    sessions: RwLock<HashMap<SessionId, Arc<Session>>>,
     /// Session ids by the digest of their tool token: a presented token is
     /// digested and looked up, so no plain token is a key anywhere.
-    tokens: RwLock<HashMap<ToolTokenDigest, String>>,
+    tokens: RwLock<HashMap<ToolTokenDigest, SessionId>>,
     /// Creates and resumes under way, per origin, not yet in `sessions`:
     /// counted with the live ones so that concurrent requests cannot all
     /// pass the per-origin check at once.
@@ -211,7 +211,7 @@ impl Registry {
             }
         }
         for session in &live {
-            self.evict(&session.id);
+            self.evict(session.id.as_str());
         }
         tracing::info!(origin, sessions_ended = count, "origin revoked");
         Ok(count)
@@ -225,7 +225,7 @@ impl Registry {
             .flat_map(|session| {
                 session.user_permissions().into_iter().map(|request| pb::UserPermission {
                     origin: session.origin.clone(),
-                    session_id: session.id.clone(),
+                    session_id: session.id.as_str().to_owned(),
                     provider: session.info.provider.clone(),
                     workspace_path: session.workspace.root.display().to_string(),
                     request: Some(request),
@@ -249,7 +249,7 @@ impl Registry {
     async fn load(&self, id: &str) -> CoreResult<Arc<Session>> {
         loop {
             let generation = self.evictions.load(Ordering::SeqCst);
-            let record = self.shared.store.load(id).await?.ok_or_else(|| {
+            let record = self.shared.store.load(&SessionId::new(id)).await?.ok_or_else(|| {
                 CoreError::with_details(
                     ErrorCode::ThreadNotFound,
                     format!("no session {id:?}"),
@@ -277,7 +277,7 @@ impl Registry {
     /// or task.
     pub fn evict_ended(&self) -> usize {
         let mut sessions = self.sessions.write().expect("sessions lock");
-        let gone: Vec<String> =
+        let gone: Vec<SessionId> =
             sessions.iter().filter(|(_, s)| unheld_and_ended(s)).map(|(id, _)| id.clone()).collect();
         self.remove(&mut sessions, &gone)
     }
@@ -285,12 +285,12 @@ impl Registry {
     /// `id` leaves memory if it has ended and nobody holds it.
     pub fn evict(&self, id: &str) -> bool {
         let mut sessions = self.sessions.write().expect("sessions lock");
-        let gone: Vec<String> =
+        let gone: Vec<SessionId> =
             sessions.get(id).filter(|s| unheld_and_ended(s)).map(|s| s.id.clone()).into_iter().collect();
         self.remove(&mut sessions, &gone) == 1
     }
 
-    fn remove(&self, sessions: &mut HashMap<String, Arc<Session>>, gone: &[String]) -> usize {
+    fn remove(&self, sessions: &mut HashMap<SessionId, Arc<Session>>, gone: &[SessionId]) -> usize {
         if gone.is_empty() {
             return 0;
         }
@@ -314,10 +314,10 @@ impl Registry {
     /// (record, transcript and any managed workspace left); returns how many.
     pub async fn purge_expired(&self, retention: Duration) -> CoreResult<usize> {
         let cutoff = now_ms().saturating_sub(retention.as_millis().min(i64::MAX as u128) as i64);
-        let keep: Vec<String> = self.sessions.read().expect("sessions lock").keys().cloned().collect();
+        let keep: Vec<SessionId> = self.sessions.read().expect("sessions lock").keys().cloned().collect();
         let deleted = self.shared.store.purge_ended(cutoff, keep).await?;
         for record in &deleted {
-            Workspace::recorded(&record.workspace, record.managed_workspace, &record.id).remove_if_managed();
+            Workspace::recorded(&record.workspace, record.managed_workspace, record.id.as_str()).remove_if_managed();
         }
         Ok(deleted.len())
     }
@@ -429,7 +429,7 @@ impl Registry {
         let session = Session::new(
             self.shared.clone(),
             NewSession {
-                id: id.clone(),
+                id: SessionId::new(id.clone()),
                 origin: request.caller_origin,
                 info: info.clone(),
                 workspace,
@@ -451,7 +451,7 @@ impl Registry {
 
     /// The in-memory session for a stored record.
     fn session_of(&self, record: &SessionRecord) -> Arc<Session> {
-        let workspace = Workspace::recorded(&record.workspace, record.managed_workspace, &record.id);
+        let workspace = Workspace::recorded(&record.workspace, record.managed_workspace, record.id.as_str());
         // Core's stored copy: the manifest file sits in the workspace, where
         // the agent may rewrite it. Only a row from before the copy was
         // kept falls back to the file (and gets no tools if it no longer loads).
@@ -474,7 +474,7 @@ impl Registry {
             origin: record.origin.clone(),
             info: info_of(record),
             workspace,
-            tool_token: self.mint_token(&record.id),
+            tool_token: self.mint_token(record.id.as_str()),
             skills,
             tools,
         };
@@ -486,13 +486,15 @@ impl Registry {
     pub fn restore(&self, records: Vec<SessionRecord>) {
         let mut keep = HashSet::new();
         for record in records {
-            if record.status == SessionStatus::Ended.as_str() {
+            if record.status == SessionStatus::Ended {
                 continue;
             }
             // Managed workspaces of sessions that may still be resumed survive a
             // restart; those of ended sessions are leftovers to remove.
-            if record.managed_workspace && Workspace::recorded(&record.workspace, true, &record.id).root.is_dir() {
-                keep.insert(record.id.clone());
+            if record.managed_workspace
+                && Workspace::recorded(&record.workspace, true, record.id.as_str()).root.is_dir()
+            {
+                keep.insert(record.id.as_str().to_owned());
             }
             let session = self.session_of(&record);
             session.arm_after_restore();
@@ -521,9 +523,10 @@ impl Registry {
             let cursor = match self.in_memory(&request.before_session_id) {
                 Some(session) => (session.origin.clone(), session.info.created_at_ms),
                 None => {
-                    let record = self.shared.store.load(&request.before_session_id).await?.ok_or_else(|| {
-                        CoreError::new(ErrorCode::ThreadNotFound, "no session to page from (before_session_id)")
-                    })?;
+                    let record =
+                        self.shared.store.load(&SessionId::new(request.before_session_id.as_str())).await?.ok_or_else(
+                            || CoreError::new(ErrorCode::ThreadNotFound, "no session to page from (before_session_id)"),
+                        )?;
                     (record.origin, record.created_at_ms)
                 }
             };
@@ -538,11 +541,11 @@ impl Registry {
         // Memory is the truth for a session in it (the store may lag behind its status).
         let summaries = records
             .iter()
-            .map(|record| match self.in_memory(&record.id) {
+            .map(|record| match self.in_memory(record.id.as_str()) {
                 Some(session) => session.summary(),
                 None => pb::SessionSummary {
                     session: Some(info_of(record)),
-                    status: SessionStatus::parse(&record.status).unwrap_or(SessionStatus::Ended).to_pb() as i32,
+                    status: record.status.to_pb() as i32,
                     last_activity_at_ms: record.updated_at_ms.max(record.created_at_ms),
                 },
             })
@@ -638,15 +641,15 @@ fn shown_workspace(origin: &str, path: &str, managed: bool) -> String {
 
 fn info_of(record: &SessionRecord) -> pb::SessionInfo {
     pb::SessionInfo {
-        session_id: record.id.clone(),
+        session_id: record.id.as_str().to_owned(),
         provider: record.provider.clone(),
         model: record.model.clone(),
-        effort_level: record.effort_level,
+        effort_level: record.effort_level as i32,
         created_at_ms: record.created_at_ms,
         workspace_path: shown_workspace(&record.origin, &record.workspace, record.managed_workspace),
         managed_workspace: record.managed_workspace,
         auto_end_on_disconnect: record.auto_end_on_disconnect,
-        permission_mode: record.permission_mode,
+        permission_mode: record.permission_mode as i32,
     }
 }
 

@@ -88,7 +88,7 @@ impl Core for CoreService {
         let id = session.id.clone();
         drop(session);
         // Gone from memory at once unless a subscriber (or another request) still holds it.
-        self.registry.evict(&id);
+        self.registry.evict(id.as_str());
         Ok(Response::new(pb::EndResponse { ended_now }))
     }
 
@@ -109,7 +109,12 @@ impl Core for CoreService {
         let request = request.into_inner();
         let session = self.usable_for_assets(&request.session_id, &request.caller_origin).await?;
         let assets = &self.registry.shared.assets;
-        Ok(Response::new(assets.create_upload(&session.id, &session.origin, &session.workspace.root, &request)?))
+        Ok(Response::new(assets.create_upload(
+            session.id.as_str(),
+            &session.origin,
+            &session.workspace.root,
+            &request,
+        )?))
     }
 
     async fn create_asset_download(&self, request: Request<pb::CreateAssetDownloadRequest>) -> Reply<pb::AssetTicket> {
@@ -117,7 +122,7 @@ impl Core for CoreService {
         let session = self.usable_for_assets(&request.session_id, &request.caller_origin).await?;
         let assets = &self.registry.shared.assets;
         Ok(Response::new(assets.create_download(
-            &session.id,
+            session.id.as_str(),
             &session.origin,
             &session.workspace.root,
             &request.path,

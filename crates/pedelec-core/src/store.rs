@@ -22,6 +22,7 @@ use std::path::Path;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, mpsc};
 
+use pedelec_protocol::{SessionId, SessionStatus, pb};
 use rusqlite::{Connection, params};
 use tokio::sync::oneshot;
 
@@ -31,19 +32,19 @@ use crate::tool_token::ToolTokenDigest;
 /// Everything Core needs to bring a session back after a restart.
 #[derive(Debug, Clone, PartialEq)]
 pub struct SessionRecord {
-    pub id: String,
+    pub id: SessionId,
     pub origin: String,
     pub provider: String,
     pub model: String,
-    pub effort_level: i32,
+    pub effort_level: pb::EffortLevel,
     pub created_at_ms: i64,
     pub workspace: String,
     pub managed_workspace: bool,
     pub auto_end_on_disconnect: bool,
-    /// `pb::PermissionMode` as its number.
-    pub permission_mode: i32,
-    /// The seed's status string.
-    pub status: String,
+    /// Stored as its number.
+    pub permission_mode: pb::PermissionMode,
+    /// Stored as the seed's status string.
+    pub status: SessionStatus,
     pub provider_session_id: Option<String>,
     pub prepared: bool,
     pub usage_total: Option<u64>,
@@ -366,7 +367,7 @@ fn migrate(conn: &Connection) -> rusqlite::Result<()> {
         // Rows from before the column count as written now, so their
         // retention starts at the upgrade rather than expiring at once.
         conn.execute_batch("ALTER TABLE sessions ADD COLUMN updated_at_ms INTEGER NOT NULL DEFAULT 0")?;
-        conn.execute("UPDATE sessions SET updated_at_ms = ?1", [wall_ms()])?;
+        conn.execute("UPDATE sessions SET updated_at_ms = ?1", [crate::clock::now_ms()])?;
     }
     hash_plain_tool_tokens(conn)?;
     // Start-up reads live sessions only: an index over them alone keeps a
@@ -450,11 +451,11 @@ impl Store {
     /// resolves `Ok`.
     pub fn commit(
         &self,
-        session_id: &str,
+        session_id: &SessionId,
         entries: Vec<TranscriptEntry>,
         records: Vec<SessionRecord>,
     ) -> impl std::future::Future<Output = CoreResult<()>> + Send + 'static {
-        let id = session_id.to_owned();
+        let id = session_id.as_str().to_owned();
         let faults = self.faults.clone();
         let completes = entries.iter().any(|e| e.kind == EntryKind::OperationCompleted);
         let waiter = self.submit_waited(
@@ -553,8 +554,8 @@ impl Store {
 
     /// Keeps `skills_json` as the session's stored skills if it has none
     /// yet (a row from before Core kept its own copy), without waiting.
-    pub fn adopt_skills(&self, session_id: &str, skills_json: String) {
-        let id = session_id.to_owned();
+    pub fn adopt_skills(&self, session_id: &SessionId, skills_json: String) {
+        let id = session_id.as_str().to_owned();
         self.submit_statement(Box::new(move |c| {
             c.prepare_cached("UPDATE sessions SET skills_json = ?2 WHERE id = ?1 AND skills_json IS NULL")?
                 .execute(params![id, skills_json])
@@ -563,11 +564,12 @@ impl Store {
     }
 
     /// Appends a transcript entry without waiting.
-    pub fn append(&self, session_id: &str, entry: TranscriptEntry) {
+    pub fn append(&self, session_id: &SessionId, entry: TranscriptEntry) {
         // The body was serialised on the caller's thread (`EntryBody`): the
         // one writer thread is the bound of a turn of many messages.
-        let _ =
-            self.jobs.send(Queued { work: Work::Append { session_id: session_id.to_owned(), entry }, waiter: None });
+        let _ = self
+            .jobs
+            .send(Queued { work: Work::Append { session_id: session_id.as_str().to_owned(), entry }, waiter: None });
     }
 
     /// A page of `session_id`'s transcript: the newest `query.limit` entries
@@ -577,12 +579,12 @@ impl Store {
     /// first, so a page includes what the caller has already seen happen.
     pub async fn history(
         &self,
-        session_id: &str,
+        session_id: &SessionId,
         query: HistoryQuery,
     ) -> CoreResult<(Vec<(u64, TranscriptEntry)>, bool)> {
         self.visible().await?;
         let reader = self.reader.clone();
-        let id = session_id.to_owned();
+        let id = session_id.as_str().to_owned();
         let read = move || -> rusqlite::Result<(Vec<(u64, TranscriptEntry)>, bool)> {
             let conn = reader.lock().unwrap_or_else(|p| p.into_inner());
             let before = if query.before_id == 0 { i64::MAX } else { query.before_id.min(i64::MAX as u64) as i64 };
@@ -620,13 +622,13 @@ impl Store {
     /// One stored session with its recent outcomes, after everything queued
     /// before the call is visible (so a session that just left memory is
     /// read as it was last written).
-    pub async fn load(&self, session_id: &str) -> CoreResult<Option<SessionRecord>> {
-        let id = session_id.to_owned();
+    pub async fn load(&self, session_id: &SessionId) -> CoreResult<Option<SessionRecord>> {
+        let id = session_id.as_str().to_owned();
         self.read(move |c| {
             let mut record = select_records(c, "WHERE id = ?1", [id.as_str()])?.pop();
             if let Some(record) = &mut record {
-                record.recent_outcomes = recent_outcomes(c, &record.id)?;
-                record.transcript_bytes = transcript_bytes(c, &record.id)?;
+                record.recent_outcomes = recent_outcomes(c, record.id.as_str())?;
+                record.transcript_bytes = transcript_bytes(c, record.id.as_str())?;
             }
             Ok(record)
         })
@@ -658,19 +660,19 @@ impl Store {
     /// Deletes ended sessions last written before `cutoff_ms`, with their
     /// transcripts, except those in `keep` (sessions in memory). Returns the
     /// deleted records.
-    pub async fn purge_ended(&self, cutoff_ms: i64, keep: Vec<String>) -> CoreResult<Vec<SessionRecord>> {
+    pub async fn purge_ended(&self, cutoff_ms: i64, keep: Vec<SessionId>) -> CoreResult<Vec<SessionRecord>> {
         let deleted = Arc::new(std::sync::Mutex::new(Vec::new()));
         let out = deleted.clone();
         self.submit_and_wait(Box::new(move |c| {
-            let keep: std::collections::HashSet<String> = keep.into_iter().collect();
+            let keep: std::collections::HashSet<SessionId> = keep.into_iter().collect();
             let expired: Vec<SessionRecord> =
                 select_records(c, "WHERE status = 'ended' AND updated_at_ms < ?1", [cutoff_ms])?
                     .into_iter()
                     .filter(|r| !keep.contains(&r.id))
                     .collect();
             for record in &expired {
-                c.prepare_cached("DELETE FROM transcript WHERE session_id = ?1")?.execute([&record.id])?;
-                c.prepare_cached("DELETE FROM sessions WHERE id = ?1")?.execute([&record.id])?;
+                c.prepare_cached("DELETE FROM transcript WHERE session_id = ?1")?.execute([record.id.as_str()])?;
+                c.prepare_cached("DELETE FROM sessions WHERE id = ?1")?.execute([record.id.as_str()])?;
             }
             *out.lock().unwrap_or_else(|p| p.into_inner()) = expired;
             Ok(())
@@ -842,31 +844,27 @@ fn upsert(c: &Connection, r: &SessionRecord) -> rusqlite::Result<()> {
             skills_json = COALESCE(excluded.skills_json, skills_json)",
     )?
     .execute(params![
-        r.id,
+        r.id.as_str(),
         r.origin,
         r.provider,
         r.model,
-        r.effort_level,
+        r.effort_level as i32,
         r.created_at_ms,
         r.workspace,
         r.managed_workspace,
         r.auto_end_on_disconnect,
-        r.status,
+        r.status.as_str(),
         r.provider_session_id,
         r.prepared,
         r.usage_total.map(|u| u as i64),
         r.seq_ceiling as i64,
         r.tool_token_digest.as_str(),
         r.active_operation,
-        r.permission_mode,
-        wall_ms(),
+        r.permission_mode as i32,
+        crate::clock::now_ms(),
         r.skills_json,
     ])?;
     Ok(())
-}
-
-fn wall_ms() -> i64 {
-    std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.as_millis() as i64)
 }
 
 const COLUMNS: &str = "id, origin, provider, model, effort_level, created_at_ms, workspace, managed_workspace,
@@ -875,23 +873,24 @@ const COLUMNS: &str = "id, origin, provider, model, effort_level, created_at_ms,
 
 fn record_of(row: &rusqlite::Row<'_>) -> rusqlite::Result<SessionRecord> {
     Ok(SessionRecord {
-        id: row.get(0)?,
+        id: SessionId::new(row.get::<_, String>(0)?),
         origin: row.get(1)?,
         provider: row.get(2)?,
         model: row.get(3)?,
-        effort_level: row.get(4)?,
+        effort_level: pb::EffortLevel::try_from(row.get::<_, i32>(4)?).unwrap_or_default(),
         created_at_ms: row.get(5)?,
         workspace: row.get(6)?,
         managed_workspace: row.get(7)?,
         auto_end_on_disconnect: row.get(8)?,
-        status: row.get(9)?,
+        // A status this Core cannot read is a session it cannot continue.
+        status: SessionStatus::parse(&row.get::<_, String>(9)?).unwrap_or(SessionStatus::Ended),
         provider_session_id: row.get(10)?,
         prepared: row.get(11)?,
         usage_total: row.get::<_, Option<i64>>(12)?.map(|u| u as u64),
         seq_ceiling: row.get::<_, i64>(13)? as u64,
         tool_token_digest: ToolTokenDigest::from_stored(&row.get::<_, String>(14)?),
         active_operation: row.get(15)?,
-        permission_mode: row.get(16)?,
+        permission_mode: pb::PermissionMode::try_from(row.get::<_, i32>(16)?).unwrap_or_default(),
         recent_outcomes: Vec::new(),
         transcript_bytes: 0,
         updated_at_ms: row.get(17)?,
@@ -910,8 +909,8 @@ fn select_records(c: &Connection, filter: &str, args: impl rusqlite::Params) -> 
 fn load_live(c: &Connection) -> rusqlite::Result<Vec<SessionRecord>> {
     let mut records = select_records(c, "WHERE status != 'ended' ORDER BY created_at_ms", [])?;
     for record in &mut records {
-        record.recent_outcomes = recent_outcomes(c, &record.id)?;
-        record.transcript_bytes = transcript_bytes(c, &record.id)?;
+        record.recent_outcomes = recent_outcomes(c, record.id.as_str())?;
+        record.transcript_bytes = transcript_bytes(c, record.id.as_str())?;
     }
     Ok(records)
 }
@@ -959,8 +958,8 @@ pub fn read_record(database: &Path, session_id: &str) -> CoreResult<Option<Sessi
     let conn = Connection::open_with_flags(database, rusqlite::OpenFlags::SQLITE_OPEN_READ_ONLY)?;
     let mut record = select_records(&conn, "WHERE id = ?1", [session_id])?.pop();
     if let Some(record) = &mut record {
-        record.recent_outcomes = recent_outcomes(&conn, &record.id)?;
-        record.transcript_bytes = transcript_bytes(&conn, &record.id)?;
+        record.recent_outcomes = recent_outcomes(&conn, record.id.as_str())?;
+        record.transcript_bytes = transcript_bytes(&conn, record.id.as_str())?;
     }
     Ok(record)
 }
@@ -985,13 +984,13 @@ mod tests {
             origin: "https://a.example".into(),
             provider: "scripted".into(),
             model: String::new(),
-            effort_level: 0,
+            effort_level: pb::EffortLevel::Unspecified,
             created_at_ms: 1,
             workspace: "/w".into(),
             managed_workspace: true,
             auto_end_on_disconnect: false,
-            permission_mode: 0,
-            status: "idle".into(),
+            permission_mode: pb::PermissionMode::Policy,
+            status: SessionStatus::Idle,
             provider_session_id: None,
             prepared: false,
             usage_total: None,
@@ -1037,7 +1036,7 @@ mod tests {
             )
         }));
         store.append(
-            "sess-a",
+            &"sess-a".into(),
             TranscriptEntry { seq: 4, at_ms: 0, kind: EntryKind::Chat, body: EntryBody::new(&serde_json::json!({})) },
         );
         store.save_durably(record("sess-b")).await.expect("the batch commits around the failed statement");
@@ -1060,14 +1059,14 @@ mod tests {
             body: EntryBody::new(&serde_json::json!({ "text": format!("m{seq}") })),
         };
         store.fail_next_jobs(1);
-        store.append("sess-a", entry(1));
-        store.append("sess-a", entry(2));
+        store.append(&"sess-a".into(), entry(1));
+        store.append(&"sess-a".into(), entry(2));
         store.submit_statement(Box::new(|c| {
             c.execute_batch(
                 "INSERT INTO transcript(session_id, seq, at_ms, kind, body) VALUES ('sess-a', 9, 0, NULL, '{}')",
             )
         }));
-        store.append("sess-a", entry(3));
+        store.append(&"sess-a".into(), entry(3));
         store.save_durably(record("sess-a")).await.expect("the batch commits around the failures");
         let stored = read_transcript(&path, "sess-a").unwrap();
         let seqs: Vec<u64> = stored.iter().map(|e| e.seq).collect();
@@ -1141,8 +1140,8 @@ mod tests {
         let (store, _) = Store::open(&path).unwrap();
         store.save_durably(record("sess-a")).await.unwrap();
         assert_eq!(read_record(&path, "sess-a").unwrap().unwrap().skills_json, None, "a row without a copy");
-        store.adopt_skills("sess-a", "{\"guidance\":\"first\"}".into());
-        store.adopt_skills("sess-a", "{\"guidance\":\"second\"}".into());
+        store.adopt_skills(&"sess-a".into(), "{\"guidance\":\"first\"}".into());
+        store.adopt_skills(&"sess-a".into(), "{\"guidance\":\"second\"}".into());
         store.save_durably(record("sess-a")).await.unwrap();
         let kept = read_record(&path, "sess-a").unwrap().unwrap().skills_json;
         assert_eq!(kept.as_deref(), Some("{\"guidance\":\"first\"}"), "adopted once, kept by later writes");

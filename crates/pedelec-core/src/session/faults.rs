@@ -39,7 +39,7 @@ async fn rig() -> Rig {
     let session = Session::new(
         shared,
         NewSession {
-            id,
+            id: id.into(),
             origin: "https://app.example".into(),
             info,
             workspace,

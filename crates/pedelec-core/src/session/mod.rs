@@ -23,7 +23,7 @@ use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::Duration;
 
 use pedelec_protocol::pb;
-use pedelec_protocol::{ErrorCode, OperationId, SessionStatus, ToolRequestId, TurnId};
+use pedelec_protocol::{ErrorCode, OperationId, SessionId, SessionStatus, ToolRequestId, TurnId};
 use tokio::sync::oneshot;
 use tokio_util::sync::CancellationToken;
 
@@ -158,7 +158,7 @@ struct Inner {
 pub const CANCEL_GRACE: Duration = Duration::from_secs(3);
 
 pub struct Session {
-    pub id: String,
+    pub id: SessionId,
     pub origin: String,
     pub info: pb::SessionInfo,
     pub workspace: Workspace,
@@ -200,7 +200,7 @@ impl Drop for SubscriberGuard {
 
 /// Construction parameters.
 pub struct NewSession {
-    pub id: String,
+    pub id: SessionId,
     pub origin: String,
     pub info: pb::SessionInfo,
     pub workspace: Workspace,
@@ -212,7 +212,7 @@ pub struct NewSession {
 impl NewSession {
     fn identity(&self) -> Identity {
         Identity {
-            id: self.id.clone().into(),
+            id: self.id.clone(),
             origin: self.origin.clone(),
             info: self.info.clone(),
             workspace: self.workspace.root.display().to_string(),
@@ -490,7 +490,7 @@ impl Session {
         inner.log.remove_reader(id);
         self.unwatched_if_nobody_subscribes(&mut inner);
         if inner.log.readers() == 0 && inner.machine.status() == SessionStatus::Ended {
-            let _ = self.shared.released.send(self.id.clone());
+            let _ = self.shared.released.send(self.id.as_str().to_owned());
         }
     }
 
@@ -630,7 +630,7 @@ impl Session {
     fn provider_setup(self: &Arc<Self>) -> ProviderSetup {
         let inner = self.lock();
         ProviderSetup {
-            session_id: self.id.clone(),
+            session_id: self.id.as_str().to_owned(),
             model: self.info.model.clone(),
             effort_level: pb::EffortLevel::try_from(self.info.effort_level).unwrap_or_default(),
             workspace: self.workspace.root.clone(),
@@ -909,7 +909,7 @@ impl Session {
         if !ended {
             return Ok(false);
         }
-        self.shared.assets.revoke_session(&self.id);
+        self.shared.assets.revoke_session(self.id.as_str());
         committed.await?;
         let mut runtime = self.runtime.lock().await;
         if let Some(mut gone) = runtime.take() {

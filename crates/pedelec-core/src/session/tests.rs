@@ -188,7 +188,7 @@ fn the_next_operation_is_refused_until_the_completion_is_committed() {
     running(&mut m, 1);
     let mut out = Vec::new();
     let committed = m.finish(&op(1), Ok(()), t0(), &mut out).unwrap();
-    assert_eq!(committed.status, "idle", "what is committed is the state after the completion");
+    assert_eq!(committed.status, SessionStatus::Idle, "what is committed is the state after the completion");
     assert_eq!(m.status(), SessionStatus::Running, "the status moves only when the completion is announced");
     assert!(!render(&out).iter().any(|l| l.contains("] completed")), "not announced before it is durable");
     assert!(!render(&out).iter().any(|l| l.contains("-> idle")), "nor is idle");
@@ -496,7 +496,7 @@ fn ending_settles_everything_and_ends_once() {
     call(&mut m, &operation, "tool-1", t0());
     let mut out = Vec::new();
     let record = m.end("requested", t0(), &mut out).expect("ends");
-    assert_eq!(record.status, "ended");
+    assert_eq!(record.status, SessionStatus::Ended);
     assert_eq!(record.active_operation, None);
     let lines = render(&out);
     assert_eq!(
@@ -566,7 +566,7 @@ fn resume_is_idempotent_and_refused_while_busy() {
     m.end("requested", t0(), &mut out).unwrap();
     out.clear();
     let record = m.resume(true, t0(), &mut out).unwrap();
-    assert_eq!(record.status, "idle");
+    assert_eq!(record.status, SessionStatus::Idle);
     assert!(render(&out).iter().any(|l| l.starts_with("arm_disconnect")), "unwatched: the timer is armed");
     assert!(m.resume(true, t0(), &mut out).is_none());
 }

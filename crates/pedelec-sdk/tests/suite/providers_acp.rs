@@ -98,7 +98,7 @@ fn transcript_activities(h: &Harness, session: &str) -> Vec<String> {
     pedelec_core::store::read_transcript(&h.database(), session)
         .unwrap()
         .into_iter()
-        .filter(|e| e.kind == "agent_activity")
+        .filter(|e| e.kind.as_str() == "agent_activity")
         .map(|e| e.body.json()["summary"].as_str().unwrap_or_default().to_owned())
         .collect()
 }

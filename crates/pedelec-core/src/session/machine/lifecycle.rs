@@ -13,7 +13,7 @@ impl SessionState {
     /// `recent_outcomes`) and the session is idle again.
     pub fn restore(identity: Identity, record: &SessionRecord, now: Now) -> (Self, Vec<Effect>) {
         let mut st = SessionState::new(identity);
-        st.status = SessionStatus::parse(&record.status).unwrap_or(SessionStatus::Idle);
+        st.status = record.status;
         st.seq = record.seq_ceiling;
         st.seq_ceiling = record.seq_ceiling;
         st.usage = record.usage_total;

@@ -271,17 +271,17 @@ impl SessionState {
     pub fn record(&self) -> SessionRecord {
         let id = &self.identity;
         SessionRecord {
-            id: id.id.as_str().to_owned(),
+            id: id.id.clone(),
             origin: id.origin.clone(),
             provider: id.info.provider.clone(),
             model: id.info.model.clone(),
-            effort_level: id.info.effort_level,
+            effort_level: id.info.effort_level(),
             created_at_ms: id.info.created_at_ms,
             workspace: id.workspace.clone(),
             managed_workspace: id.managed_workspace,
             auto_end_on_disconnect: id.info.auto_end_on_disconnect,
-            permission_mode: id.info.permission_mode,
-            status: self.status.as_str().to_owned(),
+            permission_mode: id.info.permission_mode(),
+            status: self.status,
             provider_session_id: self.provider_session_id.clone(),
             prepared: self.prepared,
             usage_total: self.usage,

@@ -332,7 +332,7 @@ impl SessionState {
         // What is committed is the state after the completion; the status
         // clients see moves only when it is announced.
         let mut record = self.record();
-        record.status = next.as_str().to_owned();
+        record.status = next;
         Some(record)
     }
 
