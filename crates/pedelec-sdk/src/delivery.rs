@@ -1,7 +1,7 @@
 //! What a transport that relays frames (the native host's, the browser
 //! port's) does with a batch of events, written once.
 
-use pedelec_protocol::native::FrameError;
+use pedelec_protocol::native::NativeFrameError;
 use pedelec_protocol::pb;
 
 use crate::error::PedelecError;
@@ -10,7 +10,7 @@ use crate::error::PedelecError;
 /// could not be decoded lost events, so the subscription cannot go on as if
 /// not.
 pub(crate) fn decoded_batch(
-    events: Result<Vec<pb::SessionEvent>, FrameError>,
+    events: Result<Vec<pb::SessionEvent>, NativeFrameError>,
 ) -> Result<Vec<pb::SessionEvent>, PedelecError> {
     events.map_err(|error| {
         tracing::warn!(%error, "a batch of events could not be decoded");

@@ -1,5 +1,5 @@
 //! The session state machine, sans-IO: fed Core events and local actions, it
-//! returns [`Effect`]s for the shell ([`crate::PedelecSession`]) to carry out.
+//! returns [`HandleEffect`]s for the shell ([`crate::PedelecSession`]) to carry out.
 //!
 //! It owns the browser-side status (with de-duplication), the event gate from
 //! `pedelec-protocol`, operation settlement, usage, the prepared flag and the
@@ -11,7 +11,7 @@
 //! ```
 //! use pedelec_protocol::gate::build::{event, status};
 //! use pedelec_sdk::context::SessionMeta;
-//! use pedelec_sdk::machine::{Accepted, Effect, SessionMachine};
+//! use pedelec_sdk::machine::{Accepted, HandleEffect, SessionMachine};
 //! use pedelec_sdk::pb::{self, session_event::Kind};
 //! use pedelec_sdk::SessionStatus::{Idle, Running};
 //!
@@ -32,9 +32,9 @@
 //! }
 //! // The shell runs the chat handlers, the status handlers, then settles `send_text`.
 //! assert!(matches!(&effects[..], [
-//!     Effect::Chat { .. },
-//!     Effect::Status { status: Idle, .. },
-//!     Effect::Settle { outcome: Ok(()), .. },
+//!     HandleEffect::Chat { .. },
+//!     HandleEffect::Status { status: Idle, .. },
+//!     HandleEffect::Settle { outcome: Ok(()), .. },
 //! ]));
 //! ```
 
@@ -81,13 +81,13 @@ pub struct ToolRequest {
 ///
 /// ```
 /// use pedelec_sdk::context::SessionMeta;
-/// use pedelec_sdk::machine::{Effect, SessionMachine};
+/// use pedelec_sdk::machine::{HandleEffect, SessionMachine};
 /// use pedelec_sdk::{SessionStatus, pb};
 ///
 /// let mut machine = SessionMachine::new(SessionMeta::default());
 /// for effect in machine.begin_local(pb::OperationKind::SendText).unwrap() {
 ///     match effect {
-///         Effect::Status { status, ctx } => {
+///         HandleEffect::Status { status, ctx } => {
 ///             assert_eq!((ctx.previous_status, status), (SessionStatus::Idle, SessionStatus::Running))
 ///         }
 ///         other => panic!("only a status change, not {other:?}"),
@@ -95,7 +95,7 @@ pub struct ToolRequest {
 /// }
 /// ```
 #[derive(Debug, Clone, PartialEq)]
-pub enum Effect {
+pub enum HandleEffect {
     /// Run status handlers (the value changed).
     Status {
         status: SessionStatus,
@@ -161,7 +161,7 @@ pub enum Effect {
 /// ```
 #[derive(Debug, Clone, PartialEq)]
 pub enum Accepted {
-    /// Wait for [`Effect::Settle`].
+    /// Wait for [`HandleEffect::Settle`].
     Pending,
     /// Already settled.
     Settled(Result<(), PedelecError>),
@@ -390,13 +390,13 @@ impl SessionMachine {
 
     /// Hands a permission request to the shell once (a re-sync's snapshot
     /// repeats the pending ones).
-    fn ask_permission(&mut self, request: &pb::PermissionRequest, ctx: EventContext, out: &mut Vec<Effect>) {
+    fn ask_permission(&mut self, request: &pb::PermissionRequest, ctx: EventContext, out: &mut Vec<HandleEffect>) {
         // Only the user answers it (in the extension); Core would refuse ours.
         if request.user_only {
             return;
         }
         if self.asking.insert(request.permission_id.clone()) {
-            out.push(Effect::AskPermission { request: request.clone(), ctx });
+            out.push(HandleEffect::AskPermission { request: request.clone(), ctx });
         }
     }
 
@@ -454,7 +454,7 @@ impl SessionMachine {
         self.queued_tools.iter().map(|(r, _)| r)
     }
 
-    fn change_status(&mut self, next: SessionStatus, ctx: EventContext, out: &mut Vec<Effect>) {
+    fn change_status(&mut self, next: SessionStatus, ctx: EventContext, out: &mut Vec<HandleEffect>) {
         if next == self.status {
             return;
         }
@@ -462,20 +462,20 @@ impl SessionMachine {
         self.status = next;
         let ended_ctx =
             EventContext { kind: if ctx.source == Source::Core { "ended" } else { "sdk_ended" }, ..ctx.clone() };
-        out.push(Effect::Status { status: next, ctx: StatusContext { base: ctx, previous_status: previous } });
+        out.push(HandleEffect::Status { status: next, ctx: StatusContext { base: ctx, previous_status: previous } });
         if next == SessionStatus::Ended {
-            out.push(Effect::Ended { ctx: ended_ctx });
+            out.push(HandleEffect::Ended { ctx: ended_ctx });
             self.reject_all(ErrorCode::SessionEnded, "the session ended", out);
             self.queued_tools.clear();
             self.handling.clear();
         }
     }
 
-    fn reject_all(&mut self, code: ErrorCode, message: &str, out: &mut Vec<Effect>) {
+    fn reject_all(&mut self, code: ErrorCode, message: &str, out: &mut Vec<HandleEffect>) {
         let mut ids: Vec<OperationId> = self.awaiting.drain().map(|(id, _)| id).collect();
         ids.sort();
         for operation_id in ids {
-            out.push(Effect::Settle { operation_id, outcome: Err(PedelecError::new(code, message)) });
+            out.push(HandleEffect::Settle { operation_id, outcome: Err(PedelecError::new(code, message)) });
         }
     }
 
@@ -509,7 +509,7 @@ impl SessionMachine {
     /// let refused = machine.begin_local(pb::OperationKind::SendText).unwrap_err();
     /// assert!(refused.is(ErrorCode::SessionEnded));
     /// ```
-    pub fn begin_local(&mut self, kind: pb::OperationKind) -> Result<Vec<Effect>, PedelecError> {
+    pub fn begin_local(&mut self, kind: pb::OperationKind) -> Result<Vec<HandleEffect>, PedelecError> {
         if let Some((code, message)) = self.status.refuse_start(self.has_operation_in_flight()) {
             return Err(PedelecError::new(code, message));
         }
@@ -537,7 +537,7 @@ impl SessionMachine {
     /// assert_eq!(accepted, Accepted::Pending);
     /// assert!(effects.is_empty());
     /// ```
-    pub fn operation_accepted(&mut self, accepted: &pb::OperationAccepted) -> (Accepted, Vec<Effect>) {
+    pub fn operation_accepted(&mut self, accepted: &pb::OperationAccepted) -> (Accepted, Vec<HandleEffect>) {
         let kind =
             self.local_operation.take().unwrap_or(pb::OperationKind::try_from(accepted.kind).unwrap_or_default());
         let mut out = Vec::new();
@@ -572,7 +572,7 @@ impl SessionMachine {
     /// assert_eq!(machine.status(), SessionStatus::Idle);
     /// assert!(!machine.has_operation_in_flight());
     /// ```
-    pub fn operation_failed_to_start(&mut self) -> Vec<Effect> {
+    pub fn operation_failed_to_start(&mut self) -> Vec<HandleEffect> {
         self.local_operation = None;
         let mut out = Vec::new();
         self.revert_local_running(&mut out);
@@ -586,7 +586,7 @@ impl SessionMachine {
     /// its completion is active while Core's status already says idle, and a
     /// start refused in that moment must not leave the handle running for
     /// ever (the completion that follows changes no status).
-    fn revert_local_running(&mut self, out: &mut Vec<Effect>) {
+    fn revert_local_running(&mut self, out: &mut Vec<HandleEffect>) {
         let core_runs =
             self.gate.core_status() == Some(SessionStatus::Running) && self.gate.active_operation().is_some();
         if self.status == SessionStatus::Running
@@ -606,14 +606,14 @@ impl SessionMachine {
     ///
     /// ```
     /// use pedelec_sdk::context::SessionMeta;
-    /// use pedelec_sdk::machine::{Effect, SessionMachine};
+    /// use pedelec_sdk::machine::{HandleEffect, SessionMachine};
     ///
     /// let mut machine = SessionMachine::new(SessionMeta::default());
     /// let effects = machine.local_ended();
-    /// assert!(matches!(&effects[..], [Effect::Status { .. }, Effect::Ended { .. }]));
+    /// assert!(matches!(&effects[..], [HandleEffect::Status { .. }, HandleEffect::Ended { .. }]));
     /// assert_eq!(machine.status(), pedelec_sdk::SessionStatus::Ended);
     /// ```
-    pub fn local_ended(&mut self) -> Vec<Effect> {
+    pub fn local_ended(&mut self) -> Vec<HandleEffect> {
         let mut out = Vec::new();
         let ctx = self.status_ctx(Source::Sdk, None, 0, None);
         self.change_status(SessionStatus::Ended, ctx, &mut out);
@@ -631,18 +631,18 @@ impl SessionMachine {
     /// ```
     /// use pedelec_sdk::context::SessionMeta;
     /// use pedelec_sdk::{ErrorCode, pb};
-    /// use pedelec_sdk::machine::{Effect, SessionMachine};
+    /// use pedelec_sdk::machine::{HandleEffect, SessionMachine};
     ///
     /// let mut machine = SessionMachine::new(SessionMeta::default());
     /// machine.begin_local(pb::OperationKind::SendText).unwrap();
     /// machine.operation_accepted(&pb::OperationAccepted { operation_id: "op-1".into(), ..Default::default() });
     /// let effects = machine.detached();
-    /// let [Effect::Settle { operation_id, outcome: Err(error) }] = &effects[..] else { panic!() };
+    /// let [HandleEffect::Settle { operation_id, outcome: Err(error) }] = &effects[..] else { panic!() };
     /// assert!(error.is(ErrorCode::TransportDetached));
     /// // The error names the operation, for `resume_session` to look up.
     /// assert_eq!(error.details.as_ref().unwrap()["operationId"], operation_id.as_str());
     /// ```
-    pub fn detached(&mut self) -> Vec<Effect> {
+    pub fn detached(&mut self) -> Vec<HandleEffect> {
         let mut out = Vec::new();
         self.settle_all(ErrorCode::TransportDetached, "the connection to Core was lost", &mut out);
         out
@@ -667,7 +667,7 @@ impl SessionMachine {
     /// assert_eq!(machine.status(), SessionStatus::Ended);
     /// assert!(!machine.has_operation_in_flight());
     /// ```
-    pub fn ended_elsewhere(&mut self) -> Vec<Effect> {
+    pub fn ended_elsewhere(&mut self) -> Vec<HandleEffect> {
         let mut out = Vec::new();
         if self.status == SessionStatus::Ended {
             return out;
@@ -678,14 +678,14 @@ impl SessionMachine {
         out
     }
 
-    fn settle_all(&mut self, code: ErrorCode, message: &str, out: &mut Vec<Effect>) {
+    fn settle_all(&mut self, code: ErrorCode, message: &str, out: &mut Vec<HandleEffect>) {
         self.local_operation = None;
         let mut ids: Vec<OperationId> = self.awaiting.drain().map(|(id, _)| id).collect();
         ids.sort();
         for operation_id in ids {
             let mut error = PedelecError::new(code, message);
             error.details = Some(serde_json::json!({ "operationId": operation_id }));
-            out.push(Effect::Settle { operation_id, outcome: Err(error) });
+            out.push(HandleEffect::Settle { operation_id, outcome: Err(error) });
         }
     }
 
@@ -733,15 +733,15 @@ impl SessionMachine {
     ///
     /// ```
     /// use pedelec_sdk::context::SessionMeta;
-    /// use pedelec_sdk::machine::{Effect, SessionMachine};
+    /// use pedelec_sdk::machine::{HandleEffect, SessionMachine};
     ///
     /// let mut machine = SessionMachine::new(SessionMeta::default());
     /// let error = pedelec_sdk::PedelecError::new(pedelec_sdk::ErrorCode::SubmitToolResultFailed, "Core is gone");
-    /// let Effect::Error { ctx, .. } = machine.sdk_error(error) else { panic!() };
+    /// let HandleEffect::Error { ctx, .. } = machine.sdk_error(error) else { panic!() };
     /// assert_eq!(ctx.kind, "sdk_error");
     /// ```
-    pub fn sdk_error(&self, error: PedelecError) -> Effect {
-        Effect::Error { error, ctx: self.meta.sdk("sdk_error", None) }
+    pub fn sdk_error(&self, error: PedelecError) -> HandleEffect {
+        HandleEffect::Error { error, ctx: self.meta.sdk("sdk_error", None) }
     }
 
     /// A handler was registered: queued requests it can answer are released.
@@ -751,7 +751,7 @@ impl SessionMachine {
     /// ```
     /// use pedelec_protocol::gate::build::event;
     /// use pedelec_sdk::context::SessionMeta;
-    /// use pedelec_sdk::machine::{Effect, SessionMachine};
+    /// use pedelec_sdk::machine::{HandleEffect, SessionMachine};
     /// use pedelec_sdk::pb::{self, session_event::Kind};
     ///
     /// let mut machine = SessionMachine::new(SessionMeta::default());
@@ -761,17 +761,17 @@ impl SessionMachine {
     /// let call = pb::ToolCall { tool_request_id: "tool-1".into(), tool: "add".into(), ..Default::default() };
     /// machine.on_event(&event("s", 2, "op-1", Kind::ToolCall(call)), 0, no_handlers);
     /// let effects = machine.handler_registered(&|tool| tool == "add");
-    /// assert!(matches!(&effects[..], [Effect::InvokeTool { request, .. }] if request.tool == "add"));
+    /// assert!(matches!(&effects[..], [HandleEffect::InvokeTool { request, .. }] if request.tool == "add"));
     /// assert_eq!(machine.queued_tools().count(), 0);
     /// ```
-    pub fn handler_registered(&mut self, has_handler: HasHandler<'_>) -> Vec<Effect> {
+    pub fn handler_registered(&mut self, has_handler: HasHandler<'_>) -> Vec<HandleEffect> {
         let mut out = Vec::new();
         let (ready, waiting): (Vec<_>, Vec<_>) =
             std::mem::take(&mut self.queued_tools).into_iter().partition(|(r, _)| has_handler(&r.tool));
         self.queued_tools = waiting;
         for (request, ctx) in ready {
             self.handling.insert(request.tool_request_id.clone());
-            out.push(Effect::InvokeTool { request, ctx });
+            out.push(HandleEffect::InvokeTool { request, ctx });
         }
         out
     }
@@ -781,7 +781,7 @@ impl SessionMachine {
         request: ToolRequest,
         ctx: ToolCallContext,
         has_handler: HasHandler<'_>,
-        out: &mut Vec<Effect>,
+        out: &mut Vec<HandleEffect>,
     ) {
         let id = &request.tool_request_id;
         if self.handling.contains(id) || self.queued_tools.iter().any(|(r, _)| &r.tool_request_id == id) {
@@ -793,7 +793,7 @@ impl SessionMachine {
         }
         if has_handler(&request.tool) {
             self.handling.insert(id.clone());
-            out.push(Effect::InvokeTool { request, ctx });
+            out.push(HandleEffect::InvokeTool { request, ctx });
         } else {
             self.queued_tools.push((request, ctx));
         }
@@ -806,7 +806,7 @@ impl SessionMachine {
     /// ```
     /// use pedelec_protocol::gate::build::event;
     /// use pedelec_sdk::context::SessionMeta;
-    /// use pedelec_sdk::machine::{Effect, SessionMachine};
+    /// use pedelec_sdk::machine::{HandleEffect, SessionMachine};
     /// use pedelec_sdk::pb::{self, session_event::Kind};
     ///
     /// let mut machine = SessionMachine::new(SessionMeta::default());
@@ -815,12 +815,12 @@ impl SessionMachine {
     /// machine.on_event(&event("s", 1, "op-1", started), 0, no_handlers);
     /// let delta = event("s", 2, "op-1", Kind::ChatDelta(pb::ChatDelta { text: "Hel".into() }));
     /// let effects = machine.on_event(&delta, 1_000, no_handlers);
-    /// let [Effect::ChatDelta { text, ctx }] = &effects[..] else { panic!("one delta") };
+    /// let [HandleEffect::ChatDelta { text, ctx }] = &effects[..] else { panic!("one delta") };
     /// assert_eq!((text.as_str(), ctx.event_received_at), ("Hel", Some(1_000)));
     /// // The same event again (a re-sync overlapping the stream) changes nothing.
     /// assert!(machine.on_event(&delta, 1_001, no_handlers).is_empty());
     /// ```
-    pub fn on_event(&mut self, event: &pb::SessionEvent, received_at: i64, has_handler: HasHandler<'_>) -> Vec<Effect> {
+    pub fn on_event(&mut self, event: &pb::SessionEvent, received_at: i64, has_handler: HasHandler<'_>) -> Vec<HandleEffect> {
         let verdict = self.gate.admit(event);
         if verdict != Verdict::Accept {
             tracing::trace!(seq = event.seq, ?verdict, "event ignored by the gate");
@@ -841,9 +841,9 @@ impl SessionMachine {
             }
             Kind::OperationStarted(_) => {}
             Kind::Chat(chat) if !is_prepare(turn) => {
-                out.push(Effect::Chat { text: chat.text.clone(), ctx: self.meta.core("chat", turn, emitted, received) })
+                out.push(HandleEffect::Chat { text: chat.text.clone(), ctx: self.meta.core("chat", turn, emitted, received) })
             }
-            Kind::ChatDelta(delta) if !is_prepare(turn) => out.push(Effect::ChatDelta {
+            Kind::ChatDelta(delta) if !is_prepare(turn) => out.push(HandleEffect::ChatDelta {
                 text: delta.text.clone(),
                 ctx: self.meta.core("chat_delta", turn, emitted, received),
             }),
@@ -852,7 +852,7 @@ impl SessionMachine {
                 if let Some(activity) = &updated.activity {
                     let ctx = self.meta.core("activity", turn, emitted, received);
                     self.remember_activity(activity, &ctx);
-                    out.push(Effect::Activity { activity: activity.clone(), ctx });
+                    out.push(HandleEffect::Activity { activity: activity.clone(), ctx });
                 }
             }
             Kind::ActivityUpdated(_) => {}
@@ -883,7 +883,7 @@ impl SessionMachine {
             }
             Kind::Error(raised) => {
                 if let Some(error) = &raised.error {
-                    out.push(Effect::Error {
+                    out.push(HandleEffect::Error {
                         error: error.into(),
                         ctx: self.meta.core("error", turn, emitted, received),
                     });
@@ -900,7 +900,7 @@ impl SessionMachine {
                 }
                 self.know(&OperationId::new(event.operation_id.clone()), &outcome);
                 if self.awaiting.remove(event.operation_id.as_str()).is_some() {
-                    out.push(Effect::Settle { operation_id: OperationId::new(event.operation_id.clone()), outcome });
+                    out.push(HandleEffect::Settle { operation_id: OperationId::new(event.operation_id.clone()), outcome });
                 } else {
                     self.complete_early(OperationId::new(event.operation_id.clone()), outcome);
                 }
@@ -913,10 +913,10 @@ impl SessionMachine {
         out
     }
 
-    fn grow_usage(&mut self, total: u64, out: &mut Vec<Effect>) {
+    fn grow_usage(&mut self, total: u64, out: &mut Vec<HandleEffect>) {
         if pedelec_protocol::usage::grows(self.usage, total) {
             self.usage = Some(total);
-            out.push(Effect::Usage { total_tokens: total });
+            out.push(HandleEffect::Usage { total_tokens: total });
         }
     }
 
@@ -948,7 +948,7 @@ impl SessionMachine {
         emitted: i64,
         received: Option<i64>,
         has_handler: HasHandler<'_>,
-        out: &mut Vec<Effect>,
+        out: &mut Vec<HandleEffect>,
     ) {
         if self.meta.provider.is_empty() {
             self.meta.provider = snapshot.provider.clone();
@@ -974,7 +974,7 @@ impl SessionMachine {
             for activity in &snapshot.activities {
                 let ctx = self.meta.core("activity", snapshot.turn.as_ref(), emitted, received);
                 self.remember_activity(activity, &ctx);
-                out.push(Effect::Activity { activity: activity.clone(), ctx });
+                out.push(HandleEffect::Activity { activity: activity.clone(), ctx });
             }
         }
         // Operations we wait for that Core no longer runs finished while we
@@ -992,7 +992,7 @@ impl SessionMachine {
                     "the operation finished while the subscription was being re-established",
                 ))
             });
-            out.push(Effect::Settle { operation_id, outcome });
+            out.push(HandleEffect::Settle { operation_id, outcome });
         }
         // An operation whose acceptance we have not processed yet may already
         // be over: keep its outcome for `operation_accepted`.
@@ -1107,18 +1107,18 @@ mod tests {
         )
     }
 
-    fn statuses(effects: &[Effect]) -> Vec<(SessionStatus, &'static str, &'static str)> {
+    fn statuses(effects: &[HandleEffect]) -> Vec<(SessionStatus, &'static str, &'static str)> {
         effects
             .iter()
             .filter_map(|e| match e {
-                Effect::Status { status, ctx } => Some((*status, ctx.source.as_str(), ctx.kind)),
+                HandleEffect::Status { status, ctx } => Some((*status, ctx.source.as_str(), ctx.kind)),
                 _ => None,
             })
             .collect()
     }
 
     /// Runs a whole send on the machine; returns every effect in order.
-    fn feed(m: &mut SessionMachine, events: &[pb::SessionEvent], handlers: HasHandler<'_>) -> Vec<Effect> {
+    fn feed(m: &mut SessionMachine, events: &[pb::SessionEvent], handlers: HasHandler<'_>) -> Vec<HandleEffect> {
         events.iter().flat_map(|e| m.on_event(e, 1_000, handlers)).collect()
     }
 
@@ -1153,9 +1153,9 @@ mod tests {
             NO_HANDLERS,
         );
         assert_eq!(statuses(&effects), vec![(SessionStatus::Idle, "core", "status_changed")]);
-        assert!(!effects.iter().any(|e| matches!(e, Effect::Settle { .. })), "idle alone settles nothing");
+        assert!(!effects.iter().any(|e| matches!(e, HandleEffect::Settle { .. })), "idle alone settles nothing");
         let effects = feed(&mut m, &[completed(3, "op1", None)], NO_HANDLERS);
-        assert_eq!(effects, vec![Effect::Settle { operation_id: "op1".into(), outcome: Ok(()) }]);
+        assert_eq!(effects, vec![HandleEffect::Settle { operation_id: "op1".into(), outcome: Ok(()) }]);
     }
 
     #[test]
@@ -1166,7 +1166,7 @@ mod tests {
         let effects =
             feed(&mut m, &[started(1, "op1"), completed(2, "op1", Some(ErrorCode::SendTextFailed))], NO_HANDLERS);
         match &effects[..] {
-            [Effect::Settle { outcome: Err(e), .. }] => assert!(e.is(ErrorCode::SendTextFailed)),
+            [HandleEffect::Settle { outcome: Err(e), .. }] => assert!(e.is(ErrorCode::SendTextFailed)),
             other => panic!("{other:?}"),
         }
     }
@@ -1234,10 +1234,10 @@ mod tests {
         );
         let chats: Vec<_> = effects
             .iter()
-            .filter_map(|e| if let Effect::Chat { text, .. } = e { Some(text.as_str()) } else { None })
+            .filter_map(|e| if let HandleEffect::Chat { text, .. } = e { Some(text.as_str()) } else { None })
             .collect();
         assert_eq!(chats, vec!["mine"]);
-        assert!(!effects.iter().any(|e| matches!(e, Effect::Settle { .. })));
+        assert!(!effects.iter().any(|e| matches!(e, HandleEffect::Settle { .. })));
     }
 
     #[test]
@@ -1250,7 +1250,7 @@ mod tests {
             &[started(1, "op1"), ev(2, "op1", Kind::ChatDelta(pb::ChatDelta { text: "He".into() }))],
             NO_HANDLERS,
         );
-        let Effect::ChatDelta { text, ctx } = &effects[0] else { panic!("{effects:?}") };
+        let HandleEffect::ChatDelta { text, ctx } = &effects[0] else { panic!("{effects:?}") };
         assert_eq!(text, "He");
         assert_eq!(ctx.kind, "chat_delta");
         assert_eq!(ctx.source, Source::Core);
@@ -1272,7 +1272,7 @@ mod tests {
         let mut chat = ev(2, "p1", Kind::Chat(pb::Chat { text: "PEDELEC_PREPARED".into() }));
         chat.turn = e.turn.clone();
         let effects = feed(&mut m, &[e, chat], NO_HANDLERS);
-        assert!(effects.iter().all(|e| !matches!(e, Effect::Chat { .. } | Effect::ChatDelta { .. })));
+        assert!(effects.iter().all(|e| !matches!(e, HandleEffect::Chat { .. } | HandleEffect::ChatDelta { .. })));
     }
 
     #[test]
@@ -1301,12 +1301,12 @@ mod tests {
             ],
             NO_HANDLERS,
         );
-        let ended = effects.iter().filter(|e| matches!(e, Effect::Ended { .. })).count();
+        let ended = effects.iter().filter(|e| matches!(e, HandleEffect::Ended { .. })).count();
         assert_eq!(ended, 1);
         assert!(
             effects
                 .iter()
-                .any(|e| matches!(e, Effect::Settle { outcome: Err(err), .. } if err.is(ErrorCode::SessionEnded)))
+                .any(|e| matches!(e, HandleEffect::Settle { outcome: Err(err), .. } if err.is(ErrorCode::SessionEnded)))
         );
         assert!(m.local_ended().is_empty(), "already ended: no second callback");
         // resume: the snapshot says idle, a later end runs the callback again.
@@ -1314,7 +1314,7 @@ mod tests {
         assert_eq!(statuses(&effects), vec![(SessionStatus::Idle, "core", "status_changed")]);
         let effects = m.local_ended();
         assert!(
-            matches!(&effects[..], [Effect::Status { .. }, Effect::Ended { ctx }] if ctx.kind == "sdk_ended" && ctx.source == Source::Sdk)
+            matches!(&effects[..], [HandleEffect::Status { .. }, HandleEffect::Ended { ctx }] if ctx.kind == "sdk_ended" && ctx.source == Source::Sdk)
         );
     }
 
@@ -1325,7 +1325,7 @@ mod tests {
         assert_eq!(statuses(&effects), vec![(SessionStatus::Running, "core", "status_changed")]);
         assert_eq!(m.last_seq(), 40);
         let effects = feed(&mut m, &[ev(41, "op9", Kind::Chat(pb::Chat { text: "resumed".into() }))], NO_HANDLERS);
-        assert!(matches!(&effects[..], [Effect::Chat { .. }]));
+        assert!(matches!(&effects[..], [HandleEffect::Chat { .. }]));
     }
 
     fn snapshot_with_outcomes(last_seq: u64, outcomes: Vec<pb::OperationOutcome>) -> pb::SessionEvent {
@@ -1344,11 +1344,11 @@ mod tests {
         }
     }
 
-    fn settled(effects: &[Effect]) -> Vec<(String, Result<(), &'static str>)> {
+    fn settled(effects: &[HandleEffect]) -> Vec<(String, Result<(), &'static str>)> {
         effects
             .iter()
             .filter_map(|e| match e {
-                Effect::Settle { operation_id, outcome } => Some((
+                HandleEffect::Settle { operation_id, outcome } => Some((
                     operation_id.to_string(),
                     outcome
                         .as_ref()
@@ -1367,7 +1367,7 @@ mod tests {
         let (state, _) = m.operation_accepted(&accepted("op1"));
         assert_eq!(state, Accepted::Pending);
         let effects = m.detached();
-        let Some(Effect::Settle { operation_id, outcome: Err(error) }) = effects.first() else { panic!("{effects:?}") };
+        let Some(HandleEffect::Settle { operation_id, outcome: Err(error) }) = effects.first() else { panic!("{effects:?}") };
         assert_eq!(operation_id, "op1");
         assert!(error.is(ErrorCode::TransportDetached));
         assert_eq!(error.details.as_ref().unwrap()["operationId"], "op1");
@@ -1390,7 +1390,7 @@ mod tests {
         let _ = m.begin_local(pb::OperationKind::SendText).unwrap();
         let _ = m.operation_accepted(&accepted("op1"));
         let effects = m.ended_elsewhere();
-        let Some(Effect::Settle { operation_id, outcome: Err(error) }) = effects.first() else { panic!("{effects:?}") };
+        let Some(HandleEffect::Settle { operation_id, outcome: Err(error) }) = effects.first() else { panic!("{effects:?}") };
         assert_eq!(operation_id, "op1");
         assert!(error.is(ErrorCode::SessionEnded));
         assert_eq!(m.status(), SessionStatus::Ended);
@@ -1454,7 +1454,7 @@ mod tests {
         assert_eq!(statuses(&effects), vec![(SessionStatus::WaitingToolResult, "sdk", "sdk_status_changed")]);
         let invoked: Vec<_> = effects
             .iter()
-            .filter_map(|e| if let Effect::InvokeTool { ctx, .. } = e { Some(ctx) } else { None })
+            .filter_map(|e| if let HandleEffect::InvokeTool { ctx, .. } = e { Some(ctx) } else { None })
             .collect();
         assert_eq!(invoked.len(), 1);
         assert_eq!(invoked[0].kind, "tool_call");
@@ -1476,15 +1476,15 @@ mod tests {
             &[snapshot(9, SessionStatus::WaitingToolResult, Some("op1"), vec![pending.clone()])],
             NO_HANDLERS,
         );
-        assert!(!effects.iter().any(|e| matches!(e, Effect::InvokeTool { .. })));
+        assert!(!effects.iter().any(|e| matches!(e, HandleEffect::InvokeTool { .. })));
         assert_eq!(m.queued_tools().count(), 1);
         assert!(m.handler_registered(&|t| t == "other").is_empty());
         let effects = m.handler_registered(&|t| t == "counter");
-        assert!(matches!(&effects[..], [Effect::InvokeTool { request, .. }] if request.tool_request_id == "t7"));
+        assert!(matches!(&effects[..], [HandleEffect::InvokeTool { request, .. }] if request.tool_request_id == "t7"));
         // The same request in a later snapshot is not invoked twice.
         let effects =
             feed(&mut m, &[snapshot(10, SessionStatus::WaitingToolResult, Some("op1"), vec![pending])], ALL_HANDLERS);
-        assert!(!effects.iter().any(|e| matches!(e, Effect::InvokeTool { .. })));
+        assert!(!effects.iter().any(|e| matches!(e, HandleEffect::InvokeTool { .. })));
     }
 
     #[test]
@@ -1521,7 +1521,7 @@ mod tests {
         assert!(effects.is_empty());
         assert_eq!(m.usage(), None);
         let effects = feed(&mut m, &[usage(3, Some(50)), usage(4, Some(20)), usage(5, Some(50))], NO_HANDLERS);
-        assert_eq!(effects, vec![Effect::Usage { total_tokens: 50 }], "only growth, and only usage effects");
+        assert_eq!(effects, vec![HandleEffect::Usage { total_tokens: 50 }], "only growth, and only usage effects");
         assert_eq!(m.usage(), Some(50));
         let effects = feed(&mut m, &[snapshot(6, SessionStatus::Running, Some("op1"), vec![])], NO_HANDLERS);
         assert!(effects.is_empty());
@@ -1561,10 +1561,10 @@ mod tests {
             ev(1, "", Kind::Error(pb::ErrorRaised { error: Some(pb::Error::new(ErrorCode::ProviderError, "x")) }));
         let effects = feed(&mut m, &[raised], NO_HANDLERS);
         assert!(
-            matches!(&effects[..], [Effect::Error { ctx, .. }] if ctx.kind == "error" && ctx.source == Source::Core)
+            matches!(&effects[..], [HandleEffect::Error { ctx, .. }] if ctx.kind == "error" && ctx.source == Source::Core)
         );
         assert_eq!(m.status(), SessionStatus::Idle);
-        let Effect::Error { ctx, .. } = m.sdk_error(PedelecError::new(ErrorCode::SubmitToolResultFailed, "x")) else {
+        let HandleEffect::Error { ctx, .. } = m.sdk_error(PedelecError::new(ErrorCode::SubmitToolResultFailed, "x")) else {
             panic!()
         };
         assert_eq!((ctx.kind, ctx.source, ctx.event_received_at), ("sdk_error", Source::Sdk, None));
@@ -1576,6 +1576,6 @@ mod tests {
         m.begin_local(pb::OperationKind::SendText).unwrap();
         m.operation_accepted(&accepted("op1"));
         let effects = m.detached();
-        assert!(matches!(&effects[..], [Effect::Settle { outcome: Err(e), .. }] if e.is(ErrorCode::TransportDetached)));
+        assert!(matches!(&effects[..], [HandleEffect::Settle { outcome: Err(e), .. }] if e.is(ErrorCode::TransportDetached)));
     }
 }

@@ -49,7 +49,7 @@ type EventSender = tokio::sync::mpsc::Sender<Result<pb::SessionEvent, PedelecErr
 /// bounded whatever a slow handler does.
 const SUBSCRIPTION_QUEUE: usize = 4096;
 
-struct Shared {
+struct HostLink {
     /// Set once the host's output ended; nothing can be answered after that.
     closed: std::sync::atomic::AtomicBool,
     pending: Mutex<HashMap<u32, Waiting>>,
@@ -76,7 +76,7 @@ struct Shared {
 /// # }
 /// ```
 pub struct NativeMessagingTransport {
-    shared: Arc<Shared>,
+    shared: Arc<HostLink>,
     child: Mutex<Option<tokio::process::Child>>,
 }
 
@@ -140,7 +140,7 @@ impl NativeMessagingTransport {
         let mut stdin = child.stdin.take().expect("piped stdin");
         let mut stdout = child.stdout.take().expect("piped stdout");
         let (outgoing, mut frames) = mpsc::unbounded::<pb::NativeFrame>();
-        let shared = Arc::new(Shared {
+        let shared = Arc::new(HostLink {
             closed: std::sync::atomic::AtomicBool::new(false),
             pending: Mutex::default(),
             subscriptions: Mutex::default(),
@@ -217,7 +217,7 @@ impl NativeMessagingTransport {
     }
 }
 
-impl Shared {
+impl HostLink {
     /// Hands one frame on; waits while the subscription it is for has a full queue.
     async fn route(&self, frame: pb::NativeFrame) {
         let id = frame.request_id;
@@ -303,7 +303,7 @@ impl Shared {
 
 /// Ends the host-side subscription when the SDK drops its stream.
 struct Unsubscribe {
-    shared: Arc<Shared>,
+    shared: Arc<HostLink>,
     id: u32,
     session_id: String,
 }

@@ -33,9 +33,11 @@ use serde::{Serialize, de::DeserializeOwned};
 
 use crate::context::{EventContext, SessionMeta, StatusContext, ToolCallContext, now_ms};
 use crate::error::PedelecError;
-use crate::machine::{Accepted, Effect, SessionMachine, ToolRequest};
+use crate::machine::{Accepted, HandleEffect, SessionMachine, ToolRequest};
 use crate::tool::{GenericToolHandlerFn, ToolHandlerFn, ToolName, handler, sync_handler};
 use crate::transport::{BoxFuture, Call, Reply, Transport, unexpected};
+
+pub use pedelec_protocol::history::HistoryQuery;
 
 type ChatFn = Arc<dyn Fn(&str, &EventContext) + Send + Sync>;
 type StatusFn = Arc<dyn Fn(SessionStatus, &StatusContext) + Send + Sync>;
@@ -777,10 +779,10 @@ impl<T: ToolName> PedelecSession<T> {
         let machine = lock(&self.inner.machine);
         let disposer =
             self.register(move |h, id| h.activity.push((id, f)), |h, id| h.activity.retain(|(i, _)| *i != id));
-        let so_far: Vec<Effect> = machine
+        let so_far: Vec<HandleEffect> = machine
             .running_activities()
             .iter()
-            .map(|(activity, ctx)| Effect::Activity { activity: activity.clone(), ctx: ctx.clone() })
+            .map(|(activity, ctx)| HandleEffect::Activity { activity: activity.clone(), ctx: ctx.clone() })
             .collect();
         self.inner.enqueue(so_far);
         drop(machine);
@@ -1093,7 +1095,7 @@ impl<T: ToolName> PedelecSession<T> {
 // would allocate once per streamed delta.
 #[allow(clippy::large_enum_variant)]
 enum Queued {
-    Effect(Effect),
+    HandleEffect(HandleEffect),
     /// Wakes a caller once every effect queued before it has run.
     Flushed(oneshot::Sender<()>),
 }
@@ -1332,7 +1334,7 @@ impl Inner {
     /// Feeds the machine and runs what it asks for. The effects are queued
     /// while the machine is still locked, so they run in the order the
     /// machine produced them whichever task feeds it.
-    fn step(self: &Arc<Self>, f: impl FnOnce(&mut SessionMachine) -> Vec<Effect>) {
+    fn step(self: &Arc<Self>, f: impl FnOnce(&mut SessionMachine) -> Vec<HandleEffect>) {
         {
             let mut machine = lock(&self.machine);
             let effects = f(&mut machine);
@@ -1346,7 +1348,7 @@ impl Inner {
     /// draining, so without it an awaited call could resolve before its
     /// handlers ran. Await it outside any handler: a handler's own effects
     /// run only after it returns.
-    fn step_flushed(self: &Arc<Self>, f: impl FnOnce(&mut SessionMachine) -> Vec<Effect>) -> oneshot::Receiver<()> {
+    fn step_flushed(self: &Arc<Self>, f: impl FnOnce(&mut SessionMachine) -> Vec<HandleEffect>) -> oneshot::Receiver<()> {
         let flushed = {
             let mut machine = lock(&self.machine);
             let effects = f(&mut machine);
@@ -1369,9 +1371,9 @@ impl Inner {
     /// Queues effects; call with the machine locked (lock order: machine,
     /// then handlers, then the dispatch queue, which is never held while a
     /// handler runs).
-    fn enqueue(&self, effects: Vec<Effect>) {
+    fn enqueue(&self, effects: Vec<HandleEffect>) {
         if !effects.is_empty() {
-            lock(&self.dispatch).queue.extend(effects.into_iter().map(Queued::Effect));
+            lock(&self.dispatch).queue.extend(effects.into_iter().map(Queued::HandleEffect));
         }
     }
 
@@ -1414,49 +1416,49 @@ impl Inner {
     fn run_effects(self: &Arc<Self>, queued: Vec<Queued>) {
         for entry in queued {
             let effect = match entry {
-                Queued::Effect(effect) => effect,
+                Queued::HandleEffect(effect) => effect,
                 Queued::Flushed(tx) => {
                     let _ = tx.send(());
                     continue;
                 }
             };
             match effect {
-                Effect::Status { status, ctx } => {
+                HandleEffect::Status { status, ctx } => {
                     let list: Vec<StatusFn> = lock(&self.handlers).status.iter().map(|(_, f)| f.clone()).collect();
                     list.iter().for_each(|f| f(status, &ctx));
                 }
-                Effect::Chat { text, ctx } => {
+                HandleEffect::Chat { text, ctx } => {
                     let list: Vec<ChatFn> = lock(&self.handlers).chat.iter().map(|(_, f)| f.clone()).collect();
                     list.iter().for_each(|f| f(&text, &ctx));
                 }
-                Effect::ChatDelta { text, ctx } => {
+                HandleEffect::ChatDelta { text, ctx } => {
                     let list: Vec<ChatFn> = lock(&self.handlers).delta.iter().map(|(_, f)| f.clone()).collect();
                     list.iter().for_each(|f| f(&text, &ctx));
                 }
-                Effect::Error { error, ctx } => {
+                HandleEffect::Error { error, ctx } => {
                     let list: Vec<ErrorFn> = lock(&self.handlers).error.iter().map(|(_, f)| f.clone()).collect();
                     list.iter().for_each(|f| f(&error, &ctx));
                 }
-                Effect::Ended { ctx } => {
+                HandleEffect::Ended { ctx } => {
                     let list: Vec<EndedFn> = lock(&self.handlers).ended.iter().map(|(_, f)| f.clone()).collect();
                     list.iter().for_each(|f| f(&ctx));
                     lock(&self.registry).remove(&self.session_id);
                 }
-                Effect::Usage { total_tokens } => {
+                HandleEffect::Usage { total_tokens } => {
                     let list: Vec<UsageFn> = lock(&self.handlers).usage.iter().map(|(_, f)| f.clone()).collect();
                     list.iter().for_each(|f| f(total_tokens));
                 }
-                Effect::AskPermission { request, ctx } => self.ask_permission(request, ctx),
-                Effect::Activity { activity, ctx } => {
+                HandleEffect::AskPermission { request, ctx } => self.ask_permission(request, ctx),
+                HandleEffect::Activity { activity, ctx } => {
                     let list: Vec<ActivityFn> = lock(&self.handlers).activity.iter().map(|(_, f)| f.clone()).collect();
                     list.iter().for_each(|f| f(&activity, &ctx));
                 }
-                Effect::Settle { operation_id, outcome } => {
+                HandleEffect::Settle { operation_id, outcome } => {
                     if let Some(tx) = lock(&self.waiters).remove(&operation_id) {
                         let _ = tx.send(outcome);
                     }
                 }
-                Effect::InvokeTool { request, ctx } => self.invoke_tool(request, ctx),
+                HandleEffect::InvokeTool { request, ctx } => self.invoke_tool(request, ctx),
             }
         }
     }
@@ -1701,30 +1703,6 @@ impl<T: ToolName> PedelecSession<T> {
 pub struct SendOptions {
     /// Public asset paths, e.g. `"/screens/page.png"` (at most 16).
     pub attachments: Vec<String>,
-}
-
-/// Which page of a session's history to read ([`PedelecSession::history`]).
-///
-/// # Examples
-///
-/// ```
-/// use pedelec_sdk::HistoryQuery;
-///
-/// // The newest 100 entries: every bound left at 0.
-/// let newest = HistoryQuery::default();
-/// assert_eq!((newest.after_seq, newest.before_id, newest.limit), (0, 0, 0));
-/// // What a re-synchronised view missed after the last seq it handled.
-/// let missed = HistoryQuery { after_seq: 41, ..Default::default() };
-/// assert_eq!(missed.limit, 0);
-/// ```
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
-pub struct HistoryQuery {
-    /// Only entries with seq > this (0: from the start).
-    pub after_seq: u64,
-    /// Only entries with id < this (0: up to the newest).
-    pub before_id: u64,
-    /// Entries per page (0: 100; at most 1000).
-    pub limit: u32,
 }
 
 /// Strict UTF-8 for `readAsset(path, "text")`.

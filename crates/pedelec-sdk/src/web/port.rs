@@ -17,8 +17,8 @@ use std::rc::Rc;
 use futures::StreamExt;
 use futures::channel::{mpsc, oneshot};
 use js_sys::{Function, JSON, Object};
-use pedelec_protocol::event_batch::{Shared, batch_events, batch_events_base64};
-use pedelec_protocol::native::{ChunkAssembler, FrameError, decode_native_frame};
+use pedelec_protocol::event_batch::{BatchHeader, batch_events, batch_events_base64};
+use pedelec_protocol::native::{ChunkAssembler, NativeFrameError, decode_native_frame};
 use pedelec_protocol::pb::{self, native_frame::Body};
 use pedelec_protocol::{ErrorCode, json, limits};
 use wasm_bindgen::prelude::*;
@@ -330,7 +330,7 @@ impl Link {
     /// Applies a batch in one pass: its events enter the subscription's
     /// queue together, in order. A batch that does not decode lost events,
     /// so its subscription fails rather than going on with a gap.
-    fn route_batch(&self, id: u32, events: Result<Vec<pb::SessionEvent>, FrameError>) {
+    fn route_batch(&self, id: u32, events: Result<Vec<pb::SessionEvent>, NativeFrameError>) {
         let mut subscriptions = self.subscriptions.borrow_mut();
         match decoded_batch(events) {
             Ok(events) => {
@@ -512,15 +512,15 @@ impl Link {
 
 /// A batch's shared fields, read from its JS object (the turn, a few fields,
 /// through its JSON).
-fn batch_shared(batch: &JsValue) -> Result<Shared, FrameError> {
+fn batch_shared(batch: &JsValue) -> Result<BatchHeader, NativeFrameError> {
     let turn = js::get(batch, "turn");
     let turn = if turn.is_object() {
         let text = JSON::stringify(&turn).ok().and_then(|t| t.as_string()).unwrap_or_default();
-        Some(json::from_json(&text).map_err(|e| FrameError::BadBatch(format!("bad turn: {e}")))?)
+        Some(json::from_json(&text).map_err(|e| NativeFrameError::BadBatch(format!("bad turn: {e}")))?)
     } else {
         None
     };
-    Ok(Shared {
+    Ok(BatchHeader {
         session_id: js::get_string(batch, "sessionId").unwrap_or_default(),
         turn,
         operation_id: js::get_string(batch, "operationId").unwrap_or_default(),
