@@ -86,7 +86,7 @@ pub use pedelec_client::transport;
 pub mod web;
 
 pub use client::{Pedelec, SessionOptions};
-pub use context::{EventContext, Source, StatusContext, ToolCallContext};
+pub use context::{EventContext, EventKind, Source, StatusContext, ToolCallContext};
 /// # Examples
 ///
 /// ```no_run

@@ -43,7 +43,7 @@ use std::collections::{HashMap, HashSet, VecDeque};
 use pedelec_protocol::pb::{self, session_event::Kind};
 use pedelec_protocol::{ErrorCode, EventGate, OperationId, SessionStatus, ToolRequestId, Verdict};
 
-use crate::context::{EventContext, SessionMeta, Source, StatusContext, ToolCallContext};
+use crate::context::{EventContext, EventKind, SessionMeta, Source, StatusContext, ToolCallContext};
 use crate::error::PedelecError;
 
 /// Completions that arrived before their operation id was known, kept briefly.
@@ -320,7 +320,7 @@ impl SessionMachine {
     /// let mut machine = SessionMachine::new(SessionMeta::default());
     /// machine.meta_mut().provider = "scripted".into();
     /// // Every context made from now on names it.
-    /// assert_eq!(machine.meta().sdk("sdk_error", None).provider, "scripted");
+    /// assert_eq!(machine.meta().sdk(EventKind::SdkError, None).provider, "scripted");
     /// ```
     pub fn meta_mut(&mut self) -> &mut SessionMeta {
         &mut self.meta
@@ -461,7 +461,7 @@ impl SessionMachine {
         let previous = self.status;
         self.status = next;
         let ended_ctx =
-            EventContext { kind: if ctx.source == Source::Core { "ended" } else { "sdk_ended" }, ..ctx.clone() };
+            EventContext { kind: if ctx.source == Source::Core { EventKind::Ended } else { EventKind::SdkEnded }, ..ctx.clone() };
         out.push(HandleEffect::Status { status: next, ctx: StatusContext { base: ctx, previous_status: previous } });
         if next == SessionStatus::Ended {
             out.push(HandleEffect::Ended { ctx: ended_ctx });
@@ -487,8 +487,8 @@ impl SessionMachine {
         received: Option<i64>,
     ) -> EventContext {
         match source {
-            Source::Sdk => self.meta.sdk("sdk_status_changed", turn),
-            Source::Core => self.meta.core("status_changed", turn, emitted, received),
+            Source::Sdk => self.meta.sdk(EventKind::SdkStatusChanged, turn),
+            Source::Core => self.meta.core(EventKind::StatusChanged, turn, emitted, received),
         }
     }
 
@@ -738,10 +738,10 @@ impl SessionMachine {
     /// let mut machine = SessionMachine::new(SessionMeta::default());
     /// let error = pedelec_sdk::PedelecError::new(pedelec_sdk::ErrorCode::SubmitToolResultFailed, "Core is gone");
     /// let HandleEffect::Error { ctx, .. } = machine.sdk_error(error) else { panic!() };
-    /// assert_eq!(ctx.kind, "sdk_error");
+    /// assert_eq!(ctx.kind, pedelec_sdk::context::EventKind::SdkError);
     /// ```
     pub fn sdk_error(&self, error: PedelecError) -> HandleEffect {
-        HandleEffect::Error { error, ctx: self.meta.sdk("sdk_error", None) }
+        HandleEffect::Error { error, ctx: self.meta.sdk(EventKind::SdkError, None) }
     }
 
     /// A handler was registered: queued requests it can answer are released.
@@ -841,23 +841,23 @@ impl SessionMachine {
             }
             Kind::OperationStarted(_) => {}
             Kind::Chat(chat) if !is_prepare(turn) => {
-                out.push(HandleEffect::Chat { text: chat.text.clone(), ctx: self.meta.core("chat", turn, emitted, received) })
+                out.push(HandleEffect::Chat { text: chat.text.clone(), ctx: self.meta.core(EventKind::Chat, turn, emitted, received) })
             }
             Kind::ChatDelta(delta) if !is_prepare(turn) => out.push(HandleEffect::ChatDelta {
                 text: delta.text.clone(),
-                ctx: self.meta.core("chat_delta", turn, emitted, received),
+                ctx: self.meta.core(EventKind::ChatDelta, turn, emitted, received),
             }),
             Kind::Chat(_) | Kind::ChatDelta(_) => {}
             Kind::ActivityUpdated(updated) if !is_prepare(turn) => {
                 if let Some(activity) = &updated.activity {
-                    let ctx = self.meta.core("activity", turn, emitted, received);
+                    let ctx = self.meta.core(EventKind::Activity, turn, emitted, received);
                     self.remember_activity(activity, &ctx);
                     out.push(HandleEffect::Activity { activity: activity.clone(), ctx });
                 }
             }
             Kind::ActivityUpdated(_) => {}
             Kind::PermissionRequested(request) => {
-                let ctx = self.meta.core("permission_requested", turn, emitted, received);
+                let ctx = self.meta.core(EventKind::PermissionRequested, turn, emitted, received);
                 self.ask_permission(request, ctx, &mut out);
             }
             Kind::PermissionSettled(settled) => {
@@ -885,7 +885,7 @@ impl SessionMachine {
                 if let Some(error) = &raised.error {
                     out.push(HandleEffect::Error {
                         error: error.into(),
-                        ctx: self.meta.core("error", turn, emitted, received),
+                        ctx: self.meta.core(EventKind::Error, turn, emitted, received),
                     });
                 }
             }
@@ -928,7 +928,7 @@ impl SessionMachine {
         received: Option<i64>,
     ) -> ToolCallContext {
         ToolCallContext {
-            base: self.meta.core("tool_call", turn, emitted, received),
+            base: self.meta.core(EventKind::ToolCall, turn, emitted, received),
             tool_request_id: request.tool_request_id.to_string(),
             tool: request.tool.clone(),
         }
@@ -954,7 +954,7 @@ impl SessionMachine {
             self.meta.provider = snapshot.provider.clone();
         }
         if self.meta.effort_level.is_none() {
-            self.meta.effort_level = pb::EffortLevel::try_from(snapshot.effort_level).ok().and_then(|e| e.seed_str());
+            self.meta.effort_level = SessionMeta::effort(snapshot.effort_level);
         }
         self.prepared = snapshot.prepared;
         if let Some(total) = snapshot.usage.and_then(|u| u.total_tokens) {
@@ -966,13 +966,13 @@ impl SessionMachine {
         let pending: HashSet<&str> = snapshot.pending_permissions.iter().map(|p| p.permission_id.as_str()).collect();
         self.asking.retain(|id| pending.contains(id.as_str()));
         for request in &snapshot.pending_permissions {
-            let ctx = self.meta.core("permission_requested", snapshot.turn.as_ref(), emitted, received);
+            let ctx = self.meta.core(EventKind::PermissionRequested, snapshot.turn.as_ref(), emitted, received);
             self.ask_permission(request, ctx, out);
         }
         self.activities.clear();
         if !is_prepare(snapshot.turn.as_ref()) {
             for activity in &snapshot.activities {
-                let ctx = self.meta.core("activity", snapshot.turn.as_ref(), emitted, received);
+                let ctx = self.meta.core(EventKind::Activity, snapshot.turn.as_ref(), emitted, received);
                 self.remember_activity(activity, &ctx);
                 out.push(HandleEffect::Activity { activity: activity.clone(), ctx });
             }
@@ -1047,7 +1047,7 @@ mod tests {
         SessionMachine::new(SessionMeta {
             session_id: "s".into(),
             provider: "scripted".into(),
-            effort_level: Some("low"),
+            effort_level: Some(pb::EffortLevel::Low),
             session_created_at: 1,
         })
     }
@@ -1111,7 +1111,7 @@ mod tests {
         effects
             .iter()
             .filter_map(|e| match e {
-                HandleEffect::Status { status, ctx } => Some((*status, ctx.source.as_str(), ctx.kind)),
+                HandleEffect::Status { status, ctx } => Some((*status, ctx.source.as_str(), ctx.kind.as_str())),
                 _ => None,
             })
             .collect()
@@ -1252,14 +1252,14 @@ mod tests {
         );
         let HandleEffect::ChatDelta { text, ctx } = &effects[0] else { panic!("{effects:?}") };
         assert_eq!(text, "He");
-        assert_eq!(ctx.kind, "chat_delta");
+        assert_eq!(ctx.kind, EventKind::ChatDelta);
         assert_eq!(ctx.source, Source::Core);
         assert_eq!(ctx.event_received_at, Some(1_000));
         assert_eq!(ctx.event_emitted_at, 102);
         assert_eq!(ctx.turn_id.as_deref(), Some("t1"));
-        assert_eq!(ctx.turn_kind, Some("user"));
+        assert_eq!(ctx.turn_kind, Some(pb::TurnKind::User));
         assert_eq!(ctx.turn_started_at, Some(5));
-        assert_eq!(ctx.effort_level, Some("low"));
+        assert_eq!(ctx.effort_level, Some(pb::EffortLevel::Low));
         assert_eq!(ctx.provider, "scripted");
     }
 
@@ -1314,7 +1314,7 @@ mod tests {
         assert_eq!(statuses(&effects), vec![(SessionStatus::Idle, "core", "status_changed")]);
         let effects = m.local_ended();
         assert!(
-            matches!(&effects[..], [HandleEffect::Status { .. }, HandleEffect::Ended { ctx }] if ctx.kind == "sdk_ended" && ctx.source == Source::Sdk)
+            matches!(&effects[..], [HandleEffect::Status { .. }, HandleEffect::Ended { ctx }] if ctx.kind == EventKind::SdkEnded && ctx.source == Source::Sdk)
         );
     }
 
@@ -1457,7 +1457,7 @@ mod tests {
             .filter_map(|e| if let HandleEffect::InvokeTool { ctx, .. } = e { Some(ctx) } else { None })
             .collect();
         assert_eq!(invoked.len(), 1);
-        assert_eq!(invoked[0].kind, "tool_call");
+        assert_eq!(invoked[0].kind, EventKind::ToolCall);
         assert_eq!(invoked[0].tool_request_id, "t1");
         assert_eq!(invoked[0].tool, "counter");
     }
@@ -1561,13 +1561,13 @@ mod tests {
             ev(1, "", Kind::Error(pb::ErrorRaised { error: Some(pb::Error::new(ErrorCode::ProviderError, "x")) }));
         let effects = feed(&mut m, &[raised], NO_HANDLERS);
         assert!(
-            matches!(&effects[..], [HandleEffect::Error { ctx, .. }] if ctx.kind == "error" && ctx.source == Source::Core)
+            matches!(&effects[..], [HandleEffect::Error { ctx, .. }] if ctx.kind == EventKind::Error && ctx.source == Source::Core)
         );
         assert_eq!(m.status(), SessionStatus::Idle);
         let HandleEffect::Error { ctx, .. } = m.sdk_error(PedelecError::new(ErrorCode::SubmitToolResultFailed, "x")) else {
             panic!()
         };
-        assert_eq!((ctx.kind, ctx.source, ctx.event_received_at), ("sdk_error", Source::Sdk, None));
+        assert_eq!((ctx.kind, ctx.source, ctx.event_received_at), (EventKind::SdkError, Source::Sdk, None));
     }
 
     #[test]

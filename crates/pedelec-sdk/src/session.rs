@@ -61,7 +61,7 @@ type ActivityFn = Arc<dyn Fn(&pb::Activity, &EventContext) + Send + Sync>;
 ///     options: vec![PermissionOption { option_id: "allow".into(), ..Default::default() }],
 ///     ..Default::default()
 /// };
-/// let ctx = pedelec_sdk::context::SessionMeta::default().core("permission_requested", None, 0, None);
+/// let ctx = pedelec_sdk::context::SessionMeta::default().core(pedelec_sdk::context::EventKind::PermissionRequested, None, 0, None);
 /// assert_eq!(futures::executor::block_on(first(request, ctx)), Some("allow".to_string()));
 /// ```
 pub type PermissionFn =
@@ -323,7 +323,7 @@ impl<T: ToolName> PedelecSession<T> {
         lock(&self.inner.machine).meta().provider.clone()
     }
 
-    /// Normalised effort level (`"default" | "low" | "high"`).
+    /// The session's effort level, when known (never `Unspecified`).
     ///
     /// # Examples
     ///
@@ -335,12 +335,12 @@ impl<T: ToolName> PedelecSession<T> {
     /// let options = SessionOptions { effort_level: Some(EffortLevel::Low), ..Default::default() };
     /// let session = pedelec.create_session::<String>(options).await?;
     /// if let Some(effort) = session.effort_level() {
-    ///     println!("effort: {effort}");
+    ///     println!("effort: {}", effort.seed_str().unwrap_or_default());
     /// }
     /// # Ok(())
     /// # }
     /// ```
-    pub fn effort_level(&self) -> Option<&'static str> {
+    pub fn effort_level(&self) -> Option<pb::EffortLevel> {
         lock(&self.inner.machine).meta().effort_level
     }
 
