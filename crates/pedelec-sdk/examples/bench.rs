@@ -441,7 +441,7 @@ async fn assets(client: &Pedelec, pid: u32, dir: &std::path::Path) -> Result<(),
 /// over loopback HTTP (on a thread and runtime of its own, so it does not
 /// share this one's). Each turn includes starting its process.
 async fn provider_deltas(dir: &std::path::Path, floor: f64) -> Result<(), Box<dyn std::error::Error>> {
-    use pedelec_test_agents::model_server::{Answer, ModelRequest, ModelServer, ModelReply, Script};
+    use pedelec_test_agents::model_server::{Answer, ModelReply, ModelRequest, ModelServer, Script};
     const N: usize = 100_000;
     let stream = pedelec_sdk::daemon::find_binary("pedelec-fake-stream", "PEDELEC_FAKE_STREAM_BIN");
     let acp = pedelec_sdk::daemon::find_binary("pedelec-fake-acp", "PEDELEC_FAKE_ACP_BIN");

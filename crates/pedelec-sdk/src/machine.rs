@@ -2,9 +2,11 @@
 //! returns [`HandleEffect`]s for the shell ([`crate::PedelecSession`]) to carry out.
 //!
 //! It owns the browser-side status (with de-duplication), the event gate from
-//! `pedelec-protocol`, operation settlement, usage, the prepared flag and the
-//! queue of frontend tool calls that wait for a handler. It never blocks,
-//! sleeps or spawns, so its tests are exact and the same code runs in wasm.
+//! `pedelec-protocol`, operation settlement, usage, the prepared flag, the
+//! queue of frontend tool calls that wait for a handler, and which of the
+//! shell's callers wait for a start's answer or an event seq
+//! ([`WaiterId`]). It never blocks, sleeps or spawns, so its tests are exact
+//! and the same code runs in wasm.
 //!
 //! # Examples
 //!
@@ -141,7 +143,30 @@ pub enum HandleEffect {
         operation_id: OperationId,
         outcome: Result<(), PedelecError>,
     },
+    /// Wake a caller: what it waited for happened, or cannot any more.
+    Wake {
+        waiter: WaiterId,
+    },
 }
+
+/// A caller of the shell waiting for the machine to reach a point: its
+/// handle's start answered ([`SessionMachine::wait_for_start`]) or an event
+/// seq handled ([`SessionMachine::wait_for_seq`]). [`HandleEffect::Wake`]
+/// names it once it has.
+///
+/// # Examples
+///
+/// ```
+/// use pedelec_sdk::context::SessionMeta;
+/// use pedelec_sdk::machine::{HandleEffect, SessionMachine};
+///
+/// let mut machine = SessionMachine::new(SessionMeta::default());
+/// let waiter = machine.wait_for_seq(7).expect("seq 7 is not handled yet");
+/// // Detaching wakes it: no event will come through this transport.
+/// assert!(machine.detached().contains(&HandleEffect::Wake { waiter }));
+/// ```
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct WaiterId(u64);
 
 /// What became of an accepted operation at the time its id was learnt.
 ///
@@ -196,6 +221,13 @@ pub struct SessionMachine {
     activities: Vec<(pb::Activity, EventContext)>,
     /// Permission requests handed to the shell and not settled yet.
     asking: HashSet<String>,
+    /// The transport was lost; a fresh subscription's snapshot ends that.
+    detached: bool,
+    next_waiter: u64,
+    /// Callers waiting until this handle's start request is answered.
+    start_waiters: Vec<WaiterId>,
+    /// Callers waiting until an event seq is handled.
+    seq_waiters: Vec<(u64, WaiterId)>,
 }
 
 /// Whether a handler exists for a tool name.
@@ -238,6 +270,10 @@ impl SessionMachine {
             handling: HashSet::new(),
             activities: Vec::new(),
             asking: HashSet::new(),
+            detached: false,
+            next_waiter: 0,
+            start_waiters: Vec::new(),
+            seq_waiters: Vec::new(),
         }
     }
 
@@ -431,6 +467,105 @@ impl SessionMachine {
     pub fn is_starting(&self) -> bool {
         self.local_operation.is_some()
     }
+
+    /// A waiter woken once this handle's start request is answered (accepted
+    /// or failed), so a `cancel()` cancels the operation that start begins;
+    /// `None` when no start is on its way.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use pedelec_sdk::context::SessionMeta;
+    /// use pedelec_sdk::pb;
+    /// use pedelec_sdk::machine::{HandleEffect, SessionMachine};
+    ///
+    /// let mut machine = SessionMachine::new(SessionMeta::default());
+    /// assert_eq!(machine.wait_for_start(), None);
+    /// machine.begin_local(pb::OperationKind::SendText).unwrap();
+    /// let waiter = machine.wait_for_start().unwrap();
+    /// let accepted = pb::OperationAccepted { operation_id: "op-1".into(), ..Default::default() };
+    /// let (_, effects) = machine.operation_accepted(&accepted);
+    /// assert_eq!(effects, vec![HandleEffect::Wake { waiter }]);
+    /// ```
+    pub fn wait_for_start(&mut self) -> Option<WaiterId> {
+        if !self.is_starting() {
+            return None;
+        }
+        let waiter = self.waiter();
+        self.start_waiters.push(waiter);
+        Some(waiter)
+    }
+
+    /// A waiter woken once the event `seq` is handled (or a re-sync's
+    /// snapshot passed it, or the handle detached); `None` when there is
+    /// nothing to wait for: `seq` 0, handled already, or detached.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use pedelec_protocol::gate::build::event;
+    /// use pedelec_sdk::context::SessionMeta;
+    /// use pedelec_sdk::machine::{HandleEffect, SessionMachine};
+    /// use pedelec_sdk::pb::{self, session_event::Kind};
+    ///
+    /// let mut machine = SessionMachine::new(SessionMeta::default());
+    /// let no_handlers = &|_: &str| false;
+    /// let waiter = machine.wait_for_seq(2).unwrap();
+    /// let usage = Kind::UsageUpdated(pb::UsageUpdated::default());
+    /// assert!(machine.on_event(&event("s", 1, "", usage.clone()), 0, no_handlers).is_empty());
+    /// assert_eq!(machine.on_event(&event("s", 2, "", usage), 0, no_handlers), vec![HandleEffect::Wake { waiter }]);
+    /// assert_eq!(machine.wait_for_seq(2), None, "handled already");
+    /// ```
+    pub fn wait_for_seq(&mut self, seq: u64) -> Option<WaiterId> {
+        if seq == 0 || self.last_seq() >= seq || self.detached {
+            return None;
+        }
+        let waiter = self.waiter();
+        self.seq_waiters.push((seq, waiter));
+        Some(waiter)
+    }
+
+    /// Whether the transport was lost (see [`SessionMachine::detached`]).
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use pedelec_sdk::context::SessionMeta;
+    /// use pedelec_sdk::machine::SessionMachine;
+    ///
+    /// let mut machine = SessionMachine::new(SessionMeta::default());
+    /// machine.detached();
+    /// assert!(machine.is_detached());
+    /// machine.attached();
+    /// assert!(!machine.is_detached());
+    /// ```
+    pub fn is_detached(&self) -> bool {
+        self.detached
+    }
+
+    /// A subscription delivered its snapshot: the handle hears Core again.
+    pub fn attached(&mut self) {
+        self.detached = false;
+    }
+
+    fn waiter(&mut self) -> WaiterId {
+        self.next_waiter += 1;
+        WaiterId(self.next_waiter)
+    }
+
+    fn wake_start_waiters(&mut self, out: &mut Vec<HandleEffect>) {
+        out.extend(self.start_waiters.drain(..).map(|waiter| HandleEffect::Wake { waiter }));
+    }
+
+    /// Wakes the callers waiting for a seq up to `handled`.
+    fn wake_seq_waiters(&mut self, handled: u64, out: &mut Vec<HandleEffect>) {
+        if self.seq_waiters.is_empty() {
+            return;
+        }
+        for (_, waiter) in self.seq_waiters.extract_if(.., |(seq, _)| *seq <= handled) {
+            out.push(HandleEffect::Wake { waiter });
+        }
+    }
     /// Tool requests waiting for a handler.
     ///
     /// # Examples
@@ -460,8 +595,10 @@ impl SessionMachine {
         }
         let previous = self.status;
         self.status = next;
-        let ended_ctx =
-            EventContext { kind: if ctx.source == Source::Core { EventKind::Ended } else { EventKind::SdkEnded }, ..ctx.clone() };
+        let ended_ctx = EventContext {
+            kind: if ctx.source == Source::Core { EventKind::Ended } else { EventKind::SdkEnded },
+            ..ctx.clone()
+        };
         out.push(HandleEffect::Status { status: next, ctx: StatusContext { base: ctx, previous_status: previous } });
         if next == SessionStatus::Ended {
             out.push(HandleEffect::Ended { ctx: ended_ctx });
@@ -541,20 +678,33 @@ impl SessionMachine {
         let kind =
             self.local_operation.take().unwrap_or(pb::OperationKind::try_from(accepted.kind).unwrap_or_default());
         let mut out = Vec::new();
+        let state = self.accept(accepted, kind, &mut out);
+        // After the acceptance's own effects: a `cancel()` that waited for
+        // this start then finds its operation known.
+        self.wake_start_waiters(&mut out);
+        (state, out)
+    }
+
+    fn accept(
+        &mut self,
+        accepted: &pb::OperationAccepted,
+        kind: pb::OperationKind,
+        out: &mut Vec<HandleEffect>,
+    ) -> Accepted {
         if accepted.already_done {
             self.prepared = true;
-            self.revert_local_running(&mut out);
-            return (Accepted::Settled(Ok(())), out);
+            self.revert_local_running(out);
+            return Accepted::Settled(Ok(()));
         }
         if let Some(index) = self.completed_early.iter().position(|(id, _)| id == &accepted.operation_id) {
             let (_, outcome) = self.completed_early.remove(index).expect("index from position");
-            return (Accepted::Settled(outcome), out);
+            return Accepted::Settled(outcome);
         }
         if self.status == SessionStatus::Ended {
-            return (Accepted::Settled(Err(PedelecError::new(ErrorCode::SessionEnded, "the session ended"))), out);
+            return Accepted::Settled(Err(PedelecError::new(ErrorCode::SessionEnded, "the session ended")));
         }
         self.awaiting.insert(OperationId::new(accepted.operation_id.clone()), kind);
-        (Accepted::Pending, out)
+        Accepted::Pending
     }
 
     /// The start request failed: undo the optimistic `running`.
@@ -576,6 +726,7 @@ impl SessionMachine {
         self.local_operation = None;
         let mut out = Vec::new();
         self.revert_local_running(&mut out);
+        self.wake_start_waiters(&mut out);
         out
     }
 
@@ -643,7 +794,10 @@ impl SessionMachine {
     /// assert_eq!(error.details.as_ref().unwrap()["operationId"], operation_id.as_str());
     /// ```
     pub fn detached(&mut self) -> Vec<HandleEffect> {
+        self.detached = true;
         let mut out = Vec::new();
+        // Nothing more arrives through this transport.
+        self.wake_seq_waiters(u64::MAX, &mut out);
         self.settle_all(ErrorCode::TransportDetached, "the connection to Core was lost", &mut out);
         out
     }
@@ -820,29 +974,49 @@ impl SessionMachine {
     /// // The same event again (a re-sync overlapping the stream) changes nothing.
     /// assert!(machine.on_event(&delta, 1_001, no_handlers).is_empty());
     /// ```
-    pub fn on_event(&mut self, event: &pb::SessionEvent, received_at: i64, has_handler: HasHandler<'_>) -> Vec<HandleEffect> {
+    pub fn on_event(
+        &mut self,
+        event: &pb::SessionEvent,
+        received_at: i64,
+        has_handler: HasHandler<'_>,
+    ) -> Vec<HandleEffect> {
         let verdict = self.gate.admit(event);
         if verdict != Verdict::Accept {
             tracing::trace!(seq = event.seq, ?verdict, "event ignored by the gate");
             return Vec::new();
         }
         let mut out = Vec::new();
+        self.apply(event, received_at, has_handler, &mut out);
+        let handled = self.gate.last_seq();
+        self.wake_seq_waiters(handled, &mut out);
+        out
+    }
+
+    /// What one admitted event changes.
+    fn apply(
+        &mut self,
+        event: &pb::SessionEvent,
+        received_at: i64,
+        has_handler: HasHandler<'_>,
+        out: &mut Vec<HandleEffect>,
+    ) {
         let turn = event.turn.as_ref();
         let emitted = event.emitted_at_ms;
         let received = Some(received_at);
-        let Some(kind) = &event.kind else { return out };
+        let Some(kind) = &event.kind else { return };
         match kind {
-            Kind::Snapshot(snapshot) => self.adopt_snapshot(snapshot, emitted, received, has_handler, &mut out),
+            Kind::Snapshot(snapshot) => self.adopt_snapshot(snapshot, emitted, received, has_handler, out),
             Kind::StatusChanged(change) => {
                 if let Some(status) = SessionStatus::from_pb(change.status) {
                     let ctx = self.status_ctx(Source::Core, turn, emitted, received);
-                    self.change_status(status, ctx, &mut out);
+                    self.change_status(status, ctx, out);
                 }
             }
             Kind::OperationStarted(_) => {}
-            Kind::Chat(chat) if !is_prepare(turn) => {
-                out.push(HandleEffect::Chat { text: chat.text.clone(), ctx: self.meta.core(EventKind::Chat, turn, emitted, received) })
-            }
+            Kind::Chat(chat) if !is_prepare(turn) => out.push(HandleEffect::Chat {
+                text: chat.text.clone(),
+                ctx: self.meta.core(EventKind::Chat, turn, emitted, received),
+            }),
             Kind::ChatDelta(delta) if !is_prepare(turn) => out.push(HandleEffect::ChatDelta {
                 text: delta.text.clone(),
                 ctx: self.meta.core(EventKind::ChatDelta, turn, emitted, received),
@@ -858,7 +1032,7 @@ impl SessionMachine {
             Kind::ActivityUpdated(_) => {}
             Kind::PermissionRequested(request) => {
                 let ctx = self.meta.core(EventKind::PermissionRequested, turn, emitted, received);
-                self.ask_permission(request, ctx, &mut out);
+                self.ask_permission(request, ctx, out);
             }
             Kind::PermissionSettled(settled) => {
                 self.asking.remove(&settled.permission_id);
@@ -870,7 +1044,7 @@ impl SessionMachine {
                     args_json: call.args_json.clone(),
                 };
                 let ctx = self.tool_ctx(&request, turn, emitted, received);
-                self.dispatch_tool(request, ctx, has_handler, &mut out);
+                self.dispatch_tool(request, ctx, has_handler, out);
             }
             Kind::ToolCallSettled(settled) => {
                 self.queued_tools.retain(|(r, _)| r.tool_request_id != settled.tool_request_id);
@@ -878,7 +1052,7 @@ impl SessionMachine {
             }
             Kind::UsageUpdated(update) => {
                 if let Some(total) = update.usage.and_then(|u| u.total_tokens) {
-                    self.grow_usage(total, &mut out);
+                    self.grow_usage(total, out);
                 }
             }
             Kind::Error(raised) => {
@@ -893,24 +1067,26 @@ impl SessionMachine {
                 self.activities.clear();
                 // An optimistic `running` left by a start refused while this
                 // operation finished ends with it.
-                self.revert_local_running(&mut out);
+                self.revert_local_running(out);
                 let outcome = operation_outcome(done.error.as_ref());
                 if done.kind == pb::OperationKind::Prepare as i32 && outcome.is_ok() {
                     self.prepared = true;
                 }
                 self.know(&OperationId::new(event.operation_id.clone()), &outcome);
                 if self.awaiting.remove(event.operation_id.as_str()).is_some() {
-                    out.push(HandleEffect::Settle { operation_id: OperationId::new(event.operation_id.clone()), outcome });
+                    out.push(HandleEffect::Settle {
+                        operation_id: OperationId::new(event.operation_id.clone()),
+                        outcome,
+                    });
                 } else {
                     self.complete_early(OperationId::new(event.operation_id.clone()), outcome);
                 }
             }
             Kind::Ended(_) => {
                 let ctx = self.status_ctx(Source::Core, turn, emitted, received);
-                self.change_status(SessionStatus::Ended, ctx, &mut out);
+                self.change_status(SessionStatus::Ended, ctx, out);
             }
         }
-        out
     }
 
     fn grow_usage(&mut self, total: u64, out: &mut Vec<HandleEffect>) {
@@ -1304,9 +1480,9 @@ mod tests {
         let ended = effects.iter().filter(|e| matches!(e, HandleEffect::Ended { .. })).count();
         assert_eq!(ended, 1);
         assert!(
-            effects
-                .iter()
-                .any(|e| matches!(e, HandleEffect::Settle { outcome: Err(err), .. } if err.is(ErrorCode::SessionEnded)))
+            effects.iter().any(
+                |e| matches!(e, HandleEffect::Settle { outcome: Err(err), .. } if err.is(ErrorCode::SessionEnded))
+            )
         );
         assert!(m.local_ended().is_empty(), "already ended: no second callback");
         // resume: the snapshot says idle, a later end runs the callback again.
@@ -1367,7 +1543,9 @@ mod tests {
         let (state, _) = m.operation_accepted(&accepted("op1"));
         assert_eq!(state, Accepted::Pending);
         let effects = m.detached();
-        let Some(HandleEffect::Settle { operation_id, outcome: Err(error) }) = effects.first() else { panic!("{effects:?}") };
+        let Some(HandleEffect::Settle { operation_id, outcome: Err(error) }) = effects.first() else {
+            panic!("{effects:?}")
+        };
         assert_eq!(operation_id, "op1");
         assert!(error.is(ErrorCode::TransportDetached));
         assert_eq!(error.details.as_ref().unwrap()["operationId"], "op1");
@@ -1390,7 +1568,9 @@ mod tests {
         let _ = m.begin_local(pb::OperationKind::SendText).unwrap();
         let _ = m.operation_accepted(&accepted("op1"));
         let effects = m.ended_elsewhere();
-        let Some(HandleEffect::Settle { operation_id, outcome: Err(error) }) = effects.first() else { panic!("{effects:?}") };
+        let Some(HandleEffect::Settle { operation_id, outcome: Err(error) }) = effects.first() else {
+            panic!("{effects:?}")
+        };
         assert_eq!(operation_id, "op1");
         assert!(error.is(ErrorCode::SessionEnded));
         assert_eq!(m.status(), SessionStatus::Ended);
@@ -1564,7 +1744,8 @@ mod tests {
             matches!(&effects[..], [HandleEffect::Error { ctx, .. }] if ctx.kind == EventKind::Error && ctx.source == Source::Core)
         );
         assert_eq!(m.status(), SessionStatus::Idle);
-        let HandleEffect::Error { ctx, .. } = m.sdk_error(PedelecError::new(ErrorCode::SubmitToolResultFailed, "x")) else {
+        let HandleEffect::Error { ctx, .. } = m.sdk_error(PedelecError::new(ErrorCode::SubmitToolResultFailed, "x"))
+        else {
             panic!()
         };
         assert_eq!((ctx.kind, ctx.source, ctx.event_received_at), (EventKind::SdkError, Source::Sdk, None));
@@ -1576,6 +1757,44 @@ mod tests {
         m.begin_local(pb::OperationKind::SendText).unwrap();
         m.operation_accepted(&accepted("op1"));
         let effects = m.detached();
-        assert!(matches!(&effects[..], [HandleEffect::Settle { outcome: Err(e), .. }] if e.is(ErrorCode::TransportDetached)));
+        assert!(
+            matches!(&effects[..], [HandleEffect::Settle { outcome: Err(e), .. }] if e.is(ErrorCode::TransportDetached))
+        );
+    }
+
+    #[test]
+    fn a_seq_waiter_wakes_once_its_seq_is_handled_or_a_snapshot_passes_it() {
+        let mut m = machine();
+        let first = m.wait_for_seq(3).unwrap();
+        let second = m.wait_for_seq(12).unwrap();
+        let effects = feed(&mut m, &[started(1, "op1"), started(3, "op1")], NO_HANDLERS);
+        assert_eq!(effects, vec![HandleEffect::Wake { waiter: first }]);
+        let effects = feed(&mut m, &[snapshot(20, SessionStatus::Idle, None, vec![])], NO_HANDLERS);
+        assert_eq!(effects.last(), Some(&HandleEffect::Wake { waiter: second }));
+        assert_eq!(m.wait_for_seq(20), None, "handled already");
+    }
+
+    #[test]
+    fn detaching_wakes_seq_waiters_and_refuses_new_ones_until_attached() {
+        let mut m = machine();
+        let waiter = m.wait_for_seq(5).unwrap();
+        assert!(m.detached().contains(&HandleEffect::Wake { waiter }));
+        assert_eq!(m.wait_for_seq(6), None, "detached: nothing will come");
+        m.attached();
+        assert!(m.wait_for_seq(6).is_some());
+    }
+
+    #[test]
+    fn start_waiters_wake_after_the_answer_whatever_it_is() {
+        let mut m = machine();
+        assert_eq!(m.wait_for_start(), None, "nothing starting");
+        m.begin_local(pb::OperationKind::SendText).unwrap();
+        let waiter = m.wait_for_start().unwrap();
+        let effects = m.operation_failed_to_start();
+        assert_eq!(effects.last(), Some(&HandleEffect::Wake { waiter }));
+        m.begin_local(pb::OperationKind::SendText).unwrap();
+        let waiter = m.wait_for_start().unwrap();
+        let (_, effects) = m.operation_accepted(&accepted("op1"));
+        assert_eq!(effects, vec![HandleEffect::Wake { waiter }]);
     }
 }

@@ -426,7 +426,10 @@ async fn scenario(rig: Rig, server: &ModelServer) -> (String, Figures) {
     );
     let turn = generations_since(server, before);
     let call = turn.iter().position(|r| {
-        matches!(r.answer.as_ref().map(|a| &a.reply), Some(pedelec_test_agents::model_server::ModelReply::ToolCall { .. }))
+        matches!(
+            r.answer.as_ref().map(|a| &a.reply),
+            Some(pedelec_test_agents::model_server::ModelReply::ToolCall { .. })
+        )
     });
     let call = call.unwrap_or_else(|| panic!("{}: the model was never asked to call the tool", rig.provider));
     let result = turn[call + 1..]
