@@ -350,7 +350,7 @@ impl SessionMachine {
     /// # Examples
     ///
     /// ```
-    /// use pedelec_sdk::context::SessionMeta;
+    /// use pedelec_sdk::context::{EventKind, SessionMeta};
     /// use pedelec_sdk::machine::SessionMachine;
     ///
     /// let mut machine = SessionMachine::new(SessionMeta::default());
