@@ -26,6 +26,7 @@ pub(super) type ActivityFn = Arc<dyn Fn(&pb::Activity, &EventContext) + Send + S
 ///
 /// ```
 /// use std::sync::Arc;
+/// use pedelec_sdk::context::{EventKind, SessionMeta};
 /// use pedelec_sdk::pb::{PermissionOption, PermissionRequest};
 /// use pedelec_sdk::session::PermissionFn;
 ///
@@ -36,7 +37,7 @@ pub(super) type ActivityFn = Arc<dyn Fn(&pb::Activity, &EventContext) + Send + S
 ///     options: vec![PermissionOption { option_id: "allow".into(), ..Default::default() }],
 ///     ..Default::default()
 /// };
-/// let ctx = pedelec_sdk::context::SessionMeta::default().core(pedelec_sdk::context::EventKind::PermissionRequested, None, 0, None);
+/// let ctx = SessionMeta::default().core(EventKind::PermissionRequested, None, 0, None);
 /// assert_eq!(futures::executor::block_on(first(request, ctx)), Some("allow".to_string()));
 /// ```
 pub type PermissionFn =
