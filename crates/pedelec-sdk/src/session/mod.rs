@@ -118,9 +118,9 @@ impl SessionShell {
         }
     }
 
-    /// The handle's state. A handler that panicked poisoned nothing: the
-    /// state is changed only by the machine's steps, which do not panic
-    /// halfway, so a poisoned lock is taken as it is.
+    /// The handle's state. Handlers run with the lock released, so a
+    /// panicking handler never poisons it; were a step to panic, later
+    /// calls take the state as that step left it rather than all failing.
     fn lock(&self) -> MutexGuard<'_, State> {
         lock(&self.state)
     }
