@@ -1,5 +1,11 @@
 //! The effects queue: every step of the machine queues its effects under the
 //! handle's lock, and one task at a time runs them, in order, outside it.
+//!
+//! Wake-ups (`HandleEffect::Wake`) skip the queue: the caller woken (a
+//! `cancel()` whose start was answered, or whose seq was handled) needs only
+//! the machine's state, which its step already changed, so it must not wait
+//! for another task's slow handlers. The task that made the step wakes it
+//! once its own turn at the queue is over.
 
 use std::sync::Arc;
 
@@ -7,7 +13,7 @@ use futures::channel::oneshot;
 
 use super::handlers::{ActivityFn, ChatFn, EndedFn, ErrorFn, StatusFn, UsageFn};
 use super::{SessionShell, State};
-use crate::machine::HandleEffect;
+use crate::machine::{HandleEffect, WaiterId};
 
 /// One entry of a session's effects queue.
 // Nearly every entry is an effect; boxing them to shrink the rare marker
@@ -25,12 +31,19 @@ pub(super) struct Dispatch {
     queue: Vec<Queued>,
     /// Whether a task is running queued effects now.
     draining: bool,
+    /// Callers to wake once the step's task is done with the queue.
+    wakes: Vec<WaiterId>,
 }
 
 impl Dispatch {
     /// Queues effects after those queued before.
     pub(super) fn enqueue(&mut self, effects: Vec<HandleEffect>) {
-        self.queue.extend(effects.into_iter().map(Queued::Effect));
+        for effect in effects {
+            match effect {
+                HandleEffect::Wake { waiter } => self.wakes.push(waiter),
+                effect => self.queue.push(Queued::Effect(effect)),
+            }
+        }
     }
 
     /// Queues a marker after everything queued so far; its receiver
@@ -80,6 +93,11 @@ impl SessionShell {
     /// A handler that feeds the machine itself only queues; the drainer runs
     /// those effects right after it returns.
     pub(super) fn drain(self: &Arc<Self>) {
+        self.run_queue();
+        self.wake_waiters();
+    }
+
+    fn run_queue(self: &Arc<Self>) {
         let mut batch = {
             let mut state = self.lock();
             if state.dispatch.draining || state.dispatch.queue.is_empty() {
@@ -107,6 +125,18 @@ impl SessionShell {
                 return;
             }
             batch = std::mem::take(&mut state.dispatch.queue);
+        }
+    }
+
+    /// Wakes the callers the machine's steps named.
+    fn wake_waiters(&self) {
+        let woken: Vec<oneshot::Sender<()>> = {
+            let mut state = self.lock();
+            let State { dispatch, waiters, .. } = &mut *state;
+            dispatch.wakes.drain(..).filter_map(|waiter| waiters.remove(&waiter)).collect()
+        };
+        for tx in woken {
+            let _ = tx.send(());
         }
     }
 
@@ -157,12 +187,8 @@ impl SessionShell {
                         let _ = tx.send(outcome);
                     }
                 }
-                HandleEffect::Wake { waiter } => {
-                    let waiting = self.lock().waiters.remove(&waiter);
-                    if let Some(tx) = waiting {
-                        let _ = tx.send(());
-                    }
-                }
+                // Never queued (see `Dispatch::enqueue`).
+                HandleEffect::Wake { .. } => {}
                 HandleEffect::InvokeTool { request, ctx } => self.invoke_tool(request, ctx),
             }
         }
