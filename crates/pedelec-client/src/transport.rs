@@ -18,7 +18,6 @@
 //! }
 //! ```
 
-use std::future::Future;
 use std::pin::Pin;
 
 use futures::Stream;
@@ -37,7 +36,7 @@ use crate::error::PedelecError;
 /// let answer: BoxFuture<'static, u32> = Box::pin(async { 6 * 7 });
 /// assert_eq!(futures::executor::block_on(answer), 42);
 /// ```
-pub type BoxFuture<'a, T> = Pin<Box<dyn Future<Output = T> + Send + 'a>>;
+pub use futures::future::BoxFuture;
 
 /// A session's events as [`Transport::subscribe`] yields them; an `Err` item
 /// reports a broken subscription.

@@ -226,14 +226,7 @@ pub struct Store {
     reader: Arc<std::sync::Mutex<Connection>>,
 }
 
-/// One page of a session's transcript (see `Core.GetHistory`).
-#[derive(Debug, Clone, Copy, PartialEq)]
-pub struct HistoryQuery {
-    pub after_seq: u64,
-    /// 0: no bound.
-    pub before_id: u64,
-    pub limit: u32,
-}
+pub use pedelec_protocol::history::HistoryQuery;
 
 /// Failures on demand, for tests of what Core does when its disk fails.
 /// Only test builds can arm them; elsewhere the checks are empty.

@@ -25,7 +25,7 @@ use pedelec_client::PedelecError;
 use pedelec_client::transport::{BoxFuture, Call, EventStream, Reply, Transport};
 use pedelec_protocol::event_batch::EventBatcher;
 use pedelec_protocol::native::{
-    ChunkAssembler, FrameDecoder, FrameError, acknowledged_reply, decode_native_frame, encode_native_frame,
+    ChunkAssembler, FrameDecoder, NativeFrameError, acknowledged_reply, decode_native_frame, encode_native_frame,
     error_frame, request_call,
 };
 use pedelec_protocol::pb::{self, native_frame::Body};
@@ -210,7 +210,7 @@ where
                 let mut fatal = None;
                 while let Some(next) = decoder.next_frame() {
                     let reply = match next {
-                        Err(error @ FrameError::TooLarge { .. }) => {
+                        Err(error @ NativeFrameError::TooLarge { .. }) => {
                             fatal = Some(error.code());
                             Some(error_frame(0, error.code(), error.to_string()))
                         }

@@ -35,7 +35,7 @@ use base64::Engine;
 use prost::Message;
 
 use crate::limits;
-use crate::native::FrameError;
+use crate::native::NativeFrameError;
 use crate::pb::{self, native_frame::Body};
 
 /// Collects the events of one subscription that are ready now into frames.
@@ -59,7 +59,7 @@ pub struct EventBatcher {
     /// The first event, kept whole: alone it travels as an `event` frame.
     first: Option<pb::SessionEvent>,
     /// What every event of the batch shares, left out of each one.
-    shared: Shared,
+    header: BatchHeader,
     /// The EventList encoding so far, started when a second event arrives.
     bytes: Vec<u8>,
     count: usize,
@@ -78,7 +78,7 @@ impl EventBatcher {
     /// assert_eq!(batcher.finish(), None);
     /// ```
     pub fn new(request_id: u32) -> Self {
-        EventBatcher { request_id, first: None, shared: Shared::default(), bytes: Vec::new(), count: 0 }
+        EventBatcher { request_id, first: None, header: BatchHeader::default(), bytes: Vec::new(), count: 0 }
     }
 
     /// Whether nothing is collected.
@@ -138,11 +138,11 @@ impl EventBatcher {
         if self.count == 2
             && let Some(mut first) = self.first.take()
         {
-            self.shared = Shared::take(&mut first);
+            self.header = BatchHeader::take(&mut first);
             self.bytes.clear();
             encode_entry(&first, &mut self.bytes);
         }
-        Shared::take(&mut event);
+        BatchHeader::take(&mut event);
         encode_entry(&event, &mut self.bytes);
         sent
     }
@@ -151,7 +151,7 @@ impl EventBatcher {
     fn shares(&self, event: &pb::SessionEvent) -> bool {
         match &self.first {
             Some(first) => first.turn == event.turn && first.operation_id == event.operation_id,
-            None => self.shared.turn == event.turn && self.shared.operation_id == event.operation_id,
+            None => self.header.turn == event.turn && self.header.operation_id == event.operation_id,
         }
     }
 
@@ -187,7 +187,7 @@ impl EventBatcher {
             0 => return None,
             1 => Body::Event(self.first.take()?),
             _ => {
-                let Shared { session_id, turn, operation_id } = std::mem::take(&mut self.shared);
+                let BatchHeader { session_id, turn, operation_id } = std::mem::take(&mut self.header);
                 Body::Batch(pb::EventBatch { session_id, events: std::mem::take(&mut self.bytes), turn, operation_id })
             }
         };
@@ -200,23 +200,23 @@ impl EventBatcher {
 /// # Examples
 ///
 /// ```
-/// use pedelec_protocol::event_batch::{Shared, batch_events_base64};
+/// use pedelec_protocol::event_batch::{BatchHeader, batch_events_base64};
 ///
 /// // What the browser SDK reads from a batch frame's JSON before decoding its events.
-/// let shared = Shared { session_id: "sess-1".into(), ..Default::default() };
-/// assert!(batch_events_base64(shared, "not base64!").is_err());
+/// let header = BatchHeader { session_id: "sess-1".into(), ..Default::default() };
+/// assert!(batch_events_base64(header, "not base64!").is_err());
 /// ```
 #[derive(Debug, Default, Clone, PartialEq)]
-pub struct Shared {
+pub struct BatchHeader {
     pub session_id: String,
     pub turn: Option<pb::TurnInfo>,
     pub operation_id: String,
 }
 
-impl Shared {
+impl BatchHeader {
     /// Moves the shared fields out of `event`, leaving them empty there.
-    fn take(event: &mut pb::SessionEvent) -> Shared {
-        Shared {
+    fn take(event: &mut pb::SessionEvent) -> BatchHeader {
+        BatchHeader {
             session_id: std::mem::take(&mut event.session_id),
             turn: event.turn.take(),
             operation_id: std::mem::take(&mut event.operation_id),
@@ -228,16 +228,16 @@ impl Shared {
     /// # Examples
     ///
     /// ```
-    /// use pedelec_protocol::event_batch::Shared;
+    /// use pedelec_protocol::event_batch::BatchHeader;
     /// use pedelec_protocol::pb;
     ///
     /// let batch = pb::EventBatch { session_id: "sess-1".into(), operation_id: "op-1".into(), ..Default::default() };
-    /// let shared = Shared::of(&batch);
-    /// assert_eq!((shared.session_id.as_str(), shared.operation_id.as_str()), ("sess-1", "op-1"));
-    /// assert_eq!(shared.turn, None);
+    /// let header = BatchHeader::of(&batch);
+    /// assert_eq!((header.session_id.as_str(), header.operation_id.as_str()), ("sess-1", "op-1"));
+    /// assert_eq!(header.turn, None);
     /// ```
-    pub fn of(batch: &pb::EventBatch) -> Shared {
-        Shared {
+    pub fn of(batch: &pb::EventBatch) -> BatchHeader {
+        BatchHeader {
             session_id: batch.session_id.clone(),
             turn: batch.turn.clone(),
             operation_id: batch.operation_id.clone(),
@@ -261,15 +261,15 @@ fn list_entry_len(event: &pb::SessionEvent) -> usize {
 ///
 /// ```
 /// use pedelec_protocol::event_batch::batch_events;
-/// use pedelec_protocol::native::FrameError;
+/// use pedelec_protocol::native::NativeFrameError;
 /// use pedelec_protocol::pb;
 ///
 /// // A batch of nothing is refused rather than taken as "no events".
 /// let empty = pb::EventBatch { session_id: "s".into(), ..Default::default() };
-/// assert!(matches!(batch_events(&empty), Err(FrameError::BadBatch(_))));
+/// assert!(matches!(batch_events(&empty), Err(NativeFrameError::BadBatch(_))));
 /// ```
-pub fn batch_events(batch: &pb::EventBatch) -> Result<Vec<pb::SessionEvent>, FrameError> {
-    decode_events(Shared::of(batch), &batch.events)
+pub fn batch_events(batch: &pb::EventBatch) -> Result<Vec<pb::SessionEvent>, NativeFrameError> {
+    decode_events(BatchHeader::of(batch), &batch.events)
 }
 
 /// [`batch_events`] for a batch read straight from its JSON fields, its
@@ -281,45 +281,45 @@ pub fn batch_events(batch: &pb::EventBatch) -> Result<Vec<pb::SessionEvent>, Fra
 /// ```
 /// use base64::Engine;
 /// use prost::Message;
-/// use pedelec_protocol::event_batch::{Shared, batch_events_base64};
+/// use pedelec_protocol::event_batch::{BatchHeader, batch_events_base64};
 /// use pedelec_protocol::pb;
 ///
 /// let bare = |seq| pb::SessionEvent { seq, ..Default::default() };
 /// let list = pb::EventList { events: vec![bare(1), bare(2)] }.encode_to_vec();
 /// let text = base64::engine::general_purpose::STANDARD.encode(list);
-/// let shared = Shared { session_id: "sess-1".into(), ..Default::default() };
-/// let events = batch_events_base64(shared, &text).unwrap();
+/// let header = BatchHeader { session_id: "sess-1".into(), ..Default::default() };
+/// let events = batch_events_base64(header, &text).unwrap();
 /// assert!(events.iter().all(|e| e.session_id == "sess-1"));
 /// assert_eq!(events.iter().map(|e| e.seq).collect::<Vec<_>>(), [1, 2]);
 /// ```
-pub fn batch_events_base64(shared: Shared, events: &str) -> Result<Vec<pb::SessionEvent>, FrameError> {
+pub fn batch_events_base64(header: BatchHeader, events: &str) -> Result<Vec<pb::SessionEvent>, NativeFrameError> {
     let bytes = base64::engine::general_purpose::STANDARD
         .decode(events)
-        .map_err(|e| FrameError::BadBatch(format!("events is not base64: {e}")))?;
-    decode_events(shared, &bytes)
+        .map_err(|e| NativeFrameError::BadBatch(format!("events is not base64: {e}")))?;
+    decode_events(header, &bytes)
 }
 
-fn decode_events(shared: Shared, bytes: &[u8]) -> Result<Vec<pb::SessionEvent>, FrameError> {
+fn decode_events(header: BatchHeader, bytes: &[u8]) -> Result<Vec<pb::SessionEvent>, NativeFrameError> {
     let list = pb::EventList::decode(bytes)
-        .map_err(|e| FrameError::BadBatch(format!("events is not an encoded EventList: {e}")))?;
+        .map_err(|e| NativeFrameError::BadBatch(format!("events is not an encoded EventList: {e}")))?;
     let mut events = list.events;
     if events.len() < 2 || events.len() > limits::NATIVE_BATCH_MAX_EVENTS {
         let max = limits::NATIVE_BATCH_MAX_EVENTS;
-        return Err(FrameError::BadBatch(format!("{} events; a batch holds 2 to {max}", events.len())));
+        return Err(NativeFrameError::BadBatch(format!("{} events; a batch holds 2 to {max}", events.len())));
     }
-    if shared.session_id.is_empty() {
-        return Err(FrameError::BadBatch("a batch needs its session id".into()));
+    if header.session_id.is_empty() {
+        return Err(NativeFrameError::BadBatch("a batch needs its session id".into()));
     }
     for event in &mut events {
         if !event.session_id.is_empty() || event.turn.is_some() || !event.operation_id.is_empty() {
-            return Err(FrameError::BadBatch(format!(
+            return Err(NativeFrameError::BadBatch(format!(
                 "event {} names its own session, turn or operation; in a batch the batch names them",
                 event.seq
             )));
         }
-        event.session_id.clone_from(&shared.session_id);
-        event.turn.clone_from(&shared.turn);
-        event.operation_id.clone_from(&shared.operation_id);
+        event.session_id.clone_from(&header.session_id);
+        event.turn.clone_from(&header.turn);
+        event.operation_id.clone_from(&header.operation_id);
     }
     Ok(events)
 }
@@ -385,8 +385,8 @@ mod tests {
         insta::assert_snapshot!(text);
         let value: serde_json::Value = serde_json::from_str(&text).unwrap();
         let events_b64 = value["batch"]["events"].as_str().unwrap();
-        let shared = Shared { session_id: "s".into(), ..Default::default() };
-        assert_eq!(batch_events_base64(shared, events_b64).unwrap(), events);
+        let header = BatchHeader { session_id: "s".into(), ..Default::default() };
+        assert_eq!(batch_events_base64(header, events_b64).unwrap(), events);
         assert_eq!(decode_native_frame(&text).unwrap(), frame);
         // Reusable: the next batch starts afresh.
         assert!(b.push(delta("s", 4, "y")).is_none());
@@ -476,9 +476,9 @@ mod tests {
         for (session_id, events) in cases {
             let batch = pb::EventBatch { session_id: session_id.into(), events, ..Default::default() };
             let error = batch_events(&batch).unwrap_err();
-            assert!(matches!(error, FrameError::BadBatch(_)), "{error}");
+            assert!(matches!(error, NativeFrameError::BadBatch(_)), "{error}");
         }
-        let shared = Shared { session_id: "s".into(), ..Default::default() };
-        assert!(matches!(batch_events_base64(shared, "not base64!"), Err(FrameError::BadBatch(_))));
+        let header = BatchHeader { session_id: "s".into(), ..Default::default() };
+        assert!(matches!(batch_events_base64(header, "not base64!"), Err(NativeFrameError::BadBatch(_))));
     }
 }

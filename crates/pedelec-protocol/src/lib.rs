@@ -21,6 +21,7 @@ pub mod gate;
 #[cfg(feature = "grpc")]
 pub mod grpc;
 pub mod handoff;
+pub mod history;
 pub mod ids;
 pub mod json;
 pub mod limits;

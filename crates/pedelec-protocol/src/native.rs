@@ -45,14 +45,14 @@ pub const HEADER_LEN: usize = 4;
 /// # Examples
 ///
 /// ```
-/// use pedelec_protocol::native::{FrameError, encode_frame};
+/// use pedelec_protocol::native::{NativeFrameError, encode_frame};
 ///
 /// let error = encode_frame("{}", 1).unwrap_err();
-/// assert_eq!(error, FrameError::TooLarge { len: 2, limit: 1 });
+/// assert_eq!(error, NativeFrameError::TooLarge { len: 2, limit: 1 });
 /// assert_eq!(error.to_string(), "frame of 2 bytes exceeds the 1-byte limit");
 /// ```
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
-pub enum FrameError {
+pub enum NativeFrameError {
     #[error("frame of {len} bytes exceeds the {limit}-byte limit")]
     TooLarge { len: usize, limit: usize },
     #[error("stream ended inside a frame: {got} of {expected} bytes")]
@@ -67,25 +67,25 @@ pub enum FrameError {
     BadBatch(String),
 }
 
-impl FrameError {
+impl NativeFrameError {
     /// The protocol error code for this failure.
     ///
     /// # Examples
     ///
     /// ```
     /// use pedelec_protocol::ErrorCode;
-    /// use pedelec_protocol::native::FrameError;
+    /// use pedelec_protocol::native::NativeFrameError;
     ///
-    /// assert_eq!(FrameError::InvalidUtf8.code(), ErrorCode::NativeFrameInvalidUtf8);
+    /// assert_eq!(NativeFrameError::InvalidUtf8.code(), ErrorCode::NativeFrameInvalidUtf8);
     /// // A bad chunk or batch is reported as invalid JSON.
-    /// assert_eq!(FrameError::BadChunk("index 3 of count 2".into()).code(), ErrorCode::NativeFrameInvalidJson);
+    /// assert_eq!(NativeFrameError::BadChunk("index 3 of count 2".into()).code(), ErrorCode::NativeFrameInvalidJson);
     /// ```
     pub fn code(&self) -> ErrorCode {
         match self {
-            FrameError::TooLarge { .. } => ErrorCode::NativeFrameTooLarge,
-            FrameError::Truncated { .. } => ErrorCode::NativeFrameTruncated,
-            FrameError::InvalidUtf8 => ErrorCode::NativeFrameInvalidUtf8,
-            FrameError::InvalidJson(_) | FrameError::BadChunk(_) | FrameError::BadBatch(_) => {
+            NativeFrameError::TooLarge { .. } => ErrorCode::NativeFrameTooLarge,
+            NativeFrameError::Truncated { .. } => ErrorCode::NativeFrameTruncated,
+            NativeFrameError::InvalidUtf8 => ErrorCode::NativeFrameInvalidUtf8,
+            NativeFrameError::InvalidJson(_) | NativeFrameError::BadChunk(_) | NativeFrameError::BadBatch(_) => {
                 ErrorCode::NativeFrameInvalidJson
             }
         }
@@ -187,9 +187,9 @@ pub fn acknowledged_reply(call: &pb::native_request::Call) -> Option<pb::native_
 /// assert_eq!(encode_frame("{}", 1024).unwrap(), [2, 0, 0, 0, b'{', b'}']);
 /// assert!(encode_frame("{}", 1).is_err());
 /// ```
-pub fn encode_frame(json: &str, limit: usize) -> Result<Vec<u8>, FrameError> {
+pub fn encode_frame(json: &str, limit: usize) -> Result<Vec<u8>, NativeFrameError> {
     if json.len() > limit {
-        return Err(FrameError::TooLarge { len: json.len(), limit });
+        return Err(NativeFrameError::TooLarge { len: json.len(), limit });
     }
     let mut out = Vec::with_capacity(HEADER_LEN + json.len());
     out.extend_from_slice(&(json.len() as u32).to_le_bytes());
@@ -290,11 +290,11 @@ impl FrameDecoder {
     /// # Examples
     ///
     /// ```
-    /// use pedelec_protocol::native::{FrameDecoder, FrameError};
+    /// use pedelec_protocol::native::{FrameDecoder, NativeFrameError};
     ///
     /// let mut decoder = FrameDecoder::new(16);
     /// decoder.push(&[17, 0, 0, 0]);
-    /// assert_eq!(decoder.next_frame(), Some(Err(FrameError::TooLarge { len: 17, limit: 16 })));
+    /// assert_eq!(decoder.next_frame(), Some(Err(NativeFrameError::TooLarge { len: 17, limit: 16 })));
     /// ```
     pub fn new(limit: usize) -> Self {
         FrameDecoder { buffer: Vec::new(), limit, poisoned: false }
@@ -327,15 +327,15 @@ impl FrameDecoder {
     /// # Examples
     ///
     /// ```
-    /// use pedelec_protocol::native::{FrameDecoder, FrameError};
+    /// use pedelec_protocol::native::{FrameDecoder, NativeFrameError};
     ///
     /// let mut decoder = FrameDecoder::new(16);
     /// decoder.push(&[2, 0, 0, 0, 0xff, 0xfe, 2, 0, 0, 0, b'{', b'}']);
     /// // Invalid UTF-8 spoils only its own frame.
-    /// assert_eq!(decoder.next_frame(), Some(Err(FrameError::InvalidUtf8)));
+    /// assert_eq!(decoder.next_frame(), Some(Err(NativeFrameError::InvalidUtf8)));
     /// assert_eq!(decoder.next_frame(), Some(Ok("{}".to_string())));
     /// ```
-    pub fn next_frame(&mut self) -> Option<Result<String, FrameError>> {
+    pub fn next_frame(&mut self) -> Option<Result<String, NativeFrameError>> {
         if self.poisoned || self.buffer.len() < HEADER_LEN {
             return None;
         }
@@ -343,13 +343,13 @@ impl FrameDecoder {
         if len > self.limit {
             self.poisoned = true;
             self.buffer = Vec::new();
-            return Some(Err(FrameError::TooLarge { len, limit: self.limit }));
+            return Some(Err(NativeFrameError::TooLarge { len, limit: self.limit }));
         }
         if self.buffer.len() < HEADER_LEN + len {
             return None;
         }
         let body: Vec<u8> = self.buffer.drain(..HEADER_LEN + len).skip(HEADER_LEN).collect();
-        Some(String::from_utf8(body).map_err(|_| FrameError::InvalidUtf8))
+        Some(String::from_utf8(body).map_err(|_| NativeFrameError::InvalidUtf8))
     }
 
     /// Call at end of stream: an unfinished frame is `Truncated`.
@@ -357,14 +357,14 @@ impl FrameDecoder {
     /// # Examples
     ///
     /// ```
-    /// use pedelec_protocol::native::{FrameDecoder, FrameError};
+    /// use pedelec_protocol::native::{FrameDecoder, NativeFrameError};
     ///
     /// let mut decoder = FrameDecoder::new(16);
     /// decoder.push(&[3, 0, 0, 0, b'a']);
     /// assert_eq!(decoder.next_frame(), None);
-    /// assert_eq!(decoder.finish(), Err(FrameError::Truncated { expected: 7, got: 5 }));
+    /// assert_eq!(decoder.finish(), Err(NativeFrameError::Truncated { expected: 7, got: 5 }));
     /// ```
-    pub fn finish(&self) -> Result<(), FrameError> {
+    pub fn finish(&self) -> Result<(), NativeFrameError> {
         if self.poisoned || self.buffer.is_empty() {
             return Ok(());
         }
@@ -373,7 +373,7 @@ impl FrameDecoder {
         } else {
             HEADER_LEN
         };
-        Err(FrameError::Truncated { expected, got: self.buffer.len() })
+        Err(NativeFrameError::Truncated { expected, got: self.buffer.len() })
     }
 }
 
@@ -382,14 +382,14 @@ impl FrameDecoder {
 /// # Examples
 ///
 /// ```
-/// use pedelec_protocol::native::{FrameError, decode_native_frame};
+/// use pedelec_protocol::native::{NativeFrameError, decode_native_frame};
 ///
 /// let frame = decode_native_frame(r#"{"requestId":5,"request":{"ping":{}}}"#).unwrap();
 /// assert_eq!(frame.request_id, 5);
-/// assert!(matches!(decode_native_frame("{nope"), Err(FrameError::InvalidJson(_))));
+/// assert!(matches!(decode_native_frame("{nope"), Err(NativeFrameError::InvalidJson(_))));
 /// ```
-pub fn decode_native_frame(text: &str) -> Result<pb::NativeFrame, FrameError> {
-    json::from_json(text).map_err(|e| FrameError::InvalidJson(e.to_string()))
+pub fn decode_native_frame(text: &str) -> Result<pb::NativeFrame, NativeFrameError> {
+    json::from_json(text).map_err(|e| NativeFrameError::InvalidJson(e.to_string()))
 }
 
 /// Reassembles chunked frames. One chunk set is in flight at a time per
@@ -428,13 +428,13 @@ impl ChunkAssembler {
     /// # Examples
     ///
     /// ```
-    /// use pedelec_protocol::native::{ChunkAssembler, FrameError};
+    /// use pedelec_protocol::native::{ChunkAssembler, NativeFrameError};
     /// use pedelec_protocol::pb::{self, native_frame::Body};
     ///
     /// let mut assembler = ChunkAssembler::new(4);
     /// let chunk = pb::Chunk { message_id: 1, index: 0, count: 2, data: "0123456789".into() };
     /// let result = assembler.accept(pb::NativeFrame { request_id: 0, body: Some(Body::Chunk(chunk)), ..Default::default() });
-    /// assert!(matches!(result, Err(FrameError::TooLarge { len: 10, limit: 4 })));
+    /// assert!(matches!(result, Err(NativeFrameError::TooLarge { len: 10, limit: 4 })));
     /// ```
     pub fn new(limit: usize) -> Self {
         ChunkAssembler { limit, current: None, next_index: 0 }
@@ -446,7 +446,7 @@ impl ChunkAssembler {
     /// # Examples
     ///
     /// ```
-    /// use pedelec_protocol::native::{ChunkAssembler, FrameError};
+    /// use pedelec_protocol::native::{ChunkAssembler, NativeFrameError};
     /// use pedelec_protocol::pb::{self, native_frame::Body};
     ///
     /// let mut assembler = ChunkAssembler::new(1024);
@@ -456,9 +456,9 @@ impl ChunkAssembler {
     /// // A chunk set must begin with its first piece.
     /// let second = pb::Chunk { message_id: 9, index: 1, count: 2, data: "}".into() };
     /// let refused = assembler.accept(pb::NativeFrame { request_id: 0, body: Some(Body::Chunk(second)), ..Default::default() });
-    /// assert!(matches!(refused, Err(FrameError::BadChunk(_))));
+    /// assert!(matches!(refused, Err(NativeFrameError::BadChunk(_))));
     /// ```
-    pub fn accept(&mut self, frame: pb::NativeFrame) -> Result<Option<pb::NativeFrame>, FrameError> {
+    pub fn accept(&mut self, frame: pb::NativeFrame) -> Result<Option<pb::NativeFrame>, NativeFrameError> {
         let chunk = match frame.body {
             Some(pb::native_frame::Body::Chunk(chunk)) => chunk,
             _ => return Ok(Some(frame)),
@@ -481,7 +481,7 @@ impl ChunkAssembler {
         if text.len() > self.limit {
             let len = text.len();
             self.reset();
-            return Err(FrameError::TooLarge { len, limit: self.limit });
+            return Err(NativeFrameError::TooLarge { len, limit: self.limit });
         }
         self.next_index = chunk.index + 1;
         if self.next_index < *count {
@@ -492,9 +492,9 @@ impl ChunkAssembler {
         decode_native_frame(&text).map(Some)
     }
 
-    fn fail(&mut self, why: String) -> FrameError {
+    fn fail(&mut self, why: String) -> NativeFrameError {
         self.reset();
-        FrameError::BadChunk(why)
+        NativeFrameError::BadChunk(why)
     }
 
     fn reset(&mut self) {
@@ -535,7 +535,7 @@ mod tests {
     fn frame_is_little_endian_length_then_json() {
         let bytes = encode_frame("{}", 10).unwrap();
         assert_eq!(bytes, vec![2, 0, 0, 0, b'{', b'}']);
-        assert_eq!(encode_frame("{}", 1), Err(FrameError::TooLarge { len: 2, limit: 1 }));
+        assert_eq!(encode_frame("{}", 1), Err(NativeFrameError::TooLarge { len: 2, limit: 1 }));
     }
 
     #[test]
@@ -557,30 +557,30 @@ mod tests {
         let mut d = FrameDecoder::new(16);
         d.push(&[3, 0, 0, 0, b'a']);
         assert!(d.next_frame().is_none());
-        assert_eq!(d.finish(), Err(FrameError::Truncated { expected: 7, got: 5 }));
+        assert_eq!(d.finish(), Err(NativeFrameError::Truncated { expected: 7, got: 5 }));
 
         let mut d = FrameDecoder::new(16);
         d.push(&[2, 0]);
-        assert_eq!(d.finish(), Err(FrameError::Truncated { expected: 4, got: 2 }));
+        assert_eq!(d.finish(), Err(NativeFrameError::Truncated { expected: 4, got: 2 }));
 
         let mut d = FrameDecoder::new(16);
         d.push(&[17, 0, 0, 0]);
-        assert_eq!(d.next_frame(), Some(Err(FrameError::TooLarge { len: 17, limit: 16 })));
+        assert_eq!(d.next_frame(), Some(Err(NativeFrameError::TooLarge { len: 17, limit: 16 })));
         d.push(&[1, 0, 0, 0, b'x']);
         assert_eq!(d.next_frame(), None, "a poisoned stream yields nothing more");
 
         let mut d = FrameDecoder::new(16);
         d.push(&[2, 0, 0, 0, 0xff, 0xfe, 2, 0, 0, 0, b'{', b'}']);
-        assert_eq!(d.next_frame(), Some(Err(FrameError::InvalidUtf8)));
+        assert_eq!(d.next_frame(), Some(Err(NativeFrameError::InvalidUtf8)));
         assert_eq!(d.next_frame(), Some(Ok("{}".into())), "the next frame still decodes");
 
-        assert!(matches!(decode_native_frame("{nope"), Err(FrameError::InvalidJson(_))));
-        assert!(matches!(decode_native_frame(r#"{"requestId":"x"}"#), Err(FrameError::InvalidJson(_))));
+        assert!(matches!(decode_native_frame("{nope"), Err(NativeFrameError::InvalidJson(_))));
+        assert!(matches!(decode_native_frame(r#"{"requestId":"x"}"#), Err(NativeFrameError::InvalidJson(_))));
         let codes = [
-            FrameError::TooLarge { len: 0, limit: 0 }.code(),
-            FrameError::Truncated { expected: 0, got: 0 }.code(),
-            FrameError::InvalidUtf8.code(),
-            FrameError::InvalidJson(String::new()).code(),
+            NativeFrameError::TooLarge { len: 0, limit: 0 }.code(),
+            NativeFrameError::Truncated { expected: 0, got: 0 }.code(),
+            NativeFrameError::InvalidUtf8.code(),
+            NativeFrameError::InvalidJson(String::new()).code(),
         ];
         assert_eq!(codes.iter().collect::<std::collections::HashSet<_>>().len(), 4);
     }
@@ -609,9 +609,9 @@ mod tests {
     fn out_of_order_chunks_are_refused() {
         let frames = split_into_chunks(&json::to_json(&chat_frame("y".repeat(3000))), 1000, 1);
         let mut assembler = ChunkAssembler::new(usize::MAX);
-        assert!(matches!(assembler.accept(frames[1].clone()), Err(FrameError::BadChunk(_))));
+        assert!(matches!(assembler.accept(frames[1].clone()), Err(NativeFrameError::BadChunk(_))));
         assert_eq!(assembler.accept(frames[0].clone()), Ok(None));
-        assert!(matches!(assembler.accept(frames[2].clone()), Err(FrameError::BadChunk(_))));
+        assert!(matches!(assembler.accept(frames[2].clone()), Err(NativeFrameError::BadChunk(_))));
     }
 
     #[test]
@@ -619,7 +619,7 @@ mod tests {
         let frames = split_into_chunks(&json::to_json(&chat_frame("y".repeat(3000))), 1000, 1);
         let mut assembler = ChunkAssembler::new(1500);
         let results: Vec<_> = frames.into_iter().map(|f| assembler.accept(f)).collect();
-        assert!(results.iter().any(|r| matches!(r, Err(FrameError::TooLarge { .. }))));
+        assert!(results.iter().any(|r| matches!(r, Err(NativeFrameError::TooLarge { .. }))));
     }
 
     proptest! {

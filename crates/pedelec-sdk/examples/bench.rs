@@ -441,7 +441,7 @@ async fn assets(client: &Pedelec, pid: u32, dir: &std::path::Path) -> Result<(),
 /// over loopback HTTP (on a thread and runtime of its own, so it does not
 /// share this one's). Each turn includes starting its process.
 async fn provider_deltas(dir: &std::path::Path, floor: f64) -> Result<(), Box<dyn std::error::Error>> {
-    use pedelec_test_agents::model_server::{Answer, ModelRequest, ModelServer, Reply, Script};
+    use pedelec_test_agents::model_server::{Answer, ModelReply, ModelRequest, ModelServer, Script};
     const N: usize = 100_000;
     let stream = pedelec_sdk::daemon::find_binary("pedelec-fake-stream", "PEDELEC_FAKE_STREAM_BIN");
     let acp = pedelec_sdk::daemon::find_binary("pedelec-fake-acp", "PEDELEC_FAKE_ACP_BIN");
@@ -454,7 +454,7 @@ async fn provider_deltas(dir: &std::path::Path, floor: f64) -> Result<(), Box<dy
         let runtime = tokio::runtime::Builder::new_current_thread().enable_all().build().expect("a runtime");
         runtime.block_on(async move {
             let script: Script =
-                Arc::new(|_: &ModelRequest| Answer::new(Reply::Text { text: "w ".repeat(N), chunks: N }));
+                Arc::new(|_: &ModelRequest| Answer::new(ModelReply::Text { text: "w ".repeat(N), chunks: N }));
             let model = ModelServer::start(script).await.expect("the model server starts");
             let _ = addr_tx.send(model.addr);
             std::future::pending::<()>().await

@@ -393,7 +393,7 @@ impl Pedelec {
         let meta = SessionMeta {
             session_id: info.session_id.clone(),
             provider: info.provider.clone(),
-            effort_level: pb::EffortLevel::try_from(info.effort_level).ok().and_then(|e| e.seed_str()),
+            effort_level: SessionMeta::effort(info.effort_level),
             session_created_at: now_ms(),
         };
         let session =

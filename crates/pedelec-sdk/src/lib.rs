@@ -14,8 +14,6 @@ pub mod client;
 pub mod context;
 #[cfg(any(unix, windows))]
 pub mod daemon;
-#[cfg(any(feature = "grpc", all(feature = "web", target_arch = "wasm32")))]
-mod delivery;
 /// The SDK's error, [`PedelecError`]: a stable code, a message and JSON details
 /// (re-exported from `pedelec-client`).
 ///
@@ -57,6 +55,8 @@ pub mod history;
 pub mod machine;
 #[cfg(feature = "grpc")]
 pub mod native;
+#[cfg(any(feature = "grpc", all(feature = "web", target_arch = "wasm32")))]
+mod router;
 pub mod session;
 pub mod stream;
 pub mod tool;
@@ -86,7 +86,7 @@ pub use pedelec_client::transport;
 pub mod web;
 
 pub use client::{Pedelec, SessionOptions};
-pub use context::{EventContext, Source, StatusContext, ToolCallContext};
+pub use context::{EventContext, EventKind, Source, StatusContext, ToolCallContext};
 /// # Examples
 ///
 /// ```no_run

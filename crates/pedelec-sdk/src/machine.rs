@@ -1,17 +1,19 @@
 //! The session state machine, sans-IO: fed Core events and local actions, it
-//! returns [`Effect`]s for the shell ([`crate::PedelecSession`]) to carry out.
+//! returns [`HandleEffect`]s for the shell ([`crate::PedelecSession`]) to carry out.
 //!
 //! It owns the browser-side status (with de-duplication), the event gate from
-//! `pedelec-protocol`, operation settlement, usage, the prepared flag and the
-//! queue of frontend tool calls that wait for a handler. It never blocks,
-//! sleeps or spawns, so its tests are exact and the same code runs in wasm.
+//! `pedelec-protocol`, operation settlement, usage, the prepared flag, the
+//! queue of frontend tool calls that wait for a handler, and which of the
+//! shell's callers wait for a start's answer or an event seq
+//! ([`WaiterId`]). It never blocks, sleeps or spawns, so its tests are exact
+//! and the same code runs in wasm.
 //!
 //! # Examples
 //!
 //! ```
 //! use pedelec_protocol::gate::build::{event, status};
 //! use pedelec_sdk::context::SessionMeta;
-//! use pedelec_sdk::machine::{Accepted, Effect, SessionMachine};
+//! use pedelec_sdk::machine::{Accepted, HandleEffect, SessionMachine};
 //! use pedelec_sdk::pb::{self, session_event::Kind};
 //! use pedelec_sdk::SessionStatus::{Idle, Running};
 //!
@@ -32,9 +34,9 @@
 //! }
 //! // The shell runs the chat handlers, the status handlers, then settles `send_text`.
 //! assert!(matches!(&effects[..], [
-//!     Effect::Chat { .. },
-//!     Effect::Status { status: Idle, .. },
-//!     Effect::Settle { outcome: Ok(()), .. },
+//!     HandleEffect::Chat { .. },
+//!     HandleEffect::Status { status: Idle, .. },
+//!     HandleEffect::Settle { outcome: Ok(()), .. },
 //! ]));
 //! ```
 
@@ -43,7 +45,7 @@ use std::collections::{HashMap, HashSet, VecDeque};
 use pedelec_protocol::pb::{self, session_event::Kind};
 use pedelec_protocol::{ErrorCode, EventGate, OperationId, SessionStatus, ToolRequestId, Verdict};
 
-use crate::context::{EventContext, SessionMeta, Source, StatusContext, ToolCallContext};
+use crate::context::{EventContext, EventKind, SessionMeta, Source, StatusContext, ToolCallContext};
 use crate::error::PedelecError;
 
 /// Completions that arrived before their operation id was known, kept briefly.
@@ -81,13 +83,13 @@ pub struct ToolRequest {
 ///
 /// ```
 /// use pedelec_sdk::context::SessionMeta;
-/// use pedelec_sdk::machine::{Effect, SessionMachine};
+/// use pedelec_sdk::machine::{HandleEffect, SessionMachine};
 /// use pedelec_sdk::{SessionStatus, pb};
 ///
 /// let mut machine = SessionMachine::new(SessionMeta::default());
 /// for effect in machine.begin_local(pb::OperationKind::SendText).unwrap() {
 ///     match effect {
-///         Effect::Status { status, ctx } => {
+///         HandleEffect::Status { status, ctx } => {
 ///             assert_eq!((ctx.previous_status, status), (SessionStatus::Idle, SessionStatus::Running))
 ///         }
 ///         other => panic!("only a status change, not {other:?}"),
@@ -95,7 +97,7 @@ pub struct ToolRequest {
 /// }
 /// ```
 #[derive(Debug, Clone, PartialEq)]
-pub enum Effect {
+pub enum HandleEffect {
     /// Run status handlers (the value changed).
     Status {
         status: SessionStatus,
@@ -141,7 +143,30 @@ pub enum Effect {
         operation_id: OperationId,
         outcome: Result<(), PedelecError>,
     },
+    /// Wake a caller: what it waited for happened, or cannot any more.
+    Wake {
+        waiter: WaiterId,
+    },
 }
+
+/// A caller of the shell waiting for the machine to reach a point: its
+/// handle's start answered ([`SessionMachine::wait_for_start`]) or an event
+/// seq handled ([`SessionMachine::wait_for_seq`]). [`HandleEffect::Wake`]
+/// names it once it has.
+///
+/// # Examples
+///
+/// ```
+/// use pedelec_sdk::context::SessionMeta;
+/// use pedelec_sdk::machine::{HandleEffect, SessionMachine};
+///
+/// let mut machine = SessionMachine::new(SessionMeta::default());
+/// let waiter = machine.wait_for_seq(7).expect("seq 7 is not handled yet");
+/// // Detaching wakes it: no event will come through this transport.
+/// assert!(machine.detached().contains(&HandleEffect::Wake { waiter }));
+/// ```
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct WaiterId(u64);
 
 /// What became of an accepted operation at the time its id was learnt.
 ///
@@ -161,7 +186,7 @@ pub enum Effect {
 /// ```
 #[derive(Debug, Clone, PartialEq)]
 pub enum Accepted {
-    /// Wait for [`Effect::Settle`].
+    /// Wait for [`HandleEffect::Settle`].
     Pending,
     /// Already settled.
     Settled(Result<(), PedelecError>),
@@ -196,6 +221,13 @@ pub struct SessionMachine {
     activities: Vec<(pb::Activity, EventContext)>,
     /// Permission requests handed to the shell and not settled yet.
     asking: HashSet<String>,
+    /// The transport was lost; a fresh subscription's snapshot ends that.
+    detached: bool,
+    next_waiter: u64,
+    /// Callers waiting until this handle's start request is answered.
+    start_waiters: Vec<WaiterId>,
+    /// Callers waiting until an event seq is handled.
+    seq_waiters: Vec<(u64, WaiterId)>,
 }
 
 /// Whether a handler exists for a tool name.
@@ -238,6 +270,10 @@ impl SessionMachine {
             handling: HashSet::new(),
             activities: Vec::new(),
             asking: HashSet::new(),
+            detached: false,
+            next_waiter: 0,
+            start_waiters: Vec::new(),
+            seq_waiters: Vec::new(),
         }
     }
 
@@ -314,13 +350,13 @@ impl SessionMachine {
     /// # Examples
     ///
     /// ```
-    /// use pedelec_sdk::context::SessionMeta;
+    /// use pedelec_sdk::context::{EventKind, SessionMeta};
     /// use pedelec_sdk::machine::SessionMachine;
     ///
     /// let mut machine = SessionMachine::new(SessionMeta::default());
     /// machine.meta_mut().provider = "scripted".into();
     /// // Every context made from now on names it.
-    /// assert_eq!(machine.meta().sdk("sdk_error", None).provider, "scripted");
+    /// assert_eq!(machine.meta().sdk(EventKind::SdkError, None).provider, "scripted");
     /// ```
     pub fn meta_mut(&mut self) -> &mut SessionMeta {
         &mut self.meta
@@ -390,13 +426,13 @@ impl SessionMachine {
 
     /// Hands a permission request to the shell once (a re-sync's snapshot
     /// repeats the pending ones).
-    fn ask_permission(&mut self, request: &pb::PermissionRequest, ctx: EventContext, out: &mut Vec<Effect>) {
+    fn ask_permission(&mut self, request: &pb::PermissionRequest, ctx: EventContext, out: &mut Vec<HandleEffect>) {
         // Only the user answers it (in the extension); Core would refuse ours.
         if request.user_only {
             return;
         }
         if self.asking.insert(request.permission_id.clone()) {
-            out.push(Effect::AskPermission { request: request.clone(), ctx });
+            out.push(HandleEffect::AskPermission { request: request.clone(), ctx });
         }
     }
 
@@ -431,6 +467,105 @@ impl SessionMachine {
     pub fn is_starting(&self) -> bool {
         self.local_operation.is_some()
     }
+
+    /// A waiter woken once this handle's start request is answered (accepted
+    /// or failed), so a `cancel()` cancels the operation that start begins;
+    /// `None` when no start is on its way.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use pedelec_sdk::context::SessionMeta;
+    /// use pedelec_sdk::pb;
+    /// use pedelec_sdk::machine::{HandleEffect, SessionMachine};
+    ///
+    /// let mut machine = SessionMachine::new(SessionMeta::default());
+    /// assert_eq!(machine.wait_for_start(), None);
+    /// machine.begin_local(pb::OperationKind::SendText).unwrap();
+    /// let waiter = machine.wait_for_start().unwrap();
+    /// let accepted = pb::OperationAccepted { operation_id: "op-1".into(), ..Default::default() };
+    /// let (_, effects) = machine.operation_accepted(&accepted);
+    /// assert_eq!(effects, vec![HandleEffect::Wake { waiter }]);
+    /// ```
+    pub fn wait_for_start(&mut self) -> Option<WaiterId> {
+        if !self.is_starting() {
+            return None;
+        }
+        let waiter = self.waiter();
+        self.start_waiters.push(waiter);
+        Some(waiter)
+    }
+
+    /// A waiter woken once the event `seq` is handled (or a re-sync's
+    /// snapshot passed it, or the handle detached); `None` when there is
+    /// nothing to wait for: `seq` 0, handled already, or detached.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use pedelec_protocol::gate::build::event;
+    /// use pedelec_sdk::context::SessionMeta;
+    /// use pedelec_sdk::machine::{HandleEffect, SessionMachine};
+    /// use pedelec_sdk::pb::{self, session_event::Kind};
+    ///
+    /// let mut machine = SessionMachine::new(SessionMeta::default());
+    /// let no_handlers = &|_: &str| false;
+    /// let waiter = machine.wait_for_seq(2).unwrap();
+    /// let usage = Kind::UsageUpdated(pb::UsageUpdated::default());
+    /// assert!(machine.on_event(&event("s", 1, "", usage.clone()), 0, no_handlers).is_empty());
+    /// assert_eq!(machine.on_event(&event("s", 2, "", usage), 0, no_handlers), vec![HandleEffect::Wake { waiter }]);
+    /// assert_eq!(machine.wait_for_seq(2), None, "handled already");
+    /// ```
+    pub fn wait_for_seq(&mut self, seq: u64) -> Option<WaiterId> {
+        if seq == 0 || self.last_seq() >= seq || self.detached {
+            return None;
+        }
+        let waiter = self.waiter();
+        self.seq_waiters.push((seq, waiter));
+        Some(waiter)
+    }
+
+    /// Whether the transport was lost (see [`SessionMachine::detached`]).
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use pedelec_sdk::context::SessionMeta;
+    /// use pedelec_sdk::machine::SessionMachine;
+    ///
+    /// let mut machine = SessionMachine::new(SessionMeta::default());
+    /// machine.detached();
+    /// assert!(machine.is_detached());
+    /// machine.attached();
+    /// assert!(!machine.is_detached());
+    /// ```
+    pub fn is_detached(&self) -> bool {
+        self.detached
+    }
+
+    /// A subscription delivered its snapshot: the handle hears Core again.
+    pub fn attached(&mut self) {
+        self.detached = false;
+    }
+
+    fn waiter(&mut self) -> WaiterId {
+        self.next_waiter += 1;
+        WaiterId(self.next_waiter)
+    }
+
+    fn wake_start_waiters(&mut self, out: &mut Vec<HandleEffect>) {
+        out.extend(self.start_waiters.drain(..).map(|waiter| HandleEffect::Wake { waiter }));
+    }
+
+    /// Wakes the callers waiting for a seq up to `handled`.
+    fn wake_seq_waiters(&mut self, handled: u64, out: &mut Vec<HandleEffect>) {
+        if self.seq_waiters.is_empty() {
+            return;
+        }
+        for (_, waiter) in self.seq_waiters.extract_if(.., |(seq, _)| *seq <= handled) {
+            out.push(HandleEffect::Wake { waiter });
+        }
+    }
     /// Tool requests waiting for a handler.
     ///
     /// # Examples
@@ -454,28 +589,30 @@ impl SessionMachine {
         self.queued_tools.iter().map(|(r, _)| r)
     }
 
-    fn change_status(&mut self, next: SessionStatus, ctx: EventContext, out: &mut Vec<Effect>) {
+    fn change_status(&mut self, next: SessionStatus, ctx: EventContext, out: &mut Vec<HandleEffect>) {
         if next == self.status {
             return;
         }
         let previous = self.status;
         self.status = next;
-        let ended_ctx =
-            EventContext { kind: if ctx.source == Source::Core { "ended" } else { "sdk_ended" }, ..ctx.clone() };
-        out.push(Effect::Status { status: next, ctx: StatusContext { base: ctx, previous_status: previous } });
+        let ended_ctx = EventContext {
+            kind: if ctx.source == Source::Core { EventKind::Ended } else { EventKind::SdkEnded },
+            ..ctx.clone()
+        };
+        out.push(HandleEffect::Status { status: next, ctx: StatusContext { base: ctx, previous_status: previous } });
         if next == SessionStatus::Ended {
-            out.push(Effect::Ended { ctx: ended_ctx });
+            out.push(HandleEffect::Ended { ctx: ended_ctx });
             self.reject_all(ErrorCode::SessionEnded, "the session ended", out);
             self.queued_tools.clear();
             self.handling.clear();
         }
     }
 
-    fn reject_all(&mut self, code: ErrorCode, message: &str, out: &mut Vec<Effect>) {
+    fn reject_all(&mut self, code: ErrorCode, message: &str, out: &mut Vec<HandleEffect>) {
         let mut ids: Vec<OperationId> = self.awaiting.drain().map(|(id, _)| id).collect();
         ids.sort();
         for operation_id in ids {
-            out.push(Effect::Settle { operation_id, outcome: Err(PedelecError::new(code, message)) });
+            out.push(HandleEffect::Settle { operation_id, outcome: Err(PedelecError::new(code, message)) });
         }
     }
 
@@ -487,8 +624,8 @@ impl SessionMachine {
         received: Option<i64>,
     ) -> EventContext {
         match source {
-            Source::Sdk => self.meta.sdk("sdk_status_changed", turn),
-            Source::Core => self.meta.core("status_changed", turn, emitted, received),
+            Source::Sdk => self.meta.sdk(EventKind::SdkStatusChanged, turn),
+            Source::Core => self.meta.core(EventKind::StatusChanged, turn, emitted, received),
         }
     }
 
@@ -509,7 +646,7 @@ impl SessionMachine {
     /// let refused = machine.begin_local(pb::OperationKind::SendText).unwrap_err();
     /// assert!(refused.is(ErrorCode::SessionEnded));
     /// ```
-    pub fn begin_local(&mut self, kind: pb::OperationKind) -> Result<Vec<Effect>, PedelecError> {
+    pub fn begin_local(&mut self, kind: pb::OperationKind) -> Result<Vec<HandleEffect>, PedelecError> {
         if let Some((code, message)) = self.status.refuse_start(self.has_operation_in_flight()) {
             return Err(PedelecError::new(code, message));
         }
@@ -537,24 +674,37 @@ impl SessionMachine {
     /// assert_eq!(accepted, Accepted::Pending);
     /// assert!(effects.is_empty());
     /// ```
-    pub fn operation_accepted(&mut self, accepted: &pb::OperationAccepted) -> (Accepted, Vec<Effect>) {
+    pub fn operation_accepted(&mut self, accepted: &pb::OperationAccepted) -> (Accepted, Vec<HandleEffect>) {
         let kind =
             self.local_operation.take().unwrap_or(pb::OperationKind::try_from(accepted.kind).unwrap_or_default());
         let mut out = Vec::new();
+        let state = self.accept(accepted, kind, &mut out);
+        // After the acceptance's own effects: a `cancel()` that waited for
+        // this start then finds its operation known.
+        self.wake_start_waiters(&mut out);
+        (state, out)
+    }
+
+    fn accept(
+        &mut self,
+        accepted: &pb::OperationAccepted,
+        kind: pb::OperationKind,
+        out: &mut Vec<HandleEffect>,
+    ) -> Accepted {
         if accepted.already_done {
             self.prepared = true;
-            self.revert_local_running(&mut out);
-            return (Accepted::Settled(Ok(())), out);
+            self.revert_local_running(out);
+            return Accepted::Settled(Ok(()));
         }
         if let Some(index) = self.completed_early.iter().position(|(id, _)| id == &accepted.operation_id) {
             let (_, outcome) = self.completed_early.remove(index).expect("index from position");
-            return (Accepted::Settled(outcome), out);
+            return Accepted::Settled(outcome);
         }
         if self.status == SessionStatus::Ended {
-            return (Accepted::Settled(Err(PedelecError::new(ErrorCode::SessionEnded, "the session ended"))), out);
+            return Accepted::Settled(Err(PedelecError::new(ErrorCode::SessionEnded, "the session ended")));
         }
         self.awaiting.insert(OperationId::new(accepted.operation_id.clone()), kind);
-        (Accepted::Pending, out)
+        Accepted::Pending
     }
 
     /// The start request failed: undo the optimistic `running`.
@@ -572,10 +722,11 @@ impl SessionMachine {
     /// assert_eq!(machine.status(), SessionStatus::Idle);
     /// assert!(!machine.has_operation_in_flight());
     /// ```
-    pub fn operation_failed_to_start(&mut self) -> Vec<Effect> {
+    pub fn operation_failed_to_start(&mut self) -> Vec<HandleEffect> {
         self.local_operation = None;
         let mut out = Vec::new();
         self.revert_local_running(&mut out);
+        self.wake_start_waiters(&mut out);
         out
     }
 
@@ -586,7 +737,7 @@ impl SessionMachine {
     /// its completion is active while Core's status already says idle, and a
     /// start refused in that moment must not leave the handle running for
     /// ever (the completion that follows changes no status).
-    fn revert_local_running(&mut self, out: &mut Vec<Effect>) {
+    fn revert_local_running(&mut self, out: &mut Vec<HandleEffect>) {
         let core_runs =
             self.gate.core_status() == Some(SessionStatus::Running) && self.gate.active_operation().is_some();
         if self.status == SessionStatus::Running
@@ -606,14 +757,14 @@ impl SessionMachine {
     ///
     /// ```
     /// use pedelec_sdk::context::SessionMeta;
-    /// use pedelec_sdk::machine::{Effect, SessionMachine};
+    /// use pedelec_sdk::machine::{HandleEffect, SessionMachine};
     ///
     /// let mut machine = SessionMachine::new(SessionMeta::default());
     /// let effects = machine.local_ended();
-    /// assert!(matches!(&effects[..], [Effect::Status { .. }, Effect::Ended { .. }]));
+    /// assert!(matches!(&effects[..], [HandleEffect::Status { .. }, HandleEffect::Ended { .. }]));
     /// assert_eq!(machine.status(), pedelec_sdk::SessionStatus::Ended);
     /// ```
-    pub fn local_ended(&mut self) -> Vec<Effect> {
+    pub fn local_ended(&mut self) -> Vec<HandleEffect> {
         let mut out = Vec::new();
         let ctx = self.status_ctx(Source::Sdk, None, 0, None);
         self.change_status(SessionStatus::Ended, ctx, &mut out);
@@ -631,19 +782,22 @@ impl SessionMachine {
     /// ```
     /// use pedelec_sdk::context::SessionMeta;
     /// use pedelec_sdk::{ErrorCode, pb};
-    /// use pedelec_sdk::machine::{Effect, SessionMachine};
+    /// use pedelec_sdk::machine::{HandleEffect, SessionMachine};
     ///
     /// let mut machine = SessionMachine::new(SessionMeta::default());
     /// machine.begin_local(pb::OperationKind::SendText).unwrap();
     /// machine.operation_accepted(&pb::OperationAccepted { operation_id: "op-1".into(), ..Default::default() });
     /// let effects = machine.detached();
-    /// let [Effect::Settle { operation_id, outcome: Err(error) }] = &effects[..] else { panic!() };
+    /// let [HandleEffect::Settle { operation_id, outcome: Err(error) }] = &effects[..] else { panic!() };
     /// assert!(error.is(ErrorCode::TransportDetached));
     /// // The error names the operation, for `resume_session` to look up.
     /// assert_eq!(error.details.as_ref().unwrap()["operationId"], operation_id.as_str());
     /// ```
-    pub fn detached(&mut self) -> Vec<Effect> {
+    pub fn detached(&mut self) -> Vec<HandleEffect> {
+        self.detached = true;
         let mut out = Vec::new();
+        // Nothing more arrives through this transport.
+        self.wake_seq_waiters(u64::MAX, &mut out);
         self.settle_all(ErrorCode::TransportDetached, "the connection to Core was lost", &mut out);
         out
     }
@@ -667,7 +821,7 @@ impl SessionMachine {
     /// assert_eq!(machine.status(), SessionStatus::Ended);
     /// assert!(!machine.has_operation_in_flight());
     /// ```
-    pub fn ended_elsewhere(&mut self) -> Vec<Effect> {
+    pub fn ended_elsewhere(&mut self) -> Vec<HandleEffect> {
         let mut out = Vec::new();
         if self.status == SessionStatus::Ended {
             return out;
@@ -678,14 +832,14 @@ impl SessionMachine {
         out
     }
 
-    fn settle_all(&mut self, code: ErrorCode, message: &str, out: &mut Vec<Effect>) {
+    fn settle_all(&mut self, code: ErrorCode, message: &str, out: &mut Vec<HandleEffect>) {
         self.local_operation = None;
         let mut ids: Vec<OperationId> = self.awaiting.drain().map(|(id, _)| id).collect();
         ids.sort();
         for operation_id in ids {
             let mut error = PedelecError::new(code, message);
             error.details = Some(serde_json::json!({ "operationId": operation_id }));
-            out.push(Effect::Settle { operation_id, outcome: Err(error) });
+            out.push(HandleEffect::Settle { operation_id, outcome: Err(error) });
         }
     }
 
@@ -733,15 +887,15 @@ impl SessionMachine {
     ///
     /// ```
     /// use pedelec_sdk::context::SessionMeta;
-    /// use pedelec_sdk::machine::{Effect, SessionMachine};
+    /// use pedelec_sdk::machine::{HandleEffect, SessionMachine};
     ///
     /// let mut machine = SessionMachine::new(SessionMeta::default());
     /// let error = pedelec_sdk::PedelecError::new(pedelec_sdk::ErrorCode::SubmitToolResultFailed, "Core is gone");
-    /// let Effect::Error { ctx, .. } = machine.sdk_error(error) else { panic!() };
-    /// assert_eq!(ctx.kind, "sdk_error");
+    /// let HandleEffect::Error { ctx, .. } = machine.sdk_error(error) else { panic!() };
+    /// assert_eq!(ctx.kind, pedelec_sdk::context::EventKind::SdkError);
     /// ```
-    pub fn sdk_error(&self, error: PedelecError) -> Effect {
-        Effect::Error { error, ctx: self.meta.sdk("sdk_error", None) }
+    pub fn sdk_error(&self, error: PedelecError) -> HandleEffect {
+        HandleEffect::Error { error, ctx: self.meta.sdk(EventKind::SdkError, None) }
     }
 
     /// A handler was registered: queued requests it can answer are released.
@@ -751,7 +905,7 @@ impl SessionMachine {
     /// ```
     /// use pedelec_protocol::gate::build::event;
     /// use pedelec_sdk::context::SessionMeta;
-    /// use pedelec_sdk::machine::{Effect, SessionMachine};
+    /// use pedelec_sdk::machine::{HandleEffect, SessionMachine};
     /// use pedelec_sdk::pb::{self, session_event::Kind};
     ///
     /// let mut machine = SessionMachine::new(SessionMeta::default());
@@ -761,17 +915,17 @@ impl SessionMachine {
     /// let call = pb::ToolCall { tool_request_id: "tool-1".into(), tool: "add".into(), ..Default::default() };
     /// machine.on_event(&event("s", 2, "op-1", Kind::ToolCall(call)), 0, no_handlers);
     /// let effects = machine.handler_registered(&|tool| tool == "add");
-    /// assert!(matches!(&effects[..], [Effect::InvokeTool { request, .. }] if request.tool == "add"));
+    /// assert!(matches!(&effects[..], [HandleEffect::InvokeTool { request, .. }] if request.tool == "add"));
     /// assert_eq!(machine.queued_tools().count(), 0);
     /// ```
-    pub fn handler_registered(&mut self, has_handler: HasHandler<'_>) -> Vec<Effect> {
+    pub fn handler_registered(&mut self, has_handler: HasHandler<'_>) -> Vec<HandleEffect> {
         let mut out = Vec::new();
         let (ready, waiting): (Vec<_>, Vec<_>) =
             std::mem::take(&mut self.queued_tools).into_iter().partition(|(r, _)| has_handler(&r.tool));
         self.queued_tools = waiting;
         for (request, ctx) in ready {
             self.handling.insert(request.tool_request_id.clone());
-            out.push(Effect::InvokeTool { request, ctx });
+            out.push(HandleEffect::InvokeTool { request, ctx });
         }
         out
     }
@@ -781,7 +935,7 @@ impl SessionMachine {
         request: ToolRequest,
         ctx: ToolCallContext,
         has_handler: HasHandler<'_>,
-        out: &mut Vec<Effect>,
+        out: &mut Vec<HandleEffect>,
     ) {
         let id = &request.tool_request_id;
         if self.handling.contains(id) || self.queued_tools.iter().any(|(r, _)| &r.tool_request_id == id) {
@@ -793,7 +947,7 @@ impl SessionMachine {
         }
         if has_handler(&request.tool) {
             self.handling.insert(id.clone());
-            out.push(Effect::InvokeTool { request, ctx });
+            out.push(HandleEffect::InvokeTool { request, ctx });
         } else {
             self.queued_tools.push((request, ctx));
         }
@@ -806,7 +960,7 @@ impl SessionMachine {
     /// ```
     /// use pedelec_protocol::gate::build::event;
     /// use pedelec_sdk::context::SessionMeta;
-    /// use pedelec_sdk::machine::{Effect, SessionMachine};
+    /// use pedelec_sdk::machine::{HandleEffect, SessionMachine};
     /// use pedelec_sdk::pb::{self, session_event::Kind};
     ///
     /// let mut machine = SessionMachine::new(SessionMeta::default());
@@ -815,50 +969,70 @@ impl SessionMachine {
     /// machine.on_event(&event("s", 1, "op-1", started), 0, no_handlers);
     /// let delta = event("s", 2, "op-1", Kind::ChatDelta(pb::ChatDelta { text: "Hel".into() }));
     /// let effects = machine.on_event(&delta, 1_000, no_handlers);
-    /// let [Effect::ChatDelta { text, ctx }] = &effects[..] else { panic!("one delta") };
+    /// let [HandleEffect::ChatDelta { text, ctx }] = &effects[..] else { panic!("one delta") };
     /// assert_eq!((text.as_str(), ctx.event_received_at), ("Hel", Some(1_000)));
     /// // The same event again (a re-sync overlapping the stream) changes nothing.
     /// assert!(machine.on_event(&delta, 1_001, no_handlers).is_empty());
     /// ```
-    pub fn on_event(&mut self, event: &pb::SessionEvent, received_at: i64, has_handler: HasHandler<'_>) -> Vec<Effect> {
+    pub fn on_event(
+        &mut self,
+        event: &pb::SessionEvent,
+        received_at: i64,
+        has_handler: HasHandler<'_>,
+    ) -> Vec<HandleEffect> {
         let verdict = self.gate.admit(event);
         if verdict != Verdict::Accept {
             tracing::trace!(seq = event.seq, ?verdict, "event ignored by the gate");
             return Vec::new();
         }
         let mut out = Vec::new();
+        self.apply(event, received_at, has_handler, &mut out);
+        let handled = self.gate.last_seq();
+        self.wake_seq_waiters(handled, &mut out);
+        out
+    }
+
+    /// What one admitted event changes.
+    fn apply(
+        &mut self,
+        event: &pb::SessionEvent,
+        received_at: i64,
+        has_handler: HasHandler<'_>,
+        out: &mut Vec<HandleEffect>,
+    ) {
         let turn = event.turn.as_ref();
         let emitted = event.emitted_at_ms;
         let received = Some(received_at);
-        let Some(kind) = &event.kind else { return out };
+        let Some(kind) = &event.kind else { return };
         match kind {
-            Kind::Snapshot(snapshot) => self.adopt_snapshot(snapshot, emitted, received, has_handler, &mut out),
+            Kind::Snapshot(snapshot) => self.adopt_snapshot(snapshot, emitted, received, has_handler, out),
             Kind::StatusChanged(change) => {
                 if let Some(status) = SessionStatus::from_pb(change.status) {
                     let ctx = self.status_ctx(Source::Core, turn, emitted, received);
-                    self.change_status(status, ctx, &mut out);
+                    self.change_status(status, ctx, out);
                 }
             }
             Kind::OperationStarted(_) => {}
-            Kind::Chat(chat) if !is_prepare(turn) => {
-                out.push(Effect::Chat { text: chat.text.clone(), ctx: self.meta.core("chat", turn, emitted, received) })
-            }
-            Kind::ChatDelta(delta) if !is_prepare(turn) => out.push(Effect::ChatDelta {
+            Kind::Chat(chat) if !is_prepare(turn) => out.push(HandleEffect::Chat {
+                text: chat.text.clone(),
+                ctx: self.meta.core(EventKind::Chat, turn, emitted, received),
+            }),
+            Kind::ChatDelta(delta) if !is_prepare(turn) => out.push(HandleEffect::ChatDelta {
                 text: delta.text.clone(),
-                ctx: self.meta.core("chat_delta", turn, emitted, received),
+                ctx: self.meta.core(EventKind::ChatDelta, turn, emitted, received),
             }),
             Kind::Chat(_) | Kind::ChatDelta(_) => {}
             Kind::ActivityUpdated(updated) if !is_prepare(turn) => {
                 if let Some(activity) = &updated.activity {
-                    let ctx = self.meta.core("activity", turn, emitted, received);
+                    let ctx = self.meta.core(EventKind::Activity, turn, emitted, received);
                     self.remember_activity(activity, &ctx);
-                    out.push(Effect::Activity { activity: activity.clone(), ctx });
+                    out.push(HandleEffect::Activity { activity: activity.clone(), ctx });
                 }
             }
             Kind::ActivityUpdated(_) => {}
             Kind::PermissionRequested(request) => {
-                let ctx = self.meta.core("permission_requested", turn, emitted, received);
-                self.ask_permission(request, ctx, &mut out);
+                let ctx = self.meta.core(EventKind::PermissionRequested, turn, emitted, received);
+                self.ask_permission(request, ctx, out);
             }
             Kind::PermissionSettled(settled) => {
                 self.asking.remove(&settled.permission_id);
@@ -870,7 +1044,7 @@ impl SessionMachine {
                     args_json: call.args_json.clone(),
                 };
                 let ctx = self.tool_ctx(&request, turn, emitted, received);
-                self.dispatch_tool(request, ctx, has_handler, &mut out);
+                self.dispatch_tool(request, ctx, has_handler, out);
             }
             Kind::ToolCallSettled(settled) => {
                 self.queued_tools.retain(|(r, _)| r.tool_request_id != settled.tool_request_id);
@@ -878,14 +1052,14 @@ impl SessionMachine {
             }
             Kind::UsageUpdated(update) => {
                 if let Some(total) = update.usage.and_then(|u| u.total_tokens) {
-                    self.grow_usage(total, &mut out);
+                    self.grow_usage(total, out);
                 }
             }
             Kind::Error(raised) => {
                 if let Some(error) = &raised.error {
-                    out.push(Effect::Error {
+                    out.push(HandleEffect::Error {
                         error: error.into(),
-                        ctx: self.meta.core("error", turn, emitted, received),
+                        ctx: self.meta.core(EventKind::Error, turn, emitted, received),
                     });
                 }
             }
@@ -893,30 +1067,32 @@ impl SessionMachine {
                 self.activities.clear();
                 // An optimistic `running` left by a start refused while this
                 // operation finished ends with it.
-                self.revert_local_running(&mut out);
+                self.revert_local_running(out);
                 let outcome = operation_outcome(done.error.as_ref());
                 if done.kind == pb::OperationKind::Prepare as i32 && outcome.is_ok() {
                     self.prepared = true;
                 }
                 self.know(&OperationId::new(event.operation_id.clone()), &outcome);
                 if self.awaiting.remove(event.operation_id.as_str()).is_some() {
-                    out.push(Effect::Settle { operation_id: OperationId::new(event.operation_id.clone()), outcome });
+                    out.push(HandleEffect::Settle {
+                        operation_id: OperationId::new(event.operation_id.clone()),
+                        outcome,
+                    });
                 } else {
                     self.complete_early(OperationId::new(event.operation_id.clone()), outcome);
                 }
             }
             Kind::Ended(_) => {
                 let ctx = self.status_ctx(Source::Core, turn, emitted, received);
-                self.change_status(SessionStatus::Ended, ctx, &mut out);
+                self.change_status(SessionStatus::Ended, ctx, out);
             }
         }
-        out
     }
 
-    fn grow_usage(&mut self, total: u64, out: &mut Vec<Effect>) {
+    fn grow_usage(&mut self, total: u64, out: &mut Vec<HandleEffect>) {
         if pedelec_protocol::usage::grows(self.usage, total) {
             self.usage = Some(total);
-            out.push(Effect::Usage { total_tokens: total });
+            out.push(HandleEffect::Usage { total_tokens: total });
         }
     }
 
@@ -928,7 +1104,7 @@ impl SessionMachine {
         received: Option<i64>,
     ) -> ToolCallContext {
         ToolCallContext {
-            base: self.meta.core("tool_call", turn, emitted, received),
+            base: self.meta.core(EventKind::ToolCall, turn, emitted, received),
             tool_request_id: request.tool_request_id.to_string(),
             tool: request.tool.clone(),
         }
@@ -948,13 +1124,13 @@ impl SessionMachine {
         emitted: i64,
         received: Option<i64>,
         has_handler: HasHandler<'_>,
-        out: &mut Vec<Effect>,
+        out: &mut Vec<HandleEffect>,
     ) {
         if self.meta.provider.is_empty() {
             self.meta.provider = snapshot.provider.clone();
         }
         if self.meta.effort_level.is_none() {
-            self.meta.effort_level = pb::EffortLevel::try_from(snapshot.effort_level).ok().and_then(|e| e.seed_str());
+            self.meta.effort_level = SessionMeta::effort(snapshot.effort_level);
         }
         self.prepared = snapshot.prepared;
         if let Some(total) = snapshot.usage.and_then(|u| u.total_tokens) {
@@ -966,15 +1142,15 @@ impl SessionMachine {
         let pending: HashSet<&str> = snapshot.pending_permissions.iter().map(|p| p.permission_id.as_str()).collect();
         self.asking.retain(|id| pending.contains(id.as_str()));
         for request in &snapshot.pending_permissions {
-            let ctx = self.meta.core("permission_requested", snapshot.turn.as_ref(), emitted, received);
+            let ctx = self.meta.core(EventKind::PermissionRequested, snapshot.turn.as_ref(), emitted, received);
             self.ask_permission(request, ctx, out);
         }
         self.activities.clear();
         if !is_prepare(snapshot.turn.as_ref()) {
             for activity in &snapshot.activities {
-                let ctx = self.meta.core("activity", snapshot.turn.as_ref(), emitted, received);
+                let ctx = self.meta.core(EventKind::Activity, snapshot.turn.as_ref(), emitted, received);
                 self.remember_activity(activity, &ctx);
-                out.push(Effect::Activity { activity: activity.clone(), ctx });
+                out.push(HandleEffect::Activity { activity: activity.clone(), ctx });
             }
         }
         // Operations we wait for that Core no longer runs finished while we
@@ -992,7 +1168,7 @@ impl SessionMachine {
                     "the operation finished while the subscription was being re-established",
                 ))
             });
-            out.push(Effect::Settle { operation_id, outcome });
+            out.push(HandleEffect::Settle { operation_id, outcome });
         }
         // An operation whose acceptance we have not processed yet may already
         // be over: keep its outcome for `operation_accepted`.
@@ -1047,7 +1223,7 @@ mod tests {
         SessionMachine::new(SessionMeta {
             session_id: "s".into(),
             provider: "scripted".into(),
-            effort_level: Some("low"),
+            effort_level: Some(pb::EffortLevel::Low),
             session_created_at: 1,
         })
     }
@@ -1107,18 +1283,18 @@ mod tests {
         )
     }
 
-    fn statuses(effects: &[Effect]) -> Vec<(SessionStatus, &'static str, &'static str)> {
+    fn statuses(effects: &[HandleEffect]) -> Vec<(SessionStatus, &'static str, &'static str)> {
         effects
             .iter()
             .filter_map(|e| match e {
-                Effect::Status { status, ctx } => Some((*status, ctx.source.as_str(), ctx.kind)),
+                HandleEffect::Status { status, ctx } => Some((*status, ctx.source.as_str(), ctx.kind.as_str())),
                 _ => None,
             })
             .collect()
     }
 
     /// Runs a whole send on the machine; returns every effect in order.
-    fn feed(m: &mut SessionMachine, events: &[pb::SessionEvent], handlers: HasHandler<'_>) -> Vec<Effect> {
+    fn feed(m: &mut SessionMachine, events: &[pb::SessionEvent], handlers: HasHandler<'_>) -> Vec<HandleEffect> {
         events.iter().flat_map(|e| m.on_event(e, 1_000, handlers)).collect()
     }
 
@@ -1153,9 +1329,9 @@ mod tests {
             NO_HANDLERS,
         );
         assert_eq!(statuses(&effects), vec![(SessionStatus::Idle, "core", "status_changed")]);
-        assert!(!effects.iter().any(|e| matches!(e, Effect::Settle { .. })), "idle alone settles nothing");
+        assert!(!effects.iter().any(|e| matches!(e, HandleEffect::Settle { .. })), "idle alone settles nothing");
         let effects = feed(&mut m, &[completed(3, "op1", None)], NO_HANDLERS);
-        assert_eq!(effects, vec![Effect::Settle { operation_id: "op1".into(), outcome: Ok(()) }]);
+        assert_eq!(effects, vec![HandleEffect::Settle { operation_id: "op1".into(), outcome: Ok(()) }]);
     }
 
     #[test]
@@ -1166,7 +1342,7 @@ mod tests {
         let effects =
             feed(&mut m, &[started(1, "op1"), completed(2, "op1", Some(ErrorCode::SendTextFailed))], NO_HANDLERS);
         match &effects[..] {
-            [Effect::Settle { outcome: Err(e), .. }] => assert!(e.is(ErrorCode::SendTextFailed)),
+            [HandleEffect::Settle { outcome: Err(e), .. }] => assert!(e.is(ErrorCode::SendTextFailed)),
             other => panic!("{other:?}"),
         }
     }
@@ -1234,10 +1410,10 @@ mod tests {
         );
         let chats: Vec<_> = effects
             .iter()
-            .filter_map(|e| if let Effect::Chat { text, .. } = e { Some(text.as_str()) } else { None })
+            .filter_map(|e| if let HandleEffect::Chat { text, .. } = e { Some(text.as_str()) } else { None })
             .collect();
         assert_eq!(chats, vec!["mine"]);
-        assert!(!effects.iter().any(|e| matches!(e, Effect::Settle { .. })));
+        assert!(!effects.iter().any(|e| matches!(e, HandleEffect::Settle { .. })));
     }
 
     #[test]
@@ -1250,16 +1426,16 @@ mod tests {
             &[started(1, "op1"), ev(2, "op1", Kind::ChatDelta(pb::ChatDelta { text: "He".into() }))],
             NO_HANDLERS,
         );
-        let Effect::ChatDelta { text, ctx } = &effects[0] else { panic!("{effects:?}") };
+        let HandleEffect::ChatDelta { text, ctx } = &effects[0] else { panic!("{effects:?}") };
         assert_eq!(text, "He");
-        assert_eq!(ctx.kind, "chat_delta");
+        assert_eq!(ctx.kind, EventKind::ChatDelta);
         assert_eq!(ctx.source, Source::Core);
         assert_eq!(ctx.event_received_at, Some(1_000));
         assert_eq!(ctx.event_emitted_at, 102);
         assert_eq!(ctx.turn_id.as_deref(), Some("t1"));
-        assert_eq!(ctx.turn_kind, Some("user"));
+        assert_eq!(ctx.turn_kind, Some(pb::TurnKind::User));
         assert_eq!(ctx.turn_started_at, Some(5));
-        assert_eq!(ctx.effort_level, Some("low"));
+        assert_eq!(ctx.effort_level, Some(pb::EffortLevel::Low));
         assert_eq!(ctx.provider, "scripted");
     }
 
@@ -1272,7 +1448,7 @@ mod tests {
         let mut chat = ev(2, "p1", Kind::Chat(pb::Chat { text: "PEDELEC_PREPARED".into() }));
         chat.turn = e.turn.clone();
         let effects = feed(&mut m, &[e, chat], NO_HANDLERS);
-        assert!(effects.iter().all(|e| !matches!(e, Effect::Chat { .. } | Effect::ChatDelta { .. })));
+        assert!(effects.iter().all(|e| !matches!(e, HandleEffect::Chat { .. } | HandleEffect::ChatDelta { .. })));
     }
 
     #[test]
@@ -1301,12 +1477,12 @@ mod tests {
             ],
             NO_HANDLERS,
         );
-        let ended = effects.iter().filter(|e| matches!(e, Effect::Ended { .. })).count();
+        let ended = effects.iter().filter(|e| matches!(e, HandleEffect::Ended { .. })).count();
         assert_eq!(ended, 1);
         assert!(
-            effects
-                .iter()
-                .any(|e| matches!(e, Effect::Settle { outcome: Err(err), .. } if err.is(ErrorCode::SessionEnded)))
+            effects.iter().any(
+                |e| matches!(e, HandleEffect::Settle { outcome: Err(err), .. } if err.is(ErrorCode::SessionEnded))
+            )
         );
         assert!(m.local_ended().is_empty(), "already ended: no second callback");
         // resume: the snapshot says idle, a later end runs the callback again.
@@ -1314,7 +1490,7 @@ mod tests {
         assert_eq!(statuses(&effects), vec![(SessionStatus::Idle, "core", "status_changed")]);
         let effects = m.local_ended();
         assert!(
-            matches!(&effects[..], [Effect::Status { .. }, Effect::Ended { ctx }] if ctx.kind == "sdk_ended" && ctx.source == Source::Sdk)
+            matches!(&effects[..], [HandleEffect::Status { .. }, HandleEffect::Ended { ctx }] if ctx.kind == EventKind::SdkEnded && ctx.source == Source::Sdk)
         );
     }
 
@@ -1325,7 +1501,7 @@ mod tests {
         assert_eq!(statuses(&effects), vec![(SessionStatus::Running, "core", "status_changed")]);
         assert_eq!(m.last_seq(), 40);
         let effects = feed(&mut m, &[ev(41, "op9", Kind::Chat(pb::Chat { text: "resumed".into() }))], NO_HANDLERS);
-        assert!(matches!(&effects[..], [Effect::Chat { .. }]));
+        assert!(matches!(&effects[..], [HandleEffect::Chat { .. }]));
     }
 
     fn snapshot_with_outcomes(last_seq: u64, outcomes: Vec<pb::OperationOutcome>) -> pb::SessionEvent {
@@ -1344,11 +1520,11 @@ mod tests {
         }
     }
 
-    fn settled(effects: &[Effect]) -> Vec<(String, Result<(), &'static str>)> {
+    fn settled(effects: &[HandleEffect]) -> Vec<(String, Result<(), &'static str>)> {
         effects
             .iter()
             .filter_map(|e| match e {
-                Effect::Settle { operation_id, outcome } => Some((
+                HandleEffect::Settle { operation_id, outcome } => Some((
                     operation_id.to_string(),
                     outcome
                         .as_ref()
@@ -1367,7 +1543,9 @@ mod tests {
         let (state, _) = m.operation_accepted(&accepted("op1"));
         assert_eq!(state, Accepted::Pending);
         let effects = m.detached();
-        let Some(Effect::Settle { operation_id, outcome: Err(error) }) = effects.first() else { panic!("{effects:?}") };
+        let Some(HandleEffect::Settle { operation_id, outcome: Err(error) }) = effects.first() else {
+            panic!("{effects:?}")
+        };
         assert_eq!(operation_id, "op1");
         assert!(error.is(ErrorCode::TransportDetached));
         assert_eq!(error.details.as_ref().unwrap()["operationId"], "op1");
@@ -1390,7 +1568,9 @@ mod tests {
         let _ = m.begin_local(pb::OperationKind::SendText).unwrap();
         let _ = m.operation_accepted(&accepted("op1"));
         let effects = m.ended_elsewhere();
-        let Some(Effect::Settle { operation_id, outcome: Err(error) }) = effects.first() else { panic!("{effects:?}") };
+        let Some(HandleEffect::Settle { operation_id, outcome: Err(error) }) = effects.first() else {
+            panic!("{effects:?}")
+        };
         assert_eq!(operation_id, "op1");
         assert!(error.is(ErrorCode::SessionEnded));
         assert_eq!(m.status(), SessionStatus::Ended);
@@ -1454,10 +1634,10 @@ mod tests {
         assert_eq!(statuses(&effects), vec![(SessionStatus::WaitingToolResult, "sdk", "sdk_status_changed")]);
         let invoked: Vec<_> = effects
             .iter()
-            .filter_map(|e| if let Effect::InvokeTool { ctx, .. } = e { Some(ctx) } else { None })
+            .filter_map(|e| if let HandleEffect::InvokeTool { ctx, .. } = e { Some(ctx) } else { None })
             .collect();
         assert_eq!(invoked.len(), 1);
-        assert_eq!(invoked[0].kind, "tool_call");
+        assert_eq!(invoked[0].kind, EventKind::ToolCall);
         assert_eq!(invoked[0].tool_request_id, "t1");
         assert_eq!(invoked[0].tool, "counter");
     }
@@ -1476,15 +1656,15 @@ mod tests {
             &[snapshot(9, SessionStatus::WaitingToolResult, Some("op1"), vec![pending.clone()])],
             NO_HANDLERS,
         );
-        assert!(!effects.iter().any(|e| matches!(e, Effect::InvokeTool { .. })));
+        assert!(!effects.iter().any(|e| matches!(e, HandleEffect::InvokeTool { .. })));
         assert_eq!(m.queued_tools().count(), 1);
         assert!(m.handler_registered(&|t| t == "other").is_empty());
         let effects = m.handler_registered(&|t| t == "counter");
-        assert!(matches!(&effects[..], [Effect::InvokeTool { request, .. }] if request.tool_request_id == "t7"));
+        assert!(matches!(&effects[..], [HandleEffect::InvokeTool { request, .. }] if request.tool_request_id == "t7"));
         // The same request in a later snapshot is not invoked twice.
         let effects =
             feed(&mut m, &[snapshot(10, SessionStatus::WaitingToolResult, Some("op1"), vec![pending])], ALL_HANDLERS);
-        assert!(!effects.iter().any(|e| matches!(e, Effect::InvokeTool { .. })));
+        assert!(!effects.iter().any(|e| matches!(e, HandleEffect::InvokeTool { .. })));
     }
 
     #[test]
@@ -1521,7 +1701,7 @@ mod tests {
         assert!(effects.is_empty());
         assert_eq!(m.usage(), None);
         let effects = feed(&mut m, &[usage(3, Some(50)), usage(4, Some(20)), usage(5, Some(50))], NO_HANDLERS);
-        assert_eq!(effects, vec![Effect::Usage { total_tokens: 50 }], "only growth, and only usage effects");
+        assert_eq!(effects, vec![HandleEffect::Usage { total_tokens: 50 }], "only growth, and only usage effects");
         assert_eq!(m.usage(), Some(50));
         let effects = feed(&mut m, &[snapshot(6, SessionStatus::Running, Some("op1"), vec![])], NO_HANDLERS);
         assert!(effects.is_empty());
@@ -1561,13 +1741,14 @@ mod tests {
             ev(1, "", Kind::Error(pb::ErrorRaised { error: Some(pb::Error::new(ErrorCode::ProviderError, "x")) }));
         let effects = feed(&mut m, &[raised], NO_HANDLERS);
         assert!(
-            matches!(&effects[..], [Effect::Error { ctx, .. }] if ctx.kind == "error" && ctx.source == Source::Core)
+            matches!(&effects[..], [HandleEffect::Error { ctx, .. }] if ctx.kind == EventKind::Error && ctx.source == Source::Core)
         );
         assert_eq!(m.status(), SessionStatus::Idle);
-        let Effect::Error { ctx, .. } = m.sdk_error(PedelecError::new(ErrorCode::SubmitToolResultFailed, "x")) else {
+        let HandleEffect::Error { ctx, .. } = m.sdk_error(PedelecError::new(ErrorCode::SubmitToolResultFailed, "x"))
+        else {
             panic!()
         };
-        assert_eq!((ctx.kind, ctx.source, ctx.event_received_at), ("sdk_error", Source::Sdk, None));
+        assert_eq!((ctx.kind, ctx.source, ctx.event_received_at), (EventKind::SdkError, Source::Sdk, None));
     }
 
     #[test]
@@ -1576,6 +1757,44 @@ mod tests {
         m.begin_local(pb::OperationKind::SendText).unwrap();
         m.operation_accepted(&accepted("op1"));
         let effects = m.detached();
-        assert!(matches!(&effects[..], [Effect::Settle { outcome: Err(e), .. }] if e.is(ErrorCode::TransportDetached)));
+        assert!(
+            matches!(&effects[..], [HandleEffect::Settle { outcome: Err(e), .. }] if e.is(ErrorCode::TransportDetached))
+        );
+    }
+
+    #[test]
+    fn a_seq_waiter_wakes_once_its_seq_is_handled_or_a_snapshot_passes_it() {
+        let mut m = machine();
+        let first = m.wait_for_seq(3).unwrap();
+        let second = m.wait_for_seq(12).unwrap();
+        let effects = feed(&mut m, &[started(1, "op1"), started(3, "op1")], NO_HANDLERS);
+        assert_eq!(effects, vec![HandleEffect::Wake { waiter: first }]);
+        let effects = feed(&mut m, &[snapshot(20, SessionStatus::Idle, None, vec![])], NO_HANDLERS);
+        assert_eq!(effects.last(), Some(&HandleEffect::Wake { waiter: second }));
+        assert_eq!(m.wait_for_seq(20), None, "handled already");
+    }
+
+    #[test]
+    fn detaching_wakes_seq_waiters_and_refuses_new_ones_until_attached() {
+        let mut m = machine();
+        let waiter = m.wait_for_seq(5).unwrap();
+        assert!(m.detached().contains(&HandleEffect::Wake { waiter }));
+        assert_eq!(m.wait_for_seq(6), None, "detached: nothing will come");
+        m.attached();
+        assert!(m.wait_for_seq(6).is_some());
+    }
+
+    #[test]
+    fn start_waiters_wake_after_the_answer_whatever_it_is() {
+        let mut m = machine();
+        assert_eq!(m.wait_for_start(), None, "nothing starting");
+        m.begin_local(pb::OperationKind::SendText).unwrap();
+        let waiter = m.wait_for_start().unwrap();
+        let effects = m.operation_failed_to_start();
+        assert_eq!(effects.last(), Some(&HandleEffect::Wake { waiter }));
+        m.begin_local(pb::OperationKind::SendText).unwrap();
+        let waiter = m.wait_for_start().unwrap();
+        let (_, effects) = m.operation_accepted(&accepted("op1"));
+        assert_eq!(effects, vec![HandleEffect::Wake { waiter }]);
     }
 }

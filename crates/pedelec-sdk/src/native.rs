@@ -1,7 +1,7 @@
 //! The native-messaging transport: starts `pedelec-native-host` exactly as a
 //! browser does (argv `chrome-extension://<id>/`, frames on stdio) and speaks
-//! `NativeFrame`s with the protocol crate's codec. Requests pair with
-//! responses by `requestId`; events arrive tagged with their Subscribe's id.
+//! `NativeFrame`s with the protocol crate's codec. Which frame answers which
+//! request and feeds which subscription is [`crate::router`]'s.
 //!
 //! # Examples
 //!
@@ -22,22 +22,19 @@
 //! # }
 //! ```
 
-use std::collections::HashMap;
 use std::path::{Path, PathBuf};
 use std::process::Stdio;
-use std::sync::atomic::{AtomicU32, Ordering};
 use std::sync::{Arc, Mutex};
 
 use futures::channel::{mpsc, oneshot};
 use futures::{SinkExt, StreamExt};
-use pedelec_protocol::event_batch::batch_events;
 use pedelec_protocol::native::{ChunkAssembler, FrameDecoder, decode_native_frame, encode_native_frame};
-use pedelec_protocol::pb::{self, native_frame::Body};
+use pedelec_protocol::pb;
 use pedelec_protocol::{ErrorCode, limits};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 
-use crate::delivery::{Waiting, decoded_batch, request_frame};
 use crate::error::PedelecError;
+use crate::router::{Delivery, FrameRouter, Waiting, request_frame, subscribe_frame};
 use crate::transport::{BoxFuture, Call, EventStream, Reply, Transport};
 
 type EventSender = tokio::sync::mpsc::Sender<Result<pb::SessionEvent, PedelecError>>;
@@ -49,13 +46,18 @@ type EventSender = tokio::sync::mpsc::Sender<Result<pb::SessionEvent, PedelecErr
 /// bounded whatever a slow handler does.
 const SUBSCRIPTION_QUEUE: usize = 4096;
 
-struct Shared {
-    /// Set once the host's output ended; nothing can be answered after that.
-    closed: std::sync::atomic::AtomicBool,
-    pending: Mutex<HashMap<u32, Waiting>>,
-    subscriptions: Mutex<HashMap<u32, EventSender>>,
-    next_id: AtomicU32,
+/// What the reader task and the transport's callers share.
+struct HostLink {
+    routes: Mutex<Routes>,
     outgoing: mpsc::UnboundedSender<pb::NativeFrame>,
+}
+
+/// The router, and whether the host's output ended, under one lock: a
+/// request is either registered before the end (and failed by it) or sees it.
+struct Routes {
+    router: FrameRouter<EventSender>,
+    /// Set once the host's output ended; nothing can be answered after that.
+    closed: bool,
 }
 
 /// A transport through a `pedelec-native-host` child process.
@@ -76,7 +78,7 @@ struct Shared {
 /// # }
 /// ```
 pub struct NativeMessagingTransport {
-    shared: Arc<Shared>,
+    shared: Arc<HostLink>,
     child: Mutex<Option<tokio::process::Child>>,
 }
 
@@ -140,13 +142,8 @@ impl NativeMessagingTransport {
         let mut stdin = child.stdin.take().expect("piped stdin");
         let mut stdout = child.stdout.take().expect("piped stdout");
         let (outgoing, mut frames) = mpsc::unbounded::<pb::NativeFrame>();
-        let shared = Arc::new(Shared {
-            closed: std::sync::atomic::AtomicBool::new(false),
-            pending: Mutex::default(),
-            subscriptions: Mutex::default(),
-            next_id: AtomicU32::new(1),
-            outgoing,
-        });
+        let shared =
+            Arc::new(HostLink { routes: Mutex::new(Routes { router: FrameRouter::new(), closed: false }), outgoing });
 
         tokio::spawn(async move {
             let mut message_id = 0u32;
@@ -217,135 +214,104 @@ impl NativeMessagingTransport {
     }
 }
 
-impl Shared {
+impl HostLink {
     /// Hands one frame on; waits while the subscription it is for has a full queue.
     async fn route(&self, frame: pb::NativeFrame) {
-        let id = frame.request_id;
-        let subscription = |id: &u32| lock(&self.subscriptions).get(id).cloned();
-        // Requests the host answered by acknowledgement: settled before the body.
-        for ack in &frame.acks {
-            let waiting = lock(&self.pending).remove(ack);
-            if let Some(waiting) = waiting {
-                waiting.acknowledged();
+        let delivery = lock(&self.routes).router.route(frame);
+        match delivery {
+            Some(Delivery::Event(tx, event)) => {
+                let _ = tx.send(Ok(event)).await;
             }
-        }
-        match frame.body {
-            Some(Body::Event(event)) => {
-                if let Some(tx) = subscription(&id) {
-                    let _ = tx.send(Ok(event)).await;
-                }
-            }
-            Some(Body::Batch(batch)) => match decoded_batch(batch_events(&batch)) {
-                Ok(events) => {
-                    if let Some(tx) = subscription(&id) {
-                        for event in events {
-                            if tx.send(Ok(event)).await.is_err() {
-                                break;
-                            }
-                        }
+            Some(Delivery::Events(tx, events)) => {
+                for event in events {
+                    if tx.send(Ok(event)).await.is_err() {
+                        break;
                     }
                 }
-                Err(error) => self.fail_subscription(id, error).await,
-            },
-            Some(Body::Response(response)) => {
-                if let (Some(waiting), Some(result)) = (lock(&self.pending).remove(&id), response.result) {
-                    waiting.answer(Ok(result));
-                }
             }
-            Some(Body::Error(error)) => {
-                let pending = lock(&self.pending).remove(&id);
-                if let Some(waiting) = pending {
-                    waiting.answer(Err(error.into()));
-                } else {
-                    // A live subscription failed (e.g. Core went away).
-                    self.fail_subscription(id, error.into()).await;
-                }
+            Some(Delivery::Fail(tx, error)) => {
+                let _ = tx.send(Err(error)).await;
             }
-            // A frame of acknowledgements only.
-            None if !frame.acks.is_empty() => {}
-            _ => tracing::warn!(request_id = id, "unexpected frame from the native host"),
-        }
-    }
-
-    /// Ends subscription `id` with `error` (the last thing its stream yields).
-    async fn fail_subscription(&self, id: u32, error: PedelecError) {
-        let removed = lock(&self.subscriptions).remove(&id);
-        if let Some(tx) = removed {
-            let _ = tx.send(Err(error)).await;
+            None => {}
         }
     }
 
     fn close(&self) {
-        self.closed.store(true, Ordering::SeqCst);
-        for (_, waiting) in lock(&self.pending).drain() {
-            waiting.answer(Err(detached()));
-        }
+        let subscriptions = {
+            let mut routes = lock(&self.routes);
+            routes.closed = true;
+            routes.router.fail_pending(detached);
+            routes.router.end_subscriptions()
+        };
         // A full queue cannot take the error; its stream still ends when
         // the sender goes, which the session reads as detached all the same.
-        for (_, tx) in lock(&self.subscriptions).drain() {
+        for tx in subscriptions {
             let _ = tx.try_send(Err(detached()));
         }
     }
 
-    fn request(self: &Arc<Self>, call: Call) -> (u32, BoxFuture<'static, Result<Reply, PedelecError>>) {
-        let id = self.next_id.fetch_add(1, Ordering::Relaxed);
+    fn request(self: &Arc<Self>, call: Call) -> BoxFuture<'static, Result<Reply, PedelecError>> {
         let (tx, rx) = oneshot::channel();
-        let (frame, waiting) = request_frame(id, call, tx);
-        lock(&self.pending).insert(id, waiting);
-        // `close` sets the flag before draining, so either it drains this entry or we see the flag.
-        if self.closed.load(Ordering::SeqCst) || self.outgoing.unbounded_send(frame).is_err() {
-            lock(&self.pending).remove(&id);
-            return (id, Box::pin(async { Err(detached()) }));
+        let frame = {
+            let mut routes = lock(&self.routes);
+            if routes.closed {
+                return Box::pin(async { Err(detached()) });
+            }
+            let id = routes.router.next_id();
+            let (frame, waiting) = request_frame(id, call, tx);
+            routes.router.request(id, waiting);
+            frame
+        };
+        let id = frame.request_id;
+        if self.outgoing.unbounded_send(frame).is_err() {
+            lock(&self.routes).router.forget(id);
+            return Box::pin(async { Err(detached()) });
         }
-        (id, Box::pin(async move { rx.await.unwrap_or_else(|_| Err(detached())) }))
+        Box::pin(async move { rx.await.unwrap_or_else(|_| Err(detached())) })
     }
 }
 
 /// Ends the host-side subscription when the SDK drops its stream.
 struct Unsubscribe {
-    shared: Arc<Shared>,
+    shared: Arc<HostLink>,
     id: u32,
     session_id: String,
 }
 
 impl Drop for Unsubscribe {
     fn drop(&mut self) {
-        if lock(&self.shared.subscriptions).remove(&self.id).is_some() {
+        if lock(&self.shared.routes).router.unsubscribe(self.id) {
             let call = Call::Unsubscribe(pb::UnsubscribeRequest {
                 session_id: std::mem::take(&mut self.session_id),
                 subscription_id: self.id,
             });
-            let (_, reply) = self.shared.request(call);
-            drop(reply);
+            drop(self.shared.request(call));
         }
     }
 }
 
 impl Transport for NativeMessagingTransport {
     fn call(&self, call: Call) -> BoxFuture<'static, Result<Reply, PedelecError>> {
-        self.shared.request(call).1
+        self.shared.request(call)
     }
 
     fn subscribe(&self, request: pb::SubscribeRequest) -> BoxFuture<'static, Result<EventStream, PedelecError>> {
         let shared = self.shared.clone();
         Box::pin(async move {
             let session_id = request.session_id.clone();
-            let id = shared.next_id.fetch_add(1, Ordering::Relaxed);
-            // Registered before the request goes out, so no event can slip past.
             let (tx, rx) = tokio::sync::mpsc::channel(SUBSCRIPTION_QUEUE);
-            lock(&shared.subscriptions).insert(id, tx);
             let (reply_tx, reply_rx) = oneshot::channel();
-            lock(&shared.pending).insert(id, Waiting::new(reply_tx, None));
-            if shared.closed.load(Ordering::SeqCst) {
-                lock(&shared.pending).remove(&id);
-                lock(&shared.subscriptions).remove(&id);
-                return Err(detached());
-            }
-            let frame = pb::NativeFrame {
-                request_id: id,
-                body: Some(Body::Request(pb::NativeRequest { call: Some(Call::Subscribe(request)) })),
-                ..Default::default()
+            let id = {
+                let mut routes = lock(&shared.routes);
+                if routes.closed {
+                    return Err(detached());
+                }
+                let id = routes.router.next_id();
+                // Registered before the request goes out, so no event can slip past.
+                routes.router.subscribe(id, tx, request.clone(), Waiting::new(reply_tx, None));
+                id
             };
+            let frame = subscribe_frame(id, request);
             let guard = Unsubscribe { shared: shared.clone(), id, session_id };
             let mut outgoing = shared.outgoing.clone();
             outgoing.send(frame).await.map_err(|_| detached())?;
@@ -353,7 +319,7 @@ impl Transport for NativeMessagingTransport {
                 Ok(Reply::Subscribe(snapshot)) => snapshot,
                 Ok(other) => return Err(crate::transport::unexpected(&other)),
                 Err(error) => {
-                    lock(&shared.subscriptions).remove(&id);
+                    lock(&shared.routes).router.forget(id);
                     return Err(error);
                 }
             };

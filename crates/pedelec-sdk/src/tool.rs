@@ -121,7 +121,7 @@ pub type ToolOutcome = Result<serde_json::Value, String>;
 /// // What `handler` and `sync_handler` build; by hand it takes and gives JSON.
 /// let echo: ToolHandlerFn = Arc::new(|args, _ctx| Box::pin(async move { Ok(args) }));
 /// # let ctx = pedelec_sdk::ToolCallContext {
-/// #     base: pedelec_sdk::context::SessionMeta::default().core("tool_call", None, 0, None),
+/// #     base: pedelec_sdk::context::SessionMeta::default().core(pedelec_sdk::context::EventKind::ToolCall, None, 0, None),
 /// #     tool_request_id: "tool-1".into(),
 /// #     tool: "add".into(),
 /// # };
@@ -142,7 +142,7 @@ pub type ToolHandlerFn =
 /// let any: GenericToolHandlerFn<String> =
 ///     Arc::new(|name, _args, _ctx| Box::pin(async move { Err(format!("{name} is not implemented")) }));
 /// # let ctx = pedelec_sdk::ToolCallContext {
-/// #     base: pedelec_sdk::context::SessionMeta::default().core("tool_call", None, 0, None),
+/// #     base: pedelec_sdk::context::SessionMeta::default().core(pedelec_sdk::context::EventKind::ToolCall, None, 0, None),
 /// #     tool_request_id: "tool-1".into(),
 /// #     tool: "add".into(),
 /// # };
@@ -168,7 +168,7 @@ pub type GenericToolHandlerFn<T> =
 ///
 /// let add = handler(|args: Add, _ctx| async move { Ok::<_, String>(args.a + args.b) });
 /// # let ctx = pedelec_sdk::ToolCallContext {
-/// #     base: pedelec_sdk::context::SessionMeta::default().core("tool_call", None, 0, None),
+/// #     base: pedelec_sdk::context::SessionMeta::default().core(pedelec_sdk::context::EventKind::ToolCall, None, 0, None),
 /// #     tool_request_id: "tool-1".into(),
 /// #     tool: "add".into(),
 /// # };
@@ -209,7 +209,7 @@ where
 ///     if text.is_empty() { Err("nothing to shout") } else { Ok(text.to_uppercase()) }
 /// });
 /// # let ctx = pedelec_sdk::ToolCallContext {
-/// #     base: pedelec_sdk::context::SessionMeta::default().core("tool_call", None, 0, None),
+/// #     base: pedelec_sdk::context::SessionMeta::default().core(pedelec_sdk::context::EventKind::ToolCall, None, 0, None),
 /// #     tool_request_id: "tool-1".into(),
 /// #     tool: "add".into(),
 /// # };

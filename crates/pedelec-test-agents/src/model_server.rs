@@ -292,7 +292,7 @@ impl ModelRequest {
 
 /// What the model does for one request.
 #[derive(Debug, Clone)]
-pub enum Reply {
+pub enum ModelReply {
     /// Assistant text, streamed in `chunks` deltas (at least one).
     Text { text: String, chunks: usize },
     /// A call of the tool `name` (the full name the agent offered) with these
@@ -310,7 +310,7 @@ pub enum Reply {
 /// A reply with its token figures and an optional delay before the first byte.
 #[derive(Debug, Clone)]
 pub struct Answer {
-    pub reply: Reply,
+    pub reply: ModelReply,
     pub input_tokens: u64,
     pub output_tokens: u64,
     pub delay: Duration,
@@ -318,20 +318,20 @@ pub struct Answer {
 
 impl Answer {
     pub fn text(text: impl Into<String>) -> Self {
-        Answer::new(Reply::Text { text: text.into(), chunks: 3 })
+        Answer::new(ModelReply::Text { text: text.into(), chunks: 3 })
     }
 
     pub fn tool_call(name: impl Into<String>, arguments: Value) -> Self {
-        Answer::new(Reply::ToolCall { name: name.into(), arguments, preamble: None })
+        Answer::new(ModelReply::ToolCall { name: name.into(), arguments, preamble: None })
     }
 
-    pub fn new(reply: Reply) -> Self {
+    pub fn new(reply: ModelReply) -> Self {
         Answer { reply, input_tokens: 100, output_tokens: 10, delay: Duration::ZERO }
     }
 
     /// Text the model says before its tool call (no-op for other replies).
     pub fn with_preamble(mut self, text: impl Into<String>) -> Self {
-        if let Reply::ToolCall { preamble, .. } = &mut self.reply {
+        if let ModelReply::ToolCall { preamble, .. } = &mut self.reply {
             *preamble = Some(text.into());
         }
         self
@@ -492,7 +492,7 @@ fn pieces(text: &str, n: usize) -> Vec<String> {
 /// The SSE frames of a streamed answer, as the vendor frames them (a cut
 /// answer keeps only its first frames; the caller then fails the body).
 pub fn sse_frames(request: &ModelRequest, answer: &Answer) -> Vec<String> {
-    if let (Api::ChatCompletions, Reply::Text { text, chunks }) = (request.api, &answer.reply) {
+    if let (Api::ChatCompletions, ModelReply::Text { text, chunks }) = (request.api, &answer.reply) {
         return chat_text_frames(request, answer, text, *chunks);
     }
     let events = match request.api {
@@ -506,7 +506,7 @@ pub fn sse_frames(request: &ModelRequest, answer: &Answer) -> Vec<String> {
     if request.api == Api::ChatCompletions {
         frames.push("data: [DONE]\n\n".into());
     }
-    if matches!(answer.reply, Reply::Cut { .. }) {
+    if matches!(answer.reply, ModelReply::Cut { .. }) {
         // Keep the first text delta or two, then fail the body mid-stream.
         frames.truncate(frames.len().min(3));
     }
@@ -519,7 +519,7 @@ pub fn sse_frames(request: &ModelRequest, answer: &Answer) -> Vec<String> {
 /// server about 6 µs a delta, more than the client under test spent on it.
 fn chat_text_frames(request: &ModelRequest, answer: &Answer, text: &str, chunks: usize) -> Vec<String> {
     const MARKER: &str = "\u{1}pedelec-delta\u{1}";
-    let template = Answer { reply: Reply::Text { text: MARKER.into(), chunks: 1 }, ..answer.clone() };
+    let template = Answer { reply: ModelReply::Text { text: MARKER.into(), chunks: 1 }, ..answer.clone() };
     let mut frames: Vec<String> =
         chat_events(request, &template).into_iter().map(|(name, data)| sse(request.api, name, &data)).collect();
     frames.push("data: [DONE]\n\n".into());
@@ -557,9 +557,9 @@ fn writes(frames: Vec<String>) -> Vec<String> {
 
 fn generate(request: &ModelRequest, answer: &Answer) -> hyper::Response<Body> {
     let cut = match &answer.reply {
-        Reply::Status { status, message } => return error_response(request.api, *status, message),
-        Reply::Cut { .. } => true,
-        Reply::Text { .. } | Reply::ToolCall { .. } | Reply::ToolSearch { .. } => false,
+        ModelReply::Status { status, message } => return error_response(request.api, *status, message),
+        ModelReply::Cut { .. } => true,
+        ModelReply::Text { .. } | ModelReply::ToolCall { .. } | ModelReply::ToolSearch { .. } => false,
     };
     if !request.streamed() {
         return json_response(200, non_streamed(request, answer));
@@ -641,9 +641,9 @@ fn responses_events(request: &ModelRequest, answer: &Answer) -> Vec<(&'static st
         output.push(item);
     };
     match &answer.reply {
-        Reply::Text { text, chunks } => text_item(&mut events, text, *chunks),
-        Reply::Cut { text } => text_item(&mut events, text, 3),
-        Reply::ToolCall { name, arguments, preamble } => {
+        ModelReply::Text { text, chunks } => text_item(&mut events, text, *chunks),
+        ModelReply::Cut { text } => text_item(&mut events, text, 3),
+        ModelReply::ToolCall { name, arguments, preamble } => {
             if let Some(preamble) = preamble {
                 text_item(&mut events, preamble, 2);
             }
@@ -666,7 +666,7 @@ fn responses_events(request: &ModelRequest, answer: &Answer) -> Vec<(&'static st
             ));
             output.push(item);
         }
-        Reply::ToolSearch { query } => {
+        ModelReply::ToolSearch { query } => {
             let item = json!({"type": "tool_search_call", "id": format!("ts_{}", request.history().len()),
                               "call_id": call_id(request), "execution": "client", "status": "completed",
                               "arguments": {"query": query, "limit": 8}});
@@ -680,7 +680,7 @@ fn responses_events(request: &ModelRequest, answer: &Answer) -> Vec<(&'static st
             ));
             output.push(item);
         }
-        Reply::Status { .. } => {}
+        ModelReply::Status { .. } => {}
     }
     let usage = json!({"input_tokens": answer.input_tokens, "input_tokens_details": {"cached_tokens": 0},
                        "output_tokens": answer.output_tokens, "output_tokens_details": {"reasoning_tokens": 0},
@@ -701,19 +701,19 @@ fn chat_events(request: &ModelRequest, answer: &Answer) -> Vec<(&'static str, Va
     };
     let mut events = Vec::new();
     match &answer.reply {
-        Reply::Text { text, chunks } => {
+        ModelReply::Text { text, chunks } => {
             events.push(("", chunk(json!({"role": "assistant", "content": ""}), None)));
             for piece in pieces(text, *chunks) {
                 events.push(("", chunk(json!({"content": piece}), None)));
             }
             events.push(("", chunk(json!({}), Some("stop"))));
         }
-        Reply::Cut { text } => {
+        ModelReply::Cut { text } => {
             for piece in pieces(text, 3) {
                 events.push(("", chunk(json!({"role": "assistant", "content": piece}), None)));
             }
         }
-        Reply::ToolCall { name, arguments, preamble } => {
+        ModelReply::ToolCall { name, arguments, preamble } => {
             if let Some(preamble) = preamble {
                 events.push(("", chunk(json!({"role": "assistant", "content": preamble}), None)));
             }
@@ -730,7 +730,7 @@ fn chat_events(request: &ModelRequest, answer: &Answer) -> Vec<(&'static str, Va
             events.push(("", chunk(json!({"tool_calls": [{"index": 0, "function": {"arguments": tail}}]}), None)));
             events.push(("", chunk(json!({}), Some("tool_calls"))));
         }
-        Reply::Status { .. } | Reply::ToolSearch { .. } => {}
+        ModelReply::Status { .. } | ModelReply::ToolSearch { .. } => {}
     }
     events.push((
         "",
@@ -767,15 +767,15 @@ fn messages_events(request: &ModelRequest, answer: &Answer) -> Vec<(&'static str
         }
     };
     let stop = match &answer.reply {
-        Reply::Text { text, chunks } => {
+        ModelReply::Text { text, chunks } => {
             text_block(&mut events, 0, pieces(text, *chunks), true);
             "end_turn"
         }
-        Reply::Cut { text } => {
+        ModelReply::Cut { text } => {
             text_block(&mut events, 0, vec![text.clone()], false);
             "end_turn"
         }
-        Reply::ToolCall { name, arguments, preamble } => {
+        ModelReply::ToolCall { name, arguments, preamble } => {
             let mut index = 0;
             if let Some(preamble) = preamble {
                 text_block(&mut events, 0, vec![preamble.clone()], true);
@@ -794,7 +794,7 @@ fn messages_events(request: &ModelRequest, answer: &Answer) -> Vec<(&'static str
             events.push(("content_block_stop", json!({"type": "content_block_stop", "index": index})));
             "tool_use"
         }
-        Reply::Status { .. } | Reply::ToolSearch { .. } => "end_turn",
+        ModelReply::Status { .. } | ModelReply::ToolSearch { .. } => "end_turn",
     };
     events.push((
         "message_delta",
@@ -816,7 +816,7 @@ fn gemini_events(answer: &Answer) -> Vec<(&'static str, Value)> {
         c
     };
     match &answer.reply {
-        Reply::Text { text, chunks } => {
+        ModelReply::Text { text, chunks } => {
             let all = pieces(text, *chunks);
             let last = all.len() - 1;
             all.into_iter()
@@ -831,8 +831,8 @@ fn gemini_events(answer: &Answer) -> Vec<(&'static str, Value)> {
                 })
                 .collect()
         }
-        Reply::Cut { text } => vec![("", json!({"candidates": [candidate(json!([{"text": text}]), None)]}))],
-        Reply::ToolCall { name, arguments, preamble } => {
+        ModelReply::Cut { text } => vec![("", json!({"candidates": [candidate(json!([{"text": text}]), None)]}))],
+        ModelReply::ToolCall { name, arguments, preamble } => {
             let mut parts = Vec::new();
             if let Some(preamble) = preamble {
                 parts.push(json!({"text": preamble}));
@@ -840,34 +840,34 @@ fn gemini_events(answer: &Answer) -> Vec<(&'static str, Value)> {
             parts.push(json!({"functionCall": {"name": name, "args": arguments}}));
             vec![("", json!({"candidates": [candidate(Value::Array(parts), Some("STOP"))], "usageMetadata": usage}))]
         }
-        Reply::Status { .. } | Reply::ToolSearch { .. } => Vec::new(),
+        ModelReply::Status { .. } | ModelReply::ToolSearch { .. } => Vec::new(),
     }
 }
 
 /// The same answer as one JSON body, for agents that ask without `stream`.
 fn non_streamed(request: &ModelRequest, answer: &Answer) -> Value {
     let text = match &answer.reply {
-        Reply::Text { text, .. } | Reply::Cut { text } => Some(text.clone()),
+        ModelReply::Text { text, .. } | ModelReply::Cut { text } => Some(text.clone()),
         _ => None,
     };
     match request.api {
         Api::Messages => {
             let content = match &answer.reply {
-                Reply::ToolCall { name, arguments, preamble } => {
+                ModelReply::ToolCall { name, arguments, preamble } => {
                     let mut blocks: Vec<Value> = preamble.iter().map(|p| json!({"type": "text", "text": p})).collect();
                     blocks.push(json!({"type": "tool_use", "id": format!("toolu_{}", call_id(request)), "name": name, "input": arguments}));
                     Value::Array(blocks)
                 }
                 _ => json!([{"type": "text", "text": text.unwrap_or_default()}]),
             };
-            let stop = if matches!(answer.reply, Reply::ToolCall { .. }) { "tool_use" } else { "end_turn" };
+            let stop = if matches!(answer.reply, ModelReply::ToolCall { .. }) { "tool_use" } else { "end_turn" };
             json!({"id": "msg_pedelec", "type": "message", "role": "assistant", "model": request.model(),
                    "content": content, "stop_reason": stop, "stop_sequence": null,
                    "usage": {"input_tokens": answer.input_tokens, "output_tokens": answer.output_tokens}})
         }
         Api::ChatCompletions => {
             let message = match &answer.reply {
-                Reply::ToolCall { name, arguments, preamble } => json!({"role": "assistant", "content": preamble,
+                ModelReply::ToolCall { name, arguments, preamble } => json!({"role": "assistant", "content": preamble,
                     "tool_calls": [{"id": call_id(request), "type": "function",
                                     "function": {"name": name, "arguments": arguments_text(arguments)}}]}),
                 _ => json!({"role": "assistant", "content": text.unwrap_or_default()}),
@@ -880,7 +880,7 @@ fn non_streamed(request: &ModelRequest, answer: &Answer) -> Value {
         Api::Gemini => {
             // One candidate with the whole text, not the stream's last piece.
             let mut whole = answer.clone();
-            if let Reply::Text { chunks, .. } = &mut whole.reply {
+            if let ModelReply::Text { chunks, .. } = &mut whole.reply {
                 *chunks = 1;
             }
             gemini_events(&whole).pop().map(|(_, v)| v).unwrap_or(Value::Null)
@@ -960,7 +960,7 @@ pub fn standard_script() -> Script {
                 }
                 // Deferred tools (codex with a model that supports tool search): find them first.
                 None if request.offers_tool_search() && !searched => {
-                    Answer::new(Reply::ToolSearch { query: name.to_owned() }).usage(120, 8)
+                    Answer::new(ModelReply::ToolSearch { query: name.to_owned() }).usage(120, 8)
                 }
                 None => Answer::text(format!("No tool {name} among {:?}", request.tool_names())),
             };
@@ -973,7 +973,7 @@ pub fn standard_script() -> Script {
         }
         if let Some(status) = command.strip_prefix("fail ") {
             let status = status.trim().parse().unwrap_or(500);
-            return Answer::new(Reply::Status { status, message: format!("scripted failure {status}") });
+            return Answer::new(ModelReply::Status { status, message: format!("scripted failure {status}") });
         }
         let echoed = command.lines().last().unwrap_or_default();
         Answer::text(format!("Echo: {echoed}"))
@@ -1052,7 +1052,7 @@ mod tests {
         let offered = json!([{"type": "function", "name": "mcp__pedelec__update_counter"},
                              {"type": "namespace", "name": "mcp__pedelec", "tools": [{"type": "function", "name": "explode"}]}]);
         let call = Answer::tool_call("mcp__pedelec__update_counter", json!({"delta": 2})).with_preamble("Calling.");
-        let text = Answer::new(Reply::Text { text: "Hello there".into(), chunks: 2 }).usage(7, 3);
+        let text = Answer::new(ModelReply::Text { text: "Hello there".into(), chunks: 2 }).usage(7, 3);
         let namespaced = Answer::tool_call("mcp__pedelec__explode", json!({}));
         let mut out = String::new();
         for (api, path) in [

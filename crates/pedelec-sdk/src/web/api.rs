@@ -292,7 +292,7 @@ impl JsPedelecSession {
 
     #[wasm_bindgen(getter, js_name = effortLevel)]
     pub fn effort_level(&self) -> Option<String> {
-        self.session.effort_level().map(str::to_owned)
+        self.session.effort_level().and_then(|e| e.seed_str()).map(str::to_owned)
     }
 
     #[wasm_bindgen(getter, js_name = sessionCreatedAt)]

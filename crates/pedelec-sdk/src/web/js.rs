@@ -158,16 +158,16 @@ fn cached_opt(text: Option<&str>) -> JsValue {
 
 fn base(ctx: &EventContext) -> Object {
     make_event_context(
-        &cached_str(ctx.kind),
+        &cached_str(ctx.kind.as_str()),
         &cached_str(&ctx.session_id),
         &cached_str(&ctx.provider),
-        &cached_opt(ctx.effort_level),
+        &cached_opt(ctx.effort_level.and_then(|e| e.seed_str())),
         ctx.session_created_at as f64,
         ctx.event_received_at.map(|v| v as f64),
         ctx.event_emitted_at as f64,
         &cached_opt(ctx.turn_id.as_deref()),
         ctx.turn_started_at.map(|v| v as f64),
-        &cached_opt(ctx.turn_kind),
+        &cached_opt(ctx.turn_kind.and_then(|k| k.seed_str())),
         &cached_str(ctx.source.as_str()),
     )
 }

@@ -4,7 +4,7 @@
 //! The `Transport` trait, the handler types and the session shell all require
 //! `Send`, because natively they run on a multi-threaded tokio runtime. JS
 //! values are `!Send`. Rather than cfg'ing `Send` away across `transport.rs`,
-//! `session.rs`, `tool.rs` and every crate that implements or calls them (the
+//! `session/`, `tool.rs` and every crate that implements or calls them (the
 //! native host uses the trait too), the browser build wraps its JS handles
 //! here, so the session logic compiles unchanged. It is sound because the
 //! browser build is single-threaded: without the `atomics` target feature,

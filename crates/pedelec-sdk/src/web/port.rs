@@ -2,23 +2,22 @@
 //! Pedelec extension, carrying the same `NativeFrame`s the native host speaks
 //! (as `{ type: "frame", frame }` messages; see `extension/README.md`).
 //!
-//! Requests pair with responses by `requestId`, events arrive tagged with
-//! their Subscribe's id, and chunked frames are reassembled with the protocol
-//! crate's [`ChunkAssembler`] — the same rules as [`crate::native`]. When the
+//! Which frame answers which request and feeds which subscription is
+//! [`crate::router`]'s, as for [`crate::native`]; chunked frames are
+//! reassembled with the protocol crate's [`ChunkAssembler`]. When the
 //! port drops (the extension's service worker restarted, or the extension was
 //! reloaded) pending requests fail with `TRANSPORT_DETACHED` and live
 //! subscriptions are re-sent on a fresh port, so the session machine receives
 //! a new snapshot and carries on.
 
 use std::cell::{Cell, RefCell};
-use std::collections::{HashMap, HashSet};
 use std::rc::Rc;
 
 use futures::StreamExt;
 use futures::channel::{mpsc, oneshot};
 use js_sys::{Function, JSON, Object};
-use pedelec_protocol::event_batch::{Shared, batch_events, batch_events_base64};
-use pedelec_protocol::native::{ChunkAssembler, FrameError, decode_native_frame};
+use pedelec_protocol::event_batch::{BatchHeader, batch_events_base64};
+use pedelec_protocol::native::{ChunkAssembler, NativeFrameError, decode_native_frame};
 use pedelec_protocol::pb::{self, native_frame::Body};
 use pedelec_protocol::{ErrorCode, json, limits};
 use wasm_bindgen::prelude::*;
@@ -26,8 +25,8 @@ use wasm_bindgen::{JsCast, JsValue};
 
 use super::js;
 use super::local::Local;
-use crate::delivery::{Waiting, decoded_batch, request_frame};
 use crate::error::PedelecError;
+use crate::router::{Delivery, FrameRouter, Waiting, request_frame, subscribe_frame};
 use crate::transport::{BoxFuture, Call, EventStream, Reply, Transport};
 
 #[wasm_bindgen]
@@ -133,11 +132,6 @@ pub struct ExtensionStatus {
     pub pending: bool,
 }
 
-struct Subscription {
-    events: EventSender,
-    request: pb::SubscribeRequest,
-}
-
 struct Connection {
     port: Port,
     // Kept alive as long as the port; dropped only after the port is gone.
@@ -154,13 +148,10 @@ pub(crate) struct Link {
     /// Whether the current port ever carried a message from the extension: a
     /// port that closes without one means no such extension answers here.
     heard: Cell<bool>,
-    pending: RefCell<HashMap<u32, Waiting>>,
-    subscriptions: RefCell<HashMap<u32, Subscription>>,
-    /// Subscriptions re-sent on a fresh port: their snapshot reply is an event.
-    resubscribing: RefCell<HashSet<u32>>,
+    /// Requests and subscriptions; a borrow never spans a call into JS.
+    router: RefCell<FrameRouter<EventSender>>,
     status_waiters: RefCell<Vec<oneshot::Sender<ExtensionStatus>>>,
     assembler: RefCell<ChunkAssembler>,
-    next_id: Cell<u32>,
 }
 
 fn detached(message: &str) -> PedelecError {
@@ -190,20 +181,10 @@ impl Link {
             connection: RefCell::new(None),
             epoch: Cell::new(0),
             heard: Cell::new(false),
-            pending: RefCell::default(),
-            subscriptions: RefCell::default(),
-            resubscribing: RefCell::default(),
+            router: RefCell::new(FrameRouter::new()),
             status_waiters: RefCell::default(),
             assembler: RefCell::new(ChunkAssembler::new(limits::NATIVE_BROWSER_TO_HOST_MAX)),
-            next_id: Cell::new(1),
         })
-    }
-
-    fn next_id(&self) -> u32 {
-        // Ids from 2^31 up belong to the extension (extension/README.md).
-        let id = self.next_id.get();
-        self.next_id.set(if id >= 0x7fff_ffff { 1 } else { id + 1 });
-        id
     }
 
     /// Opens the port when there is none.
@@ -275,24 +256,31 @@ impl Link {
                 // from the message, without turning the frame back into text.
                 let batch = js::get(&frame, "batch");
                 if batch.is_object() {
-                    // Requests the host answered by acknowledgement (in a
-                    // tool loop, the previous tool result), settled before
-                    // the body as `route` does for decoded frames.
-                    let acks = js::get(&frame, "acks");
-                    if let Some(acks) = acks.dyn_ref::<js_sys::Array>() {
-                        self.acknowledge(acks.iter().filter_map(|id| id.as_f64()).map(|id| id as u32));
-                    }
-                    let request_id = js::get(&frame, "requestId").as_f64().unwrap_or(0.0);
+                    let request_id = js::get(&frame, "requestId").as_f64().unwrap_or(0.0) as u32;
                     let events = js::get_string(&batch, "events").unwrap_or_default();
-                    let shared = batch_shared(&batch);
-                    self.route_batch(request_id as u32, shared.and_then(|s| batch_events_base64(s, &events)));
+                    let events = batch_header(&batch).and_then(|header| batch_events_base64(header, &events));
+                    let acks = js::get(&frame, "acks");
+                    let delivery = {
+                        let mut router = self.router.borrow_mut();
+                        // Requests the host answered by acknowledgement (in a
+                        // tool loop, the previous tool result), settled before
+                        // the body as for decoded frames.
+                        if let Some(acks) = acks.dyn_ref::<js_sys::Array>() {
+                            router.acknowledge(acks.iter().filter_map(|id| id.as_f64()).map(|id| id as u32));
+                        }
+                        router.batch(request_id, events)
+                    };
+                    deliver(delivery);
                     return;
                 }
                 let text = JSON::stringify(&frame).ok().and_then(|t| t.as_string());
                 let Some(text) = text else { return };
                 let frame = decode_native_frame(&text).and_then(|f| self.assembler.borrow_mut().accept(f));
                 match frame {
-                    Ok(Some(frame)) => self.route(frame),
+                    Ok(Some(frame)) => {
+                        let delivery = self.router.borrow_mut().route(frame);
+                        deliver(delivery);
+                    }
                     Ok(None) => {}
                     Err(error) => tracing::warn!(%error, "bad frame from the extension"),
                 }
@@ -315,10 +303,9 @@ impl Link {
             // is re-sent on a fresh port: that would ask for approval again
             // with no action of the page's.
             Some("approval") if js::get_string(message, "state").as_deref() == Some("revoked") => {
-                let subscriptions: Vec<Subscription> =
-                    self.subscriptions.borrow_mut().drain().map(|(_, s)| s).collect();
-                for sub in subscriptions {
-                    let _ = sub.events.unbounded_send(Err(revoked()));
+                let subscriptions = self.router.borrow_mut().end_subscriptions();
+                for events in subscriptions {
+                    let _ = events.unbounded_send(Err(revoked()));
                 }
             }
             // Other approval progress notices need no action here: the gated
@@ -327,89 +314,23 @@ impl Link {
         }
     }
 
-    /// Applies a batch in one pass: its events enter the subscription's
-    /// queue together, in order. A batch that does not decode lost events,
-    /// so its subscription fails rather than going on with a gap.
-    fn route_batch(&self, id: u32, events: Result<Vec<pb::SessionEvent>, FrameError>) {
-        let mut subscriptions = self.subscriptions.borrow_mut();
-        match decoded_batch(events) {
-            Ok(events) => {
-                if let Some(sub) = subscriptions.get(&id) {
-                    events.into_iter().for_each(|event| drop(sub.events.unbounded_send(Ok(event))));
-                }
-            }
-            Err(error) => {
-                if let Some(sub) = subscriptions.remove(&id) {
-                    let _ = sub.events.unbounded_send(Err(error));
-                }
-            }
-        }
-    }
-
-    /// Settles requests the host answered by acknowledgement.
-    fn acknowledge(&self, ids: impl Iterator<Item = u32>) {
-        for id in ids {
-            let waiting = self.pending.borrow_mut().remove(&id);
-            if let Some(waiting) = waiting {
-                waiting.acknowledged();
-            }
-        }
-    }
-
-    fn route(&self, frame: pb::NativeFrame) {
-        let id = frame.request_id;
-        self.acknowledge(frame.acks.iter().copied());
-        match frame.body {
-            Some(Body::Event(event)) => {
-                if let Some(sub) = self.subscriptions.borrow().get(&id) {
-                    let _ = sub.events.unbounded_send(Ok(event));
-                }
-            }
-            Some(Body::Batch(batch)) => self.route_batch(id, batch_events(&batch)),
-            Some(Body::Response(response)) => {
-                let Some(result) = response.result else { return };
-                if self.resubscribing.borrow_mut().remove(&id) {
-                    if let (Reply::Subscribe(snapshot), Some(sub)) = (result, self.subscriptions.borrow().get(&id)) {
-                        let _ = sub.events.unbounded_send(Ok(snapshot));
-                    }
-                } else if let Some(waiting) = self.pending.borrow_mut().remove(&id) {
-                    waiting.answer(Ok(result));
-                }
-            }
-            Some(Body::Error(error)) => {
-                self.resubscribing.borrow_mut().remove(&id);
-                if let Some(waiting) = self.pending.borrow_mut().remove(&id) {
-                    waiting.answer(Err(error.into()));
-                } else if let Some(sub) = self.subscriptions.borrow_mut().remove(&id) {
-                    let _ = sub.events.unbounded_send(Err(error.into()));
-                }
-            }
-            // A frame of acknowledgements only.
-            None if !frame.acks.is_empty() => {}
-            _ => tracing::warn!(request_id = id, "unexpected frame from the extension"),
-        }
-    }
-
     fn disconnected(self: &Rc<Self>) {
         // The closures of this port are running now; drop them once this callback returns.
         let old = self.connection.borrow_mut().take();
         wasm_bindgen_futures::spawn_local(async move { drop(old) });
         *self.assembler.borrow_mut() = ChunkAssembler::new(limits::NATIVE_BROWSER_TO_HOST_MAX);
-        let pending: Vec<Waiting> = self.pending.borrow_mut().drain().map(|(_, waiting)| waiting).collect();
         let heard = self.heard.get();
-        for waiting in pending {
-            let error = if heard {
+        self.router.borrow_mut().fail_pending(|| {
+            if heard {
                 detached("the port to the extension closed")
             } else {
                 not_installed("no extension with this id answered (not installed, disabled, or a wrong id)")
-            };
-            waiting.answer(Err(error));
-        }
+            }
+        });
         for waiter in self.status_waiters.borrow_mut().drain(..) {
             let _ = waiter.send(ExtensionStatus::default());
         }
-        self.resubscribing.borrow_mut().clear();
-        if !self.subscriptions.borrow().is_empty() {
+        if self.router.borrow().has_subscriptions() {
             let link = self.clone();
             wasm_bindgen_futures::spawn_local(async move { link.resubscribe().await });
         }
@@ -420,56 +341,52 @@ impl Link {
     async fn resubscribe(self: Rc<Self>) {
         for attempt in 0..6 {
             sleep(100 << attempt).await;
-            if self.subscriptions.borrow().is_empty() {
+            if !self.router.borrow().has_subscriptions() {
                 return;
             }
             if self.ensure_connected().is_err() {
                 continue;
             }
-            let requests: Vec<(u32, pb::SubscribeRequest)> =
-                self.subscriptions.borrow().iter().map(|(id, s)| (*id, s.request.clone())).collect();
-            let mut sent = true;
-            for (id, request) in requests {
-                self.resubscribing.borrow_mut().insert(id);
-                let frame = subscribe_frame(id, request);
-                if self.post_frame(&frame).is_err() {
-                    sent = false;
-                    break;
-                }
-            }
-            if sent {
+            let frames = self.router.borrow_mut().resubscribe();
+            if frames.iter().all(|frame| self.post_frame(frame).is_ok()) {
                 return;
             }
         }
-        let subscriptions: Vec<Subscription> = self.subscriptions.borrow_mut().drain().map(|(_, s)| s).collect();
-        for sub in subscriptions {
-            let _ = sub.events.unbounded_send(Err(detached("the extension did not come back")));
+        let subscriptions = self.router.borrow_mut().end_subscriptions();
+        for events in subscriptions {
+            let _ = events.unbounded_send(Err(detached("the extension did not come back")));
         }
     }
 
     pub(crate) async fn request(self: Rc<Self>, call: Call) -> Result<Reply, PedelecError> {
-        let id = self.next_id();
         let (tx, rx) = oneshot::channel();
-        let (frame, waiting) = request_frame(id, call, tx);
-        self.pending.borrow_mut().insert(id, waiting);
+        let frame = {
+            let mut router = self.router.borrow_mut();
+            let id = router.next_id();
+            let (frame, waiting) = request_frame(id, call, tx);
+            router.request(id, waiting);
+            frame
+        };
         if let Err(error) = self.post_frame(&frame) {
-            self.pending.borrow_mut().remove(&id);
+            self.router.borrow_mut().forget(frame.request_id);
             return Err(error);
         }
         rx.await.unwrap_or_else(|_| Err(detached("the request was dropped")))
     }
 
     async fn subscribe(self: Rc<Self>, request: pb::SubscribeRequest) -> Result<EventStream, PedelecError> {
-        let id = self.next_id();
         let (events, rx) = mpsc::unbounded();
-        // Registered before the request goes out, so no event can slip past.
-        self.subscriptions.borrow_mut().insert(id, Subscription { events, request: request.clone() });
         let (reply_tx, reply_rx) = oneshot::channel();
-        self.pending.borrow_mut().insert(id, Waiting::new(reply_tx, None));
+        let id = {
+            let mut router = self.router.borrow_mut();
+            let id = router.next_id();
+            // Registered before the request goes out, so no event can slip past.
+            router.subscribe(id, events, request.clone(), Waiting::new(reply_tx, None));
+            id
+        };
         let session_id = request.session_id.clone();
         if let Err(error) = self.post_frame(&subscribe_frame(id, request)) {
-            self.pending.borrow_mut().remove(&id);
-            self.subscriptions.borrow_mut().remove(&id);
+            self.router.borrow_mut().forget(id);
             return Err(error);
         }
         let guard = Local(Unsubscribe { link: self.clone(), id, session_id });
@@ -477,7 +394,7 @@ impl Link {
             Ok(Reply::Subscribe(snapshot)) => snapshot,
             Ok(other) => return Err(crate::transport::unexpected(&other)),
             Err(error) => {
-                self.subscriptions.borrow_mut().remove(&id);
+                self.router.borrow_mut().forget(id);
                 return Err(error);
             }
         };
@@ -510,29 +427,33 @@ impl Link {
     }
 }
 
-/// A batch's shared fields, read from its JS object (the turn, a few fields,
+/// Hands routed events to their subscription's queue.
+fn deliver(delivery: Option<Delivery<EventSender>>) {
+    match delivery {
+        Some(Delivery::Event(sink, event)) => drop(sink.unbounded_send(Ok(event))),
+        Some(Delivery::Events(sink, events)) => {
+            events.into_iter().for_each(|event| drop(sink.unbounded_send(Ok(event))))
+        }
+        Some(Delivery::Fail(sink, error)) => drop(sink.unbounded_send(Err(error))),
+        None => {}
+    }
+}
+
+/// A batch's header fields, read from its JS object (the turn, a few fields,
 /// through its JSON).
-fn batch_shared(batch: &JsValue) -> Result<Shared, FrameError> {
+fn batch_header(batch: &JsValue) -> Result<BatchHeader, NativeFrameError> {
     let turn = js::get(batch, "turn");
     let turn = if turn.is_object() {
         let text = JSON::stringify(&turn).ok().and_then(|t| t.as_string()).unwrap_or_default();
-        Some(json::from_json(&text).map_err(|e| FrameError::BadBatch(format!("bad turn: {e}")))?)
+        Some(json::from_json(&text).map_err(|e| NativeFrameError::BadBatch(format!("bad turn: {e}")))?)
     } else {
         None
     };
-    Ok(Shared {
+    Ok(BatchHeader {
         session_id: js::get_string(batch, "sessionId").unwrap_or_default(),
         turn,
         operation_id: js::get_string(batch, "operationId").unwrap_or_default(),
     })
-}
-
-fn subscribe_frame(id: u32, request: pb::SubscribeRequest) -> pb::NativeFrame {
-    pb::NativeFrame {
-        request_id: id,
-        body: Some(Body::Request(pb::NativeRequest { call: Some(Call::Subscribe(request)) })),
-        ..Default::default()
-    }
 }
 
 /// Stops the extension forwarding a subscription when the SDK drops its stream.
@@ -544,13 +465,13 @@ struct Unsubscribe {
 
 impl Drop for Unsubscribe {
     fn drop(&mut self) {
-        if self.link.subscriptions.borrow_mut().remove(&self.id).is_some() {
+        if self.link.router.borrow_mut().unsubscribe(self.id) {
             let call = Call::Unsubscribe(pb::UnsubscribeRequest {
                 session_id: std::mem::take(&mut self.session_id),
                 subscription_id: self.id,
             });
             let frame = pb::NativeFrame {
-                request_id: self.link.next_id(),
+                request_id: self.link.router.borrow_mut().next_id(),
                 body: Some(Body::Request(pb::NativeRequest { call: Some(call) })),
                 ..Default::default()
             };

@@ -16,7 +16,7 @@ fn record(session: &PedelecSession) -> Arc<Mutex<Vec<String>>> {
     let seen: Arc<Mutex<Vec<String>>> = Arc::default();
     let into = seen.clone();
     std::mem::forget(session.on_activity(move |a, ctx| {
-        assert_eq!(ctx.kind, "activity");
+        assert_eq!(ctx.kind.as_str(), "activity");
         let status = status_name(a.status).unwrap_or("-");
         let plan: Vec<String> =
             a.plan.iter().map(|e| format!("{}={}", e.content, status_name(e.status).unwrap_or("-"))).collect();

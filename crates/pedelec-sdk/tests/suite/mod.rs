@@ -251,9 +251,9 @@ impl Recorder {
         let l = r.clone();
         std::mem::forget(session.on_chat_delta(move |t, _| l.push(format!("delta {t:?}"))));
         let l = r.clone();
-        std::mem::forget(
-            session.on_chat(move |t, ctx| l.push(format!("chat {t:?} [{}]", ctx.turn_kind.unwrap_or("-")))),
-        );
+        std::mem::forget(session.on_chat(move |t, ctx| {
+            l.push(format!("chat {t:?} [{}]", ctx.turn_kind.and_then(|k| k.seed_str()).unwrap_or("-")))
+        }));
         let l = r.clone();
         std::mem::forget(
             session.on_error(move |e, ctx| l.push(format!("error {} [{}/{}]", e.code, ctx.source.as_str(), ctx.kind))),

@@ -36,7 +36,7 @@ async fn the_handler_decides(via: Via) {
     let asked: Arc<Mutex<Vec<pb::PermissionRequest>>> = Arc::default();
     let seen = asked.clone();
     let _off = session.on_permission(move |request, ctx| {
-        assert_eq!(ctx.kind, "permission_requested");
+        assert_eq!(ctx.kind.as_str(), "permission_requested");
         seen.lock().unwrap().push(request.clone());
         async move { request.options.iter().find(|o| o.option_id == "allow").map(|o| o.option_id.clone()) }
     });

@@ -426,7 +426,10 @@ async fn scenario(rig: Rig, server: &ModelServer) -> (String, Figures) {
     );
     let turn = generations_since(server, before);
     let call = turn.iter().position(|r| {
-        matches!(r.answer.as_ref().map(|a| &a.reply), Some(pedelec_test_agents::model_server::Reply::ToolCall { .. }))
+        matches!(
+            r.answer.as_ref().map(|a| &a.reply),
+            Some(pedelec_test_agents::model_server::ModelReply::ToolCall { .. })
+        )
     });
     let call = call.unwrap_or_else(|| panic!("{}: the model was never asked to call the tool", rig.provider));
     let result = turn[call + 1..]
@@ -743,7 +746,7 @@ async fn edges(rig: Rig, server: &ModelServer) {
     let _ = session.send_text(format!("write {}", target.display())).await;
     let asked = generations_since(server, before).iter().any(|r| {
         matches!(r.answer.as_ref().map(|a| &a.reply),
-            Some(pedelec_test_agents::model_server::Reply::ToolCall { arguments, .. })
+            Some(pedelec_test_agents::model_server::ModelReply::ToolCall { arguments, .. })
                 if arguments.to_string().contains(&*target.to_string_lossy()))
     });
     assert!(asked, "{}: the model asked the agent to write there: {}", rig.provider, server_log(server));
@@ -759,7 +762,7 @@ async fn edges(rig: Rig, server: &ModelServer) {
     let generations = generations_since(server, before);
     let asked = generations.iter().any(|r| {
         matches!(r.answer.as_ref().map(|a| &a.reply),
-            Some(pedelec_test_agents::model_server::Reply::ToolCall { arguments, .. })
+            Some(pedelec_test_agents::model_server::ModelReply::ToolCall { arguments, .. })
                 if arguments.to_string().contains(&*file.to_string_lossy()))
     });
     assert!(asked, "{}: the model asked the agent to read there: {}", rig.provider, server_log(server));

@@ -130,18 +130,18 @@ async fn contexts_carry_the_seed_fields(via: Via) {
     let _off2 = session.on_status(move |_, ctx| s.lock().unwrap().push(ctx.clone()));
     session.send_text("context please").await.unwrap();
     let ctx = chats.lock().unwrap()[0].clone();
-    assert_eq!(ctx.kind, "chat");
+    assert_eq!(ctx.kind.as_str(), "chat");
     assert_eq!(ctx.session_id, session.session_id());
     assert_eq!(ctx.provider, "scripted");
-    assert_eq!(ctx.effort_level, Some("low"));
+    assert_eq!(ctx.effort_level, Some(pedelec_sdk::EffortLevel::Low));
     assert_eq!(ctx.session_created_at, session.session_created_at());
     assert!(ctx.event_received_at.is_some(), "Core chat callbacks include the received time");
     assert!(ctx.event_emitted_at > 0);
     assert!(ctx.turn_id.is_some() && ctx.turn_started_at.is_some());
-    assert_eq!(ctx.turn_kind, Some("user"));
+    assert_eq!(ctx.turn_kind, Some(pb::TurnKind::User));
     assert_eq!(ctx.source, Source::Core);
     let local = statuses.lock().unwrap()[0].clone();
-    assert_eq!((local.kind, local.source), ("sdk_status_changed", Source::Sdk));
+    assert_eq!((local.kind.as_str(), local.source), ("sdk_status_changed", Source::Sdk));
     assert_eq!(local.event_received_at, None, "local status changes have no received time");
 }
 

@@ -54,7 +54,7 @@ async fn tool_contexts_name_the_request_and_the_tool(via: Via) {
     session.send_text("/tool t {\"k\": [1, 2]}").await.unwrap();
     let (args, ctx) = seen.lock().unwrap().clone().unwrap();
     assert_eq!(args, json!({"k": [1, 2]}));
-    assert_eq!(ctx.kind, "tool_call");
+    assert_eq!(ctx.kind.as_str(), "tool_call");
     assert_eq!(ctx.tool, "t");
     assert!(ctx.tool_request_id.starts_with("tool-"));
     assert!(ctx.turn_id.is_some());
