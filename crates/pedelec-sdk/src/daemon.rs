@@ -166,7 +166,37 @@ impl CoreProcess {
         disconnect_grace: Duration,
         extra: &[&str],
     ) -> Result<Self, PedelecError> {
+        Self::spawn_with_env(binary, socket, state_dir, disconnect_grace, extra, &[])
+    }
+
+    /// As [`CoreProcess::spawn_with_args`], with variables set in Core's
+    /// environment (beside this process's own): an agent's API key, a
+    /// proxy (`HTTPS_PROXY`) for a provider's hosted endpoint.
+    ///
+    /// # Examples
+    ///
+    /// ```no_run
+    /// # fn example() -> Result<(), pedelec_sdk::PedelecError> {
+    /// use std::time::Duration;
+    /// use pedelec_sdk::daemon::{CoreProcess, find_core_binary};
+    ///
+    /// let dir = std::env::temp_dir().join("pedelec-example");
+    /// let env = [("HTTPS_PROXY", "http://proxy.internal:3128")];
+    /// let grace = Duration::from_secs(5);
+    /// let core = CoreProcess::spawn_with_env(&find_core_binary(), &dir.join("core.sock"), &dir, grace, &[], &env)?;
+    /// # Ok(())
+    /// # }
+    /// ```
+    pub fn spawn_with_env(
+        binary: &Path,
+        socket: &Path,
+        state_dir: &Path,
+        disconnect_grace: Duration,
+        extra: &[&str],
+        env: &[(&str, &str)],
+    ) -> Result<Self, PedelecError> {
         let child = Command::new(binary)
+            .envs(env.iter().copied())
             .arg("serve")
             .arg("--socket")
             .arg(socket)

@@ -40,7 +40,8 @@ async fn after_kill_9_and_a_restart_sessions_resume_with_transcript_usage_and_id
         "provider identity kept"
     );
 
-    let kinds: Vec<String> = read_transcript(&h.database(), &id).unwrap().into_iter().map(|e| e.kind.to_string()).collect();
+    let kinds: Vec<String> =
+        read_transcript(&h.database(), &id).unwrap().into_iter().map(|e| e.kind.to_string()).collect();
     let first_turn: Vec<&str> = kinds.iter().map(String::as_str).take(7).collect();
     assert_eq!(
         first_turn,
@@ -73,7 +74,9 @@ async fn an_operation_interrupted_by_a_crash_is_reported_failed_and_the_session_
     resumed.send_text("after the crash").await.unwrap();
     let transcript = read_transcript(&h.database(), &id).unwrap();
     assert!(
-        transcript.iter().any(|e| e.kind.as_str() == "operation_completed" && e.body.json()["error"] == "CORE_RESTARTED"),
+        transcript
+            .iter()
+            .any(|e| e.kind.as_str() == "operation_completed" && e.body.json()["error"] == "CORE_RESTARTED"),
         "{transcript:?}"
     );
 

@@ -82,6 +82,8 @@ pub struct Harness {
     pub core: CoreProcess,
     pub grace: Duration,
     pub via: Via,
+    /// Variables set in Core's environment, at every start.
+    pub env: Vec<(String, String)>,
 }
 
 impl Harness {
@@ -95,6 +97,11 @@ impl Harness {
 
     /// Core with `settings` as its config.toml (its own config dir, never the developer's).
     pub fn with_config(via: Via, settings: &str) -> Self {
+        Self::with_config_env(via, settings, &[])
+    }
+
+    /// Core with `settings` as its config.toml and `env` in its environment.
+    pub fn with_config_env(via: Via, settings: &str, env: &[(&str, &str)]) -> Self {
         let grace = Duration::from_millis(300);
         let dir = tempfile::tempdir().expect("tempdir");
         std::fs::create_dir_all(dir.path().join("config")).expect("config dir");
@@ -104,21 +111,23 @@ impl Harness {
         let settings =
             if settings.contains("allowed_workspace_roots") { settings.to_owned() } else { roots + settings };
         std::fs::write(dir.path().join("config/config.toml"), settings).expect("config.toml");
-        let core = Self::spawn_core(dir.path(), grace);
-        Harness { dir, core, grace, via }
+        let core = Self::spawn_core(dir.path(), grace, env);
+        let env = env.iter().map(|(k, v)| (k.to_string(), v.to_string())).collect();
+        Harness { dir, core, grace, via, env }
     }
 
-    fn spawn_core(dir: &std::path::Path, grace: Duration) -> CoreProcess {
+    fn spawn_core(dir: &std::path::Path, grace: Duration, env: &[(&str, &str)]) -> CoreProcess {
         let config = dir.join("config").display().to_string();
         // Outside the state directory: the tests play the agent, and the
         // database keeps only the tokens' digests.
         let witness = dir.join("tool-tokens").display().to_string();
-        CoreProcess::spawn_with_args(
+        CoreProcess::spawn_with_env(
             &pedelec_sdk::daemon::find_core_binary(),
             &dir.join("run/core.sock"),
             &dir.join("state"),
             grace,
             &["--config-dir", &config, "--tool-token-witness", &witness],
+            env,
         )
         .expect("Core starts (run `cargo build -p pedelec-core -p pedelec-native-host` first)")
     }
@@ -206,7 +215,8 @@ impl Harness {
     }
 
     pub fn restart(&mut self) {
-        self.core = Self::spawn_core(self.dir.path(), self.grace);
+        let env: Vec<(&str, &str)> = self.env.iter().map(|(k, v)| (k.as_str(), v.as_str())).collect();
+        self.core = Self::spawn_core(self.dir.path(), self.grace, &env);
     }
 }
 

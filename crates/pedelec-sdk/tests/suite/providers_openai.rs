@@ -122,10 +122,13 @@ impl FakeModel {
                         let seen = seen.clone();
                         async move {
                             let path = request.uri().path().to_owned();
+                            let target = request.uri().to_string();
                             let auth = request.headers().get("authorization").map(|v| v.to_str().unwrap().to_owned());
                             let bytes = request.into_body().collect().await.unwrap().to_bytes();
                             let mut body: Value = serde_json::from_slice(&bytes).unwrap();
                             body["_path"] = json!(path);
+                            // The request target as sent: absolute through a proxy.
+                            body["_target"] = json!(target);
                             body["_auth"] = json!(auth);
                             let text = last_user_text(&body);
                             let earlier = seen.lock().unwrap().iter().filter(|b| last_user_text(b) == text).count();
@@ -227,6 +230,41 @@ async fn openai_streams_calls_frontend_tools_and_counts_usage() {
     let contents: Vec<&str> =
         last["messages"].as_array().unwrap().iter().filter_map(|m| m["content"].as_str()).collect();
     assert!(contents.contains(&"raise the counter") && contents.contains(&"echo: hello"), "{contents:?}");
+}
+
+/// Proxies from the environment: an endpoint elsewhere is reached through
+/// `HTTP_PROXY` (here a name that cannot resolve, so only the proxy can
+/// answer for it); a model server on this machine never is, so a proxy set
+/// for the user's browsing does not take their local model away.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn openai_goes_through_the_environments_proxy_except_to_a_loopback_server() {
+    let direct = FakeModel::start().await;
+    // An HTTP proxy receives the absolute URL; this one answers as the model would.
+    let proxy = FakeModel::start().await;
+    let proxy_url = proxy.base_url.trim_end_matches("/v1").to_owned();
+    let settings = format!(
+        "[providers.remote]\nkind = \"openai\"\nbase_url = \"http://model.pedelec.invalid:8080/v1\"\nmodel = \"qwen3\"\n\
+         [providers.local]\nkind = \"openai\"\nbase_url = \"{}\"\nmodel = \"qwen3\"\n",
+        direct.base_url
+    );
+    let env = [("HTTP_PROXY", proxy_url.as_str()), ("http_proxy", &proxy_url), ("NO_PROXY", ""), ("no_proxy", "")];
+    let h = Harness::with_config_env(Via::Grpc, &settings, &env);
+    let client = h.client().await;
+    let options = |provider: &str| SessionOptions::<String> { provider: Some(provider.into()), ..Default::default() };
+
+    let remote = client.create_session(options("remote")).await.unwrap();
+    remote.send_text("hello").await.expect("the proxy reaches the remote endpoint");
+    let proxied = proxy.requests();
+    assert_eq!(proxied.len(), 1, "{proxied:?}");
+    assert_eq!(proxied[0]["_target"], json!("http://model.pedelec.invalid:8080/v1/chat/completions"));
+    assert!(direct.requests().is_empty());
+
+    let local = client.create_session(options("local")).await.unwrap();
+    local.send_text("hello").await.expect("a loopback endpoint is reached directly");
+    let direct_requests = direct.requests();
+    assert_eq!(direct_requests.len(), 1);
+    assert_eq!(direct_requests[0]["_target"], json!("/v1/chat/completions"), "not through the proxy");
+    assert_eq!(proxy.requests().len(), 1, "the proxy saw nothing of the local session");
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

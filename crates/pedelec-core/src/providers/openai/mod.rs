@@ -9,11 +9,11 @@
 //! runtime and in `<runtime>/.pedelec-openai-history.json`, so a resumed
 //! session (or a restarted Core) continues it. Usage adds each request's
 //! `total_tokens`. The API key is read from `api_key_env` at request time
-//! (never logged, never in argv or `ListProviders`). `http://` endpoints
-//! (local model servers) are probed for `ListProviders`; `https://` ones
-//! (hosted services, see the presets) speak TLS (`tls`: the system's roots
-//! plus `ca_file`) and are not probed: they are available once their key
-//! is set.
+//! (never logged, never in argv or `ListProviders`). Endpoints on this
+//! machine (local model servers) are probed for `ListProviders`; others
+//! (hosted services, see the presets) are not: they are available once
+//! their key is set. `https://` endpoints speak TLS (`tls`: the system's
+//! roots plus `ca_file`).
 //!
 //! Only a whole answer counts: a stream that ends without a finish reason
 //! or `[DONE]`, a chunk that is not JSON, an answer with neither text nor a
@@ -22,6 +22,13 @@
 //! transcript as interrupted, and the stored conversation does not take the
 //! failed exchange. HTTP 429/503 before anything streamed are retried up to
 //! three times, waiting as `Retry-After` says (at most 10 s each).
+//!
+//! Requests go through one `reqwest` client per provider: a connection pool
+//! (a session's rounds and the provider's sessions reuse connections),
+//! HTTP/2 where the server offers it over TLS, and the proxy the standard
+//! variables name (`HTTPS_PROXY`, `HTTP_PROXY`, `NO_PROXY`), except for a
+//! loopback endpoint: a model server on this machine is never reached
+//! through a proxy.
 
 mod stream;
 mod tls;
@@ -29,8 +36,6 @@ mod tls;
 use std::net::ToSocketAddrs;
 use std::time::Duration;
 
-use http_body_util::{BodyExt, Full};
-use hyper::body::Bytes;
 use pedelec_protocol::{ErrorCode, pb};
 use serde_json::{Value, json};
 
@@ -44,15 +49,37 @@ pub struct OpenAi {
     config: ProviderConfig,
     /// Built at the first https session (reading the system's roots takes milliseconds).
     tls: std::sync::OnceLock<Result<std::sync::Arc<tokio_rustls::rustls::ClientConfig>, String>>,
+    /// Built at the first session; its pool serves every session of the provider.
+    client: std::sync::OnceLock<Result<reqwest::Client, String>>,
 }
 
 impl OpenAi {
     pub fn new(config: ProviderConfig) -> Self {
-        OpenAi { config, tls: std::sync::OnceLock::new() }
+        OpenAi { config, tls: std::sync::OnceLock::new(), client: std::sync::OnceLock::new() }
     }
 
     fn tls(&self) -> Result<std::sync::Arc<tokio_rustls::rustls::ClientConfig>, String> {
         self.tls.get_or_init(|| tls::client_config(self.config.ca_file.as_deref())).clone()
+    }
+
+    /// The provider's client. Its base URL is fixed for Core's lifetime
+    /// (config.toml or the environment at start), so one client fits it.
+    fn client(&self, endpoint: &Endpoint) -> Result<reqwest::Client, String> {
+        self.client
+            .get_or_init(|| {
+                let mut builder = reqwest::Client::builder()
+                    .tcp_nodelay(true)
+                    .connect_timeout(CONNECT_TIMEOUT)
+                    .pool_idle_timeout(POOL_IDLE_TIMEOUT);
+                if endpoint.tls {
+                    builder = builder.use_preconfigured_tls(self.tls()?.as_ref().clone());
+                }
+                if endpoint.is_loopback() {
+                    builder = builder.no_proxy();
+                }
+                builder.build().map_err(|e| format!("cannot set up the HTTP client: {e}"))
+            })
+            .clone()
     }
 
     /// The key's variable, when it names one that is not set.
@@ -77,39 +104,37 @@ pub struct Endpoint {
 
 impl Endpoint {
     pub fn parse(base: &str) -> Result<Self, String> {
-        let uri: hyper::Uri = base.parse().map_err(|e| format!("{base:?} is not a URL: {e}"))?;
-        let tls = match uri.scheme_str() {
-            Some("http") => false,
-            Some("https") => true,
+        let url = reqwest::Url::parse(base).map_err(|e| format!("{base:?} is not a URL: {e}"))?;
+        let tls = match url.scheme() {
+            "http" => false,
+            "https" => true,
             _ => return Err(format!("{base:?} is not an http:// or https:// URL")),
         };
-        let authority = uri.authority().ok_or_else(|| format!("no host in {base:?}"))?;
         // A key in the URL would end up in logs and ListProviders: api_key_env carries it.
-        if authority.as_str().contains('@') {
+        if !url.username().is_empty() || url.password().is_some() {
             return Err(format!("{base:?} carries user info; put the key in api_key_env instead"));
         }
-        if uri.query().is_some() {
+        if url.query().is_some() {
             return Err(format!("{base:?} has a query; a base URL is scheme, host, port and path"));
         }
-        // An IPv6 literal keeps its brackets in the authority, not in the host.
-        let host = authority.host().trim_start_matches('[').trim_end_matches(']');
+        // An IPv6 literal keeps its brackets in the URL, not in the host.
+        let host = url.host_str().unwrap_or_default().trim_start_matches('[').trim_end_matches(']').to_owned();
         if host.is_empty() {
             return Err(format!("no host in {base:?}"));
         }
-        // `Uri` takes an out-of-range port as no port at all: say so instead.
-        let after_host = authority.as_str().rsplit(']').next().unwrap_or_default();
-        let port = match (after_host.rsplit_once(':'), authority.port_u16()) {
-            (_, Some(port)) => port,
-            (Some(_), None) => return Err(format!("bad port in {base:?}")),
-            (None, None) => {
-                if tls {
-                    443
-                } else {
-                    80
-                }
-            }
-        };
-        Ok(Endpoint { tls, host: host.to_owned(), port, path: uri.path().trim_end_matches('/').to_owned() })
+        let port = url.port_or_known_default().ok_or_else(|| format!("no port for {base:?}"))?;
+        Ok(Endpoint { tls, host, port, path: url.path().trim_end_matches('/').to_owned() })
+    }
+
+    /// Whether the endpoint is this machine (never reached through a proxy).
+    fn is_loopback(&self) -> bool {
+        self.host.eq_ignore_ascii_case("localhost")
+            || self.host.parse::<std::net::IpAddr>().is_ok_and(|address| address.is_loopback())
+    }
+
+    fn chat_url(&self) -> String {
+        let scheme = if self.tls { "https" } else { "http" };
+        format!("{scheme}://{}{}", self.authority(), self.chat_path())
     }
 
     /// The `Host` header: the port only when it is not the scheme's default.
@@ -149,16 +174,17 @@ impl Provider for OpenAi {
             .ok_or_else(|| "no base_url configured".to_owned())
             .and_then(|url| Endpoint::parse(&url))
             .and_then(|endpoint| {
-                // A hosted (https) service is not probed: looking a remote
-                // host up can take seconds, and its answer says nothing of
-                // the key. A local server is, and may need no key at all.
-                if !endpoint.tls {
+                // A server on this machine is probed, and may need no key
+                // at all. One elsewhere is not: looking a remote host up can
+                // take seconds, it may be reached only through a proxy, and
+                // its answer says nothing of the key.
+                if endpoint.is_loopback() && !endpoint.tls {
                     return endpoint.reachable();
                 }
-                match self.missing_key() {
-                    Some(name) => Err(format!("set {name} to the API key")),
-                    None => self.tls().map(drop),
+                if let Some(name) = self.missing_key() {
+                    return Err(format!("set {name} to the API key"));
                 }
+                if endpoint.tls { self.tls().map(drop) } else { Ok(()) }
             });
         let (available, reason) = match check {
             Ok(()) => (true, String::new()),
@@ -178,7 +204,7 @@ impl Provider for OpenAi {
         let unavailable = |m: String| ProviderFailure::coded(ErrorCode::ProviderUnavailable, m, true);
         let base = self.base_url().ok_or_else(|| unavailable("no base_url configured".into()))?;
         let endpoint = Endpoint::parse(&base).map_err(unavailable)?;
-        let tls = if endpoint.tls { Some(self.tls().map_err(unavailable)?) } else { None };
+        let client = self.client(&endpoint).map_err(unavailable)?;
         let history = match &setup.provider_session_id {
             Some(_) => crate::workspace::open_runtime(&setup.workspace, &setup.runtime_dir, false)
                 .ok()
@@ -192,7 +218,7 @@ impl Provider for OpenAi {
         let api_key = self.config.api_key_env.as_ref().and_then(|name| std::env::var(name).ok());
         Ok(Box::new(OpenAiSession {
             endpoint,
-            tls,
+            client,
             api_key,
             max_rounds: self.config.max_rounds,
             idle_timeout: self.config.stream_idle_timeout,
@@ -206,8 +232,7 @@ impl Provider for OpenAi {
 
 struct OpenAiSession {
     endpoint: Endpoint,
-    /// For an https endpoint.
-    tls: Option<std::sync::Arc<tokio_rustls::rustls::ClientConfig>>,
+    client: reqwest::Client,
     api_key: Option<String>,
     max_rounds: u32,
     idle_timeout: std::time::Duration,
@@ -223,27 +248,52 @@ const HISTORY_FILE: &str = ".pedelec-openai-history.json";
 const MAX_BUSY_RETRIES: u32 = 3;
 /// The longest wait between them, whatever `Retry-After` says.
 const MAX_RETRY_WAIT: Duration = Duration::from_secs(10);
+/// How long a connection (and its TLS handshake) may take to open.
+const CONNECT_TIMEOUT: Duration = Duration::from_secs(30);
+/// How long an unused pooled connection is kept.
+const POOL_IDLE_TIMEOUT: Duration = Duration::from_secs(90);
 
 /// `Retry-After` in seconds (the HTTP-date form is not worth a date parser here).
-fn retry_after(headers: &hyper::HeaderMap) -> Option<Duration> {
-    let value = headers.get(hyper::header::RETRY_AFTER)?.to_str().ok()?;
+fn retry_after(headers: &reqwest::header::HeaderMap) -> Option<Duration> {
+    let value = headers.get(reqwest::header::RETRY_AFTER)?.to_str().ok()?;
     value.trim().parse::<f64>().ok().filter(|s| s.is_finite() && *s >= 0.0).map(Duration::from_secs_f64)
 }
 
-/// One HTTP/1.1 request on `io` (plain TCP or TLS).
-async fn exchange<IO>(
-    io: IO,
-    request: hyper::Request<Full<Bytes>>,
-) -> Result<hyper::Response<hyper::body::Incoming>, ProviderFailure>
-where
-    IO: tokio::io::AsyncRead + tokio::io::AsyncWrite + Unpin + Send + 'static,
-{
-    let failed = |m: String| ProviderFailure::turn(m);
-    let (mut sender, connection) = hyper::client::conn::http1::handshake(hyper_util::rt::TokioIo::new(io))
-        .await
-        .map_err(|e| failed(format!("HTTP handshake failed: {e}")))?;
-    tokio::spawn(connection);
-    sender.send_request(request).await.map_err(|e| failed(format!("request failed: {e}")))
+/// Whether `error` is rustls's, directly or inside I/O errors (whose
+/// `source` skips the error they wrap, so they are opened by `get_ref`).
+fn is_tls(error: &(dyn std::error::Error + 'static)) -> bool {
+    if error.is::<tokio_rustls::rustls::Error>() {
+        return true;
+    }
+    let inner = error.downcast_ref::<std::io::Error>().and_then(|io| io.get_ref());
+    inner.is_some_and(|inner| is_tls(inner))
+}
+
+/// A failed request in words: every cause in its chain, and whether TLS
+/// refused the server (an unknown issuer: set ca_file; an expired
+/// certificate; a name that does not match) or it could not be reached.
+fn request_failed(error: &reqwest::Error, endpoint: &Endpoint) -> String {
+    let mut causes: Vec<String> = Vec::new();
+    let mut tls = false;
+    let mut next: Option<&(dyn std::error::Error + 'static)> = Some(error);
+    while let Some(cause) = next {
+        tls |= is_tls(cause);
+        let text = cause.to_string();
+        // Wrappers often repeat their source's words: keep each once.
+        if !causes.iter().any(|seen| seen.contains(&text)) {
+            causes.push(text);
+        }
+        next = cause.source();
+    }
+    let (host, port) = (&endpoint.host, endpoint.port);
+    let causes = causes.join(": ");
+    if tls {
+        format!("TLS with {host}:{port} failed: {causes}")
+    } else if error.is_connect() {
+        format!("cannot reach {host}:{port}: {causes}")
+    } else {
+        format!("the request to {host}:{port} failed: {causes}")
+    }
 }
 
 /// The user message: plain text, or with attachments a content array —
@@ -290,40 +340,19 @@ impl OpenAiSession {
         body
     }
 
-    /// Sends one completion request on a fresh connection (TLS for an
-    /// https endpoint); the response's head, its body still to stream.
-    async fn send(&self, body: &Value) -> Result<hyper::Response<hyper::body::Incoming>, ProviderFailure> {
-        let failed = |m: String| ProviderFailure::turn(m);
-        let (host, port) = (self.endpoint.host.as_str(), self.endpoint.port);
-        let stream = tokio::net::TcpStream::connect((host, port))
-            .await
-            .map_err(|e| failed(format!("cannot reach {host}:{port}: {e}")))?;
-        let _ = stream.set_nodelay(true);
-        let mut request = hyper::Request::post(self.endpoint.chat_path())
-            .header("host", self.endpoint.authority())
-            .header("content-type", "application/json")
-            .header("accept", "text/event-stream");
+    /// Sends one completion request (on a pooled connection where one is
+    /// open); the response's head, its body still to stream.
+    async fn send(&self, body: &Value) -> Result<reqwest::Response, ProviderFailure> {
+        let mut request = self
+            .client
+            .post(self.endpoint.chat_url())
+            .header(reqwest::header::CONTENT_TYPE, "application/json")
+            .header(reqwest::header::ACCEPT, "text/event-stream")
+            .body(body.to_string());
         if let Some(key) = &self.api_key {
-            request = request.header("authorization", format!("Bearer {key}"));
+            request = request.bearer_auth(key);
         }
-        let request = request
-            .body(Full::new(Bytes::from(body.to_string())))
-            .map_err(|e| failed(format!("cannot build the request: {e}")))?;
-        match &self.tls {
-            None => exchange(stream, request).await,
-            Some(config) => {
-                let name = rustls_pki_types::ServerName::try_from(host.to_owned())
-                    .map_err(|e| failed(format!("{host:?} is not a TLS server name: {e}")))?;
-                // The error names the cause: an unknown issuer (a CA that is
-                // not trusted: set ca_file), an expired certificate, a name
-                // that does not match.
-                let stream = tokio_rustls::TlsConnector::from(config.clone())
-                    .connect(name, stream)
-                    .await
-                    .map_err(|e| failed(format!("TLS with {host}:{port} failed: {e}")))?;
-                exchange(stream, request).await
-            }
-        }
+        request.send().await.map_err(|e| ProviderFailure::turn(request_failed(&e, &self.endpoint)))
     }
 
     /// One streamed completion; deltas reach `sink` as they arrive. A cancel
@@ -337,11 +366,11 @@ impl OpenAiSession {
     ) -> Result<(Completion, bool), ProviderFailure> {
         let failed = |m: String| ProviderFailure::turn(m);
         let mut retries = 0;
-        let mut body = loop {
+        let mut response = loop {
             let response = self.send(&body).await?;
             let status = response.status();
             if status.is_success() {
-                break response.into_body();
+                break response;
             }
             // Busy or rate-limited before anything streamed: wait as told
             // (Retry-After, bounded) and try again, a few times.
@@ -354,7 +383,7 @@ impl OpenAiSession {
                     () = cancel.cancelled() => return Ok((Completion::default(), true)),
                 }
             }
-            let bytes = response.into_body().collect().await.map(|b| b.to_bytes()).unwrap_or_default();
+            let bytes = response.bytes().await.unwrap_or_default();
             let text: String = String::from_utf8_lossy(&bytes).chars().take(500).collect();
             let after = if retries > 0 { format!(" (after {retries} retries)") } else { String::new() };
             let mut failure = failed(format!("the endpoint answered HTTP {status}{after}"));
@@ -366,7 +395,7 @@ impl OpenAiSession {
         let mut outcome = TurnOutcome::default();
         while !completion.done {
             let frame = tokio::select! {
-                frame = tokio::time::timeout(self.idle_timeout, body.frame()) => frame,
+                chunk = tokio::time::timeout(self.idle_timeout, response.chunk()) => chunk,
                 () = cancel.cancelled() => return Ok((completion, true)),
             };
             let Ok(frame) = frame else {
@@ -378,9 +407,11 @@ impl OpenAiSession {
                 failure.details = json!({ "idleTimeoutSecs": self.idle_timeout.as_secs() });
                 return Err(failure);
             };
-            let Some(frame) = frame else { break };
-            let frame = frame.map_err(|e| failed(format!("the stream broke: {e}")))?;
-            let Ok(data) = frame.into_data() else { continue };
+            let Some(data) =
+                frame.map_err(|e| failed(format!("the stream broke: {}", request_failed(&e, &self.endpoint))))?
+            else {
+                break;
+            };
             for payload in decoder.feed(&data).map_err(failed)? {
                 for event in completion.apply(&payload) {
                     outcome.apply(sink, event);

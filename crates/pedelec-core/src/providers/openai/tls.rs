@@ -35,7 +35,9 @@ pub fn client_config(ca_file: Option<&Path>) -> Result<Arc<ClientConfig>, String
         .map_err(|e| format!("TLS setup failed: {e}"))?
         .with_root_certificates(roots)
         .with_no_client_auth();
-    config.alpn_protocols = vec![b"http/1.1".to_vec()];
+    // HTTP/2 where the server offers it (one connection for concurrent
+    // sessions' requests), HTTP/1.1 otherwise.
+    config.alpn_protocols = vec![b"h2".to_vec(), b"http/1.1".to_vec()];
     Ok(Arc::new(config))
 }
 
