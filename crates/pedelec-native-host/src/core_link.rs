@@ -17,12 +17,16 @@ use pedelec_client::PedelecError;
 use pedelec_client::grpc::GrpcTransport;
 use pedelec_client::transport::{BoxFuture, Call, EventStream, Reply, Transport};
 use pedelec_protocol::ErrorCode;
+use pedelec_protocol::backoff::Backoff;
 use pedelec_protocol::grpc::error_from_status;
 use pedelec_protocol::pb::{self, core_relay_client::CoreRelayClient, native_frame::Body};
 use tokio::sync::{mpsc, oneshot, watch};
 
 /// How long the host waits for a Core it started.
 pub const START_TIMEOUT: Duration = Duration::from_secs(5);
+/// How often it looks for that Core's socket meanwhile: often, since a user
+/// waits on the first call; `START_TIMEOUT` ends it.
+const START_POLL: Backoff = Backoff::constant(Duration::from_millis(10), u32::MAX);
 
 /// The Core binary: `$PEDELEC_CORE_BIN`, else next to this host, else `PATH`.
 pub fn core_binary() -> PathBuf {
@@ -53,11 +57,14 @@ pub async fn connect_or_start(socket: &Path, core: impl FnOnce() -> PathBuf) -> 
         return None;
     }
     let started = Instant::now();
-    while started.elapsed() < START_TIMEOUT {
+    for wait in START_POLL.delays() {
         if let Ok(link) = CoreLink::connect(socket).await {
             return Some(link);
         }
-        tokio::time::sleep(Duration::from_millis(10)).await;
+        if started.elapsed() >= START_TIMEOUT {
+            break;
+        }
+        tokio::time::sleep(wait).await;
     }
     None
 }

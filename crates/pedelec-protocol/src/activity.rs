@@ -28,14 +28,6 @@ use crate::pb::{self, ActivityKind, ActivityStatus};
 
 /// The most activities one turn keeps (the snapshot's `activities`); later
 /// new ones are dropped, updates of known ones still apply.
-///
-/// # Examples
-///
-/// ```
-/// use pedelec_protocol::activity::MAX_TURN_ACTIVITIES;
-///
-/// assert_eq!(MAX_TURN_ACTIVITIES, 256);
-/// ```
 pub const MAX_TURN_ACTIVITIES: usize = 256;
 /// `output` is clipped to this many characters.
 ///

@@ -14,6 +14,7 @@
 
 pub mod activity;
 pub mod asset_path;
+pub mod backoff;
 pub mod discovery;
 pub mod error_code;
 pub mod event_batch;

@@ -13,15 +13,6 @@
 use std::time::Duration;
 
 /// Largest asset file, either direction.
-///
-/// # Examples
-///
-/// ```
-/// use pedelec_protocol::limits::MAX_ASSET_BYTES;
-///
-/// // 100 MiB: the size `ASSET_TOO_LARGE` refers to.
-/// assert_eq!(MAX_ASSET_BYTES, 100 * 1024 * 1024);
-/// ```
 pub const MAX_ASSET_BYTES: u64 = 100 * 1024 * 1024;
 /// Chrome's limit for one message from the native host to the browser.
 ///
@@ -71,26 +62,9 @@ pub const NATIVE_BATCH_MAX_EVENTS: usize = 1024;
 /// frame of acknowledgements alone. Long enough to span a browser tool round
 /// trip (about a millisecond), so that the next tool call carries it; short
 /// enough that nothing waits on it noticeably.
-///
-/// # Examples
-///
-/// ```
-/// use std::time::Duration;
-/// use pedelec_protocol::limits::NATIVE_ACK_DELAY;
-///
-/// assert_eq!(NATIVE_ACK_DELAY, Duration::from_millis(10));
-/// ```
 pub const NATIVE_ACK_DELAY: Duration = Duration::from_millis(10);
 /// Acknowledgements the native host holds at most; one more is written at
 /// once with those held. Bounds a frame's `acks` (a few KiB of JSON).
-///
-/// # Examples
-///
-/// ```
-/// use pedelec_protocol::limits::NATIVE_MAX_HELD_ACKS;
-///
-/// assert_eq!(NATIVE_MAX_HELD_ACKS, 256);
-/// ```
 pub const NATIVE_MAX_HELD_ACKS: usize = 256;
 /// Chrome's limit for one message from the browser to the native host.
 ///
@@ -120,14 +94,6 @@ pub const NATIVE_BROWSER_TO_HOST_MAX: usize = 64 * 1024 * 1024;
 /// ```
 pub const GRPC_MESSAGE_MAX: usize = 64 * 1024 * 1024;
 /// Operation outcomes a snapshot carries per session (`Snapshot.recent_outcomes`).
-///
-/// # Examples
-///
-/// ```
-/// use pedelec_protocol::limits::RECENT_OUTCOMES;
-///
-/// assert_eq!(RECENT_OUTCOMES, 32);
-/// ```
 pub const RECENT_OUTCOMES: usize = 32;
 /// The longest error code that crosses a process boundary (longer ones are clipped).
 ///
@@ -219,29 +185,11 @@ pub const MAX_LISTED_SESSIONS: u32 = 1000;
 /// No longer Core's rule: subscribers read Core's per-session event log at
 /// their own pace and a provider never waits (see `session::log` in Core);
 /// kept as a size clients may use for their own queues.
-///
-/// # Examples
-///
-/// ```
-/// use pedelec_protocol::limits::SUBSCRIBER_QUEUE_EVENTS;
-///
-/// // A size for a client's own event queue.
-/// assert_eq!(SUBSCRIBER_QUEUE_EVENTS, 4096);
-/// ```
 pub const SUBSCRIBER_QUEUE_EVENTS: usize = 4096;
 /// How long a full subscriber queue could hold a provider up before Core
 /// re-synchronised that subscriber. No longer Core's rule (a subscriber is
 /// re-synchronised only when it falls out of the event log, however long it
 /// was silent); benches and tests use it as a yardstick of a stall.
-///
-/// # Examples
-///
-/// ```
-/// use std::time::Duration;
-/// use pedelec_protocol::limits::SUBSCRIBER_LAG_TIMEOUT;
-///
-/// assert_eq!(SUBSCRIBER_LAG_TIMEOUT, Duration::from_secs(2));
-/// ```
 pub const SUBSCRIBER_LAG_TIMEOUT: Duration = Duration::from_secs(2);
 /// Tool-call timeout when a tool does not set `timeout_ms`.
 ///
@@ -432,15 +380,6 @@ pub const MAX_WORKSPACE_PATH_BYTES: usize = 4096;
 /// ```
 pub const MAX_WORKSPACE_GRANTS: usize = 64;
 /// How long an asset ticket stays valid.
-///
-/// # Examples
-///
-/// ```
-/// use std::time::Duration;
-/// use pedelec_protocol::limits::ASSET_TICKET_TTL;
-///
-/// assert_eq!(ASSET_TICKET_TTL, Duration::from_secs(60));
-/// ```
 pub const ASSET_TICKET_TTL: Duration = Duration::from_secs(60);
 
 /// The most attachments one `SendText` may carry.

@@ -10,9 +10,12 @@ use crate::context::{EventContext, ToolCallContext};
 use crate::error::PedelecError;
 use crate::machine::ToolRequest;
 use crate::transport::Call;
+use pedelec_protocol::backoff::Backoff;
+use std::time::Duration;
 
-/// How often a tool result is tried before its failure is reported.
-const SUBMIT_ATTEMPTS: u32 = 5;
+/// How a tool result is tried again before its failure is reported: four
+/// retries after the first try, from 100 ms doubling.
+const SUBMIT_RETRIES: Backoff = Backoff::new(Duration::from_millis(100), Duration::from_secs(1), 4);
 
 /// Whether an error means the request may not have reached Core (worth
 /// another try), not that Core refused it.
@@ -56,18 +59,19 @@ impl SessionShell {
     /// transport failed, Core restarted): a handler's answer is not lost to
     /// one bad moment and the turn does not wait for `TOOL_TIMEOUT`. Core's
     /// own refusals (the request is settled, the answer is malformed) are
-    /// final. At most [`SUBMIT_ATTEMPTS`] attempts, backing off.
+    /// final. Retried as [`SUBMIT_RETRIES`] says.
     async fn submit_with_retries(&self, submit: pb::SubmitToolResultRequest) -> Result<(), PedelecError> {
-        let mut wait = std::time::Duration::from_millis(100);
-        let mut attempt = 1;
+        let mut retry = 0;
         loop {
             match self.transport.call(Call::SubmitToolResult(submit.clone())).await {
                 Ok(_) => return Ok(()),
-                Err(error) if attempt < SUBMIT_ATTEMPTS && is_delivery_failure(&error) => {
-                    tracing::debug!(%error, attempt, "retrying a tool result");
+                Err(error)
+                    if is_delivery_failure(&error)
+                        && let Some(wait) = SUBMIT_RETRIES.delay(retry) =>
+                {
+                    tracing::debug!(%error, retry, "retrying a tool result");
                     crate::transport::sleep(&*self.transport, wait).await;
-                    wait *= 2;
-                    attempt += 1;
+                    retry += 1;
                 }
                 Err(error) => return Err(error),
             }

@@ -29,6 +29,14 @@ use crate::error::PedelecError;
 use crate::router::{Delivery, FrameRouter, Waiting, request_frame, subscribe_frame};
 use crate::transport::{BoxFuture, Call, EventStream, Reply, Transport};
 
+/// How a lost port is reconnected for live subscriptions: six tries, from
+/// 100 ms doubling to 3.2 s (6.3 s in all) before they fail.
+const RESUBSCRIBE: pedelec_protocol::backoff::Backoff = pedelec_protocol::backoff::Backoff::new(
+    std::time::Duration::from_millis(100),
+    std::time::Duration::from_millis(3200),
+    6,
+);
+
 #[wasm_bindgen]
 extern "C" {
     /// A `chrome.runtime.Port`.
@@ -336,11 +344,12 @@ impl Link {
         }
     }
 
-    /// Re-sends every live Subscribe on a fresh port (backoff 100 ms … 3.2 s);
-    /// when the extension stays away the subscriptions fail and the handles detach.
+    /// Re-sends every live Subscribe on a fresh port (as [`RESUBSCRIBE`]
+    /// says); when the extension stays away the subscriptions fail and the
+    /// handles detach.
     async fn resubscribe(self: Rc<Self>) {
-        for attempt in 0..6 {
-            sleep(100 << attempt).await;
+        for wait in RESUBSCRIBE.delays() {
+            sleep(wait.as_millis() as i32).await;
             if !self.router.borrow().has_subscriptions() {
                 return;
             }

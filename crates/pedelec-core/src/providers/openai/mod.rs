@@ -36,6 +36,7 @@ mod tls;
 use std::net::ToSocketAddrs;
 use std::time::Duration;
 
+use pedelec_protocol::backoff::Backoff;
 use pedelec_protocol::{ErrorCode, pb};
 use serde_json::{Value, json};
 
@@ -244,10 +245,10 @@ struct OpenAiSession {
 
 /// The conversation so far, kept in the session's runtime directory.
 const HISTORY_FILE: &str = ".pedelec-openai-history.json";
-/// Retries of a request the endpoint answers 429 or 503, before it fails.
-const MAX_BUSY_RETRIES: u32 = 3;
-/// The longest wait between them, whatever `Retry-After` says.
-const MAX_RETRY_WAIT: Duration = Duration::from_secs(10);
+/// Retries of a request the endpoint answers 429 or 503, before it fails:
+/// three, waiting as `Retry-After` says or else from 500 ms doubling, and
+/// never more than 10 s, whatever `Retry-After` says.
+const BUSY_RETRIES: Backoff = Backoff::new(Duration::from_millis(500), Duration::from_secs(10), 3);
 /// How long a connection (and its TLS handshake) may take to open.
 const CONNECT_TIMEOUT: Duration = Duration::from_secs(30);
 /// How long an unused pooled connection is kept.
@@ -375,11 +376,11 @@ impl OpenAiSession {
             // Busy or rate-limited before anything streamed: wait as told
             // (Retry-After, bounded) and try again, a few times.
             let busy = matches!(status.as_u16(), 429 | 503);
-            if busy && retries < MAX_BUSY_RETRIES {
-                let wait = retry_after(response.headers()).unwrap_or(Duration::from_millis(500 << retries));
+            if busy && let Some(backoff) = BUSY_RETRIES.delay(retries) {
+                let wait = retry_after(response.headers()).unwrap_or(backoff);
                 retries += 1;
                 tokio::select! {
-                    () = tokio::time::sleep(wait.min(MAX_RETRY_WAIT)) => continue,
+                    () = tokio::time::sleep(wait.min(BUSY_RETRIES.max)) => continue,
                     () = cancel.cancelled() => return Ok((Completion::default(), true)),
                 }
             }
