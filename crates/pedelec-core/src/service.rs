@@ -15,7 +15,7 @@ use tonic::{Request, Response, Status, Streaming};
 use crate::error::CoreError;
 use crate::registry::{Registry, check_id};
 
-type Reply<T> = Result<Response<T>, Status>;
+type RpcReply<T> = Result<Response<T>, Status>;
 
 #[derive(Clone)]
 pub struct CoreService {
@@ -24,11 +24,11 @@ pub struct CoreService {
 
 #[tonic::async_trait]
 impl Core for CoreService {
-    async fn ping(&self, _: Request<pb::PingRequest>) -> Reply<pb::PingResponse> {
+    async fn ping(&self, _: Request<pb::PingRequest>) -> RpcReply<pb::PingResponse> {
         Ok(Response::new(pb::PingResponse { version: env!("CARGO_PKG_VERSION").into(), pid: std::process::id() }))
     }
 
-    async fn list_providers(&self, _: Request<pb::ListProvidersRequest>) -> Reply<pb::ListProvidersResponse> {
+    async fn list_providers(&self, _: Request<pb::ListProvidersRequest>) -> RpcReply<pb::ListProvidersResponse> {
         // Availability checks stat binaries and probe endpoints: keep them off the async workers.
         let providers = self.registry.shared.providers.clone();
         let providers = tokio::task::spawn_blocking(move || providers.list())
@@ -37,7 +37,7 @@ impl Core for CoreService {
         Ok(Response::new(pb::ListProvidersResponse { providers }))
     }
 
-    async fn get_settings(&self, _: Request<pb::GetSettingsRequest>) -> Reply<pb::GetSettingsResponse> {
+    async fn get_settings(&self, _: Request<pb::GetSettingsRequest>) -> RpcReply<pb::GetSettingsResponse> {
         let providers = &self.registry.shared.providers;
         Ok(Response::new(pb::GetSettingsResponse {
             default_provider: providers.default_code(),
@@ -45,26 +45,26 @@ impl Core for CoreService {
         }))
     }
 
-    async fn create_session(&self, request: Request<pb::CreateSessionRequest>) -> Reply<pb::CreateSessionResponse> {
+    async fn create_session(&self, request: Request<pb::CreateSessionRequest>) -> RpcReply<pb::CreateSessionResponse> {
         let session = self.registry.create(request.into_inner()).await?;
         Ok(Response::new(pb::CreateSessionResponse { session: Some(session) }))
     }
 
     type SubscribeStream = Pin<Box<dyn Stream<Item = Result<pb::SessionEvent, Status>> + Send>>;
 
-    async fn subscribe(&self, request: Request<pb::SubscribeRequest>) -> Reply<Self::SubscribeStream> {
+    async fn subscribe(&self, request: Request<pb::SubscribeRequest>) -> RpcReply<Self::SubscribeStream> {
         let request = request.into_inner();
         let session = self.registry.get(&request.session_id, &request.caller_origin).await?;
         Ok(Response::new(Box::pin(session.events().map(Ok))))
     }
 
-    async fn prepare(&self, request: Request<pb::PrepareRequest>) -> Reply<pb::OperationAccepted> {
+    async fn prepare(&self, request: Request<pb::PrepareRequest>) -> RpcReply<pb::OperationAccepted> {
         let request = request.into_inner();
         let session = self.registry.get_for_work(&request.session_id, &request.caller_origin).await?;
         Ok(Response::new(session.prepare().await?))
     }
 
-    async fn send_text(&self, request: Request<pb::SendTextRequest>) -> Reply<pb::OperationAccepted> {
+    async fn send_text(&self, request: Request<pb::SendTextRequest>) -> RpcReply<pb::OperationAccepted> {
         let request = request.into_inner();
         let session = self.registry.get_for_work(&request.session_id, &request.caller_origin).await?;
         Ok(Response::new(session.send_text(request.text, request.attachments).await?))
@@ -73,7 +73,7 @@ impl Core for CoreService {
     async fn submit_tool_result(
         &self,
         request: Request<pb::SubmitToolResultRequest>,
-    ) -> Reply<pb::SubmitToolResultResponse> {
+    ) -> RpcReply<pb::SubmitToolResultResponse> {
         let request = request.into_inner();
         let session = self.registry.get(&request.session_id, &request.caller_origin).await?;
         check_id("tool request id", &request.tool_request_id)?;
@@ -81,7 +81,7 @@ impl Core for CoreService {
         Ok(Response::new(pb::SubmitToolResultResponse {}))
     }
 
-    async fn end(&self, request: Request<pb::EndRequest>) -> Reply<pb::EndResponse> {
+    async fn end(&self, request: Request<pb::EndRequest>) -> RpcReply<pb::EndResponse> {
         let request = request.into_inner();
         let session = self.registry.get(&request.session_id, &request.caller_origin).await?;
         let ended_now = session.end("requested").await?;
@@ -92,7 +92,7 @@ impl Core for CoreService {
         Ok(Response::new(pb::EndResponse { ended_now }))
     }
 
-    async fn resume(&self, request: Request<pb::ResumeRequest>) -> Reply<pb::ResumeResponse> {
+    async fn resume(&self, request: Request<pb::ResumeRequest>) -> RpcReply<pb::ResumeResponse> {
         let request = request.into_inner();
         let session = self.registry.get_for_work(&request.session_id, &request.caller_origin).await?;
         // Resuming an ended session makes it live again: it counts against
@@ -105,7 +105,7 @@ impl Core for CoreService {
         Ok(Response::new(pb::ResumeResponse { session: Some(session.info.clone()) }))
     }
 
-    async fn create_asset_upload(&self, request: Request<pb::CreateAssetUploadRequest>) -> Reply<pb::AssetTicket> {
+    async fn create_asset_upload(&self, request: Request<pb::CreateAssetUploadRequest>) -> RpcReply<pb::AssetTicket> {
         let request = request.into_inner();
         let session = self.usable_for_assets(&request.session_id, &request.caller_origin).await?;
         let assets = &self.registry.shared.assets;
@@ -117,7 +117,10 @@ impl Core for CoreService {
         )?))
     }
 
-    async fn create_asset_download(&self, request: Request<pb::CreateAssetDownloadRequest>) -> Reply<pb::AssetTicket> {
+    async fn create_asset_download(
+        &self,
+        request: Request<pb::CreateAssetDownloadRequest>,
+    ) -> RpcReply<pb::AssetTicket> {
         let request = request.into_inner();
         let session = self.usable_for_assets(&request.session_id, &request.caller_origin).await?;
         let assets = &self.registry.shared.assets;
@@ -129,7 +132,7 @@ impl Core for CoreService {
         )?))
     }
 
-    async fn list_assets(&self, request: Request<pb::ListAssetsRequest>) -> Reply<pb::ListAssetsResponse> {
+    async fn list_assets(&self, request: Request<pb::ListAssetsRequest>) -> RpcReply<pb::ListAssetsResponse> {
         let request = request.into_inner();
         let session = self.usable_for_assets(&request.session_id, &request.caller_origin).await?;
         let workspace = session.workspace.root.clone();
@@ -139,7 +142,7 @@ impl Core for CoreService {
         Ok(Response::new(pb::ListAssetsResponse { assets }))
     }
 
-    async fn get_history(&self, request: Request<pb::GetHistoryRequest>) -> Reply<pb::GetHistoryResponse> {
+    async fn get_history(&self, request: Request<pb::GetHistoryRequest>) -> RpcReply<pb::GetHistoryResponse> {
         let request = request.into_inner();
         let session = self.registry.get(&request.session_id, &request.caller_origin).await?;
         let limit = match request.limit {
@@ -160,7 +163,7 @@ impl Core for CoreService {
         Ok(Response::new(pb::GetHistoryResponse { entries, has_more }))
     }
 
-    async fn cancel(&self, request: Request<pb::CancelRequest>) -> Reply<pb::CancelResponse> {
+    async fn cancel(&self, request: Request<pb::CancelRequest>) -> RpcReply<pb::CancelResponse> {
         let request = request.into_inner();
         let session = self.registry.get(&request.session_id, &request.caller_origin).await?;
         let operation = match request.operation_id.as_str() {
@@ -176,7 +179,7 @@ impl Core for CoreService {
     async fn answer_permission(
         &self,
         request: Request<pb::AnswerPermissionRequest>,
-    ) -> Reply<pb::AnswerPermissionResponse> {
+    ) -> RpcReply<pb::AnswerPermissionResponse> {
         let request = request.into_inner();
         let session = self.registry.get(&request.session_id, &request.caller_origin).await?;
         check_id("permission id", &request.permission_id)?;
@@ -187,19 +190,19 @@ impl Core for CoreService {
         Ok(Response::new(pb::AnswerPermissionResponse {}))
     }
 
-    async fn list_sessions(&self, request: Request<pb::ListSessionsRequest>) -> Reply<pb::ListSessionsResponse> {
+    async fn list_sessions(&self, request: Request<pb::ListSessionsRequest>) -> RpcReply<pb::ListSessionsResponse> {
         let request = request.into_inner();
         let (sessions, has_more) = self.registry.list(&request).await?;
         Ok(Response::new(pb::ListSessionsResponse { sessions, has_more }))
     }
 
-    async fn get_consent(&self, request: Request<pb::GetConsentRequest>) -> Reply<pb::GetConsentResponse> {
+    async fn get_consent(&self, request: Request<pb::GetConsentRequest>) -> RpcReply<pb::GetConsentResponse> {
         let request = request.into_inner();
         crate::consent::check_owner(&request.caller_origin)?;
         Ok(Response::new(pb::GetConsentResponse { origins: self.registry.shared.consent.list(&request.origin) }))
     }
 
-    async fn set_consent(&self, request: Request<pb::SetConsentRequest>) -> Reply<pb::SetConsentResponse> {
+    async fn set_consent(&self, request: Request<pb::SetConsentRequest>) -> RpcReply<pb::SetConsentResponse> {
         let request = request.into_inner();
         crate::consent::check_owner(&request.caller_origin)?;
         let consent =
@@ -207,7 +210,7 @@ impl Core for CoreService {
         Ok(Response::new(pb::SetConsentResponse { consent: Some(self.registry.set_consent(&consent).await?) }))
     }
 
-    async fn revoke_origin(&self, request: Request<pb::RevokeOriginRequest>) -> Reply<pb::RevokeOriginResponse> {
+    async fn revoke_origin(&self, request: Request<pb::RevokeOriginRequest>) -> RpcReply<pb::RevokeOriginResponse> {
         let request = request.into_inner();
         crate::consent::check_owner(&request.caller_origin)?;
         let sessions_ended = self.registry.revoke_origin(&request.origin).await?;
@@ -217,7 +220,7 @@ impl Core for CoreService {
     async fn list_user_permissions(
         &self,
         request: Request<pb::ListUserPermissionsRequest>,
-    ) -> Reply<pb::ListUserPermissionsResponse> {
+    ) -> RpcReply<pb::ListUserPermissionsResponse> {
         crate::consent::check_owner(&request.into_inner().caller_origin)?;
         Ok(Response::new(pb::ListUserPermissionsResponse { permissions: self.registry.user_permissions() }))
     }
@@ -225,7 +228,7 @@ impl Core for CoreService {
     async fn answer_user_permission(
         &self,
         request: Request<pb::AnswerUserPermissionRequest>,
-    ) -> Reply<pb::AnswerPermissionResponse> {
+    ) -> RpcReply<pb::AnswerPermissionResponse> {
         let request = request.into_inner();
         crate::consent::check_owner(&request.caller_origin)?;
         let session = self.registry.get_as_owner(&request.session_id).await?;
@@ -316,7 +319,7 @@ impl CoreService {
 impl CoreRelay for CoreService {
     type RelayStream = Pin<Box<dyn Stream<Item = Result<pb::NativeFrame, Status>> + Send>>;
 
-    async fn relay(&self, request: Request<Streaming<pb::NativeFrame>>) -> Reply<Self::RelayStream> {
+    async fn relay(&self, request: Request<Streaming<pb::NativeFrame>>) -> RpcReply<Self::RelayStream> {
         let service = self.clone();
         let mut frames = request.into_inner();
         let (answers, queued) = tokio::sync::mpsc::channel(RELAY_IN_FLIGHT);
@@ -348,18 +351,18 @@ pub struct AgentToolsService {
 
 #[tonic::async_trait]
 impl AgentTools for AgentToolsService {
-    async fn list_tools(&self, request: Request<pb::ListToolsRequest>) -> Reply<pb::ListToolsResponse> {
+    async fn list_tools(&self, request: Request<pb::ListToolsRequest>) -> RpcReply<pb::ListToolsResponse> {
         Ok(Response::new(self.list(&request.into_inner().tool_token)?))
     }
 
-    async fn call_tool(&self, request: Request<pb::CallToolRequest>) -> Reply<pb::CallToolResponse> {
+    async fn call_tool(&self, request: Request<pb::CallToolRequest>) -> RpcReply<pb::CallToolResponse> {
         Ok(Response::new(self.call(request.into_inner()).await?))
     }
 
     async fn request_permission(
         &self,
         request: Request<pb::AgentPermissionRequest>,
-    ) -> Reply<pb::AgentPermissionResponse> {
+    ) -> RpcReply<pb::AgentPermissionResponse> {
         Ok(Response::new(self.permission(request.into_inner()).await?))
     }
 }

@@ -13,7 +13,6 @@ pub mod reaper;
 mod scripted;
 
 use std::path::PathBuf;
-use std::pin::Pin;
 use std::sync::Arc;
 
 use pedelec_protocol::{ErrorCode, pb};
@@ -27,7 +26,7 @@ pub use scripted::Scripted;
 
 pub use pedelec_protocol::prepare::{PREPARE_PROMPT, PREPARED_ACK};
 
-pub type BoxFuture<'a, T> = Pin<Box<dyn std::future::Future<Output = T> + Send + 'a>>;
+pub use futures::future::BoxFuture;
 
 /// One turn handed to a provider.
 #[derive(Debug, Clone)]

@@ -45,7 +45,7 @@ struct Fake {
     store: Option<PathBuf>,
 }
 
-type Shared = Arc<Fake>;
+type FakeRef = Arc<Fake>;
 
 impl Fake {
     fn store_path(&self, id: &str) -> Option<PathBuf> {
@@ -128,7 +128,7 @@ fn say(cx: &ConnectionTo<Client>, session: &str, text: &str) -> agent_client_pro
     Ok(())
 }
 
-async fn mcp_for(fake: &Shared, session: &str) -> Result<Arc<McpClient>, String> {
+async fn mcp_for(fake: &FakeRef, session: &str) -> Result<Arc<McpClient>, String> {
     let servers = {
         let sessions = fake.sessions.lock().unwrap_or_else(|p| p.into_inner());
         let entry = sessions.get(session).ok_or("no such session")?;
@@ -169,7 +169,7 @@ async fn mcp_for(fake: &Shared, session: &str) -> Result<Arc<McpClient>, String>
 }
 
 async fn ask_permission(
-    fake: &Shared,
+    fake: &FakeRef,
     cx: &ConnectionTo<Client>,
     session: &str,
     call: ToolCallUpdate,
@@ -196,7 +196,7 @@ async fn ask_permission(
 
 /// Runs one prompt; the reply text and the response to send.
 async fn run_prompt(
-    fake: &Shared,
+    fake: &FakeRef,
     cx: &ConnectionTo<Client>,
     session: &str,
     command: &str,
@@ -410,7 +410,7 @@ async fn main() -> agent_client_protocol::Result<()> {
         }
     });
     let transport = Lines::new(Box::pin(outgoing), Box::pin(incoming));
-    let fake: Shared = Arc::new(Fake { log, raw, sessions: Mutex::default(), next: AtomicU64::new(1), store });
+    let fake: FakeRef = Arc::new(Fake { log, raw, sessions: Mutex::default(), next: AtomicU64::new(1), store });
 
     let f_init = fake.clone();
     let f_new = fake.clone();
