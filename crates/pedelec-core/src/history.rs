@@ -3,58 +3,74 @@
 
 use pedelec_protocol::pb::{self, history_entry::Kind};
 
-use crate::session::outcome::outcome_from_entry;
-use crate::store::{EntryKind, TranscriptEntry};
+use crate::transcript::{
+    AgentActivity, Chat, Completion, Ended, EntryKind, ToolCall, ToolFailed, ToolResult, TranscriptEntry, UserText,
+};
 
 /// A stored entry as the client sees it; `None` for kinds that are not part
-/// of the history (a preparation's prompt) or that this Core does not know.
+/// of the history (a preparation's prompt), that this Core does not know,
+/// or whose body does not read as its kind's.
 pub fn entry(id: u64, stored: &TranscriptEntry) -> Option<pb::HistoryEntry> {
-    let body = &stored.body.json();
-    let text = |key: &str| body.get(key).and_then(serde_json::Value::as_str).unwrap_or_default().to_owned();
-    let kind = match &stored.kind {
-        EntryKind::UserText => Kind::UserText(pb::HistoryText {
-            text: text("text"),
-            interrupted: false,
-            attachments: body
-                .get("attachments")
-                .and_then(serde_json::Value::as_array)
-                .map(|paths| paths.iter().filter_map(serde_json::Value::as_str).map(str::to_owned).collect())
-                .unwrap_or_default(),
-        }),
-        EntryKind::Chat => Kind::AssistantMessage(pb::HistoryText {
-            text: text("text"),
-            interrupted: body.get("interrupted").and_then(serde_json::Value::as_bool).unwrap_or(false),
-            attachments: Vec::new(),
-        }),
-        EntryKind::ToolCall => Kind::ToolCall(pb::HistoryToolCall {
-            tool_request_id: text("tool_request_id"),
-            tool: text("tool"),
-            args_json: text("args"),
-        }),
+    let body = &stored.body;
+    let (operation_id, kind) = match &stored.kind {
+        EntryKind::UserText => {
+            let b: UserText = body.parse()?;
+            let text = pb::HistoryText { text: b.text.into(), interrupted: false, attachments: b.attachments.into() };
+            (b.operation_id, Kind::UserText(text))
+        }
+        EntryKind::Chat => {
+            let b: Chat = body.parse()?;
+            let text = pb::HistoryText { text: b.text.into(), interrupted: b.interrupted, attachments: Vec::new() };
+            (b.operation_id, Kind::AssistantMessage(text))
+        }
+        EntryKind::ToolCall => {
+            let b: ToolCall = body.parse()?;
+            let call = pb::HistoryToolCall {
+                tool_request_id: b.tool_request_id.into(),
+                tool: b.tool.into(),
+                args_json: b.args.into(),
+            };
+            (b.operation_id, Kind::ToolCall(call))
+        }
         EntryKind::ToolResult => {
             use pb::history_tool_result::Outcome;
-            let outcome = match body.get("result").and_then(serde_json::Value::as_str) {
-                Some(json) => Outcome::ResultJson(json.to_owned()),
-                None => Outcome::ErrorCode(text("error")),
+            let b: ToolResult = body.parse()?;
+            let outcome = match b.result {
+                Some(json) => Outcome::ResultJson(json.into()),
+                None => Outcome::ErrorCode(b.error.unwrap_or_default().into()),
             };
-            Kind::ToolResult(pb::HistoryToolResult { tool_request_id: text("tool_request_id"), outcome: Some(outcome) })
+            let result = pb::HistoryToolResult { tool_request_id: b.tool_request_id.into(), outcome: Some(outcome) };
+            (b.operation_id, Kind::ToolResult(result))
         }
-        EntryKind::AgentActivity => Kind::Activity(pb::HistoryActivity {
-            kind: text("kind"),
-            summary: text("summary"),
-            activity: body.get("activity").and_then(|a| serde_json::from_value(a.clone()).ok()),
-        }),
-        EntryKind::ToolFailed => Kind::ToolFailed(pb::HistoryToolFailed { tool: text("tool"), reason: text("reason") }),
-        EntryKind::OperationCompleted => Kind::OperationCompleted(outcome_from_entry(body)?),
-        EntryKind::Ended => Kind::Ended(pb::Ended { reason: text("reason") }),
-        EntryKind::Resumed => Kind::Resumed(pb::HistoryResumed {}),
+        EntryKind::AgentActivity => {
+            let b: AgentActivity = body.parse()?;
+            let activity = pb::HistoryActivity {
+                kind: b.kind.into(),
+                summary: b.summary,
+                activity: b.activity.map(std::borrow::Cow::into_owned),
+            };
+            (b.operation_id, Kind::Activity(activity))
+        }
+        EntryKind::ToolFailed => {
+            let b: ToolFailed = body.parse()?;
+            (b.operation_id, Kind::ToolFailed(pb::HistoryToolFailed { tool: b.tool.into(), reason: b.reason.into() }))
+        }
+        EntryKind::OperationCompleted => {
+            let outcome = body.parse::<Completion>()?.outcome();
+            (outcome.operation_id.clone().into(), Kind::OperationCompleted(outcome))
+        }
+        EntryKind::Ended => {
+            let b: Ended = body.parse()?;
+            (Default::default(), Kind::Ended(pb::Ended { reason: b.reason.into() }))
+        }
+        EntryKind::Resumed => (Default::default(), Kind::Resumed(pb::HistoryResumed {})),
         EntryKind::Prepare | EntryKind::Other(_) => return None,
     };
     Some(pb::HistoryEntry {
         id,
         seq: stored.seq,
         at_ms: stored.at_ms,
-        operation_id: text("operation_id"),
+        operation_id: operation_id.into(),
         kind: Some(kind),
     })
 }
@@ -62,7 +78,7 @@ pub fn entry(id: u64, stored: &TranscriptEntry) -> Option<pb::HistoryEntry> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::store::EntryBody;
+    use crate::transcript::EntryBody;
 
     fn stored(kind: &str, body: serde_json::Value) -> TranscriptEntry {
         TranscriptEntry { seq: 7, at_ms: 1, kind: EntryKind::parse(kind), body: EntryBody::new(&body) }

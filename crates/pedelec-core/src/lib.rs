@@ -27,6 +27,7 @@ pub mod store;
 pub mod tool_socket;
 pub mod tool_token;
 pub mod tools;
+pub mod transcript;
 pub mod workspace;
 pub mod workspace_policy;
 pub mod writeback;

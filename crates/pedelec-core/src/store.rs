@@ -28,6 +28,7 @@ use tokio::sync::oneshot;
 
 use crate::error::{CoreError, CoreResult};
 use crate::tool_token::ToolTokenDigest;
+use crate::transcript::{Completion, EntryBody, EntryKind, TranscriptEntry};
 
 /// Everything Core needs to bring a session back after a restart.
 #[derive(Debug, Clone, PartialEq)]
@@ -63,7 +64,7 @@ pub struct SessionRecord {
     /// The bodies of the session's last `operation_completed` transcript
     /// entries, oldest first (at most `limits::RECENT_OUTCOMES`). Read from
     /// the transcript when the store opens; not a column, never written.
-    pub recent_outcomes: Vec<serde_json::Value>,
+    pub recent_outcomes: Vec<Completion>,
     /// The bytes of the session's stored transcript bodies (what
     /// `max_transcript_bytes` limits). Read with `recent_outcomes`; not a
     /// column, never written.
@@ -71,113 +72,6 @@ pub struct SessionRecord {
     /// When the record was last written (ms since epoch): for an ended
     /// session, when it ended. Set by the store on every write; read only.
     pub updated_at_ms: i64,
-}
-
-/// One transcript entry.
-#[derive(Debug, Clone, PartialEq)]
-pub struct TranscriptEntry {
-    pub seq: u64,
-    pub at_ms: i64,
-    pub kind: EntryKind,
-    pub body: EntryBody,
-}
-
-/// What a transcript entry records; stored in its row's `kind` column by
-/// [`EntryKind::as_str`].
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub enum EntryKind {
-    /// The user's text of a turn, with its attachments.
-    UserText,
-    /// A preparation's prompt: stored, never shown in the history.
-    Prepare,
-    /// One complete assistant message.
-    Chat,
-    ToolCall,
-    ToolResult,
-    AgentActivity,
-    /// The agent could not call a frontend tool.
-    ToolFailed,
-    OperationCompleted,
-    Ended,
-    Resumed,
-    /// A kind this Core does not know (a row written by a newer one): kept
-    /// as it is, left out of the history.
-    Other(String),
-}
-
-impl EntryKind {
-    const NAMED: [(EntryKind, &'static str); 10] = [
-        (EntryKind::UserText, "user_text"),
-        (EntryKind::Prepare, "prepare"),
-        (EntryKind::Chat, "chat"),
-        (EntryKind::ToolCall, "tool_call"),
-        (EntryKind::ToolResult, "tool_result"),
-        (EntryKind::AgentActivity, "agent_activity"),
-        (EntryKind::ToolFailed, "tool_failed"),
-        (EntryKind::OperationCompleted, "operation_completed"),
-        (EntryKind::Ended, "ended"),
-        (EntryKind::Resumed, "resumed"),
-    ];
-
-    /// The stored spelling.
-    pub fn as_str(&self) -> &str {
-        match self {
-            EntryKind::Other(kind) => kind,
-            known => Self::NAMED.iter().find(|(k, _)| k == known).map_or("", |(_, name)| name),
-        }
-    }
-
-    /// The kind a stored spelling names.
-    pub fn parse(stored: &str) -> EntryKind {
-        Self::NAMED
-            .iter()
-            .find(|(_, name)| *name == stored)
-            .map_or_else(|| EntryKind::Other(stored.to_owned()), |(kind, _)| kind.clone())
-    }
-}
-
-impl std::fmt::Display for EntryKind {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.write_str(self.as_str())
-    }
-}
-
-/// A transcript entry's body as JSON text, serialised once where the entry
-/// is made and written to its row as it is. A turn of many messages makes
-/// an entry per message, and building each as a `serde_json::Value` tree
-/// (a map, its keys, a copy of the text) only to print it for the row was
-/// work for nothing (with codex's borrowed line reading: a codex turn
-/// +2–9 %, alternating A/B). Readers of the history parse it
-/// ([`EntryBody::json`]); they are few and read rarely.
-#[derive(Debug, Clone, PartialEq)]
-pub struct EntryBody(String);
-
-impl EntryBody {
-    /// `value` serialised. Serialising a `serde_json::Value` or a derived
-    /// struct cannot fail; anything that does is stored as `null`, as an
-    /// unreadable stored body reads.
-    pub fn new(value: &impl serde::Serialize) -> Self {
-        EntryBody(serde_json::to_string(value).unwrap_or_else(|_| "null".into()))
-    }
-
-    /// A body read back from its row.
-    fn stored(text: String) -> Self {
-        EntryBody(text)
-    }
-
-    /// The stored text's length in bytes (what `max_transcript_bytes` counts).
-    pub fn len(&self) -> usize {
-        self.0.len()
-    }
-
-    pub fn is_empty(&self) -> bool {
-        self.0.is_empty()
-    }
-
-    /// The body as a JSON tree (`null` if the stored text is not JSON).
-    pub fn json(&self) -> serde_json::Value {
-        serde_json::from_str(&self.0).unwrap_or(serde_json::Value::Null)
-    }
 }
 
 type Job = Box<dyn FnOnce(&Connection) -> rusqlite::Result<()> + Send>;
@@ -821,7 +715,7 @@ const INSERT_ROW: &str = "INSERT INTO transcript(session_id, seq, at_ms, kind, b
 
 /// An entry's row, borrowed: its body is already the stored text.
 fn row_params<'a>(session_id: &'a str, entry: &'a TranscriptEntry) -> impl rusqlite::Params + 'a {
-    (session_id, entry.seq as i64, entry.at_ms, entry.kind.as_str(), entry.body.0.as_str())
+    (session_id, entry.seq as i64, entry.at_ms, entry.kind.as_str(), entry.body.as_str())
 }
 
 fn upsert(c: &Connection, r: &SessionRecord) -> rusqlite::Result<()> {
@@ -916,16 +810,19 @@ fn transcript_bytes(c: &Connection, session_id: &str) -> rusqlite::Result<u64> {
 }
 
 /// A session's last `limits::RECENT_OUTCOMES` operation completions, oldest first.
-fn recent_outcomes(c: &Connection, session_id: &str) -> rusqlite::Result<Vec<serde_json::Value>> {
+/// The session's last completions, oldest first; a body that does not read
+/// as one is left out.
+fn recent_outcomes(c: &Connection, session_id: &str) -> rusqlite::Result<Vec<Completion>> {
     let mut stmt = c.prepare_cached(
         "SELECT body FROM transcript WHERE session_id = ?1 AND kind = 'operation_completed'
          ORDER BY seq DESC LIMIT ?2",
     )?;
     let limit = pedelec_protocol::limits::RECENT_OUTCOMES as i64;
     let rows = stmt.query_map(params![session_id, limit], |row| row.get::<_, String>(0))?;
-    let mut out = rows
-        .map(|body| body.map(|b| serde_json::from_str(&b).unwrap_or(serde_json::Value::Null)))
-        .collect::<rusqlite::Result<Vec<_>>>()?;
+    let mut out = Vec::new();
+    for body in rows {
+        out.extend(serde_json::from_str::<Completion>(&body?).ok());
+    }
     out.reverse();
     Ok(out)
 }
@@ -960,16 +857,6 @@ pub fn read_record(database: &Path, session_id: &str) -> CoreResult<Option<Sessi
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn every_entry_kind_reads_back_as_written_and_an_unknown_one_is_kept() {
-        for (kind, name) in EntryKind::NAMED {
-            assert_eq!(kind.as_str(), name);
-            assert_eq!(EntryKind::parse(name), kind);
-        }
-        assert_eq!(EntryKind::parse("from_a_newer_core"), EntryKind::Other("from_a_newer_core".into()));
-        assert_eq!(EntryKind::Other("x".into()).as_str(), "x");
-    }
 
     fn record(id: &str) -> SessionRecord {
         SessionRecord {

@@ -339,7 +339,7 @@ impl Session {
         }
     }
 
-    fn count_transcript(&self, entry: &crate::store::TranscriptEntry) {
+    fn count_transcript(&self, entry: &crate::transcript::TranscriptEntry) {
         self.transcript_bytes.fetch_add(entry.body.len() as u64, std::sync::atomic::Ordering::Relaxed);
     }
 

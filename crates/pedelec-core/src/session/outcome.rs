@@ -1,6 +1,5 @@
-//! How operations end: the error a provider's result becomes, the event that
-//! announces it, and its transcript entry (which is how outcomes survive a
-//! restart).
+//! How operations end: the error a provider's result becomes and the event
+//! that announces it (its transcript entry is `transcript::Completion`).
 
 use pedelec_protocol::pb::{self, session_event::Kind};
 use pedelec_protocol::{ErrorCode, OperationId};
@@ -14,29 +13,6 @@ pub fn completed(outcome: &pb::OperationOutcome) -> Kind {
 
 pub fn outcome(operation: &OperationId, kind: pb::OperationKind, error: Option<pb::Error>) -> pb::OperationOutcome {
     pb::OperationOutcome { operation_id: operation.to_string(), kind: kind as i32, error }
-}
-
-/// The transcript body of an `operation_completed` entry.
-pub fn completion_entry(outcome: &pb::OperationOutcome) -> serde_json::Value {
-    serde_json::json!({
-        "operation_id": outcome.operation_id,
-        "kind": outcome.kind,
-        "error": outcome.error.as_ref().map(|e| e.code.clone()),
-        "message": outcome.error.as_ref().map(|e| e.message.clone()),
-    })
-}
-
-/// An outcome back from its transcript body. Entries written before kinds
-/// and messages were recorded read as kind unspecified and an empty message.
-pub fn outcome_from_entry(body: &serde_json::Value) -> Option<pb::OperationOutcome> {
-    let operation_id = body.get("operation_id")?.as_str()?.to_owned();
-    let kind = body.get("kind").and_then(serde_json::Value::as_i64).unwrap_or(0) as i32;
-    let error = body.get("error").and_then(serde_json::Value::as_str).map(|code| pb::Error {
-        code: code.to_owned(),
-        message: body.get("message").and_then(serde_json::Value::as_str).unwrap_or_default().to_owned(),
-        details_json: String::new(),
-    });
-    Some(pb::OperationOutcome { operation_id, kind, error })
 }
 
 /// What a finished turn means for its operation: `None` for success, else

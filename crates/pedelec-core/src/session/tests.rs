@@ -578,7 +578,8 @@ fn restore_reports_an_interrupted_operation_as_core_restarted() {
     call(&mut m, &operation, "tool-1", t0());
     let mut stored: SessionRecord = m.record();
     assert_eq!(stored.active_operation.as_deref(), Some("op-1"));
-    stored.recent_outcomes = vec![serde_json::json!({ "operation_id": "op-0", "kind": 2, "error": null })];
+    stored.recent_outcomes =
+        vec![crate::transcript::Completion { operation_id: "op-0".into(), kind: 2, error: None, message: None }];
     let (m, out) = SessionState::restore(identity(false), &stored, t0());
     let lines = render(&out);
     let ceiling = stored.seq_ceiling;
@@ -663,7 +664,7 @@ fn agent_tool_failures_are_raised_with_a_clipped_reason() {
         panic!("{:?}", render(&out))
     };
     assert!(
-        matches!(out.last(), Some(Effect::Append(entry)) if entry.kind == crate::store::EntryKind::ToolFailed && entry.seq == event.seq)
+        matches!(out.last(), Some(Effect::Append(entry)) if entry.kind == crate::transcript::EntryKind::ToolFailed && entry.seq == event.seq)
     );
     let Some(Kind::Error(raised)) = &event.kind else { panic!("not an error") };
     let error = raised.error.as_ref().unwrap();
@@ -747,7 +748,7 @@ fn a_cancelled_tool_turn_withdraws_its_calls_keeps_its_text_and_completes_cancel
     // However the provider wound down (here: it finished normally), the outcome is cancelled.
     let finished = finish(&mut m, &operation, Ok(()));
     let interrupted = finished.iter().find_map(|e| match e {
-        Effect::Append(entry) if entry.kind == crate::store::EntryKind::Chat => Some(entry.body.json()),
+        Effect::Append(entry) if entry.kind == crate::transcript::EntryKind::Chat => Some(entry.body.json()),
         _ => None,
     });
     let interrupted = interrupted.expect("the streamed text is kept");

@@ -53,13 +53,17 @@ impl SessionState {
         };
         self.pending.push(Pending { call, operation: operation.clone() });
         self.set_status(SessionStatus::WaitingToolResult, operation.as_str(), now, out);
-        let body = serde_json::json!({
-            "operation_id": operation, "tool_request_id": request, "tool": tool, "args": args_json,
-        });
+        let body = ToolCall {
+            operation_id: operation.as_str().into(),
+            tool_request_id: request.as_str().into(),
+            tool: tool.into(),
+            args: args_json.as_str().into(),
+        };
+        let entry = body.encode();
         let event =
             pb::ToolCall { tool_request_id: request.to_string(), tool: tool.to_owned(), args_json, deadline_at_ms };
         self.emit(operation.as_str(), Kind::ToolCall(event), now, out);
-        self.append(EntryKind::ToolCall, body, now, out);
+        self.append_encoded(entry, now, out);
         Ok(ToolCallStarted { request, operation, timeout })
     }
 
@@ -107,10 +111,13 @@ impl SessionState {
         let pending = self.pending.remove(index);
         let id = ToolRequestId::new(pending.call.tool_request_id);
         let operation = pending.operation;
-        let body = match &answer {
-            Ok(json) => serde_json::json!({ "operation_id": operation, "tool_request_id": id, "result": json }),
-            Err(e) => serde_json::json!({ "operation_id": operation, "tool_request_id": id, "error": e.code }),
+        let (result, error) = match &answer {
+            Ok(json) => (Some(json.as_str().into()), None),
+            Err(e) => (None, Some(e.code.as_str().into())),
         };
+        let body =
+            ToolResult { operation_id: operation.as_str().into(), tool_request_id: id.as_str().into(), result, error };
+        let body = body.encode();
         out.push(Effect::AnswerTool { request: id.clone(), answer });
         self.settle_tool(&operation, id, "", Some(body), now, out);
         Ok(())
@@ -146,14 +153,14 @@ impl SessionState {
         operation: &OperationId,
         request: ToolRequestId,
         code: &str,
-        entry: Option<serde_json::Value>,
+        entry: Option<(EntryKind, EntryBody)>,
         now: Now,
         out: &mut Vec<Effect>,
     ) {
         let settled = pb::ToolCallSettled { tool_request_id: request.into_string(), code: code.to_owned() };
         self.emit(operation.as_str(), Kind::ToolCallSettled(settled), now, out);
         if let Some(entry) = entry {
-            self.append(EntryKind::ToolResult, entry, now, out);
+            self.append_encoded(entry, now, out);
         }
         if self.pending.is_empty() && self.status == SessionStatus::WaitingToolResult {
             self.set_status(SessionStatus::Running, operation.as_str(), now, out);

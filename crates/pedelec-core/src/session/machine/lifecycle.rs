@@ -21,8 +21,8 @@ impl SessionState {
         st.provider_session_id = record.provider_session_id.clone();
         // The record was last written by the session's last event (for an ended one, its end).
         st.last_event_at_ms = st.last_event_at_ms.max(record.updated_at_ms);
-        for outcome in record.recent_outcomes.iter().filter_map(outcome_from_entry) {
-            st.remember(outcome);
+        for completion in &record.recent_outcomes {
+            st.remember(completion.outcome());
         }
         let mut out = Vec::new();
         if let Some(op) = &record.active_operation {
@@ -30,7 +30,7 @@ impl SessionState {
             st.emit("", Kind::Error(pb::ErrorRaised { error: Some(error.clone()) }), now, &mut out);
             // The kind of the interrupted operation is not recorded; the id is what clients match.
             let outcome = pb::OperationOutcome { operation_id: op.clone(), kind: 0, error: Some(error) };
-            st.append(EntryKind::OperationCompleted, completion_entry(&outcome), now, &mut out);
+            st.append(&Completion::of(&outcome), now, &mut out);
             st.remember(outcome);
             if st.status == SessionStatus::WaitingToolResult {
                 st.set_status(SessionStatus::Running, "", now, &mut out);
@@ -69,7 +69,7 @@ impl SessionState {
                     out.push(Effect::StopTurn(operation.clone()));
                     let error = pb::Error::new(ErrorCode::SessionEnded, "the session ended during this operation");
                     let outcome = outcome(&operation, kind, Some(error));
-                    self.append(EntryKind::OperationCompleted, completion_entry(&outcome), now, out);
+                    self.append(&Completion::of(&outcome), now, out);
                     outcome
                 }
             };
@@ -81,7 +81,7 @@ impl SessionState {
             self.set_status(SessionStatus::Ended, "", now, out);
         }
         self.emit("", Kind::Ended(pb::Ended { reason: reason.to_owned() }), now, out);
-        self.append(EntryKind::Ended, serde_json::json!({ "reason": reason }), now, out);
+        self.append(&Ended { reason: reason.into() }, now, out);
         Some(self.record())
     }
 
@@ -104,7 +104,7 @@ impl SessionState {
             return None;
         }
         self.set_status(SessionStatus::Idle, "", now, out);
-        self.append(EntryKind::Resumed, serde_json::json!({}), now, out);
+        self.append(&Resumed {}, now, out);
         if unwatched {
             self.unwatched(out);
         }

@@ -36,10 +36,14 @@ use pedelec_protocol::pb::{self, session_event::Kind};
 use pedelec_protocol::prepare::PrepareStart;
 use pedelec_protocol::{OperationId, SessionId, SessionStatus, ToolRequestId, limits};
 
-use super::outcome::{completed, completion_entry, outcome, outcome_from_entry, turn_error};
+use super::outcome::{completed, outcome, turn_error};
 use crate::error::CoreError;
 use crate::providers::ProviderFailure;
-use crate::store::{EntryBody, EntryKind, SessionRecord, TranscriptEntry};
+use crate::store::SessionRecord;
+use crate::transcript::{
+    AgentActivity, Body, Chat, Completion, Ended, EntryBody, EntryKind, Prepare, Resumed, ToolCall, ToolFailed,
+    ToolResult, TranscriptEntry, UserText,
+};
 
 /// How far ahead of the emitted `seq` the stored ceiling is moved, so that
 /// numbering survives a crash without a disk write per event.
@@ -352,8 +356,12 @@ impl SessionState {
         self.outcomes.push_back(outcome);
     }
 
-    fn append(&self, kind: EntryKind, body: impl serde::Serialize, now: Now, out: &mut Vec<Effect>) {
-        let body = EntryBody::new(&body);
+    fn append<B: Body>(&self, body: &B, now: Now, out: &mut Vec<Effect>) {
+        self.append_encoded(body.encode(), now, out);
+    }
+
+    /// Appends an entry encoded before (while what it borrows was still there).
+    fn append_encoded(&self, (kind, body): (EntryKind, EntryBody), now: Now, out: &mut Vec<Effect>) {
         out.push(Effect::Append(TranscriptEntry { seq: self.seq, at_ms: now.epoch_ms, kind, body }));
     }
 

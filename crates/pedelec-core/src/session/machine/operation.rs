@@ -9,13 +9,13 @@ use super::*;
 
 /// The transcript body of an activity: its kind and summary (what older
 /// readers show), and the whole activity.
-fn activity_entry(operation: &OperationId, current: &pb::Activity) -> serde_json::Value {
-    serde_json::json!({
-        "operation_id": operation,
-        "kind": activity::kind_name(current.kind),
-        "summary": activity::summary(current),
-        "activity": current,
-    })
+fn activity_entry<'a>(operation: &'a OperationId, current: &'a pb::Activity) -> AgentActivity<'a> {
+    AgentActivity {
+        operation_id: operation.as_str().into(),
+        kind: activity::kind_name(current.kind).into(),
+        summary: activity::summary(current),
+        activity: Some(std::borrow::Cow::Borrowed(current)),
+    }
 }
 
 /// The error a cancelled operation completes with.
@@ -92,12 +92,16 @@ impl SessionState {
             streamed: String::new(),
             activities: Vec::new(),
         });
-        let entry = if kind == pb::OperationKind::Prepare { EntryKind::Prepare } else { EntryKind::UserText };
-        let mut body = serde_json::json!({ "operation_id": operation, "text": text });
-        if !attachments.is_empty() {
-            body["attachments"] = serde_json::json!(attachments);
+        let body = UserText {
+            operation_id: operation.as_str().into(),
+            text: text.as_str().into(),
+            attachments: attachments.into(),
+        };
+        if kind == pb::OperationKind::Prepare {
+            self.append(&Prepare(body), now, out);
+        } else {
+            self.append(&body, now, out);
         }
-        self.append(entry, body, now, out);
         out.push(Effect::Save(self.record()));
         Ok(Start::New(Begun { operation, kind, turn_kind, text }))
     }
@@ -125,7 +129,7 @@ impl SessionState {
             return;
         };
         let outcome = outcome(operation, active.kind, Some(error));
-        self.append(EntryKind::OperationCompleted, completion_entry(&outcome), now, out);
+        self.append(&Completion::of(&outcome), now, out);
         self.remember(outcome);
         out.push(Effect::Save(self.record()));
     }
@@ -172,12 +176,7 @@ impl SessionState {
         self.emit(operation.as_str(), Kind::Chat(pb::Chat { text: text.to_owned() }), now, out);
         // Serialised straight from the borrowed text (no JSON tree); the
         // same body as the interrupted entry's, less its flag.
-        #[derive(serde::Serialize)]
-        struct Chat<'a> {
-            operation_id: &'a str,
-            text: &'a str,
-        }
-        self.append(EntryKind::Chat, Chat { operation_id: operation.as_str(), text }, now, out);
+        self.append(&Chat { operation_id: operation.as_str().into(), text: text.into(), interrupted: false }, now, out);
     }
 
     /// The provider's cumulative total; announced only when it grows.
@@ -227,7 +226,7 @@ impl SessionState {
         let kind = Kind::ActivityUpdated(pb::ActivityUpdated { activity: Some(current.clone()) });
         self.emit(operation.as_str(), kind, now, out);
         if record {
-            self.append(EntryKind::AgentActivity, activity_entry(operation, &current), now, out);
+            self.append(&activity_entry(operation, &current), now, out);
         }
     }
 
@@ -245,8 +244,8 @@ impl SessionState {
             &details,
         );
         self.emit(operation.as_str(), Kind::Error(pb::ErrorRaised { error: Some(error) }), now, out);
-        let body = serde_json::json!({ "operation_id": operation, "tool": tool, "reason": reason });
-        self.append(EntryKind::ToolFailed, body, now, out);
+        let body = ToolFailed { operation_id: operation.as_str().into(), tool: tool.into(), reason: reason.into() };
+        self.append(&body, now, out);
     }
 
     /// `operation`'s turn ended with `result`. Its abandoned tool calls are
@@ -292,13 +291,14 @@ impl SessionState {
             .collect();
         let interrupted = std::mem::take(&mut active.streamed);
         for open in &open {
-            self.append(EntryKind::AgentActivity, activity_entry(operation, open), now, out);
+            self.append(&activity_entry(operation, open), now, out);
         }
         if (cancelled || error.is_some()) && !interrupted.is_empty() {
             // What the user saw stream in stays in the transcript, marked cut
             // short: a cancel, or a turn that failed midway.
-            let body = serde_json::json!({ "operation_id": operation, "text": interrupted, "interrupted": true });
-            self.append(EntryKind::Chat, body, now, out);
+            let body =
+                Chat { operation_id: operation.as_str().into(), text: interrupted.as_str().into(), interrupted: true };
+            self.append(&body, now, out);
         }
         if kind == pb::OperationKind::Prepare && error.is_none() {
             self.prepared = true;
@@ -325,7 +325,7 @@ impl SessionState {
             None => SessionStatus::Idle,
         };
         let outcome = outcome(operation, kind, error.map(|(e, _)| e));
-        self.append(EntryKind::OperationCompleted, completion_entry(&outcome), now, out);
+        self.append(&Completion::of(&outcome), now, out);
         if let Some(active) = self.active.as_mut() {
             active.phase = Phase::Finishing(outcome, next);
         }
@@ -409,9 +409,9 @@ impl SessionState {
             &serde_json::json!({ "turnError": turn_error }),
         );
         outcome.error = Some(error.clone());
-        let entry = completion_entry(outcome);
+        let entry = Completion::of(outcome);
         self.emit("", Kind::Error(pb::ErrorRaised { error: Some(error) }), now, out);
-        self.append(EntryKind::OperationCompleted, entry, now, out);
+        self.append(&entry, now, out);
         self.completion_committed(operation, now, out);
     }
 }
