@@ -290,8 +290,7 @@ type StdioWriter = Box<dyn tokio::io::AsyncWrite + Send + Unpin>;
 
 /// The bridge's stdio, read and written on the reactor where the agent
 /// passed something pollable: tokio's blocking stdio costs a thread
-/// hand-off per message each way (~60 µs of a tool call's round trip here
-/// with pipes). Pipes (codex, Rust agents) go through rmcp's
+/// hand-off per message each way, a large part of a tool call's round trip. Pipes (codex, Rust agents) go through rmcp's
 /// `stdio_pipes`; sockets (Node's libuv passes a socketpair for each of
 /// stdin and stdout: claude, gemini, opencode) become Unix streams. A
 /// terminal, a file or a mix gets the blocking handles, as before.

@@ -81,10 +81,9 @@ impl std::fmt::Display for EntryKind {
 /// A transcript entry's body as JSON text, serialised once where the entry
 /// is made and written to its row as it is. A turn of many messages makes
 /// an entry per message, and building each as a `serde_json::Value` tree
-/// (a map, its keys, a copy of the text) only to print it for the row was
-/// work for nothing (with codex's borrowed line reading: a codex turn
-/// +2–9 %, alternating A/B). Readers of the history parse it
-/// ([`EntryBody::json`]); they are few and read rarely.
+/// (a map, its keys, a copy of the text) only to print it for the row is
+/// work for nothing. Readers of the history parse it ([`EntryBody::parse`]);
+/// they are few and read rarely.
 #[derive(Debug, Clone, PartialEq)]
 pub struct EntryBody(String);
 

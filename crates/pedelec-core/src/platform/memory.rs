@@ -106,10 +106,7 @@ pub fn trim() -> u64 {
 /// provider's line parsed on a worker, its transcript row freed on the
 /// store's writer, an event encoded on the connection's task. glibc's
 /// malloc serialises those frees on its arena lock and consolidates on the
-/// way: in a profile of a codex turn, `_int_malloc`, `_int_free`,
-/// `malloc_consolidate` and `unlink_chunk` were a fifth of Core's samples.
-/// Measured with mimalloc (`PEDELEC_BENCH_ONLY=providers`, alternating A/B
-/// runs): provider delta turns 17–27 % faster in every format. Elsewhere
+/// way; mimalloc does not (docs/performance.md has the figures). Elsewhere
 /// Core keeps the system's allocator: the measurements were of glibc's, and
 /// mimalloc's macOS build needs the SDK's CommonCrypto headers, which the
 /// zig cross toolchain lacks.

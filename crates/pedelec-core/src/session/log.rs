@@ -1,5 +1,5 @@
 //! A session's recent events as a log, and each subscriber as a cursor in it
-//! (issue 40: every reader at its own pace).
+//! (every reader at its own pace).
 //!
 //! Sans-IO: no tasks, locks or clocks. The shell appends every emitted event
 //! under the session's lock and wakes readers; each reader takes what lies

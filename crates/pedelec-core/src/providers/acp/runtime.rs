@@ -61,8 +61,8 @@ type Routed = (Inbound, Option<tokio::sync::OwnedSemaphorePermit>);
 /// The agent's stdout as lines for the crate: blank, over-long and
 /// non-UTF-8 lines are dropped (logged), never buffered whole. A
 /// `session/update` notification goes straight into `updates` instead: it
-/// is most of a turn's traffic, and the crate's dispatch of each one cost
-/// ~70 µs of Core's CPU (10 000 chunks/s), against one JSON parse here.
+/// is most of a turn's traffic, and the crate's dispatch of each one costs
+/// far more of Core's CPU than the one JSON parse here (docs/performance.md).
 /// Order is kept: an update is in the channel before any later line (a
 /// prompt's response among them) reaches the crate. Reading pauses while
 /// [`QUEUED_UPDATES`] of them wait to be taken.
