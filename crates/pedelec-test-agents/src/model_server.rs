@@ -936,6 +936,7 @@ pub fn example_for(schema: &Value) -> Value {
 /// - `read PATH` → asks the agent's own file-reading tool (`Read`, `read`, `read_file`, or `cat`
 ///   through codex's shell) for PATH;
 /// - `fail STATUS` → answers with that HTTP status;
+/// - `long N` → `word1 word2 … wordN` in N deltas (a long answer, for streaming);
 /// - anything else → `Echo: <text>` in three deltas.
 pub fn standard_script() -> Script {
     Arc::new(|request: &ModelRequest| {
@@ -970,6 +971,10 @@ pub fn standard_script() -> Script {
         }
         if let Some(path) = command.strip_prefix("read ") {
             return read_file_call(request, path.trim());
+        }
+        if let Some(n) = command.strip_prefix("long ").and_then(|n| n.trim().parse::<usize>().ok()) {
+            let text = (1..=n.max(1)).map(|i| format!("word{i}")).collect::<Vec<_>>().join(" ");
+            return Answer::new(ModelReply::Text { text, chunks: n.max(1) });
         }
         if let Some(status) = command.strip_prefix("fail ") {
             let status = status.trim().parse().unwrap_or(500);

@@ -102,6 +102,9 @@ struct Rig {
     settings: String,
     /// Whether the agent streams text deltas.
     streams: bool,
+    /// Whether the matrix asks for a long answer and checks it arrives in
+    /// more than one delta (and times the first one).
+    streams_long_answers: bool,
     /// How the agent's token total relates to what the model server served.
     usage: Usage,
     /// Whether `end()` + `resume()` continues the agent's own thread.
@@ -215,6 +218,7 @@ impl Rig {
             model,
             settings,
             streams: true,
+            streams_long_answers: false,
             usage: Usage::Exact,
             resumes: Resumes::Yes,
             retries_refusals: false,
@@ -234,7 +238,11 @@ impl Rig {
     fn codex(program: &Path, server: &ModelServer) -> Rig {
         let home = tempfile::tempdir().unwrap();
         let settings = provider_settings("codex", program, &[], &Self::codex_env(home.path(), server));
-        Rig { streams: false, reads_outside: ReadsOutside::Allowed, ..Rig::new("codex", CODEX_MODEL, settings, home) }
+        Rig {
+            streams_long_answers: true,
+            reads_outside: ReadsOutside::Allowed,
+            ..Rig::new("codex", CODEX_MODEL, settings, home)
+        }
     }
 
     fn claude(program: &Path, server: &ModelServer) -> Rig {
@@ -300,6 +308,8 @@ fn failing_tool() -> pedelec_sdk::ToolSpec {
 /// What the scenario measured.
 struct Figures {
     startup: Duration,
+    /// From sending the long answer's text to its first delta.
+    first_delta: Option<Duration>,
     tool_round_trip: Duration,
     requests_per_turn: Vec<usize>,
 }
@@ -478,6 +488,23 @@ async fn scenario(rig: Rig, server: &ModelServer) -> (String, Figures) {
     requests_per_turn.push(turn.len());
     recorder.push("-- plain turn".into());
 
+    // A long answer streams: more than one delta, as the model sent it.
+    let mut first_delta = None;
+    if rig.streams_long_answers {
+        let first: Arc<Mutex<Option<Instant>>> = Arc::default();
+        let at = first.clone();
+        let _off = session.on_chat_delta(move |_, _| {
+            at.lock().unwrap().get_or_insert_with(Instant::now);
+        });
+        let before = recorder.count("delta ");
+        let sent = Instant::now();
+        session.send_text("long 40").await.unwrap_or_else(|e| panic!("{}: long answer: {e:?}", rig.provider));
+        let deltas = recorder.count("delta ") - before;
+        assert!(deltas > 1, "{}: a long answer arrives in more than one delta, not {deltas}", rig.provider);
+        first_delta = first.lock().unwrap().map(|t| t - sent);
+        recorder.push("-- long answer".into());
+    }
+
     // end() then resume() continues the thread.
     session.end().await.unwrap();
     session.resume().await.unwrap();
@@ -521,14 +548,15 @@ async fn scenario(rig: Rig, server: &ModelServer) -> (String, Figures) {
         assert!(recorder.count("delta ") > 0, "{}: the agent streams deltas", rig.provider);
     }
     session.end().await.unwrap();
-    (normalised(&recorder), Figures { startup, tool_round_trip, requests_per_turn })
+    (normalised(&recorder), Figures { startup, first_delta, tool_round_trip, requests_per_turn })
 }
 
 fn report(provider: &str, figures: &Figures) {
     eprintln!(
-        "PEDELEC_AGENT_FIGURES {provider}: tool round trip (agent side) {} µs, first-turn start-up {} ms, model requests per turn {:?}",
+        "PEDELEC_AGENT_FIGURES {provider}: tool round trip (agent side) {} µs, first-turn start-up {} ms, first delta of a long answer {}, model requests per turn {:?}",
         figures.tool_round_trip.as_micros(),
         figures.startup.as_millis(),
+        figures.first_delta.map_or("-".to_owned(), |d| format!("{} ms", d.as_millis())),
         figures.requests_per_turn
     );
 }
