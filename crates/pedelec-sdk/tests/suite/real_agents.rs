@@ -1081,3 +1081,59 @@ async fn attachments_reach_the_model(rig: Rig, server: &ModelServer) {
 }
 
 per_agent!(attachments => super::attachments_reach_the_model);
+
+/// A process's command line, its arguments joined by spaces.
+fn command_line(pid: u32) -> String {
+    std::fs::read(format!("/proc/{pid}/cmdline"))
+        .map(|raw| String::from_utf8_lossy(&raw).replace('\0', " "))
+        .unwrap_or_default()
+}
+
+/// `codex app-server` killed (SIGKILL) while its turn waits on a frontend
+/// tool: the awaited turn fails promptly with `PROVIDER_CRASHED`, the
+/// session stays usable, and the next turn starts codex again and resumes
+/// its thread.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn codex_app_server_killed_mid_turn() {
+    let Some(program) = agent("codex") else { return };
+    let server = ModelServer::start(standard_script()).await.unwrap();
+    let rig = Rig::codex(&program, &server);
+    let h = AgentHarness::start(&rig.settings);
+    let client = h.client().await;
+    let core_pid = h.core.pid().expect("Core runs");
+    let session = client
+        .create_session(SessionOptions { tools: vec![stalling_tool()], auto_end_on_disconnect: false, ..rig.options() })
+        .await
+        .unwrap();
+    session.send_text("remember the word osprey").await.unwrap();
+    let stalled = session.clone();
+    let turn = tokio::spawn(async move { stalled.send_text("call stall {}").await });
+    waits_for_tool(&session).await;
+    let codex: Vec<u32> =
+        descendants(core_pid).into_iter().filter(|pid| command_line(*pid).contains("app-server")).collect();
+    assert!(!codex.is_empty(), "codex app-server runs under Core");
+    let killed = Instant::now();
+    for pid in &codex {
+        let _ = std::process::Command::new("kill").args(["-KILL", &pid.to_string()]).status();
+    }
+    let settled = tokio::time::timeout(Duration::from_secs(10), turn).await.expect("the turn settles");
+    let error = settled.unwrap().expect_err("the turn fails");
+    let to_failure = killed.elapsed();
+    eprintln!("PEDELEC_AGENT_CRASH codex: kill -9 → failed turn {} ms", to_failure.as_millis());
+    assert_eq!(error.code, "SEND_TEXT_FAILED", "{error:?}");
+    let provider_code = error.details.as_ref().and_then(|d| d["providerCode"].as_str()).unwrap_or_default();
+    assert_eq!(provider_code, "PROVIDER_CRASHED", "{error:?}");
+    assert!(to_failure < Duration::from_secs(5), "promptly: {to_failure:?}");
+    assert_eq!(session.get_status(), pedelec_sdk::SessionStatus::Idle, "the session stays usable");
+
+    let before = server.generations().len();
+    session.send_text("after the crash").await.unwrap_or_else(|e| panic!("the turn after the crash: {e:?}"));
+    let texts: Vec<String> =
+        generations_since(&server, before).iter().flat_map(|r| r.request.history()).map(|(_, _, t)| t).collect();
+    assert!(texts.iter().any(|t| t.contains("osprey")), "the restarted codex resumed the thread: {texts:?}");
+    assert!(
+        survivors_after_a_while(&codex).await.is_empty(),
+        "the killed processes are gone (reaped by the runtime that replaced them)"
+    );
+    session.end().await.unwrap();
+}
