@@ -619,7 +619,7 @@ async fn codex_acp_prepares_with_a_model_codex_does_not_know() {
 /// error event with TOOL_CALL_FAILED and the agent's reason, not only the
 /// model's prose. The user's own agent config refuses one tool: codex asks
 /// approval for it (a per-tool setting beats the server default Core passes)
-/// and `codex exec` has nobody to ask; claude's settings say to ask for it (an
+/// and `codex` (policy mode: approval policy `never`) has nobody to ask; claude's settings say to ask for it (an
 /// `ask` rule beats `--allowedTools`) and `claude -p` has nobody to ask. (A
 /// claude `deny` rule removes the tool from what the model is offered: no
 /// call, so nothing fails.)
@@ -956,8 +956,9 @@ per_agent!(cancel => super::cancel_while_the_agent_waits);
 /// model asks the agent to write outside its workspace; where the agent asks
 /// permission for that, the request reaches `on_permission` as a file edit
 /// naming the path, and the app's answer decides — allowed, the file is
-/// written; rejected, it is not. An agent that never asks (codex exec has no
-/// approval channel; it keeps its sandbox) writes nothing either way.
+/// written; rejected, it is not. An agent that never asks (codex asks only
+/// for escalations the model requests, and this model requests none; its
+/// sandbox refuses the write) writes nothing either way.
 async fn the_app_answers_permissions(rig: Rig, server: &ModelServer) {
     let h = AgentHarness::start(&rig.settings);
     let client = h.client().await;

@@ -21,8 +21,8 @@ use super::wire::{self, Incoming, RpcError, TurnEnd, TurnMapper};
 use crate::providers::process::{AgentProcess, CommandLine, ExitReport, Line, LineReader, MAX_LINE_BYTES};
 use crate::providers::{
     AgentEvent, BoxFuture, MCP_SERVER_NAME, PermissionAsker, ProviderConfig, ProviderFailure, ProviderSession,
-    ProviderSetup, SOCKET_ENV, TOOL_TOKEN_ENV, TurnOutcome, TurnRequest, TurnSink, effort_name,
-    with_attachment_paths, with_guidance,
+    ProviderSetup, SOCKET_ENV, TOOL_TOKEN_ENV, TurnOutcome, TurnRequest, TurnSink, effort_name, with_attachment_paths,
+    with_guidance,
 };
 
 /// Messages read from codex that may wait for the turn's task.
@@ -151,7 +151,9 @@ impl Runtime {
                 let message = match reader.next_line().await {
                     Ok(Some(Line::Text(text))) if text.trim().is_empty() => continue,
                     Ok(Some(Line::Text(text))) => wire::parse_line(&text),
-                    Ok(Some(Line::TooLong(len))) => Incoming::Invalid(format!("a {len}-byte line exceeds the line limit")),
+                    Ok(Some(Line::TooLong(len))) => {
+                        Incoming::Invalid(format!("a {len}-byte line exceeds the line limit"))
+                    }
                     Ok(Some(Line::NotUtf8)) => Incoming::Invalid("a line is not UTF-8".into()),
                     Ok(None) => return,
                     Err(error) => {
@@ -450,7 +452,11 @@ impl AppServerSession {
             "clientInfo": { "name": "pedelec-core", "title": "Pedelec", "version": env!("CARGO_PKG_VERSION") },
             "capabilities": { "experimentalApi": false, "requestAttestation": false },
         });
-        runtime.request("initialize", initialize).await.map_err(fatal)?.map_err(|e| fatal(refused("initialize", &e)))?;
+        runtime
+            .request("initialize", initialize)
+            .await
+            .map_err(fatal)?
+            .map_err(|e| fatal(refused("initialize", &e)))?;
         runtime.send(wire::notification("initialized"));
         let params = thread_params(&self.setup, self.setup.permissions.is_some());
         let mut opened = None;
@@ -508,7 +514,8 @@ impl AppServerSession {
         runtime.fresh = false;
         let input = turn_input(&text, &image_paths);
         let asker = self.setup.permissions.clone();
-        let result = runtime.turn(input, effort_name(self.setup.effort_level), &turn.cancel, asker.as_ref(), sink).await;
+        let result =
+            runtime.turn(input, effort_name(self.setup.effort_level), &turn.cancel, asker.as_ref(), sink).await;
         if runtime.broken {
             self.runtime = None;
         }

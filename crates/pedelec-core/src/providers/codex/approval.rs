@@ -138,7 +138,11 @@ pub fn to_app(ask: &Ask) -> pb::PermissionRequest {
         options: ask
             .options
             .iter()
-            .map(|(id, name, kind)| pb::PermissionOption { option_id: id.clone(), name: name.clone(), kind: *kind as i32 })
+            .map(|(id, name, kind)| pb::PermissionOption {
+                option_id: id.clone(),
+                name: name.clone(),
+                kind: *kind as i32,
+            })
             .collect(),
         policy_option_id: ask.policy.clone(),
         deadline_at_ms: 0,

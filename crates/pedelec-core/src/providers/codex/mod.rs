@@ -60,7 +60,9 @@ use std::time::Duration;
 
 pub use exec::{CodexParser, turn_args};
 
-use super::{BoxFuture, Provider, ProviderConfig, ProviderFailure, ProviderSession, ProviderSetup, TurnRequest, TurnSink};
+use super::{
+    BoxFuture, Provider, ProviderConfig, ProviderFailure, ProviderSession, ProviderSetup, TurnRequest, TurnSink,
+};
 
 /// How a codex is driven.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

@@ -21,10 +21,20 @@ pub struct RpcError {
 #[derive(Debug, Clone, PartialEq)]
 pub enum Incoming {
     /// The answer to one of our requests.
-    Response { id: i64, outcome: Result<Value, RpcError> },
+    Response {
+        id: i64,
+        outcome: Result<Value, RpcError>,
+    },
     /// A request of the server's (approvals): it waits for our answer.
-    Request { id: Value, method: String, params: Value },
-    Notification { method: String, params: Value },
+    Request {
+        id: Value,
+        method: String,
+        params: Value,
+    },
+    Notification {
+        method: String,
+        params: Value,
+    },
     /// Not a JSON-RPC message we can read; skipped.
     Invalid(String),
 }
@@ -238,7 +248,8 @@ impl TurnMapper {
                     call.status = pb::ActivityStatus::Failed as i32;
                     call.output = error.to_owned();
                 } else if let Some(content) = item.pointer("/result/content").filter(|c| !c.is_null()) {
-                    call.output = crate::providers::events::content_text(content).unwrap_or_else(|| content.to_string());
+                    call.output =
+                        crate::providers::events::content_text(content).unwrap_or_else(|| content.to_string());
                 }
                 let mut events = vec![AgentEvent::Activity(call)];
                 // A call of ours codex failed itself (e.g. "requires approval"):
@@ -254,7 +265,13 @@ impl TurnMapper {
                 edit.paths = changes.iter().map(|c| text(c, "path")).collect();
                 edit.output = changes
                     .iter()
-                    .map(|c| format!("{} {}", c.pointer("/kind/type").and_then(Value::as_str).unwrap_or("?"), text(c, "path")))
+                    .map(|c| {
+                        format!(
+                            "{} {}",
+                            c.pointer("/kind/type").and_then(Value::as_str).unwrap_or("?"),
+                            text(c, "path")
+                        )
+                    })
                     .collect::<Vec<_>>()
                     .join("\n");
                 vec![AgentEvent::Activity(edit)]
@@ -268,7 +285,8 @@ impl TurnMapper {
 /// `turn/plan/updated` as the turn's plan activity (one per turn, updated in place).
 fn plan(params: &Value) -> pb::Activity {
     let steps = params.get("plan").and_then(Value::as_array).map(Vec::as_slice).unwrap_or_default();
-    let mut plan = crate::providers::activity(format!("plan-{}", text(params, "turnId")), pb::ActivityKind::Plan, "Plan");
+    let mut plan =
+        crate::providers::activity(format!("plan-{}", text(params, "turnId")), pb::ActivityKind::Plan, "Plan");
     plan.status = pb::ActivityStatus::InProgress as i32;
     plan.output = text(params, "explanation");
     plan.plan = steps
@@ -338,14 +356,13 @@ mod tests {
     fn another_turns_notifications_are_not_this_turns() {
         let mut mapper = TurnMapper::new(Some("th".into()));
         mapper.serve_turn("t2");
-        let delta = |thread: &str, turn: &str| {
-            json!({"threadId": thread, "turnId": turn, "itemId": "m", "delta": "x"})
-        };
+        let delta = |thread: &str, turn: &str| json!({"threadId": thread, "turnId": turn, "itemId": "m", "delta": "x"});
         assert!(mapper.notification("item/agentMessage/delta", &delta("th", "t1")).is_empty());
         assert!(mapper.notification("item/agentMessage/delta", &delta("other", "t2")).is_empty());
-        assert_eq!(mapper.notification("item/agentMessage/delta", &delta("th", "t2")), [AgentEvent::Delta {
-            text: "x".into()
-        }]);
+        assert_eq!(
+            mapper.notification("item/agentMessage/delta", &delta("th", "t2")),
+            [AgentEvent::Delta { text: "x".into() }]
+        );
         let stale = json!({"threadId": "th", "turn": {"id": "t1", "status": "completed"}});
         assert!(mapper.notification("turn/completed", &stale).is_empty());
         assert_eq!(mapper.ended, None);
@@ -356,7 +373,8 @@ mod tests {
         let mut mapper = TurnMapper::default();
         mapper.notification("error", &json!({"error": {"message": "retrying"}, "willRetry": true}));
         mapper.notification("error", &json!({"error": {"message": "the model refused"}, "willRetry": false}));
-        let events = mapper.notification("turn/completed", &json!({"turn": {"id": "t", "status": "failed", "error": null}}));
+        let events =
+            mapper.notification("turn/completed", &json!({"turn": {"id": "t", "status": "failed", "error": null}}));
         assert_eq!(events, [AgentEvent::Failed { message: "the model refused".into() }]);
         let events = mapper.notification(
             "turn/completed",
