@@ -956,9 +956,9 @@ per_agent!(cancel => super::cancel_while_the_agent_waits);
 /// model asks the agent to write outside its workspace; where the agent asks
 /// permission for that, the request reaches `on_permission` as a file edit
 /// naming the path, and the app's answer decides — allowed, the file is
-/// written; rejected, it is not. An agent that never asks (codex asks only
-/// for escalations the model requests, and this model requests none; its
-/// sandbox refuses the write) writes nothing either way.
+/// written; rejected, it is not (codex asks for the model's request to run
+/// the write outside its sandbox). An agent that never asks (its sandbox
+/// refuses the write) writes nothing either way.
 async fn the_app_answers_permissions(rig: Rig, server: &ModelServer) {
     let h = AgentHarness::start(&rig.settings);
     let client = h.client().await;

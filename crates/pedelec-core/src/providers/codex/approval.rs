@@ -190,12 +190,10 @@ mod tests {
         handling(method, &params, Path::new(WS), &paths)
     }
 
-    /// The request codex 0.171 sent for `printf … > /tmp/outside/a.txt` under `untrusted`.
+    /// The request codex 0.171 sent (approval policy `on-request`) for a
+    /// model's `exec_command` with `sandbox_permissions: require_escalated`.
     fn recorded_command() -> Value {
-        json!({"kind":"command","threadId":"th","turnId":"tu","itemId":"call_4","startedAtMs":1,
-               "environmentId":"local","command":"/bin/bash -lc \"printf '%s' 'x' > '/tmp/outside/a.txt'\"",
-               "cwd":"/home/u/ws","commandActions":[{"type":"unknown","command":"printf"}],
-               "availableDecisions":["accept",{"acceptWithExecpolicyAmendment":{"execpolicy_amendment":["/bin/bash"]}},"cancel"]})
+        serde_json::from_str(r#"{"kind":"command","threadId":"01a24a68-4f8c-7c32-a30d-8c10953fe3ae","turnId":"01a24a68-4fad-76f3-9bcd-5be2eba3e8f8","itemId":"call_4","startedAtMs":1796544680011,"environmentId":"local","reason":"The user asked for this file.","command":"/bin/bash -lc \"printf '%s' 'written by the model server' > '/tmp/outside/onreq.txt'\"","cwd":"/tmp/rec/ws","commandActions":[{"type":"unknown","command":"printf '%s' 'written by the model server' > '/tmp/outside/onreq.txt'"}],"proposedExecpolicyAmendment":["/bin/bash","-lc","printf '%s' 'written by the model server' > '/tmp/outside/onreq.txt'"],"availableDecisions":["accept",{"acceptWithExecpolicyAmendment":{"execpolicy_amendment":["/bin/bash","-lc","printf '%s' 'written by the model server' > '/tmp/outside/onreq.txt'"]}},"cancel"]}"#).unwrap()
     }
 
     #[test]
@@ -204,7 +202,8 @@ mod tests {
             panic!("a command approval is a question")
         };
         assert_eq!(ask.policy, "decline");
-        assert!(ask.activity.command.contains("/tmp/outside/a.txt"));
+        assert!(ask.activity.command.contains("/tmp/outside/onreq.txt"));
+        assert_eq!(ask.activity.output, "The user asked for this file.");
         let kinds: Vec<_> = ask.options.iter().map(|(id, _, kind)| (id.as_str(), *kind)).collect();
         assert_eq!(
             kinds,
