@@ -341,10 +341,12 @@ impl Runtime {
                     sink.activity(record);
                     continue;
                 }
+                // What codex wrote before it went is still the turn's.
+                message = self.inbound.recv() => message,
+                // Its stdout may outlive it (a child holding the pipe): the exit says it too.
                 report = self.process.wait() => {
                     return Err(self.gone("codex app-server went away mid-turn", Some(report)).await);
                 }
-                message = self.inbound.recv() => message,
             };
             let Some(message) = message else {
                 return Err(self.gone("codex app-server went away mid-turn", None).await);

@@ -169,6 +169,20 @@ impl TurnMapper {
                 None => vec![AgentEvent::Skipped { reason: format!("{method} without an item") }],
             },
             "turn/plan/updated" => vec![AgentEvent::Activity(plan(params))],
+            // Without our MCP server the session's tools are missing: the transcript says why.
+            "mcpServer/startupStatus/updated"
+                if text(params, "name") == MCP_SERVER_NAME && text(params, "status") == "failed" =>
+            {
+                let why = params.pointer("/error").map(|e| e.as_str().map_or_else(|| e.to_string(), str::to_owned));
+                vec![AgentEvent::Activity(crate::providers::note(format!(
+                    "codex could not start the {MCP_SERVER_NAME} MCP server: {}",
+                    why.unwrap_or_default()
+                )))]
+            }
+            "warning" | "configWarning" | "deprecationNotice" => {
+                let message = [text(params, "message"), text(params, "summary")].concat();
+                vec![AgentEvent::Notice { message }]
+            }
             "thread/tokenUsage/updated" => {
                 // The thread's running total, as `exec`'s `turn.completed` reported it.
                 let total = params.pointer("/tokenUsage/total");
@@ -366,6 +380,19 @@ mod tests {
         let stale = json!({"threadId": "th", "turn": {"id": "t1", "status": "completed"}});
         assert!(mapper.notification("turn/completed", &stale).is_empty());
         assert_eq!(mapper.ended, None);
+    }
+
+    #[test]
+    fn our_mcp_server_failing_to_start_is_a_note() {
+        let mut mapper = TurnMapper::default();
+        let failed = json!({"threadId": "th", "name": "pedelec", "status": "failed", "error": "spawn failed"});
+        let events = mapper.notification("mcpServer/startupStatus/updated", &failed);
+        let [AgentEvent::Activity(note)] = events.as_slice() else { panic!("one note") };
+        assert_eq!(note.title, "codex could not start the pedelec MCP server: spawn failed");
+        let theirs = json!({"threadId": "th", "name": "github", "status": "failed", "error": "x"});
+        assert!(mapper.notification("mcpServer/startupStatus/updated", &theirs).is_empty());
+        let ready = json!({"threadId": "th", "name": "pedelec", "status": "ready", "error": null});
+        assert!(mapper.notification("mcpServer/startupStatus/updated", &ready).is_empty());
     }
 
     #[test]
