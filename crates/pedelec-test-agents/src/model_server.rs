@@ -945,6 +945,7 @@ pub fn example_for(schema: &Value) -> Value {
 ///   through codex's shell) for PATH;
 /// - `fail STATUS` → answers with that HTTP status;
 /// - `long N` → `word1 word2 … wordN` in N deltas (a long answer, for streaming);
+/// - `slow MS` → `Echo: slow`, its first byte after MS milliseconds (a model that hangs);
 /// - anything else → `Echo: <text>` in three deltas.
 pub fn standard_script() -> Script {
     Arc::new(|request: &ModelRequest| {
@@ -979,6 +980,9 @@ pub fn standard_script() -> Script {
         }
         if let Some(path) = command.strip_prefix("read ") {
             return read_file_call(request, path.trim());
+        }
+        if let Some(ms) = command.strip_prefix("slow ").and_then(|ms| ms.trim().parse::<u64>().ok()) {
+            return Answer::text("Echo: slow").delayed(Duration::from_millis(ms));
         }
         if let Some(n) = command.strip_prefix("long ").and_then(|n| n.trim().parse::<usize>().ok()) {
             let text = (1..=n.max(1)).map(|i| format!("word{i}")).collect::<Vec<_>>().join(" ");

@@ -1138,3 +1138,40 @@ async fn codex_app_server_killed_mid_turn() {
     );
     session.end().await.unwrap();
 }
+
+/// A codex turn that outlives Core's turn timeout (a model that does not
+/// answer for a minute): the turn fails `PROVIDER_TIMEOUT`, Core ends that
+/// app-server (the turn interrupted first), and the next turn's app-server
+/// resumes the same thread.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn codex_turn_past_the_timeout_then_the_thread_goes_on() {
+    let Some(program) = agent("codex") else { return };
+    let server = ModelServer::start(standard_script()).await.unwrap();
+    let rig = Rig::codex(&program, &server);
+    let h = AgentHarness::start(&format!("turn_timeout_secs = 2\n{}", rig.settings));
+    let client = h.client().await;
+    let core_pid = h.core.pid().expect("Core runs");
+    let session = client
+        .create_session::<String>(SessionOptions { auto_end_on_disconnect: false, ..rig.options() })
+        .await
+        .unwrap();
+    session.send_text("remember the word egret").await.unwrap();
+    let app_server = || -> Vec<u32> {
+        descendants(core_pid).into_iter().filter(|pid| command_line(*pid).contains("app-server")).collect()
+    };
+    let first = app_server();
+    let error = tokio::time::timeout(Duration::from_secs(20), session.send_text("slow 60000"))
+        .await
+        .expect("the timeout settles the turn")
+        .expect_err("the turn fails");
+    let provider_code = error.details.as_ref().and_then(|d| d["providerCode"].as_str()).unwrap_or_default();
+    assert_eq!(provider_code, "PROVIDER_TIMEOUT", "{error:?}");
+    assert!(survivors_after_a_while(&first).await.is_empty(), "the timed-out app-server was ended");
+
+    let before = server.generations().len();
+    session.send_text("after the timeout").await.unwrap_or_else(|e| panic!("the turn after the timeout: {e:?}"));
+    let texts: Vec<String> =
+        generations_since(&server, before).iter().flat_map(|r| r.request.history()).map(|(_, _, t)| t).collect();
+    assert!(texts.iter().any(|t| t.contains("egret")), "the new app-server resumed the thread: {texts:?}");
+    session.end().await.unwrap();
+}
