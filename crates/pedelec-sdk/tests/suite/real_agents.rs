@@ -515,8 +515,9 @@ async fn scenario(rig: Rig, server: &ModelServer) -> (String, Figures) {
     if rig.resumes == Resumes::Yes {
         assert!(
             texts.iter().any(|t| t.contains("second turn")),
-            "{}: the resumed thread carries the earlier history: {texts:?}",
-            rig.provider
+            "{}: the resumed thread carries the earlier history: {texts:?}; events {:?}",
+            rig.provider,
+            recorder.lines()
         );
     }
     requests_per_turn.push(turn.len());

@@ -34,6 +34,11 @@ const INTERRUPT_WAIT: Duration = Duration::from_secs(2);
 const EXIT_WAIT: Duration = Duration::from_secs(2);
 /// How long a last message (`turn/interrupt`) gets to reach codex before the group is signalled.
 const CLOSE_FLUSH: Duration = Duration::from_millis(200);
+/// How long `thread/resume` is retried while the thread's previous
+/// app-server, ended a moment ago (SIGTERM, SIGKILL 1.5 s later), still
+/// holds it: codex 0.171 refuses with "thread … already has an active writer".
+const RESUME_WAIT: Duration = Duration::from_secs(5);
+const RESUME_RETRY: Duration = Duration::from_millis(100);
 
 pub(super) struct AppServerSession {
     config: ProviderConfig,
@@ -61,7 +66,8 @@ struct Runtime {
     thread_id: String,
     /// The thread started in this runtime: its first turn carries the guidance.
     fresh: bool,
-    /// A turn started and not seen to end (Core dropped it: timeout, `end()`).
+    /// A turn asked for and not seen to end (Core dropped it: timeout,
+    /// `end()`): its id, empty until `turn/start` answers.
     active_turn: Option<String>,
     /// Its state is unknown (codex gone, or deaf to `turn/interrupt`).
     broken: bool,
@@ -315,6 +321,8 @@ impl Runtime {
             params["effort"] = json!(effort);
         }
         let start = self.start_request("turn/start", params);
+        // Set before the answer: a turn dropped while waiting for it still runs in codex.
+        self.active_turn = Some(String::new());
         let mut mapper = TurnMapper::new(Some(self.thread_id.clone()));
         let mut outcome = TurnOutcome::default();
         let mut interrupting = false;
@@ -327,7 +335,8 @@ impl Runtime {
                 () = &mut cancelled, if !interrupting => {
                     interrupting = true;
                     deadline = Some(tokio::time::Instant::now() + INTERRUPT_WAIT);
-                    if let Some(turn) = self.active_turn.clone() {
+                    // Without the turn's id yet, the interrupt goes once `turn/start` answers.
+                    if let Some(turn) = self.active_turn.clone().filter(|t| !t.is_empty()) {
                         self.interrupt(&turn);
                     }
                     continue;
@@ -361,7 +370,10 @@ impl Runtime {
                         }
                         self.active_turn = Some(turn);
                     }
-                    Err(error) => return Err(refused("turn/start", &error)),
+                    Err(error) => {
+                        self.active_turn = None;
+                        return Err(refused("turn/start", &error));
+                    }
                 },
                 Incoming::Response { outcome: Err(error), .. } => {
                     tracing::debug!(?error, "codex refused a request of ours");
@@ -418,8 +430,10 @@ impl Runtime {
     /// Ends the runtime: a running turn is interrupted first (so codex
     /// records it ended), then the group is ended after a moment.
     fn close(mut self) {
-        if let Some(turn) = self.active_turn.take() {
-            self.interrupt(&turn);
+        match self.active_turn.take() {
+            Some(turn) if !turn.is_empty() => self.interrupt(&turn),
+            // Nothing to tell codex: end it now, so the thread is free sooner for the next runtime.
+            _ => return drop(self),
         }
         match tokio::runtime::Handle::try_current() {
             Ok(handle) => {
@@ -466,12 +480,23 @@ impl AppServerSession {
             let mut resume = params.clone();
             resume.insert("threadId".into(), json!(thread));
             resume.insert("excludeTurns".into(), json!(true));
-            match runtime.request("thread/resume", Value::Object(resume)).await.map_err(fatal)? {
-                Ok(_) => opened = Some((thread, false)),
-                Err(error) => sink.activity(crate::providers::note(format!(
-                    "codex could not resume thread {thread} ({}); starting a new conversation",
-                    error.message
-                ))),
+            let deadline = tokio::time::Instant::now() + RESUME_WAIT;
+            loop {
+                match runtime.request("thread/resume", Value::Object(resume.clone())).await.map_err(fatal)? {
+                    Ok(_) => opened = Some((thread, false)),
+                    Err(error) if error.message.contains("active writer") && tokio::time::Instant::now() < deadline => {
+                        tokio::time::sleep(RESUME_RETRY).await;
+                        continue;
+                    }
+                    Err(error) => {
+                        tracing::warn!(%thread, reason = %error.message, "codex could not resume a thread");
+                        sink.activity(crate::providers::note(format!(
+                            "codex could not resume thread {thread} ({}); starting a new conversation",
+                            error.message
+                        )));
+                    }
+                }
+                break;
             }
         }
         let (thread, fresh) = match opened {

@@ -14,7 +14,10 @@
 //! MCP bridge, shells). It lives across turns. `initialize` (client
 //! `pedelec-core`, no experimental API), then `thread/resume` of the
 //! session's thread (its provider identity) or, without one or when codex
-//! cannot resume it (an activity says so), `thread/start`. Both carry cwd =
+//! cannot resume it (an activity says so), `thread/start`. A thread is
+//! written by one app-server at a time, so while the previous runtime's
+//! process is still ending ("already has an active writer") the resume is
+//! retried for up to 5 s. Both carry cwd =
 //! workspace, sandbox `workspace-write` (without /tmp and $TMPDIR), the
 //! model, and our MCP server as dotted config keys (`mcp_servers.pedelec.*`:
 //! `pedelec-core mcp`, `env_vars` naming the token and socket variables, a
