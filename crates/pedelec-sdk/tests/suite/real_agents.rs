@@ -1176,3 +1176,45 @@ async fn codex_turn_past_the_timeout_then_the_thread_goes_on() {
     assert!(texts.iter().any(|t| t.contains("egret")), "the new app-server resumed the thread: {texts:?}");
     session.end().await.unwrap();
 }
+
+/// `cancel()` while codex waits for the application's answer to an
+/// approval (`PermissionMode::App`, a handler that never answers): the
+/// turn is interrupted, the awaited turn rejects `OPERATION_CANCELLED`,
+/// nothing is written, and the next turn runs on the same codex.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn codex_cancel_while_an_approval_waits_for_the_app() {
+    let Some(program) = agent("codex") else { return };
+    let server = ModelServer::start(standard_script()).await.unwrap();
+    let rig = Rig::codex(&program, &server);
+    let h = AgentHarness::start(&rig.settings);
+    let client = h.client().await;
+    let session = client
+        .create_session::<String>(SessionOptions {
+            permission_mode: pedelec_protocol::pb::PermissionMode::App,
+            auto_end_on_disconnect: false,
+            ..rig.options()
+        })
+        .await
+        .unwrap();
+    let asked = Arc::new(Mutex::new(0));
+    let seen = asked.clone();
+    let _off = session.on_permission(move |_, _| {
+        *seen.lock().unwrap() += 1;
+        std::future::pending::<Option<String>>()
+    });
+    let outside = tempfile::tempdir().unwrap();
+    let file = outside.path().join("never.txt");
+    let waiting = session.clone();
+    let path = file.display().to_string();
+    let turn = tokio::spawn(async move { waiting.send_text(format!("write {path}")).await });
+    eventually("the approval reaches the app", || *asked.lock().unwrap() > 0).await;
+    let started = Instant::now();
+    session.cancel().await.expect("cancel");
+    eprintln!("PEDELEC_AGENT_CANCEL_APPROVAL codex: cancel → idle {} ms", started.elapsed().as_millis());
+    assert_eq!(session.get_status(), pedelec_sdk::SessionStatus::Idle);
+    let settled = tokio::time::timeout(Duration::from_secs(10), turn).await.expect("the turn settles");
+    assert_eq!(settled.unwrap().expect_err("cancelled").code, "OPERATION_CANCELLED");
+    assert!(!file.exists(), "nothing written without an answer");
+    session.send_text("after the cancel").await.expect("the next turn");
+    session.end().await.unwrap();
+}
