@@ -8,6 +8,7 @@ use std::time::{Duration, Instant};
 use pedelec_core::providers::claude::ClaudeParser;
 use pedelec_core::providers::cli_turn::{LineParser, parse_transcript};
 use pedelec_core::providers::codex::CodexParser;
+use pedelec_core::providers::codex::wire::TranscriptParser;
 use pedelec_sdk::daemon::{CoreProcess, find_core_binary};
 use pedelec_sdk::{Pedelec, SessionOptions, ToolSpec};
 use serde_json::{Value, json};
@@ -117,6 +118,9 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
     session.end().await?;
 
     lines_per_second("codex", &transcript("codex_tool_turn.jsonl"), || Box::new(CodexParser::default()));
+    lines_per_second("codex app-server", &transcript("codex_app_server_turns.jsonl"), || {
+        Box::new(TranscriptParser::default())
+    });
     lines_per_second("claude", &transcript("claude_tool_turn.jsonl"), || Box::new(ClaudeParser::new(0)));
     let sse = transcript("openai_tool_round.sse").repeat(3000);
     let started = Instant::now();

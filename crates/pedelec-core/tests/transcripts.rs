@@ -6,6 +6,7 @@ use pedelec_core::providers::AgentEvent;
 use pedelec_core::providers::claude::ClaudeParser;
 use pedelec_core::providers::cli_turn::parse_transcript;
 use pedelec_core::providers::codex::CodexParser;
+use pedelec_core::providers::codex::wire::TranscriptParser;
 
 fn transcript(name: &str) -> String {
     std::fs::read_to_string(format!("{}/tests/transcripts/{name}", env!("CARGO_MANIFEST_DIR"))).expect("transcript")
@@ -26,6 +27,49 @@ fn codex_failed_turn_falls_back_to_the_last_error() {
     assert!(events.contains(&AgentEvent::Failed {
         message: "stream disconnected before completion: Reconnecting... 1/5".into()
     }));
+    insta::assert_json_snapshot!(events);
+}
+
+/// codex 0.171 `app-server`, recorded against the test model server: a
+/// frontend tool turn (after a `tool_search`), a shell command turn and a
+/// plain answer, each streamed as deltas, then whole messages.
+#[test]
+fn codex_app_server_turns() {
+    let mut parser = TranscriptParser::default();
+    let events = parse_transcript(&mut parser, &transcript("codex_app_server_turns.jsonl"));
+    let deltas: String = events
+        .iter()
+        .filter_map(|e| match e {
+            AgentEvent::Delta { text } => Some(text.as_str()),
+            _ => None,
+        })
+        .collect();
+    let messages: String = events
+        .iter()
+        .filter_map(|e| match e {
+            AgentEvent::Message { text } => Some(text.as_str()),
+            _ => None,
+        })
+        .collect();
+    assert_eq!(deltas, messages, "the deltas add up to the messages");
+    assert_eq!(events.iter().filter(|e| **e == AgentEvent::TurnDone).count(), 3);
+    // The thread's running total: 870 input + 83 output tokens after three turns.
+    assert_eq!(
+        events.iter().rev().find(|e| matches!(e, AgentEvent::Usage { .. })),
+        Some(&AgentEvent::Usage { total_tokens: 953 })
+    );
+    insta::assert_json_snapshot!(events);
+}
+
+/// A model request refused with HTTP 400: an `error` notification, then a `failed` turn.
+#[test]
+fn codex_app_server_failed_turn() {
+    let mut parser = TranscriptParser::default();
+    let events = parse_transcript(&mut parser, &transcript("codex_app_server_failed_turn.jsonl"));
+    assert!(
+        matches!(events.last(), Some(AgentEvent::Failed { message }) if message.contains("scripted failure 400")),
+        "{events:?}"
+    );
     insta::assert_json_snapshot!(events);
 }
 

@@ -132,6 +132,14 @@ impl ModelRequest {
         tools
     }
 
+    /// Whether the offered tool `name` has the parameter `parameter`.
+    pub fn tool_takes(&self, name: &str, parameter: &str) -> bool {
+        self.tool_definitions().iter().any(|t| {
+            t.get("name").and_then(Value::as_str) == Some(name)
+                && t.pointer(&format!("/parameters/properties/{parameter}")).is_some()
+        })
+    }
+
     /// Whether the agent offers a client-side `tool_search` (codex defers MCP tools behind it).
     pub fn offers_tool_search(&self) -> bool {
         let tools = self.body.get("tools").and_then(Value::as_array);
@@ -932,10 +940,12 @@ pub fn example_for(schema: &Value) -> Value {
 /// - `call NAME JSON` as the last user text → says `Calling NAME.` and calls the offered tool
 ///   ending in `NAME` (first searching for it with `tool_search` when the agent defers its tools);
 /// - `write PATH` → asks the agent's own file-writing tool (`Write`, `write`, `write_file`, codex's
-///   `shell`/`exec_command`) to create PATH;
+///   `shell`/`exec_command`, asking to run outside its sandbox where it can) to create PATH;
 /// - `read PATH` → asks the agent's own file-reading tool (`Read`, `read`, `read_file`, or `cat`
 ///   through codex's shell) for PATH;
 /// - `fail STATUS` → answers with that HTTP status;
+/// - `long N` → `word1 word2 … wordN` in N deltas (a long answer, for streaming);
+/// - `slow MS` → `Echo: slow`, its first byte after MS milliseconds (a model that hangs);
 /// - anything else → `Echo: <text>` in three deltas.
 pub fn standard_script() -> Script {
     Arc::new(|request: &ModelRequest| {
@@ -971,6 +981,13 @@ pub fn standard_script() -> Script {
         if let Some(path) = command.strip_prefix("read ") {
             return read_file_call(request, path.trim());
         }
+        if let Some(ms) = command.strip_prefix("slow ").and_then(|ms| ms.trim().parse::<u64>().ok()) {
+            return Answer::text("Echo: slow").delayed(Duration::from_millis(ms));
+        }
+        if let Some(n) = command.strip_prefix("long ").and_then(|n| n.trim().parse::<usize>().ok()) {
+            let text = (1..=n.max(1)).map(|i| format!("word{i}")).collect::<Vec<_>>().join(" ");
+            return Answer::new(ModelReply::Text { text, chunks: n.max(1) });
+        }
         if let Some(status) = command.strip_prefix("fail ") {
             let status = status.trim().parse().unwrap_or(500);
             return Answer::new(ModelReply::Status { status, message: format!("scripted failure {status}") });
@@ -994,15 +1011,25 @@ fn write_file_call(request: &ModelRequest, path: &str) -> Answer {
     if has("write_file") {
         return Answer::tool_call("write_file", json!({"file_path": path, "content": content}));
     }
-    shell_call(request, format!("printf '%s' '{}' > '{}'", content.trim(), path))
+    shell_call(request, format!("printf '%s' '{}' > '{}'", content.trim(), path), true)
 }
 
 /// `script` through the agent's shell tool (codex's `exec_command`, `shell`
-/// or `shell_command`), for an agent with no file tool of its own.
-fn shell_call(request: &ModelRequest, script: String) -> Answer {
+/// or `shell_command`), for an agent with no file tool of its own. With
+/// `escalate`, where the tool takes `sandbox_permissions` (codex), the call
+/// asks to run outside the agent's sandbox, as a model does for a write
+/// it knows the sandbox refuses.
+fn shell_call(request: &ModelRequest, script: String, escalate: bool) -> Answer {
     let names = request.tool_names();
     let has = |n: &str| names.iter().any(|t| t == n);
     if has("exec_command") {
+        if escalate && request.tool_takes("exec_command", "sandbox_permissions") {
+            return Answer::tool_call(
+                "exec_command",
+                json!({"cmd": script, "sandbox_permissions": "require_escalated",
+                       "justification": "The user asked for this file."}),
+            );
+        }
         return Answer::tool_call("exec_command", json!({"cmd": script}));
     }
     if has("shell") {
@@ -1027,7 +1054,7 @@ fn read_file_call(request: &ModelRequest, path: &str) -> Answer {
     if has("read_file") {
         return Answer::tool_call("read_file", json!({"file_path": path}));
     }
-    shell_call(request, format!("cat '{path}'"))
+    shell_call(request, format!("cat '{path}'"), false)
 }
 
 #[cfg(test)]

@@ -12,13 +12,16 @@ use pedelec_sdk::{EffortLevel, PedelecError, SessionOptions, SessionStatus};
 use super::*;
 
 /// Writes an executable `sh` script that records its argv, stdin and the
-/// names of the PEDELEC_* variables it saw, then runs `body`.
+/// names of the PEDELEC_* variables it saw, then runs `body`. Asked its
+/// `--version`, it names a codex older than app-server, so Core drives it
+/// through `exec --json`.
 fn fake_agent(dir: &Path, name: &str, body: &str) -> PathBuf {
     let path = dir.join(name);
     let log = dir.join(format!("{name}.log"));
     let core = pedelec_sdk::daemon::find_core_binary();
     let script = format!(
         "#!/bin/sh\nLOG='{log}'\nCORE='{core}'\n\
+         [ \"$1\" = --version ] && {{ echo 'codex-cli 0.1.0-fake'; exit 0; }}\n\
          printf '%s\\n' \"$@\" > \"$LOG.argv\"\n\
          cat > \"$LOG.stdin\"\n\
          env | grep '^PEDELEC_' | cut -d= -f1 | sort > \"$LOG.env\"\n\

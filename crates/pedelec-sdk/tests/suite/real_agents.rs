@@ -102,6 +102,9 @@ struct Rig {
     settings: String,
     /// Whether the agent streams text deltas.
     streams: bool,
+    /// Whether the matrix asks for a long answer and checks it arrives in
+    /// more than one delta (and times the first one).
+    streams_long_answers: bool,
     /// How the agent's token total relates to what the model server served.
     usage: Usage,
     /// Whether `end()` + `resume()` continues the agent's own thread.
@@ -215,6 +218,7 @@ impl Rig {
             model,
             settings,
             streams: true,
+            streams_long_answers: false,
             usage: Usage::Exact,
             resumes: Resumes::Yes,
             retries_refusals: false,
@@ -234,7 +238,11 @@ impl Rig {
     fn codex(program: &Path, server: &ModelServer) -> Rig {
         let home = tempfile::tempdir().unwrap();
         let settings = provider_settings("codex", program, &[], &Self::codex_env(home.path(), server));
-        Rig { streams: false, reads_outside: ReadsOutside::Allowed, ..Rig::new("codex", CODEX_MODEL, settings, home) }
+        Rig {
+            streams_long_answers: true,
+            reads_outside: ReadsOutside::Allowed,
+            ..Rig::new("codex", CODEX_MODEL, settings, home)
+        }
     }
 
     fn claude(program: &Path, server: &ModelServer) -> Rig {
@@ -300,6 +308,8 @@ fn failing_tool() -> pedelec_sdk::ToolSpec {
 /// What the scenario measured.
 struct Figures {
     startup: Duration,
+    /// From sending the long answer's text to its first delta.
+    first_delta: Option<Duration>,
     tool_round_trip: Duration,
     requests_per_turn: Vec<usize>,
 }
@@ -478,6 +488,23 @@ async fn scenario(rig: Rig, server: &ModelServer) -> (String, Figures) {
     requests_per_turn.push(turn.len());
     recorder.push("-- plain turn".into());
 
+    // A long answer streams: more than one delta, as the model sent it.
+    let mut first_delta = None;
+    if rig.streams_long_answers {
+        let first: Arc<Mutex<Option<Instant>>> = Arc::default();
+        let at = first.clone();
+        let _off = session.on_chat_delta(move |_, _| {
+            at.lock().unwrap().get_or_insert_with(Instant::now);
+        });
+        let before = recorder.count("delta ");
+        let sent = Instant::now();
+        session.send_text("long 40").await.unwrap_or_else(|e| panic!("{}: long answer: {e:?}", rig.provider));
+        let deltas = recorder.count("delta ") - before;
+        assert!(deltas > 1, "{}: a long answer arrives in more than one delta, not {deltas}", rig.provider);
+        first_delta = first.lock().unwrap().map(|t| t - sent);
+        recorder.push("-- long answer".into());
+    }
+
     // end() then resume() continues the thread.
     session.end().await.unwrap();
     session.resume().await.unwrap();
@@ -488,8 +515,9 @@ async fn scenario(rig: Rig, server: &ModelServer) -> (String, Figures) {
     if rig.resumes == Resumes::Yes {
         assert!(
             texts.iter().any(|t| t.contains("second turn")),
-            "{}: the resumed thread carries the earlier history: {texts:?}",
-            rig.provider
+            "{}: the resumed thread carries the earlier history: {texts:?}; events {:?}",
+            rig.provider,
+            recorder.lines()
         );
     }
     requests_per_turn.push(turn.len());
@@ -521,14 +549,15 @@ async fn scenario(rig: Rig, server: &ModelServer) -> (String, Figures) {
         assert!(recorder.count("delta ") > 0, "{}: the agent streams deltas", rig.provider);
     }
     session.end().await.unwrap();
-    (normalised(&recorder), Figures { startup, tool_round_trip, requests_per_turn })
+    (normalised(&recorder), Figures { startup, first_delta, tool_round_trip, requests_per_turn })
 }
 
 fn report(provider: &str, figures: &Figures) {
     eprintln!(
-        "PEDELEC_AGENT_FIGURES {provider}: tool round trip (agent side) {} µs, first-turn start-up {} ms, model requests per turn {:?}",
+        "PEDELEC_AGENT_FIGURES {provider}: tool round trip (agent side) {} µs, first-turn start-up {} ms, first delta of a long answer {}, model requests per turn {:?}",
         figures.tool_round_trip.as_micros(),
         figures.startup.as_millis(),
+        figures.first_delta.map_or("-".to_owned(), |d| format!("{} ms", d.as_millis())),
         figures.requests_per_turn
     );
 }
@@ -591,7 +620,7 @@ async fn codex_acp_prepares_with_a_model_codex_does_not_know() {
 /// error event with TOOL_CALL_FAILED and the agent's reason, not only the
 /// model's prose. The user's own agent config refuses one tool: codex asks
 /// approval for it (a per-tool setting beats the server default Core passes)
-/// and `codex exec` has nobody to ask; claude's settings say to ask for it (an
+/// and `codex` (policy mode: approval policy `never`) has nobody to ask; claude's settings say to ask for it (an
 /// `ask` rule beats `--allowedTools`) and `claude -p` has nobody to ask. (A
 /// claude `deny` rule removes the tool from what the model is offered: no
 /// call, so nothing fails.)
@@ -928,8 +957,9 @@ per_agent!(cancel => super::cancel_while_the_agent_waits);
 /// model asks the agent to write outside its workspace; where the agent asks
 /// permission for that, the request reaches `on_permission` as a file edit
 /// naming the path, and the app's answer decides — allowed, the file is
-/// written; rejected, it is not. An agent that never asks (codex exec has no
-/// approval channel; it keeps its sandbox) writes nothing either way.
+/// written; rejected, it is not (codex asks for the model's request to run
+/// the write outside its sandbox). An agent that never asks (its sandbox
+/// refuses the write) writes nothing either way.
 async fn the_app_answers_permissions(rig: Rig, server: &ModelServer) {
     let h = AgentHarness::start(&rig.settings);
     let client = h.client().await;
@@ -1053,3 +1083,138 @@ async fn attachments_reach_the_model(rig: Rig, server: &ModelServer) {
 }
 
 per_agent!(attachments => super::attachments_reach_the_model);
+
+/// A process's command line, its arguments joined by spaces.
+fn command_line(pid: u32) -> String {
+    std::fs::read(format!("/proc/{pid}/cmdline"))
+        .map(|raw| String::from_utf8_lossy(&raw).replace('\0', " "))
+        .unwrap_or_default()
+}
+
+/// `codex app-server` killed (SIGKILL) while its turn waits on a frontend
+/// tool: the awaited turn fails promptly with `PROVIDER_CRASHED`, the
+/// session stays usable, and the next turn starts codex again and resumes
+/// its thread.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn codex_app_server_killed_mid_turn() {
+    let Some(program) = agent("codex") else { return };
+    let server = ModelServer::start(standard_script()).await.unwrap();
+    let rig = Rig::codex(&program, &server);
+    let h = AgentHarness::start(&rig.settings);
+    let client = h.client().await;
+    let core_pid = h.core.pid().expect("Core runs");
+    let session = client
+        .create_session(SessionOptions { tools: vec![stalling_tool()], auto_end_on_disconnect: false, ..rig.options() })
+        .await
+        .unwrap();
+    session.send_text("remember the word osprey").await.unwrap();
+    let stalled = session.clone();
+    let turn = tokio::spawn(async move { stalled.send_text("call stall {}").await });
+    waits_for_tool(&session).await;
+    let codex: Vec<u32> =
+        descendants(core_pid).into_iter().filter(|pid| command_line(*pid).contains("app-server")).collect();
+    assert!(!codex.is_empty(), "codex app-server runs under Core");
+    let killed = Instant::now();
+    for pid in &codex {
+        let _ = std::process::Command::new("kill").args(["-KILL", &pid.to_string()]).status();
+    }
+    let settled = tokio::time::timeout(Duration::from_secs(10), turn).await.expect("the turn settles");
+    let error = settled.unwrap().expect_err("the turn fails");
+    let to_failure = killed.elapsed();
+    eprintln!("PEDELEC_AGENT_CRASH codex: kill -9 → failed turn {} ms", to_failure.as_millis());
+    assert_eq!(error.code, "SEND_TEXT_FAILED", "{error:?}");
+    let provider_code = error.details.as_ref().and_then(|d| d["providerCode"].as_str()).unwrap_or_default();
+    assert_eq!(provider_code, "PROVIDER_CRASHED", "{error:?}");
+    assert!(to_failure < Duration::from_secs(5), "promptly: {to_failure:?}");
+    assert_eq!(session.get_status(), pedelec_sdk::SessionStatus::Idle, "the session stays usable");
+
+    let before = server.generations().len();
+    session.send_text("after the crash").await.unwrap_or_else(|e| panic!("the turn after the crash: {e:?}"));
+    let texts: Vec<String> =
+        generations_since(&server, before).iter().flat_map(|r| r.request.history()).map(|(_, _, t)| t).collect();
+    assert!(texts.iter().any(|t| t.contains("osprey")), "the restarted codex resumed the thread: {texts:?}");
+    assert!(
+        survivors_after_a_while(&codex).await.is_empty(),
+        "the killed processes are gone (reaped by the runtime that replaced them)"
+    );
+    session.end().await.unwrap();
+}
+
+/// A codex turn that outlives Core's turn timeout (a model that does not
+/// answer for a minute): the turn fails `PROVIDER_TIMEOUT`, Core ends that
+/// app-server (the turn interrupted first), and the next turn's app-server
+/// resumes the same thread.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn codex_turn_past_the_timeout_then_the_thread_goes_on() {
+    let Some(program) = agent("codex") else { return };
+    let server = ModelServer::start(standard_script()).await.unwrap();
+    let rig = Rig::codex(&program, &server);
+    let h = AgentHarness::start(&format!("turn_timeout_secs = 2\n{}", rig.settings));
+    let client = h.client().await;
+    let core_pid = h.core.pid().expect("Core runs");
+    let session = client
+        .create_session::<String>(SessionOptions { auto_end_on_disconnect: false, ..rig.options() })
+        .await
+        .unwrap();
+    session.send_text("remember the word egret").await.unwrap();
+    let app_server = || -> Vec<u32> {
+        descendants(core_pid).into_iter().filter(|pid| command_line(*pid).contains("app-server")).collect()
+    };
+    let first = app_server();
+    let error = tokio::time::timeout(Duration::from_secs(20), session.send_text("slow 60000"))
+        .await
+        .expect("the timeout settles the turn")
+        .expect_err("the turn fails");
+    let provider_code = error.details.as_ref().and_then(|d| d["providerCode"].as_str()).unwrap_or_default();
+    assert_eq!(provider_code, "PROVIDER_TIMEOUT", "{error:?}");
+    assert!(survivors_after_a_while(&first).await.is_empty(), "the timed-out app-server was ended");
+
+    let before = server.generations().len();
+    session.send_text("after the timeout").await.unwrap_or_else(|e| panic!("the turn after the timeout: {e:?}"));
+    let texts: Vec<String> =
+        generations_since(&server, before).iter().flat_map(|r| r.request.history()).map(|(_, _, t)| t).collect();
+    assert!(texts.iter().any(|t| t.contains("egret")), "the new app-server resumed the thread: {texts:?}");
+    session.end().await.unwrap();
+}
+
+/// `cancel()` while codex waits for the application's answer to an
+/// approval (`PermissionMode::App`, a handler that never answers): the
+/// turn is interrupted, the awaited turn rejects `OPERATION_CANCELLED`,
+/// nothing is written, and the next turn runs on the same codex.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn codex_cancel_while_an_approval_waits_for_the_app() {
+    let Some(program) = agent("codex") else { return };
+    let server = ModelServer::start(standard_script()).await.unwrap();
+    let rig = Rig::codex(&program, &server);
+    let h = AgentHarness::start(&rig.settings);
+    let client = h.client().await;
+    let session = client
+        .create_session::<String>(SessionOptions {
+            permission_mode: pedelec_protocol::pb::PermissionMode::App,
+            auto_end_on_disconnect: false,
+            ..rig.options()
+        })
+        .await
+        .unwrap();
+    let asked = Arc::new(Mutex::new(0));
+    let seen = asked.clone();
+    let _off = session.on_permission(move |_, _| {
+        *seen.lock().unwrap() += 1;
+        std::future::pending::<Option<String>>()
+    });
+    let outside = tempfile::tempdir().unwrap();
+    let file = outside.path().join("never.txt");
+    let waiting = session.clone();
+    let path = file.display().to_string();
+    let turn = tokio::spawn(async move { waiting.send_text(format!("write {path}")).await });
+    eventually("the approval reaches the app", || *asked.lock().unwrap() > 0).await;
+    let started = Instant::now();
+    session.cancel().await.expect("cancel");
+    eprintln!("PEDELEC_AGENT_CANCEL_APPROVAL codex: cancel → idle {} ms", started.elapsed().as_millis());
+    assert_eq!(session.get_status(), pedelec_sdk::SessionStatus::Idle);
+    let settled = tokio::time::timeout(Duration::from_secs(10), turn).await.expect("the turn settles");
+    assert_eq!(settled.unwrap().expect_err("cancelled").code, "OPERATION_CANCELLED");
+    assert!(!file.exists(), "nothing written without an answer");
+    session.send_text("after the cancel").await.expect("the next turn");
+    session.end().await.unwrap();
+}

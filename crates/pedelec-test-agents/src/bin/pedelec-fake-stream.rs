@@ -5,7 +5,9 @@
 //! message and the result); `codex` prints `codex exec --json` (N
 //! `agent_message` items: codex's exec mode streams no text deltas, so each is
 //! a whole message). N is `PEDELEC_FAKE_STREAM_DELTAS` (default 100 000). The
-//! adapter's own arguments after FORMAT, and the prompt on stdin, are ignored.
+//! adapter's own arguments after FORMAT, and the prompt on stdin, are ignored,
+//! but for `--version`: the fake names a codex older than `app-server`, so
+//! Core drives it through `exec --json`.
 
 use std::io::{BufWriter, Write};
 
@@ -14,6 +16,10 @@ const SESSION: &str = "0199a213-81c0-7800-8aa1-bbab2a035a53";
 
 fn main() -> std::io::Result<()> {
     let format = std::env::args().nth(1).unwrap_or_default();
+    if std::env::args().nth(2).as_deref() == Some("--version") {
+        println!("{format}-cli 0.1.0-fake");
+        return Ok(());
+    }
     let n: usize = std::env::var(COUNT_ENV).ok().and_then(|v| v.parse().ok()).unwrap_or(100_000);
     // Drained on the side, so the adapter's prompt writer never waits on a
     // full pipe; the process exits without waiting for the end of it.

@@ -1,4 +1,5 @@
-//! `codex`: the Codex CLI, one `codex exec --json` process per turn.
+//! The fallback for a codex without `app-server`: one `codex exec --json`
+//! process per turn.
 //!
 //! Command line (prompt on stdin, so it never shows in `ps`):
 //! `codex exec --json --skip-git-repo-check --sandbox workspace-write --cd <workspace>
@@ -9,69 +10,30 @@
 //!  -c sandbox_workspace_write.exclude_tmpdir_env_var=true …
 //!  [-m MODEL] [-c model_reasoning_effort="low|high"] [resume <thread id>] -`
 //!
-//! The tool token travels in codex's environment and is passed through to
-//! the bridge by name (`env_vars`), never as a value on a command line.
-//! The thread id from `thread.started` is the session's provider identity;
-//! later turns and resumed sessions continue it with `resume`. Usage is the
-//! `turn.completed` total (input + output tokens; cached input is a part of
-//! input), which codex reports as the thread's running total.
-//!
-//! Our MCP tools are pre-approved (`default_tools_approval_mode`): codex asks
-//! approval for any MCP tool without annotations and `exec` has no channel
-//! to ask on, so under `never` every frontend tool call would fail. A call
-//! codex still fails on its own side (a per-tool `approval_mode` in the
-//! user's config, an MCP client error) is reported as `TOOL_CALL_FAILED`.
-//! With models that support it (`gpt-5.5` in 0.171), codex defers MCP tools
-//! behind `tool_search`; the matrix drives that path.
-//!
-//! # `exec --json` or `app-server`
-//!
-//! codex 0.171's `exec --json` prints only completed items: no text deltas,
-//! so a codex session streams no `chat_delta`s, only whole messages. Its
-//! `app-server` (JSON-RPC over stdio: `thread/start`, `turn/start`,
-//! `item/agentMessage/delta` notifications, approval requests routed to the
-//! client) streams deltas and would let the application answer approvals.
-//! This adapter stays on `exec --json` for now: it is the interface codex
-//! documents as stable for automation, one process per turn keeps the
-//! "end kills the process group" and turn-timeout rules as simple as for
-//! claude, and approvals are not needed for our own tools once they are
-//! pre-approved. Moving to `app-server` is the way to deltas and to
-//! application-answered approvals (issue 14's permissions); the matrix
-//! (`real_agents.rs`) is what such a move must keep green.
+//! `exec --json` prints only completed items: no text deltas, so such a
+//! session streams no `chat_delta`s, only whole messages. A cancel is
+//! SIGTERM to the process group (`cli_turn`). There is no approval channel:
+//! approval policy `never`, so our MCP tools must be pre-approved. The
+//! thread id from `thread.started` is the session's provider identity;
+//! later turns continue it with `resume`. Usage is the `turn.completed`
+//! total (input + output tokens; cached input is a part of input), which
+//! codex reports as the thread's running total.
 
 use pedelec_protocol::pb;
 use serde_json::Value;
 
-use super::cli_turn::{self, LineParser, skipped, str_field as text};
-use super::{
-    AgentEvent, BoxFuture, MCP_SERVER_NAME, Provider, ProviderConfig, ProviderFailure, ProviderSession, ProviderSetup,
-    SOCKET_ENV, TOOL_TOKEN_ENV, TurnRequest, TurnSink, effort_name, with_guidance,
+use crate::providers::cli_turn::{self, LineParser, skipped, str_field as text};
+use crate::providers::{
+    AgentEvent, Attachment, BoxFuture, MCP_SERVER_NAME, ProviderConfig, ProviderFailure, ProviderSession,
+    ProviderSetup, SOCKET_ENV, TOOL_TOKEN_ENV, TurnRequest, TurnSink, effort_name, with_attachment_paths,
+    with_guidance,
 };
 
-pub struct Codex {
-    config: ProviderConfig,
-}
-
-impl Codex {
-    pub fn new(config: ProviderConfig) -> Self {
-        Codex { config }
-    }
-}
-
-impl Provider for Codex {
-    fn config(&self) -> &ProviderConfig {
-        &self.config
-    }
-
-    fn start(&self, setup: ProviderSetup) -> Result<Box<dyn ProviderSession>, ProviderFailure> {
-        Ok(Box::new(CodexSession { config: self.config.clone(), thread_id: setup.provider_session_id.clone(), setup }))
-    }
-}
-
-struct CodexSession {
-    config: ProviderConfig,
-    setup: ProviderSetup,
-    thread_id: Option<String>,
+/// A session on `codex exec`: the thread id is all that lives between turns.
+pub(super) struct ExecSession {
+    pub(super) config: ProviderConfig,
+    pub(super) setup: ProviderSetup,
+    pub(super) thread_id: Option<String>,
 }
 
 fn toml_string(text: &str) -> String {
@@ -140,19 +102,19 @@ pub fn turn_args(
     args
 }
 
-impl ProviderSession for CodexSession {
+impl ProviderSession for ExecSession {
     fn run_turn<'a>(
         &'a mut self,
         turn: TurnRequest,
         sink: &'a dyn TurnSink,
     ) -> BoxFuture<'a, Result<(), ProviderFailure>> {
         Box::pin(async move {
-            let (images, files): (Vec<&super::Attachment>, Vec<&super::Attachment>) =
+            let (images, files): (Vec<&Attachment>, Vec<&Attachment>) =
                 turn.attachments.iter().partition(|a| a.is_image());
             let image_paths: Vec<&std::path::Path> = images.iter().map(|a| a.file.as_path()).collect();
             let args = turn_args(&self.config, &self.setup, self.thread_id.as_deref(), &image_paths);
             let command = cli_turn::agent_command(&self.config, args, &self.setup.bridge);
-            let text = super::with_attachment_paths(&turn.text, &files);
+            let text = with_attachment_paths(&turn.text, &files);
             let prompt = match self.thread_id {
                 None => with_guidance(&self.setup.guidance, &text),
                 Some(_) => text,
@@ -194,7 +156,7 @@ impl CodexParser {
         };
         let id = text(item, "id");
         let activity = |kind: K, title: String| {
-            let mut a = super::activity(id.clone(), kind, title);
+            let mut a = crate::providers::activity(id.clone(), kind, title);
             a.status = status as i32;
             a
         };
@@ -222,7 +184,7 @@ impl CodexParser {
                     call.status = pb::ActivityStatus::Failed as i32;
                     call.output = error.to_owned();
                 } else if let Some(result) = item.get("result").filter(|r| !r.is_null()) {
-                    call.output = super::events::content_text(result).unwrap_or_else(|| result.to_string());
+                    call.output = crate::providers::events::content_text(result).unwrap_or_else(|| result.to_string());
                 }
                 let mut events = vec![AgentEvent::Activity(call)];
                 // A call of ours that codex itself failed (e.g. "requires approval"):
