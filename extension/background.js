@@ -827,12 +827,15 @@ function watchUserPermissions() {
     if (pages.size === 0) {
       clearInterval(permissionPoll);
       permissionPoll = null;
+      // No page left to read through; the popup reads Core itself when opened.
+      chrome.action.setBadgeText({ text: "" }).catch(() => {});
       return;
     }
     // One poll at a time: a slow Core must not pile calls up behind it.
     if (polling) return;
     polling = true;
     pollUserPermissions()
+      .then(pollRunning)
       .catch((e) => console.error("pedelec: reading the user's requests failed", e))
       .finally(() => {
         polling = false;
@@ -866,6 +869,14 @@ async function pollUserPermissions() {
     promptedPermissions.delete(id);
     if (permissionPrompt && permissionPrompt.id === id) closePermissionPrompt();
   }
+}
+
+/** Updates the badge through a host a page already has (as the requests' poll does). */
+async function pollRunning() {
+  const via = [...pages].find((p) => p.host && !p.closed);
+  if (!via) return;
+  const sessions = await liveSessions(null, (call, body) => via.ownerCall(call, body));
+  if (sessions) showRunning(sessions);
 }
 
 async function openPermission(id) {
@@ -955,6 +966,77 @@ function acceptPage(port, origin) {
   });
   port.onDisconnect.addListener(() => page.close());
 }
+
+// ---- the toolbar: badge and popup ----
+
+const POPUP_PAGE = "popup.html";
+
+/** A live session as the popup shows it. */
+function shownSession(live) {
+  const summary = live.summary || {};
+  const info = summary.session || {};
+  return {
+    sessionId: info.sessionId || "",
+    origin: live.origin || "",
+    provider: info.provider || "",
+    model: info.model || "",
+    workspacePath: live.workspacePath || "",
+    status: String(summary.status || "").replace(/^SESSION_STATUS_/, "").toLowerCase(),
+    createdAtMs: Number(info.createdAtMs || 0),
+    totalTokens: Number(live.totalTokens || 0),
+  };
+}
+
+/** The sessions Core has live, of `origin` or of every origin; null when Core cannot answer. */
+async function liveSessions(origin, call = (c, b) => owner.call(c, b)) {
+  const reply = await call("listLiveSessions", origin ? { origin } : {});
+  if (reply.error) return null;
+  return ((reply.response && reply.response.sessions) || []).map(shownSession);
+}
+
+/** The toolbar badge: how many sessions are running a turn now. */
+function showRunning(sessions) {
+  const busy = sessions.filter((s) => s.status === "running" || s.status === "waiting_tool_result").length;
+  chrome.action.setBadgeText({ text: busy > 0 ? String(busy) : "" }).catch(() => {});
+}
+
+async function siteState(origin) {
+  const [known, sessions] = await Promise.all([refreshConsent(), liveSessions(origin)]);
+  if (!known || sessions === null) return { ok: false, error: "Core did not answer" };
+  return { ok: true, approved: isApproved(origin), folders: foldersOf(origin), sessions };
+}
+
+async function stopSessions(body) {
+  const reply = await owner.call("endSessions", body);
+  if (reply.error) return { ok: false, error: reply.error.message };
+  const sessions = await liveSessions(null);
+  if (sessions) showRunning(sessions);
+  return { ok: true, ended: Number((reply.response && reply.response.ended) || 0) };
+}
+
+chrome.runtime.onMessage.addListener((message, sender, sendResponse) => {
+  if (sender.id !== chrome.runtime.id || !sender.url || !sender.url.startsWith(chrome.runtime.getURL(POPUP_PAGE))) {
+    return false;
+  }
+  const origin = message && typeof message.origin === "string" ? message.origin : "";
+  ready
+    .then(async () => {
+      switch (message && message.type) {
+        case "siteState":
+          return siteState(origin);
+        case "stopSessions": {
+          const ids = Array.isArray(message.sessionIds) ? message.sessionIds.filter((id) => typeof id === "string") : [];
+          return ids.length > 0 ? stopSessions({ sessionIds: ids }) : { ok: false, error: "no session named" };
+        }
+        case "stopSite":
+          return origin ? stopSessions({ origin }) : { ok: false, error: "no site named" };
+        default:
+          return { ok: false, error: "unknown message" };
+      }
+    })
+    .then(sendResponse, (e) => sendResponse({ ok: false, error: String(e) }));
+  return true;
+});
 
 chrome.runtime.onMessage.addListener((message, sender, sendResponse) => {
   // Only the extension's own approval page may decide or revoke.

@@ -96,6 +96,8 @@ globalThis.PedelecRequests = (() => {
     "revokeOrigin",
     "listUserPermissions",
     "answerUserPermission",
+    "listLiveSessions",
+    "endSessions",
   ]);
 
   class Refusal extends Error {

@@ -224,6 +224,10 @@ impl Transport for GrpcTransport {
                 Call::AnswerUserPermission(r) => {
                     Reply::AnswerUserPermission(c.answer_user_permission(r).await.map_err(status)?.into_inner())
                 }
+                Call::ListLiveSessions(r) => {
+                    Reply::ListLiveSessions(c.list_live_sessions(r).await.map_err(status)?.into_inner())
+                }
+                Call::EndSessions(r) => Reply::EndSessions(c.end_sessions(r).await.map_err(status)?.into_inner()),
                 Call::Subscribe(_) | Call::Unsubscribe(_) => {
                     return Err(PedelecError::new(ErrorCode::InvalidArgument, "use Transport::subscribe"));
                 }

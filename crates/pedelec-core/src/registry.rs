@@ -25,6 +25,9 @@ use crate::tools::ToolSet;
 use crate::workspace::{self, Workspace};
 use crate::workspace_policy::{Refusal, WorkspacePolicy};
 
+/// The most session ids one `EndSessions` may name.
+const MAX_ENDED_AT_ONCE: usize = 1024;
+
 pub struct Registry {
     pub shared: Arc<Shared>,
     managed_root: PathBuf,
@@ -192,28 +195,81 @@ impl Registry {
         let forgotten = pb::OriginConsent { origin: origin.to_owned(), ..Default::default() };
         self.shared.store.save_consent(forgotten).await?;
         self.shared.consent.forget(origin);
-        // Live sessions are all in memory (the store holds only ended ones beyond it).
-        let live: Vec<Arc<Session>> = self
-            .sessions
-            .read()
-            .expect("sessions lock")
-            .values()
-            .filter(|s| s.origin == origin && s.status() != SessionStatus::Ended)
-            .cloned()
-            .collect();
-        let ended = futures::future::join_all(live.iter().map(|session| session.end("revoked"))).await;
+        let count = self.end_all(self.live_of(|s| s.origin == origin), "revoked").await;
+        tracing::info!(origin, sessions_ended = count, "origin revoked");
+        Ok(count)
+    }
+
+    /// The live sessions `keep` accepts. Live sessions are all in memory
+    /// (the store holds only ended ones beyond it).
+    fn live_of(&self, keep: impl Fn(&Session) -> bool) -> Vec<Arc<Session>> {
+        let sessions = self.sessions.read().expect("sessions lock");
+        sessions.values().filter(|s| s.status() != SessionStatus::Ended && keep(s)).cloned().collect()
+    }
+
+    /// Ends `sessions` at once (each as `End` does) and lets them leave
+    /// memory; returns how many this ended.
+    async fn end_all(&self, sessions: Vec<Arc<Session>>, reason: &str) -> u32 {
+        let ended = futures::future::join_all(sessions.iter().map(|session| session.end(reason))).await;
         let mut count = 0;
-        for (session, result) in live.iter().zip(ended) {
+        for (session, result) in sessions.iter().zip(ended) {
             match result {
                 Ok(true) => count += 1,
                 Ok(false) => {}
-                Err(error) => tracing::warn!(session = %session.id, %error, "could not end a revoked origin's session"),
+                Err(error) => tracing::warn!(session = %session.id, %error, reason, "could not end a session"),
             }
         }
-        for session in &live {
+        for session in &sessions {
             self.evict(session.id.as_str());
         }
-        tracing::info!(origin, sessions_ended = count, "origin revoked");
+        count
+    }
+
+    /// Every live session, or `origin`'s when it is not empty, oldest
+    /// created first (owner calls only: it names every origin).
+    pub fn live_sessions(&self, origin: &str) -> Vec<pb::LiveSession> {
+        let mut live: Vec<pb::LiveSession> = self
+            .live_of(|s| origin.is_empty() || s.origin == origin)
+            .iter()
+            .map(|session| pb::LiveSession {
+                origin: session.origin.clone(),
+                workspace_path: session.workspace.root.display().to_string(),
+                total_tokens: session.usage_total().unwrap_or(0),
+                summary: Some(session.summary()),
+            })
+            .collect();
+        live.sort_by_key(|l| {
+            let info = l.summary.as_ref().and_then(|s| s.session.as_ref());
+            info.map(|i| (i.created_at_ms, i.session_id.clone())).unwrap_or_default()
+        });
+        live
+    }
+
+    /// Ends the sessions `ids` (any origin's) and, when `origin` is set,
+    /// every live session of it (owner calls only). Every id is checked
+    /// before anything ends: an unknown one is `THREAD_NOT_FOUND`.
+    pub async fn end_sessions(&self, ids: &[String], origin: &str) -> CoreResult<u32> {
+        if ids.len() > MAX_ENDED_AT_ONCE {
+            return Err(CoreError::new(
+                ErrorCode::InvalidArgument,
+                format!("at most {MAX_ENDED_AT_ONCE} sessions are ended by one call"),
+            ));
+        }
+        if !origin.is_empty() {
+            check_origin(origin)?;
+        }
+        let mut named = Vec::with_capacity(ids.len());
+        for id in ids {
+            named.push(self.get_as_owner(id).await?);
+        }
+        let mut sessions = self.live_of(|s| !origin.is_empty() && s.origin == origin);
+        for session in named {
+            if !sessions.iter().any(|s| s.id == session.id) {
+                sessions.push(session);
+            }
+        }
+        let count = self.end_all(sessions, "stopped by the user").await;
+        tracing::info!(origin, sessions_ended = count, "sessions stopped by the user");
         Ok(count)
     }
 

@@ -217,6 +217,22 @@ impl Core for CoreService {
         Ok(Response::new(pb::RevokeOriginResponse { sessions_ended }))
     }
 
+    async fn list_live_sessions(
+        &self,
+        request: Request<pb::ListLiveSessionsRequest>,
+    ) -> RpcReply<pb::ListLiveSessionsResponse> {
+        let request = request.into_inner();
+        crate::consent::check_owner(&request.caller_origin)?;
+        Ok(Response::new(pb::ListLiveSessionsResponse { sessions: self.registry.live_sessions(&request.origin) }))
+    }
+
+    async fn end_sessions(&self, request: Request<pb::EndSessionsRequest>) -> RpcReply<pb::EndSessionsResponse> {
+        let request = request.into_inner();
+        crate::consent::check_owner(&request.caller_origin)?;
+        let ended = self.registry.end_sessions(&request.session_ids, &request.origin).await?;
+        Ok(Response::new(pb::EndSessionsResponse { ended }))
+    }
+
     async fn list_user_permissions(
         &self,
         request: Request<pb::ListUserPermissionsRequest>,
@@ -295,6 +311,10 @@ impl CoreService {
             Call::AnswerUserPermission(q) => {
                 NativeReply::AnswerUserPermission(self.answer_user_permission(r(q)).await?.into_inner())
             }
+            Call::ListLiveSessions(q) => {
+                NativeReply::ListLiveSessions(self.list_live_sessions(r(q)).await?.into_inner())
+            }
+            Call::EndSessions(q) => NativeReply::EndSessions(self.end_sessions(r(q)).await?.into_inner()),
             Call::Subscribe(_) | Call::Unsubscribe(_) => {
                 return Err(CoreError::new(ErrorCode::InvalidArgument, "subscriptions use Core.Subscribe").into());
             }

@@ -105,7 +105,19 @@ fn p50_us(text: &str) -> f64 {
 async fn main() {
     let dir = tempfile::tempdir().unwrap();
     let socket = dir.path().join("core.sock");
-    let _core = CoreProcess::spawn(&socket, &dir.path().join("state"), Duration::from_secs(3)).unwrap();
+    // The RSS figure subscribes 100 sessions of one web origin: more than its default quota.
+    let config = dir.path().join("config");
+    std::fs::create_dir_all(&config).unwrap();
+    std::fs::write(config.join("config.toml"), "max_live_sessions_per_origin = 200\n").unwrap();
+    let config = config.display().to_string();
+    let _core = CoreProcess::spawn_with_args(
+        &pedelec_sdk::daemon::find_core_binary(),
+        &socket,
+        &dir.path().join("state"),
+        Duration::from_secs(3),
+        &["--config-dir", &config],
+    )
+    .unwrap();
     // The page's origin, approved as the user's click in the extension does (an owner call).
     let owner = pedelec_sdk::grpc::GrpcTransport::connect(&socket).await.unwrap();
     let consent = pb::OriginConsent { origin: "https://app.example".into(), approved: true, ..Default::default() };

@@ -209,6 +209,22 @@ async fn consent(socket: &std::path::Path) -> Result<(), Box<dyn std::error::Err
             })
             .unwrap_or_default()
     );
+    // The user's window (the extension's toolbar popup) reads the same list.
+    let live = pb::ListLiveSessionsRequest { caller_origin: OWNER.into(), origin: String::new() };
+    if let Reply::ListLiveSessions(live) = owner.call(Call::ListLiveSessions(live)).await? {
+        for l in &live.sessions {
+            let summary = l.summary.clone().unwrap_or_default();
+            let info = summary.session.unwrap_or_default();
+            println!(
+                "▶ the user's window: {} runs {} in {} ({}, {} tokens)",
+                l.origin,
+                info.provider,
+                l.workspace_path,
+                pedelec_protocol::SessionStatus::from_pb(summary.status).map_or("?", |s| s.as_str()),
+                l.total_tokens
+            );
+        }
+    }
     let revoke = pb::RevokeOriginRequest { caller_origin: OWNER.into(), origin: SITE.into() };
     if let Reply::RevokeOrigin(revoked) = owner.call(Call::RevokeOrigin(revoke)).await? {
         println!("▶ the user revokes {SITE}: {} live session(s) ended", revoked.sessions_ended);

@@ -880,3 +880,77 @@ fn browser_refuses_forged_requests_and_forced_prompts() {
     assert_eq!(refused["code"], json!("WORKSPACE_NOT_ALLOWED"), "{refused}");
     assert_eq!(refused["details"]["reason"], json!("refused"), "{refused}");
 }
+
+/// The toolbar badge, read from the extension's worker: how many sessions run a turn.
+fn badge(rig: &Rig) -> String {
+    let worker = format!("chrome-extension://{EXTENSION_ID}/background.js");
+    let target = rig
+        .browser
+        .wait_for_target("the service worker", |t| {
+            t["type"] == json!("service_worker") && t["url"].as_str() == Some(worker.as_str())
+        })
+        .unwrap();
+    let worker = Page::attach(&rig.browser, target["targetId"].as_str().unwrap()).unwrap();
+    let text = worker.eval("chrome.action.getBadgeText({})").expect("the badge's text");
+    worker.detach().unwrap();
+    text.as_str().unwrap_or_default().to_owned()
+}
+
+/// The user's window (issue 42's toolbar): the badge counts the turns
+/// running, the popup lists the current site's live sessions, *Stop* ends
+/// one (its running turn settles) and *Stop all for this site* the rest;
+/// stopping is not revoking, so the site starts again without a prompt.
+#[test]
+fn the_toolbar_popup_shows_a_sites_sessions_and_stops_them() {
+    if !prerequisites_or_skip() {
+        return;
+    }
+    let rig = Rig::start(GRACE).expect("Core, native host, pages and Chromium start");
+    let origin = rig.site.origin();
+    let page = rig.open_demo(&rig.site).expect("demo page loads the wasm SDK");
+    let created = page.eval_later("demo.attempt(() => demo.start({ autoEndOnDisconnect: false }))").expect("start");
+    rig.answer_approval(&origin, "#approve").expect("click Approve on the extension's page");
+    let first = ok_value(created.wait(TURN).expect("createSession settles")["result"]["value"].clone());
+    let first = first.as_str().expect("session id").to_owned();
+    // A turn that runs until it is stopped, in the first session.
+    let turn = page.eval_later("demo.attempt(() => demo.session().sendText('/sleep 600000'))").expect("a long turn");
+    let second = ok_value(attempt(&page, "return await demo.start({ autoEndOnDisconnect: false })"));
+    let second = second.as_str().expect("second session id").to_owned();
+    let deadline = Instant::now() + Duration::from_secs(15);
+    while badge(&rig) != "1" {
+        assert!(Instant::now() < deadline, "the badge never counted the running turn: {:?}", badge(&rig));
+        std::thread::sleep(Duration::from_millis(200));
+    }
+
+    let url = format!("chrome-extension://{EXTENSION_ID}/popup.html?site={}", encode_component(&origin));
+    let popup = Page::open(&rig.browser, &url).expect("the popup page");
+    let row = |id: &str| format!("document.querySelector('tr[data-session=\"{id}\"]')");
+    for id in [&first, &second] {
+        popup.wait_until(&row(id), Duration::from_secs(10)).expect("the session is listed");
+    }
+    assert_eq!(popup.eval("document.getElementById('site-approval').textContent").unwrap(), json!("is approved"));
+    let status = popup.eval(&format!("{}.children[2].textContent", row(&first))).unwrap();
+    assert_eq!(status, json!("running"), "the running turn shows");
+
+    popup.click(&format!("button.stop[data-session=\"{first}\"]")).expect("click Stop");
+    wait_for_core_end(&rig, &origin, &first);
+    let settled = turn.wait(TURN).expect("the stopped session's turn settles")["result"]["value"].clone();
+    assert_eq!(settled["ok"], json!(false), "a stopped turn does not succeed: {settled}");
+    popup
+        .wait_until(&format!("!{}", row(&first)), Duration::from_secs(10))
+        .expect("the stopped session leaves the list");
+    assert_ne!(core_status(&rig, &origin, &second), SessionStatus::Ended, "only the one session stopped");
+
+    popup.click("#stop-site").expect("click Stop all for this site");
+    wait_for_core_end(&rig, &origin, &second);
+    popup.wait_until("!document.getElementById('no-sessions').hidden", Duration::from_secs(10)).expect("none left");
+    let deadline = Instant::now() + Duration::from_secs(15);
+    while !badge(&rig).is_empty() {
+        assert!(Instant::now() < deadline, "the badge still counts a stopped turn: {:?}", badge(&rig));
+        std::thread::sleep(Duration::from_millis(200));
+    }
+    popup.close().unwrap();
+    let again = attempt(&page, "return await demo.start({ autoEndOnDisconnect: false })");
+    assert_eq!(again["ok"], json!(true), "stopping is not revoking: {again}");
+    assert!(!prompt_open(&rig, "origin="), "no approval prompt opened");
+}

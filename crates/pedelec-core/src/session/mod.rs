@@ -274,6 +274,11 @@ impl Session {
         self.lock().machine.status()
     }
 
+    /// The provider's token total for the session, if it reported one.
+    pub fn usage_total(&self) -> Option<u64> {
+        self.lock().machine.usage()
+    }
+
     pub fn initial_record(&self) -> SessionRecord {
         self.lock().machine.record()
     }

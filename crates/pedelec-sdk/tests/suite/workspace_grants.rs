@@ -115,6 +115,14 @@ async fn consent_lives_in_core_and_only_the_owner_changes_it() {
         assert_eq!(code(&raw.revoke_origin(revoke).await.unwrap_err()), "ORIGIN_NOT_ALLOWED", "{caller:?}");
         let list = pb::ListUserPermissionsRequest { caller_origin: caller.into() };
         assert_eq!(code(&raw.list_user_permissions(list).await.unwrap_err()), "ORIGIN_NOT_ALLOWED", "{caller:?}");
+        let live = pb::ListLiveSessionsRequest { caller_origin: caller.into(), origin: String::new() };
+        assert_eq!(code(&raw.list_live_sessions(live).await.unwrap_err()), "ORIGIN_NOT_ALLOWED", "{caller:?}");
+        let stop = pb::EndSessionsRequest {
+            caller_origin: caller.into(),
+            origin: "https://canary.example".into(),
+            ..Default::default()
+        };
+        assert_eq!(code(&raw.end_sessions(stop).await.unwrap_err()), "ORIGIN_NOT_ALLOWED", "{caller:?}");
     }
     // Even the owner cannot grant what can never be a workspace.
     let home = PathBuf::from(std::env::var_os("HOME").expect("HOME"));
@@ -325,4 +333,64 @@ async fn another_os_user_cannot_reach_core() {
     }
     // Core still serves its user.
     h.raw().await.ping(pb::PingRequest {}).await.expect("ping");
+}
+
+/// The user's window: the owner sees every origin's live sessions (with the
+/// real workspace path a page is not told) and stops one, or all of a site,
+/// without touching any site's consent; a page can do neither (above).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_user_sees_every_sites_sessions_and_stops_one_or_a_whole_site() {
+    const OTHER: &str = "https://other.example";
+    let h = Harness::start();
+    h.approve(SITE, &[]).await;
+    h.approve(OTHER, &[]).await;
+    let mut raw = h.raw().await;
+    let managed = |origin: &str| pb::CreateSessionRequest {
+        caller_origin: origin.into(),
+        auto_end_on_disconnect: Some(false),
+        ..Default::default()
+    };
+    let mut ids = Vec::new();
+    for origin in [SITE, SITE, OTHER] {
+        let created = raw.create_session(managed(origin)).await.unwrap().into_inner().session.unwrap();
+        assert_eq!(created.workspace_path, "", "a page is not told where a managed workspace is");
+        ids.push(created.session_id);
+    }
+    let live = |origin: &str| pb::ListLiveSessionsRequest { caller_origin: OWNER.into(), origin: origin.into() };
+    let listed = raw.list_live_sessions(live("")).await.unwrap().into_inner().sessions;
+    let shown: Vec<(String, String)> = listed
+        .iter()
+        .map(|l| (l.origin.clone(), l.summary.as_ref().unwrap().session.as_ref().unwrap().session_id.clone()))
+        .collect();
+    assert_eq!(shown, [(SITE.into(), ids[0].clone()), (SITE.into(), ids[1].clone()), (OTHER.into(), ids[2].clone())]);
+    assert!(listed.iter().all(|l| Path::new(&l.workspace_path).is_dir()), "the user sees the real folder: {listed:?}");
+    assert!(listed.iter().all(|l| l.summary.as_ref().unwrap().status == pb::SessionStatus::Idle as i32));
+    assert_eq!(raw.list_live_sessions(live(OTHER)).await.unwrap().into_inner().sessions.len(), 1);
+
+    // An unknown id ends nothing, not even the known ones named with it.
+    let stop = |ids: Vec<String>, origin: &str| pb::EndSessionsRequest {
+        caller_origin: OWNER.into(),
+        session_ids: ids,
+        origin: origin.into(),
+    };
+    let unknown = raw.end_sessions(stop(vec![ids[2].clone(), "sess-nobody".into()], "")).await.unwrap_err();
+    assert_eq!(code(&unknown), "THREAD_NOT_FOUND");
+    assert_eq!(raw.list_live_sessions(live("")).await.unwrap().into_inner().sessions.len(), 3);
+
+    // One session of the other site, then the whole first site.
+    assert_eq!(raw.end_sessions(stop(vec![ids[2].clone()], "")).await.unwrap().into_inner().ended, 1);
+    assert_eq!(raw.end_sessions(stop(vec![ids[2].clone()], "")).await.unwrap().into_inner().ended, 0, "already ended");
+    assert_eq!(raw.end_sessions(stop(Vec::new(), SITE)).await.unwrap().into_inner().ended, 2);
+    assert!(raw.list_live_sessions(live("")).await.unwrap().into_inner().sessions.is_empty());
+    let listing =
+        |origin: &str| pb::ListSessionsRequest { caller_origin: origin.into(), limit: 10, ..Default::default() };
+    for origin in [SITE, OTHER] {
+        for summary in raw.list_sessions(listing(origin)).await.unwrap().into_inner().sessions {
+            assert_eq!(summary.status, pb::SessionStatus::Ended as i32, "{summary:?}");
+        }
+    }
+    // Stopping is not revoking: both sites may start again at once.
+    for origin in [SITE, OTHER] {
+        raw.create_session(managed(origin)).await.expect("the site's consent is untouched");
+    }
 }
