@@ -17,6 +17,7 @@ use pedelec_protocol::origin::is_web_origin;
 use pedelec_protocol::{ErrorCode, limits, pb};
 
 use crate::error::{CoreError, CoreResult};
+use crate::workspace::resolves_inside;
 use crate::workspace_policy::{Refusal, WorkspacePolicy};
 
 /// The caller origin the browser extension uses for its owner calls.
@@ -227,42 +228,7 @@ pub fn stays_in_workspace(activity: &pb::Activity, workspace: &Path) -> bool {
         pb::ActivityKind::try_from(activity.kind),
         Ok(pb::ActivityKind::FileEdit | pb::ActivityKind::FileRead)
     );
-    let root = workspace.canonicalize().unwrap_or_else(|_| workspace.to_path_buf());
-    file_kind
-        && !activity.paths.is_empty()
-        && activity.paths.iter().all(|path| resolve_within(workspace, path).is_some_and(|p| p.starts_with(&root)))
-}
-
-/// `path` (relative to `base` unless absolute) with `.`/`..` folded and
-/// its deepest existing ancestor resolved; `None` when it cannot be read.
-fn resolve_within(base: &Path, path: &str) -> Option<PathBuf> {
-    use std::path::Component;
-    if path.is_empty() || path.contains('\0') {
-        return None;
-    }
-    let joined = base.join(path);
-    let mut folded = PathBuf::new();
-    for component in joined.components() {
-        match component {
-            Component::ParentDir => {
-                folded.pop();
-            }
-            Component::CurDir => {}
-            other => folded.push(other),
-        }
-    }
-    // The part that exists is resolved (symlinks); the rest cannot be a link yet.
-    let mut existing = folded.clone();
-    let mut rest = Vec::new();
-    while existing.symlink_metadata().is_err() {
-        rest.push(existing.file_name()?.to_owned());
-        if !existing.pop() {
-            return None;
-        }
-    }
-    let mut resolved = existing.canonicalize().ok()?;
-    resolved.extend(rest.iter().rev());
-    Some(resolved)
+    file_kind && !activity.paths.is_empty() && activity.paths.iter().all(|path| resolves_inside(workspace, path))
 }
 
 /// Consent is for web origins only, written as the browser writes them.

@@ -183,3 +183,45 @@ pub fn remove_stale_managed(managed_root: &Path, keep: &HashSet<String>) {
         }
     }
 }
+
+/// Whether `path` (relative to `workspace` unless absolute) is inside the
+/// workspace once `.`/`..` are folded and the part of it that exists is
+/// resolved: a symlink inside that points out counts as outside, since the
+/// agent may have made it. A path that cannot be read is outside. One rule
+/// for Core's policy on agents' file requests and for who answers them.
+pub fn resolves_inside(workspace: &Path, path: &str) -> bool {
+    let root = workspace.canonicalize().unwrap_or_else(|_| workspace.to_path_buf());
+    resolve_within(workspace, path).is_some_and(|p| p.starts_with(&root))
+}
+
+/// `path` (relative to `base` unless absolute) with `.`/`..` folded and
+/// its deepest existing ancestor resolved; `None` when it cannot be read.
+fn resolve_within(base: &Path, path: &str) -> Option<PathBuf> {
+    use std::path::Component;
+    if path.is_empty() || path.contains('\0') {
+        return None;
+    }
+    let joined = base.join(path);
+    let mut folded = PathBuf::new();
+    for component in joined.components() {
+        match component {
+            Component::ParentDir => {
+                folded.pop();
+            }
+            Component::CurDir => {}
+            other => folded.push(other),
+        }
+    }
+    // The part that exists is resolved (symlinks); the rest cannot be a link yet.
+    let mut existing = folded.clone();
+    let mut rest = Vec::new();
+    while existing.symlink_metadata().is_err() {
+        rest.push(existing.file_name()?.to_owned());
+        if !existing.pop() {
+            return None;
+        }
+    }
+    let mut resolved = existing.canonicalize().ok()?;
+    resolved.extend(rest.iter().rev());
+    Some(resolved)
+}

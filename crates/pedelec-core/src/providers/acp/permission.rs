@@ -9,8 +9,9 @@
 //! 2. Side-effect-free kinds (`think`, `switch_mode`): allowed.
 //! 3. File kinds (`read`, `edit`, `delete`, `move`, `search`): allowed only
 //!    when the call names at least one location and every location is inside
-//!    the session's workspace (checked lexically after resolving `.`/`..`
-//!    against the workspace; the agent runs with the workspace as its cwd).
+//!    the session's workspace (`workspace::resolves_inside`: `.`/`..` folded
+//!    against the workspace, the agent's cwd, and symlinks resolved, so a
+//!    link the agent made inside that points out is outside).
 //! 4. Everything else — `execute`, `fetch`, `other`, anything unrecognised —
 //!    is rejected: a command line or a URL cannot be confined to the workspace.
 //!
@@ -18,7 +19,7 @@
 //! `reject_once` (else `reject_always`); with no option of the wanted kind the
 //! answer is `cancelled`. Options are chosen by kind, never by position.
 
-use std::path::{Component, Path, PathBuf};
+use std::path::{Path, PathBuf};
 
 use agent_client_protocol::v1::schema::{
     PermissionOptionKind, RequestPermissionOutcome, RequestPermissionRequest, RequestPermissionResponse,
@@ -50,24 +51,9 @@ pub struct Decision {
     pub title: String,
 }
 
-/// `path` with `.`/`..` resolved lexically against `base`.
-fn normalise(base: &Path, path: &Path) -> PathBuf {
-    let mut out = PathBuf::new();
-    for component in base.join(path).components() {
-        match component {
-            Component::ParentDir => {
-                out.pop();
-            }
-            Component::CurDir => {}
-            other => out.push(other),
-        }
-    }
-    out
-}
-
 impl PermissionPolicy {
     fn inside_workspace(&self, path: &Path) -> bool {
-        normalise(&self.workspace, path).starts_with(normalise(Path::new("/"), &self.workspace))
+        path.to_str().is_some_and(|path| crate::workspace::resolves_inside(&self.workspace, path))
     }
 
     /// Whether the call is one of the session's frontend tools. Agents name
@@ -314,5 +300,30 @@ mod tests {
         assert_eq!(serde_json::to_value(&d.response).unwrap(), json!({ "outcome": { "outcome": "cancelled" } }));
         let d = ask(json!({ "toolCallId": "1", "title": "ls", "kind": "execute" }), &["allow_once"]);
         assert_eq!((d.allowed, d.outcome.as_str()), (false, "cancelled"));
+    }
+
+    /// A link the agent made inside its workspace that points out is
+    /// outside: the policy resolves it (a lexical check would allow it).
+    #[cfg(unix)]
+    #[test]
+    fn a_symlink_inside_the_workspace_that_points_out_is_outside() {
+        let area = tempfile::tempdir().unwrap();
+        let workspace = area.path().join("ws");
+        std::fs::create_dir_all(workspace.join("src")).unwrap();
+        std::fs::create_dir_all(area.path().join("outside")).unwrap();
+        std::os::unix::fs::symlink(area.path().join("outside"), workspace.join("escape")).unwrap();
+        let policy = PermissionPolicy { workspace: workspace.clone(), tools: Vec::new() };
+        let at = |path: &str| {
+            let tool_call = json!({ "toolCallId": "1", "title": "f", "kind": "edit", "locations": [{ "path": path }] });
+            let options: Vec<_> =
+                ALL.iter().map(|kind| json!({ "optionId": kind, "name": kind, "kind": kind })).collect();
+            let request: RequestPermissionRequest =
+                serde_json::from_value(json!({ "sessionId": "s", "toolCall": tool_call, "options": options })).unwrap();
+            policy.decide(&request).allowed
+        };
+        assert!(at("src/lib.rs"));
+        assert!(at(&workspace.join("new/file.txt").display().to_string()), "a file not yet made, inside");
+        assert!(!at("escape/authorized_keys"));
+        assert!(!at(&workspace.join("escape/x").display().to_string()));
     }
 }

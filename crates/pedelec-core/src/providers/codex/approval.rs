@@ -12,7 +12,7 @@
 //! dynamic tools, ChatGPT token refresh, attestation) are refused with a
 //! JSON-RPC error, so codex never waits on one.
 
-use std::path::{Component, Path, PathBuf};
+use std::path::Path;
 
 use pedelec_protocol::pb;
 use serde_json::{Value, json};
@@ -43,25 +43,6 @@ pub struct Ask {
     pub options: Vec<(String, String, pb::PermissionOptionKind)>,
     /// The decision Core's policy takes.
     pub policy: String,
-}
-
-/// `path` with `.`/`..` resolved lexically against `base`.
-fn normalise(base: &Path, path: &Path) -> PathBuf {
-    let mut out = PathBuf::new();
-    for component in base.join(path).components() {
-        match component {
-            Component::ParentDir => {
-                out.pop();
-            }
-            Component::CurDir => {}
-            other => out.push(other),
-        }
-    }
-    out
-}
-
-fn inside(workspace: &Path, path: &str) -> bool {
-    normalise(workspace, Path::new(path)).starts_with(normalise(Path::new("/"), workspace))
 }
 
 /// The decisions a request offers (`availableDecisions`, sent by 0.171 though
@@ -114,7 +95,9 @@ pub fn handling(method: &str, params: &Value, workspace: &Path, paths: &[String]
                 activity.paths.push(grant_root.clone());
             }
             activity.output = text(params, "reason");
-            let confined = grant_root.is_empty() && !paths.is_empty() && paths.iter().all(|p| inside(workspace, p));
+            let confined = grant_root.is_empty()
+                && !paths.is_empty()
+                && paths.iter().all(|p| crate::workspace::resolves_inside(workspace, p));
             let policy = if confined { "accept" } else { "decline" };
             let decisions = offered(params, &["accept", "acceptForSession", "decline"]);
             Handling::Ask(Ask { activity, options: options(&decisions), policy: policy.into() })
@@ -233,6 +216,26 @@ mod tests {
         assert_eq!(policy(&[], plain), "decline", "no paths cannot be checked");
         let root = json!({"threadId":"th","turnId":"tu","itemId":"p1","grantRoot":"/"});
         assert_eq!(policy(&["/home/u/ws/a"], root), "decline", "a wider write root is not the workspace");
+    }
+
+    /// A link the agent made inside its workspace that points out is outside.
+    #[cfg(unix)]
+    #[test]
+    fn a_file_change_through_a_symlink_out_of_the_workspace_is_declined() {
+        let area = tempfile::tempdir().unwrap();
+        let workspace = area.path().join("ws");
+        std::fs::create_dir_all(&workspace).unwrap();
+        std::fs::create_dir_all(area.path().join("outside")).unwrap();
+        std::os::unix::fs::symlink(area.path().join("outside"), workspace.join("escape")).unwrap();
+        let plain = json!({"threadId":"th","turnId":"tu","itemId":"p1"});
+        let policy = |path: &str| match handling("item/fileChange/requestApproval", &plain, &workspace, &[path.into()])
+        {
+            Handling::Ask(ask) => ask.policy,
+            other => panic!("{other:?}"),
+        };
+        assert_eq!(policy("notes.md"), "accept");
+        assert_eq!(policy("escape/authorized_keys"), "decline");
+        assert_eq!(policy(&workspace.join("escape/x").display().to_string()), "decline");
     }
 
     #[test]
