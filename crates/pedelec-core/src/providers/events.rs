@@ -43,6 +43,9 @@ pub enum AgentEvent {
     /// The agent reports that one of the session's frontend tools failed on
     /// its side (`tool` is the manifest name; `reason` the agent's words).
     ToolFailed { tool: String, reason: String },
+    /// The agent is about to call the frontend tool `tool` (its manifest
+    /// name) over the MCP bridge.
+    ToolCalling { tool: String },
     /// The turn failed.
     Failed { message: String },
     /// The turn finished.
@@ -106,6 +109,7 @@ impl TurnOutcome {
                     sink.tool_failed(&tool, &reason);
                 }
             }
+            AgentEvent::ToolCalling { tool } => sink.tool_call_reported(&tool),
             AgentEvent::Failed { message } => {
                 self.failure.get_or_insert(message);
             }

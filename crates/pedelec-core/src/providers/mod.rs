@@ -133,6 +133,13 @@ pub trait TurnSink: Send + Sync {
     /// The agent could not make a call of the frontend tool `tool` (see
     /// [`AgentEvent::ToolFailed`]); the application hears of it as an error.
     fn tool_failed(&self, _tool: &str, _reason: &str) {}
+    /// This turn's agent reports each call of a frontend tool in its stream
+    /// before making it over the MCP bridge; Core then holds a bridged call
+    /// until [`TurnSink::tool_call_reported`], so it cannot overtake the text
+    /// streamed before it.
+    fn reports_tool_calls(&self) {}
+    /// The agent's stream reported a call of the frontend tool `tool`.
+    fn tool_call_reported(&self, _tool: &str) {}
     /// Calls a frontend tool and waits for the application's result (JSON text).
     fn call_tool<'a>(&'a self, tool: &'a str, args_json: String) -> BoxFuture<'a, Result<String, pb::Error>>;
 }

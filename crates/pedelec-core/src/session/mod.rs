@@ -11,6 +11,7 @@
 
 #[cfg(test)]
 mod faults;
+mod fence;
 pub mod log;
 pub mod machine;
 pub mod outcome;
@@ -173,6 +174,8 @@ pub struct Session {
     runtime: tokio::sync::Mutex<Option<Box<dyn ProviderSession>>>,
     /// Bytes of transcript bodies written so far, against `max_transcript_bytes`.
     transcript_bytes: std::sync::atomic::AtomicU64,
+    /// Holds a bridged tool call behind the agent's report of it.
+    fence: fence::ToolFence,
 }
 
 /// A registered subscriber's end: its snapshot (until sent), the events it
@@ -252,6 +255,7 @@ impl Session {
             readable: tokio::sync::Notify::new(),
             runtime: tokio::sync::Mutex::new(None),
             transcript_bytes: std::sync::atomic::AtomicU64::new(0),
+            fence: fence::ToolFence::default(),
         })
     }
 
@@ -952,6 +956,9 @@ impl Session {
         tool: &str,
         args_json: String,
     ) -> Result<String, pb::Error> {
+        if operation.is_none() {
+            self.fence.pass(tool, fence::REPORT_WAIT).await;
+        }
         let request = ToolRequestId::new(new_id("tool"));
         let check =
             |tool: &str, args: &str| self.tools.check_call(tool, args).map(pedelec_protocol::tools::tool_timeout);

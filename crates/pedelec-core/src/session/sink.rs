@@ -42,6 +42,14 @@ impl TurnSink for OperationSink {
         self.session.step(|m, now, out| m.tool_failed(&self.operation, tool, reason, now, out));
     }
 
+    fn reports_tool_calls(&self) {
+        self.session.fence.arm();
+    }
+
+    fn tool_call_reported(&self, tool: &str) {
+        self.session.fence.report(tool);
+    }
+
     fn call_tool<'a>(&'a self, tool: &'a str, args_json: String) -> BoxFuture<'a, Result<String, pb::Error>> {
         Box::pin(self.session.call_tool(Some(&self.operation), tool, args_json))
     }

@@ -316,6 +316,7 @@ impl Runtime {
         sink: &dyn TurnSink,
     ) -> Result<(), ProviderFailure> {
         self.drain();
+        sink.reports_tool_calls();
         let mut params = json!({ "threadId": self.thread_id, "input": input });
         if let Some(effort) = effort {
             params["effort"] = json!(effort);

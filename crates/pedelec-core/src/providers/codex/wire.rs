@@ -265,10 +265,17 @@ impl TurnMapper {
                     call.output =
                         crate::providers::events::content_text(content).unwrap_or_else(|| content.to_string());
                 }
-                let mut events = vec![AgentEvent::Activity(call)];
+                let ours = text(item, "server") == MCP_SERVER_NAME;
+                let mut events = Vec::new();
+                // codex reports the call before it makes it: the fence in
+                // Core holds the bridged call until this arrives.
+                if ours && !completed {
+                    events.push(AgentEvent::ToolCalling { tool: text(item, "tool") });
+                }
+                events.push(AgentEvent::Activity(call));
                 // A call of ours codex failed itself (e.g. "requires approval"):
                 // an error our MCP server answered is in `result`, not `error`.
-                if let (true, true, Some(reason)) = (completed, text(item, "server") == MCP_SERVER_NAME, error) {
+                if let (true, true, Some(reason)) = (completed, ours, error) {
                     events.push(AgentEvent::ToolFailed { tool: text(item, "tool"), reason: reason.to_owned() });
                 }
                 events
