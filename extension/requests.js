@@ -80,6 +80,7 @@ globalThis.PedelecRequests = (() => {
     unsubscribe: session({ subscriptionId: UINT32 }),
     getHistory: session({ afterSeq: UINT64, beforeId: UINT64, limit: UINT32 }),
     cancel: session({ operationId: STRING }),
+    steer: session({ text: STRING, operationId: STRING }),
     listSessions: message({ callerOrigin: ORIGIN, limit: UINT32, beforeSessionId: STRING }),
     answerPermission: session({ permissionId: STRING, optionId: STRING }),
   };

@@ -211,6 +211,7 @@ impl Transport for GrpcTransport {
                 Call::ListAssets(r) => Reply::ListAssets(c.list_assets(r).await.map_err(status)?.into_inner()),
                 Call::GetHistory(r) => Reply::GetHistory(c.get_history(r).await.map_err(status)?.into_inner()),
                 Call::Cancel(r) => Reply::Cancel(c.cancel(r).await.map_err(status)?.into_inner()),
+                Call::Steer(r) => Reply::Steer(c.steer(r).await.map_err(status)?.into_inner()),
                 Call::ListSessions(r) => Reply::ListSessions(c.list_sessions(r).await.map_err(status)?.into_inner()),
                 Call::AnswerPermission(r) => {
                     Reply::AnswerPermission(c.answer_permission(r).await.map_err(status)?.into_inner())

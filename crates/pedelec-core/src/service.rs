@@ -176,6 +176,19 @@ impl Core for CoreService {
         Ok(Response::new(session.cancel(operation).await?))
     }
 
+    async fn steer(&self, request: Request<pb::SteerRequest>) -> RpcReply<pb::SteerResponse> {
+        let request = request.into_inner();
+        let session = self.registry.get_for_work(&request.session_id, &request.caller_origin).await?;
+        let operation = match request.operation_id.as_str() {
+            "" => None,
+            id => {
+                check_id("operation id", id)?;
+                Some(pedelec_protocol::OperationId::new(id.to_owned()))
+            }
+        };
+        Ok(Response::new(session.steer(operation, request.text).await?))
+    }
+
     async fn answer_permission(
         &self,
         request: Request<pb::AnswerPermissionRequest>,
@@ -298,6 +311,7 @@ impl CoreService {
             Call::ListAssets(q) => NativeReply::ListAssets(self.list_assets(r(q)).await?.into_inner()),
             Call::GetHistory(q) => NativeReply::GetHistory(self.get_history(r(q)).await?.into_inner()),
             Call::Cancel(q) => NativeReply::Cancel(self.cancel(r(q)).await?.into_inner()),
+            Call::Steer(q) => NativeReply::Steer(self.steer(r(q)).await?.into_inner()),
             Call::ListSessions(q) => NativeReply::ListSessions(self.list_sessions(r(q)).await?.into_inner()),
             Call::AnswerPermission(q) => {
                 NativeReply::AnswerPermission(self.answer_permission(r(q)).await?.into_inner())

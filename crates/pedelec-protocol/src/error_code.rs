@@ -122,6 +122,12 @@ error_codes! {
     /// The application cancelled the operation (`Cancel`): it ended early,
     /// its pending tool calls were withdrawn, the text so far is kept.
     OperationCancelled = "OPERATION_CANCELLED",
+    /// `Steer`: this session's agent cannot take input during a turn; refused
+    /// before anything is sent to it (use `SendText` once the turn is done).
+    SteerUnsupported = "STEER_UNSUPPORTED",
+    /// `Steer`: no user turn is running to add the text to (the session is
+    /// idle, preparing, ending, or the turn finished first).
+    TurnNotRunning = "TURN_NOT_RUNNING",
     /// The permission request is unknown or already answered.
     PermissionRequestNotFound = "PERMISSION_REQUEST_NOT_FOUND",
     /// The tool request is unknown or already answered.

@@ -121,6 +121,15 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
             session.get_status(),
             outcome.err().map_or("success".to_owned(), |e| e.code)
         );
+        // The user's words added to the turn while it runs.
+        println!("▶ send_text(\"/wait-steer 5000 …\"), then steer(\"Keep the old name as an alias.\")");
+        let (turn, steered) = tokio::join!(
+            session.send_text("/wait-steer 5000\nRename the module."),
+            session.steer("Keep the old name as an alias.")
+        );
+        steered?;
+        turn?;
+        println!("\n  steered: the agent took the text into the same turn");
     }
     println!("▶ list_sessions() — this origin's sessions:");
     for s in pedelec.list_sessions().await? {

@@ -250,6 +250,16 @@ export declare class PedelecSession<TToolName extends string = string> {
    * of the same origin; a no-op when nothing runs.
    */
   cancel(): Promise<void>;
+  /**
+   * Adds `text` to the turn that is running, where the agent can take input
+   * mid-turn (codex; the built-in `scripted` provider); resolves once the
+   * agent took it. The running `sendText` still resolves once, at the turn's
+   * end, and the text is the user's in the history. Rejects without sending
+   * anything: `STEER_UNSUPPORTED` (this agent cannot be steered),
+   * `TURN_NOT_RUNNING` (no turn runs, or it ended first), `INVALID_ARGUMENT`
+   * (empty text), `TEXT_TOO_LARGE`.
+   */
+  steer(text: string): Promise<void>;
   resume(): Promise<void>;
   end(): Promise<void>;
   free(): void;

@@ -47,6 +47,7 @@ const VALID = {
   unsubscribe: { sessionId: "sess-1", callerOrigin: ORIGIN, subscriptionId: 4 },
   getHistory: { sessionId: "sess-1", callerOrigin: ORIGIN, afterSeq: "3", beforeId: 7, limit: 10 },
   cancel: { sessionId: "sess-1", callerOrigin: ORIGIN, operationId: "op" },
+  steer: { sessionId: "sess-1", callerOrigin: ORIGIN, text: "and this", operationId: "op" },
   listSessions: { callerOrigin: ORIGIN, limit: 5, beforeSessionId: "sess-0" },
   answerPermission: { sessionId: "sess-1", callerOrigin: ORIGIN, permissionId: "p", optionId: "o" },
 };

@@ -407,6 +407,25 @@ fn browser_end_to_end() {
     assert_eq!(cancel["listed"], json!(true), "{cancel}");
     assert!(cancel["items"].as_u64().unwrap_or(0) >= 1, "{cancel}");
 
+    // Steer a running turn from the page, with the demo's Steer button: the
+    // agent takes the text, the turn's one reply repeats it, and once the
+    // turn is over steer() rejects with TURN_NOT_RUNNING.
+    let steer = ok_value(attempt(
+        &page,
+        r##"const s = demo.session();
+           const turn = demo.sendInBackground("/wait-steer 20000\nsteer me");
+           while (document.getElementById("steer").disabled) await new Promise((r) => setTimeout(r, 5));
+           document.getElementById("text").value = "and the otter";
+           document.getElementById("steer").click();
+           const outcome = await turn;
+           let late = null;
+           try { await s.steer("too late"); } catch (e) { late = e.code; }
+           return { ok: outcome.ok, reply: demo.state.chats[demo.state.chats.length - 1], late };"##,
+    ));
+    assert_eq!(steer["ok"], json!(true), "{steer}");
+    assert_eq!(steer["reply"], json!("You said: steer me You added: and the otter."), "{steer}");
+    assert_eq!(steer["late"], json!("TURN_NOT_RUNNING"), "{steer}");
+
     // Events ready together travel as batches, and a batch changes nothing
     // the page sees: every delta once and in order, one onChat per message.
     let worker_url = format!("chrome-extension://{EXTENSION_ID}/background.js");

@@ -29,7 +29,7 @@ pub use pedelec_protocol::prepare::{PREPARE_PROMPT, PREPARED_ACK};
 pub use futures::future::BoxFuture;
 
 /// One turn handed to a provider.
-#[derive(Debug, Clone)]
+#[derive(Debug)]
 pub struct TurnRequest {
     pub kind: pb::TurnKind,
     pub text: String,
@@ -41,7 +41,22 @@ pub struct TurnRequest {
     pub cancel: tokio_util::sync::CancellationToken,
     /// Files sent with the text, checked by Core (they exist, within limits).
     pub attachments: Vec<Attachment>,
+    /// The user's text for this turn while it runs (`Steer`); only a
+    /// provider whose [`Provider::steers`] is true is sent any.
+    pub steering: SteerInbox,
 }
+
+/// Text the user adds to a running turn, and where the provider answers
+/// once the agent took it (or could not: the turn ended first, the agent
+/// refused). Dropping `taken` unanswered means the turn ended.
+#[derive(Debug)]
+pub struct SteerInput {
+    pub text: String,
+    pub taken: tokio::sync::oneshot::Sender<Result<(), pb::Error>>,
+}
+
+/// Where a turn receives [`SteerInput`]s.
+pub type SteerInbox = tokio::sync::mpsc::Receiver<SteerInput>;
 
 /// One file sent with a user text.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -138,6 +153,10 @@ pub trait TurnSink: Send + Sync {
     /// until [`TurnSink::tool_call_reported`], so it cannot overtake the text
     /// streamed before it.
     fn reports_tool_calls(&self) {}
+    /// The agent took `text` the user steered into the turn: it is the
+    /// user's from here on, after what the turn said so far. Called before
+    /// the provider answers the [`SteerInput`] and goes on.
+    fn steered(&self, _text: &str) {}
     /// The agent's stream reported a call of the frontend tool `tool`.
     fn tool_call_reported(&self, _tool: &str) {}
     /// Calls a frontend tool and waits for the application's result (JSON text).
@@ -308,6 +327,11 @@ pub trait Provider: Send + Sync {
     /// Whether a session needs a model name (`MODEL_REQUIRED` otherwise).
     fn requires_model(&self) -> bool {
         false
+    }
+    /// Whether its turns take the user's text while they run (`Steer`);
+    /// when false, Core refuses with `STEER_UNSUPPORTED` before sending anything.
+    fn steers(&self) -> BoxFuture<'_, bool> {
+        Box::pin(std::future::ready(false))
     }
     fn start(&self, setup: ProviderSetup) -> Result<Box<dyn ProviderSession>, ProviderFailure>;
 }

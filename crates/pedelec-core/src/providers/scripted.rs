@@ -12,6 +12,7 @@
 //! | `/deltas N` | stream N one-character deltas, then one message of them |
 //! | `/slow MS` | wait MS between deltas (a turn to cancel midway) |
 //! | `/sleep MS` | wait MS before going on |
+//! | `/wait-steer MS` | wait up to MS for text the user adds to the turn (`steer`); the reply repeats each (`You added: TEXT.`) |
 //! | `/usage N` | report N as the total |
 //! | `/command TEXT` | report a shell command TEXT as an activity, in progress then completed (nothing runs) |
 //! | `/plan A; B; C` | report a plan of those entries, the first in progress |
@@ -20,6 +21,10 @@
 //! | `/fail MESSAGE` | fail the turn (session stays usable) |
 //! | `/crash` | the runtime dies (session moves to `error`) |
 //! | `/panic` | the provider's code panics mid-turn (Core's fault path: the turn fails, the session stays usable) |
+//!
+//! Text steered into a turn is taken at a `/wait-steer` or when the
+//! directives are done (before the reply streams); steered later, the turn
+//! has ended for it (`TURN_NOT_RUNNING`).
 //!
 //! Attachments are acknowledged in the reply (`Attachments: PATH (TYPE, N bytes).`);
 //! model `scripted-text-only` takes no images (`ATTACHMENT_UNSUPPORTED`).
@@ -64,6 +69,10 @@ impl Provider for Scripted {
         }
     }
 
+    fn steers(&self) -> BoxFuture<'_, bool> {
+        Box::pin(std::future::ready(true))
+    }
+
     fn start(&self, setup: ProviderSetup) -> Result<Box<dyn ProviderSession>, ProviderFailure> {
         let identity =
             setup.provider_session_id.clone().unwrap_or_else(|| format!("scripted-{}", uuid::Uuid::new_v4()));
@@ -94,6 +103,7 @@ enum Directive<'a> {
     Deltas(usize),
     Slow(u64),
     Sleep(u64),
+    WaitSteer(u64),
     Usage(u64),
     Command(&'a str),
     Plan(&'a str),
@@ -127,6 +137,7 @@ fn parse(line: &str) -> Option<Result<Directive<'_>, String>> {
             "deltas" => Directive::Deltas(number(args)? as usize),
             "slow" => Directive::Slow(number(args)?),
             "sleep" => Directive::Sleep(number(args)?),
+            "wait-steer" => Directive::WaitSteer(number(args)?),
             "usage" => Directive::Usage(number(args)?),
             "command" => Directive::Command(args),
             "plan" => Directive::Plan(args),
@@ -168,8 +179,15 @@ impl ScriptedSession {
         &mut self,
         text: &str,
         attachments: &[super::Attachment],
+        steering: &mut super::SteerInbox,
         sink: &dyn TurnSink,
     ) -> Result<(), ProviderFailure> {
+        let take = |steer: super::SteerInput, reply: &mut Vec<String>| {
+            sink.steered(&steer.text);
+            let stop = if steer.text.ends_with(['.', '!', '?']) { "" } else { "." };
+            reply.push(format!("You added: {}{stop}", steer.text));
+            let _ = steer.taken.send(Ok(()));
+        };
         let mut reply = Vec::new();
         let mut pause = None;
         let mut plain = Vec::new();
@@ -216,6 +234,11 @@ impl ScriptedSession {
                 }
                 Directive::Slow(ms) => pause = Some(Duration::from_millis(ms)),
                 Directive::Sleep(ms) => tokio::time::sleep(Duration::from_millis(ms)).await,
+                Directive::WaitSteer(ms) => {
+                    if let Ok(Some(steer)) = tokio::time::timeout(Duration::from_millis(ms), steering.recv()).await {
+                        take(steer, &mut reply);
+                    }
+                }
                 Directive::Usage(n) => sink.usage(n),
                 Directive::Command(command) => {
                     activities += 1;
@@ -297,6 +320,9 @@ impl ScriptedSession {
                 Directive::Panic => panic!("the scripted provider panicked on purpose (/panic)"),
             }
         }
+        while let Ok(steer) = steering.try_recv() {
+            take(steer, &mut reply);
+        }
         if !attachments.is_empty() {
             let listed: Vec<String> =
                 attachments.iter().map(|a| format!("{} ({}, {} bytes)", a.path, a.mime, a.size)).collect();
@@ -323,6 +349,7 @@ impl ProviderSession for ScriptedSession {
         sink: &'a dyn TurnSink,
     ) -> BoxFuture<'a, Result<(), ProviderFailure>> {
         Box::pin(async move {
+            let mut steering = turn.steering;
             if self.crashed {
                 return Err(ProviderFailure::crashed("the scripted runtime is gone"));
             }
@@ -344,7 +371,7 @@ impl ProviderSession for ScriptedSession {
             tokio::select! {
                 biased;
                 () = turn.cancel.cancelled() => Err(ProviderFailure::cancelled()),
-                result = self.user_turn(&turn.text, &turn.attachments, sink) => result,
+                result = self.user_turn(&turn.text, &turn.attachments, &mut steering, sink) => result,
             }
         })
     }

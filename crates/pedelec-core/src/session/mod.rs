@@ -25,13 +25,13 @@ use std::time::Duration;
 
 use pedelec_protocol::pb;
 use pedelec_protocol::{ErrorCode, OperationId, SessionId, SessionStatus, ToolRequestId, TurnId};
-use tokio::sync::oneshot;
+use tokio::sync::{mpsc, oneshot};
 use tokio_util::sync::CancellationToken;
 
 use crate::error::CoreResult;
 use crate::providers::{
-    PREPARE_PROMPT, PermissionAnswer, ProviderFailure, ProviderSession, ProviderSetup, Providers, ToolBridge,
-    TurnRequest,
+    PREPARE_PROMPT, PermissionAnswer, ProviderFailure, ProviderSession, ProviderSetup, Providers, SteerInbox,
+    SteerInput, ToolBridge, TurnRequest,
 };
 use crate::store::{SessionRecord, Store};
 use crate::tool_token::ToolToken;
@@ -145,6 +145,8 @@ struct Inner {
     task: Option<(OperationId, tokio::task::AbortHandle)>,
     /// How `Cancel` tells the active operation's turn to stop.
     cancel: Option<(OperationId, CancellationToken)>,
+    /// How `Steer` hands the active operation's turn more of the user's text.
+    steer: Option<(OperationId, mpsc::Sender<SteerInput>)>,
     /// `Cancel` requests waiting for their operation's `OperationCompleted`
     /// (answered with its seq when it is emitted).
     cancel_waiters: Vec<(OperationId, oneshot::Sender<u64>)>,
@@ -157,6 +159,12 @@ struct Inner {
 /// turn and restarts the runtime; the next turn then continues the provider
 /// session from its recorded identity.
 pub const CANCEL_GRACE: Duration = Duration::from_secs(3);
+
+/// Steered texts on their way to one turn at a time; more is `SESSION_BUSY`.
+const STEER_QUEUE: usize = 8;
+
+/// How long `Steer` waits for the agent to take the text.
+const STEER_WAIT: Duration = Duration::from_secs(10);
 
 pub struct Session {
     pub id: SessionId,
@@ -249,6 +257,7 @@ impl Session {
                 responders: HashMap::new(),
                 task: None,
                 cancel: None,
+                steer: None,
                 cancel_waiters: Vec::new(),
                 permission_responders: HashMap::new(),
             }),
@@ -629,9 +638,12 @@ impl Session {
             cancel.cancel();
         }
         inner.cancel = Some((operation.clone(), cancel.clone()));
+        let (steer, steering) = mpsc::channel(STEER_QUEUE);
+        inner.steer = Some((operation.clone(), steer));
         let session = self.clone();
         let op = operation.clone();
-        let task = tokio::spawn(async move { session.run_operation(op, turn_kind, text, attachments, cancel).await });
+        let controls = (cancel, steering);
+        let task = tokio::spawn(async move { session.run_operation(op, turn_kind, text, attachments, controls).await });
         inner.task = Some((operation.clone(), task.abort_handle()));
         Ok(machine::accepted(&operation, kind, false))
     }
@@ -685,7 +697,7 @@ impl Session {
         kind: pb::TurnKind,
         text: String,
         attachments: Vec<crate::providers::Attachment>,
-        cancel: CancellationToken,
+        (cancel, steering): (CancellationToken, SteerInbox),
     ) {
         let sink = sink::OperationSink { session: self.clone(), operation: operation.clone() };
         let result = {
@@ -711,7 +723,7 @@ impl Session {
             let timeout = self.shared.turn_timeout;
             // A panic in a provider must end the operation, not leave it active
             // with no task behind it: it fails the turn like a hang does.
-            let request = TurnRequest { kind, text, cancel: cancel.clone(), attachments };
+            let request = TurnRequest { kind, text, cancel: cancel.clone(), attachments, steering };
             let turn = std::panic::AssertUnwindSafe(provider.run_turn(request, &sink));
             let turn = futures::FutureExt::catch_unwind(turn);
             // A cancelled turn whose provider does not wind down within the
@@ -797,6 +809,62 @@ impl Session {
         let mut inner = self.lock();
         inner.task.take_if(|(running, _)| running == operation);
         inner.cancel.take_if(|(running, _)| running == operation);
+        inner.steer.take_if(|(running, _)| running == operation);
+    }
+
+    /// `Steer`: hands `text` to the running user turn (`operation`, or
+    /// whichever runs) and answers once the agent took it; then it is the
+    /// user's in the transcript. Refused before anything reaches the agent
+    /// (see `Steer` in core.proto for the codes and their order).
+    pub async fn steer(
+        self: &Arc<Self>,
+        operation: Option<OperationId>,
+        text: String,
+    ) -> CoreResult<pb::SteerResponse> {
+        use crate::error::CoreError;
+        if text.trim().is_empty() {
+            return Err(CoreError::new(ErrorCode::InvalidArgument, "the steered text is empty"));
+        }
+        machine::check_text_size(&text)?;
+        self.check_transcript_quota(&text)?;
+        let steers = match self.shared.providers.get(&self.info.provider) {
+            Some(provider) => provider.steers().await,
+            None => false,
+        };
+        if !steers {
+            return Err(CoreError::new(
+                ErrorCode::SteerUnsupported,
+                format!("provider {:?} cannot take input while a turn runs", self.info.provider),
+            ));
+        }
+        let not_running = || CoreError::new(ErrorCode::TurnNotRunning, "the turn ended before the agent took the text");
+        let (target, taken) = {
+            let inner = self.lock();
+            let target = inner.machine.steerable(operation.as_ref())?;
+            let sender = inner.steer.as_ref().filter(|(running, _)| *running == target).map(|(_, s)| s.clone());
+            let sender = sender.ok_or_else(not_running)?;
+            let (tx, rx) = oneshot::channel();
+            match sender.try_send(SteerInput { text, taken: tx }) {
+                Ok(()) => {}
+                Err(mpsc::error::TrySendError::Full(_)) => {
+                    return Err(CoreError::new(ErrorCode::SessionBusy, "earlier steered texts are still on their way"));
+                }
+                Err(mpsc::error::TrySendError::Closed(_)) => return Err(not_running()),
+            }
+            (target, rx)
+        };
+        match tokio::time::timeout(STEER_WAIT, taken).await {
+            // The provider recorded it through its sink (`TurnSink::steered`).
+            Ok(Ok(Ok(()))) => Ok(pb::SteerResponse { operation_id: target.into_string() }),
+            Ok(Ok(Err(refused))) => {
+                Err(CoreError::new(refused.error_code().unwrap_or(ErrorCode::ProviderError), refused.message))
+            }
+            Ok(Err(_)) => Err(not_running()),
+            Err(_) => Err(CoreError::new(
+                ErrorCode::ProviderTimeout,
+                format!("the agent did not take the text within {} s", STEER_WAIT.as_secs()),
+            )),
+        }
     }
 
     /// `Cancel`: stops the active operation (`operation`, or whichever is

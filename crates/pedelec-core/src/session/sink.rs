@@ -42,6 +42,10 @@ impl TurnSink for OperationSink {
         self.session.step(|m, now, out| m.tool_failed(&self.operation, tool, reason, now, out));
     }
 
+    fn steered(&self, text: &str) {
+        self.session.step(|m, now, out| m.steered(&self.operation, text, now, out));
+    }
+
     fn reports_tool_calls(&self) {
         self.session.fence.arm();
     }

@@ -479,6 +479,57 @@ impl<T: ToolName> PedelecSession<T> {
         Ok(())
     }
 
+    /// Adds `text` to the turn that is running, where the agent can take
+    /// input mid-turn (codex; the built-in `scripted` provider). Resolves
+    /// once the agent took it; the running `send_text` still resolves once,
+    /// at the turn's end, and the text is the user's in the history.
+    /// Refused without sending anything: `STEER_UNSUPPORTED` for an agent
+    /// that cannot be steered, `TURN_NOT_RUNNING` when no turn runs (or it
+    /// ends first), `INVALID_ARGUMENT` for empty text, `TEXT_TOO_LARGE`.
+    ///
+    /// # Examples
+    ///
+    /// ```no_run
+    /// # async fn example() -> Result<(), pedelec_sdk::PedelecError> {
+    /// use pedelec_sdk::{Pedelec, SessionOptions, ErrorCode};
+    ///
+    /// let pedelec = Pedelec::discover("app:my-tool").await?;
+    /// let session = pedelec.create_session::<String>(SessionOptions::default()).await?;
+    /// let turn = session.send_text("Rename the module.");
+    /// let steer = async {
+    ///     match session.steer("Keep the old name as an alias.").await {
+    ///         Err(error) if error.is(ErrorCode::SteerUnsupported) => println!("this agent takes no input mid-turn"),
+    ///         other => other?,
+    ///     }
+    ///     Ok::<_, pedelec_sdk::PedelecError>(())
+    /// };
+    /// let (turn, steered) = futures::join!(turn, steer);
+    /// turn?;
+    /// steered?;
+    /// # Ok(())
+    /// # }
+    /// ```
+    pub async fn steer(&self, text: impl Into<String>) -> Result<(), PedelecError> {
+        if self.is_detached() {
+            return Err(detached_error());
+        }
+        // A start of this handle still on its way: its turn is the one to
+        // steer, so wait for Core's answer (bounded by the call itself).
+        if let Some(answered) = self.shell.wait(SessionMachine::wait_for_start) {
+            let _ = answered.await;
+        }
+        let request = pb::SteerRequest {
+            session_id: self.shell.session_id.clone(),
+            caller_origin: self.shell.origin.clone(),
+            text: text.into(),
+            operation_id: String::new(),
+        };
+        match self.shell.transport.call(Call::Steer(request)).await? {
+            Reply::Steer(_) => Ok(()),
+            other => Err(unexpected(&other)),
+        }
+    }
+
     /// Reactivates this handle after `end()` (ended → idle on the same thread).
     ///
     /// # Examples

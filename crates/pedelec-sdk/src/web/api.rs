@@ -340,6 +340,12 @@ impl JsPedelecSession {
         })
     }
 
+    /// Adds text to the running turn; resolves once the agent took it.
+    pub fn steer(&self, text: String) -> Promise {
+        let session = self.session.clone();
+        future_to_promise(async move { void(session.steer(text).await) })
+    }
+
     /// Stops the running operation; resolves once it settled here.
     pub fn cancel(&self) -> Promise {
         let session = self.session.clone();

@@ -23,6 +23,7 @@ mod providers_openai;
 mod readme;
 mod real_agents;
 mod status_and_events;
+mod steer;
 mod tool_socket;
 mod tools;
 mod workspace_grants;

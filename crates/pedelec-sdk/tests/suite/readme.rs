@@ -108,6 +108,21 @@ async fn cancel_and_list() -> Result<(), Box<dyn std::error::Error>> {
 
 #[rustfmt::skip] // the snippet stays as the README shows it
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn steer() -> Result<(), Box<dyn std::error::Error>> {
+    let _core = core_for_snippets();
+    let session = Pedelec::discover("app:my-tool").await?.create_session::<String>(SessionOptions::default()).await?;
+    let replies = std::sync::Arc::new(std::sync::Mutex::new(Vec::new()));
+    let seen = replies.clone();
+    let _chat = session.on_chat(move |text, _ctx| seen.lock().unwrap().push(text.to_owned()));
+    let (turn, steered) = tokio::join!(session.send_text("/wait-steer 5000\nRename the module."), session.steer("Keep the old name as an alias."));
+    steered?;
+    turn?;
+    assert_eq!(*replies.lock().unwrap(), ["You said: Rename the module. You added: Keep the old name as an alias."]);
+    Ok(())
+}
+
+#[rustfmt::skip] // the snippet stays as the README shows it
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn activities() -> Result<(), Box<dyn std::error::Error>> {
     let _core = core_for_snippets();
     let session = Pedelec::discover("app:my-tool").await?.create_session::<String>(SessionOptions::default()).await?;

@@ -116,6 +116,8 @@ struct Rig {
     /// Whether a file outside the workspace can be read through the agent
     /// (SECURITY.md's table states the same).
     reads_outside: ReadsOutside,
+    /// Whether `steer()` adds text to a running turn (else `STEER_UNSUPPORTED`).
+    steers: bool,
     /// Kept alive for the agent's home/config dirs.
     _home: tempfile::TempDir,
 }
@@ -223,6 +225,7 @@ impl Rig {
             resumes: Resumes::Yes,
             retries_refusals: false,
             reads_outside: ReadsOutside::Refused,
+            steers: false,
             _home: home,
         }
     }
@@ -241,6 +244,7 @@ impl Rig {
         Rig {
             streams_long_answers: true,
             reads_outside: ReadsOutside::Allowed,
+            steers: true,
             ..Rig::new("codex", CODEX_MODEL, settings, home)
         }
     }
@@ -952,6 +956,71 @@ async fn cancel_while_the_agent_waits(rig: Rig, server: &ModelServer) {
 }
 
 per_agent!(cancel => super::cancel_while_the_agent_waits);
+
+/// A frontend tool that answers `{"held":true}` once `release` is notified.
+fn held_tool(release: Arc<tokio::sync::Notify>) -> pedelec_sdk::ToolSpec {
+    pedelec_sdk::ToolSpec::new("hold".to_string(), "Answers when released", schema_object()).with_handler(
+        pedelec_sdk::handler(move |_: serde_json::Value, _| {
+            let release = release.clone();
+            async move {
+                release.notified().await;
+                Ok::<serde_json::Value, String>(serde_json::json!({ "held": true }))
+            }
+        }),
+    )
+}
+
+/// `steer()` while a real agent's turn waits on a frontend tool. An agent
+/// that takes input mid-turn takes the text: a later model request of the
+/// same turn carries it, the turn completes, and the history has it as the
+/// user's. Every other agent refuses with `STEER_UNSUPPORTED`, and no model
+/// request ever sees the text.
+async fn steer_during_a_turn(rig: Rig, server: &ModelServer) {
+    const STEERED: &str = "please also mention the otter";
+    let h = AgentHarness::start(&rig.settings);
+    let client = h.client().await;
+    let release = Arc::new(tokio::sync::Notify::new());
+    let session = client
+        .create_session(SessionOptions {
+            tools: vec![held_tool(release.clone())],
+            auto_end_on_disconnect: false,
+            ..rig.options()
+        })
+        .await
+        .unwrap();
+    let before = server.generations().len();
+    let held = session.clone();
+    let turn = tokio::spawn(async move { held.send_text("call hold {}").await });
+    waits_for_tool(&session).await;
+    let steered = session.steer(STEERED).await;
+    release.notify_one();
+    let settled = tokio::time::timeout(Duration::from_secs(60), turn).await.expect("the turn settles").unwrap();
+    settled.unwrap_or_else(|e| panic!("{}: the steered turn: {e:?}; {}", rig.provider, server_log(server)));
+    let texts: Vec<String> =
+        generations_since(server, before).iter().flat_map(|r| r.request.history()).map(|(_, _, t)| t).collect();
+    let seen = texts.iter().any(|t| t.contains(STEERED));
+    if rig.steers {
+        steered.unwrap_or_else(|e| panic!("{}: steer: {e:?}", rig.provider));
+        assert!(seen, "{}: a model request of the turn carries the steered text: {texts:?}", rig.provider);
+        let history = session.history(pedelec_sdk::HistoryQuery::default()).await.unwrap().entries;
+        let users: Vec<String> = history
+            .into_iter()
+            .filter_map(|e| match e.kind {
+                Some(pedelec_protocol::pb::history_entry::Kind::UserText(t)) => Some(t.text),
+                _ => None,
+            })
+            .collect();
+        assert_eq!(users, ["call hold {}", STEERED], "{}", rig.provider);
+    } else {
+        let error = steered.expect_err("an agent that cannot be steered refuses");
+        assert_eq!(error.code, "STEER_UNSUPPORTED", "{}: {error:?}", rig.provider);
+        assert!(!seen, "{}: nothing was sent: {texts:?}", rig.provider);
+    }
+    eprintln!("PEDELEC_AGENT_STEER {}: {}", rig.provider, if rig.steers { "taken" } else { "STEER_UNSUPPORTED" });
+    session.end().await.unwrap();
+}
+
+per_agent!(steer => super::steer_during_a_turn);
 
 /// Permissions to the app with a real agent (`PermissionMode::App`): the
 /// model asks the agent to write outside its workspace; where the agent asks

@@ -28,6 +28,7 @@ function renderStatus(status) {
   $("status").dataset.status = status;
   $("send").disabled = status !== "idle";
   $("cancel").disabled = status !== "running" && status !== "waiting_tool_result";
+  $("steer").disabled = $("cancel").disabled;
   $("end").disabled = status === "ended" || !session;
   $("resume").disabled = status !== "ended";
   $("upload").disabled = !session || status === "ended";
@@ -267,6 +268,13 @@ $("composer").addEventListener("submit", (e) => {
   attempt(() => send(text, attachments));
 });
 $("cancel").addEventListener("click", () => attempt(() => session.cancel()));
+// The box's text joins the running turn (try "/wait-steer 10000" first).
+$("steer").addEventListener("click", () => {
+  const text = $("text").value;
+  $("text").value = "";
+  log(`${text} (steered)`, "you");
+  attempt(() => session.steer(text)).then((r) => r.ok || log(`${r.code}: ${r.message}`, "error"));
+});
 $("sessions").addEventListener("click", () => attempt(listSessions));
 $("end").addEventListener("click", () => attempt(() => session.end()));
 $("resume").addEventListener("click", () => attempt(() => session.resume()));

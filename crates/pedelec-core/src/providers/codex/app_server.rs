@@ -21,8 +21,8 @@ use super::wire::{self, Incoming, RpcError, TurnEnd, TurnMapper};
 use crate::providers::process::{AgentProcess, CommandLine, ExitReport, Line, LineReader, MAX_LINE_BYTES};
 use crate::providers::{
     AgentEvent, BoxFuture, MCP_SERVER_NAME, PermissionAsker, ProviderConfig, ProviderFailure, ProviderSession,
-    ProviderSetup, SOCKET_ENV, TOOL_TOKEN_ENV, TurnOutcome, TurnRequest, TurnSink, effort_name, with_attachment_paths,
-    with_guidance,
+    ProviderSetup, SOCKET_ENV, SteerInbox, SteerInput, TOOL_TOKEN_ENV, TurnOutcome, TurnRequest, TurnSink, effort_name,
+    with_attachment_paths, with_guidance,
 };
 
 /// Messages read from codex that may wait for the turn's task.
@@ -128,6 +128,21 @@ fn refused(what: &str, error: &RpcError) -> ProviderFailure {
     let mut failure = ProviderFailure::turn(format!("codex refused {what}: {} ({})", error.message, error.code));
     failure.details = json!({ "rpcCode": error.code });
     failure
+}
+
+/// codex refused a steered text: most often the turn it named had ended
+/// (`expectedTurnId` no longer active), else a turn that takes no steering.
+fn steer_refused(error: &RpcError) -> pedelec_protocol::pb::Error {
+    pedelec_protocol::pb::Error::new(
+        pedelec_protocol::ErrorCode::TurnNotRunning,
+        format!("codex did not take the text into the turn: {} ({})", error.message, error.code),
+    )
+}
+
+/// What a running turn is told from outside: stop, or take more of the user's text.
+struct TurnControls<'a> {
+    cancel: &'a tokio_util::sync::CancellationToken,
+    steering: SteerInbox,
 }
 
 impl Runtime {
@@ -311,10 +326,14 @@ impl Runtime {
         &mut self,
         input: Value,
         effort: Option<&str>,
-        cancel: &tokio_util::sync::CancellationToken,
+        controls: TurnControls<'_>,
         asker: Option<&Arc<dyn PermissionAsker>>,
         sink: &dyn TurnSink,
     ) -> Result<(), ProviderFailure> {
+        let TurnControls { cancel, mut steering } = controls;
+        // Steered texts waiting for the turn's id, and those sent, by request id.
+        let mut steers_waiting: Vec<SteerInput> = Vec::new();
+        let mut steers_sent: HashMap<i64, SteerInput> = HashMap::new();
         self.drain();
         sink.reports_tool_calls();
         let mut params = json!({ "threadId": self.thread_id, "input": input });
@@ -351,6 +370,17 @@ impl Runtime {
                     sink.activity(record);
                     continue;
                 }
+                Some(steer) = steering.recv(), if !interrupting => {
+                    match self.active_turn.clone().filter(|t| !t.is_empty()) {
+                        Some(turn) => {
+                            let id = self.steer(&turn, &steer.text);
+                            steers_sent.insert(id, steer);
+                        }
+                        // Sent once `turn/start` names the turn.
+                        None => steers_waiting.push(steer),
+                    }
+                    continue;
+                }
                 // What codex wrote before it went is still the turn's.
                 message = self.inbound.recv() => message,
                 // Its stdout may outlive it (a child holding the pipe): the exit says it too.
@@ -369,6 +399,10 @@ impl Runtime {
                         if interrupting {
                             self.interrupt(&turn);
                         }
+                        for steer in steers_waiting.drain(..) {
+                            let id = self.steer(&turn, &steer.text);
+                            steers_sent.insert(id, steer);
+                        }
                         self.active_turn = Some(turn);
                     }
                     Err(error) => {
@@ -376,6 +410,13 @@ impl Runtime {
                         return Err(refused("turn/start", &error));
                     }
                 },
+                Incoming::Response { id, outcome } if steers_sent.contains_key(&id) => {
+                    let steer = steers_sent.remove(&id).expect("checked above");
+                    if outcome.is_ok() {
+                        sink.steered(&steer.text);
+                    }
+                    let _ = steer.taken.send(outcome.map(drop).map_err(|error| steer_refused(&error)));
+                }
                 Incoming::Response { outcome: Err(error), .. } => {
                     tracing::debug!(?error, "codex refused a request of ours");
                 }
@@ -410,6 +451,14 @@ impl Runtime {
             (TurnEnd::Completed, Some(message)) | (TurnEnd::Failed(message), _) => Err(ProviderFailure::turn(message)),
             (TurnEnd::Interrupted, _) => Err(ProviderFailure::turn("codex interrupted the turn")),
         }
+    }
+
+    /// `turn/steer`: adds the user's text to the running turn `turn`
+    /// (codex refuses it once another turn is active); returns the request id.
+    fn steer(&mut self, turn: &str, text: &str) -> i64 {
+        let input = json!([{ "type": "text", "text": text, "text_elements": [] }]);
+        let params = json!({ "threadId": self.thread_id, "input": input, "expectedTurnId": turn });
+        self.start_request("turn/steer", params)
     }
 
     fn interrupt(&mut self, turn: &str) {
@@ -542,8 +591,8 @@ impl AppServerSession {
         runtime.fresh = false;
         let input = turn_input(&text, &image_paths);
         let asker = self.setup.permissions.clone();
-        let result =
-            runtime.turn(input, effort_name(self.setup.effort_level), &turn.cancel, asker.as_ref(), sink).await;
+        let controls = TurnControls { cancel: &turn.cancel, steering: turn.steering };
+        let result = runtime.turn(input, effort_name(self.setup.effort_level), controls, asker.as_ref(), sink).await;
         if runtime.broken {
             self.runtime = None;
         }

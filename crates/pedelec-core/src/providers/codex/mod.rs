@@ -42,6 +42,11 @@
 //! like an ACP agent's. The policy's own answer declines commands and allows
 //! file changes confined to the workspace. Our MCP tools never ask.
 //!
+//! **Steer.** Text the user adds during a turn goes as `turn/steer` with
+//! the running turn's id (held until `turn/start` names it); codex's answer
+//! settles the `Steer` call, and a refusal (the turn ended) is
+//! `TURN_NOT_RUNNING`.
+//!
 //! **Cancel.** `turn/interrupt`; codex ends the turn `interrupted` and the
 //! process lives on for the next turn. One that does not within 2 s, a turn
 //! Core dropped unfinished (timeout, `end()`), or codex exiting mid-turn
@@ -143,6 +148,11 @@ impl Codex {
 impl Provider for Codex {
     fn config(&self) -> &ProviderConfig {
         &self.config
+    }
+
+    /// app-server's `turn/steer`; `exec` takes nothing while a turn runs.
+    fn steers(&self) -> BoxFuture<'_, bool> {
+        Box::pin(async { *self.backend.get_or_init(|| probe(&self.config)).await == Backend::AppServer })
     }
 
     fn start(&self, setup: ProviderSetup) -> Result<Box<dyn ProviderSession>, ProviderFailure> {

@@ -25,6 +25,7 @@ mod lifecycle;
 mod operation;
 mod permission;
 
+pub use operation::check_text_size;
 pub use permission::Answerer;
 
 use crate::providers::PermissionAnswer;

@@ -23,6 +23,18 @@ pub(crate) fn cancelled_error() -> pb::Error {
     pb::Error::new(ErrorCode::OperationCancelled, "the operation was cancelled")
 }
 
+/// `TEXT_TOO_LARGE` for a user's text over the limit (a turn's or a steer's).
+pub fn check_text_size(text: &str) -> Result<(), CoreError> {
+    if text.len() > limits::MAX_TEXT_BYTES {
+        return Err(CoreError::with_details(
+            ErrorCode::TextTooLarge,
+            format!("text of {} bytes exceeds the {}-byte limit", text.len(), limits::MAX_TEXT_BYTES),
+            serde_json::json!({ "limit": limits::MAX_TEXT_BYTES }),
+        ));
+    }
+    Ok(())
+}
+
 impl SessionState {
     /// A client asks to start an operation: `SendText` with `text`, or
     /// `Prepare` (whose text is the preparation prompt). Refused with the
@@ -67,12 +79,8 @@ impl SessionState {
                 }
                 PrepareStart::Start => {}
             }
-        } else if text.len() > limits::MAX_TEXT_BYTES {
-            return Err(CoreError::with_details(
-                ErrorCode::TextTooLarge,
-                format!("text of {} bytes exceeds the {}-byte limit", text.len(), limits::MAX_TEXT_BYTES),
-                serde_json::json!({ "limit": limits::MAX_TEXT_BYTES }),
-            ));
+        } else {
+            check_text_size(&text)?;
         }
         if let Some((code, message)) = self.status.refuse_start(self.active.is_some()) {
             return Err(CoreError::new(code, message));
@@ -345,6 +353,28 @@ impl SessionState {
     /// await: `None` when nothing runs (idle, ended, another operation), a
     /// no-op. An operation already cancelled, or whose completion is being
     /// committed, is returned unchanged.
+    /// `Steer`: the user turn that may take more of the user's text
+    /// (`operation`, or whichever runs): announced, not cancelled, not
+    /// finishing. `TURN_NOT_RUNNING` otherwise (a preparation included).
+    pub fn steerable(&self, operation: Option<&OperationId>) -> Result<OperationId, CoreError> {
+        self.active
+            .as_ref()
+            .filter(|a| operation.is_none_or(|wanted| a.id == *wanted))
+            .filter(|a| a.kind == pb::OperationKind::SendText && a.phase == Phase::Running && !a.cancelled)
+            .map(|a| a.id.clone())
+            .ok_or_else(|| CoreError::new(ErrorCode::TurnNotRunning, "no user turn is running to take the text"))
+    }
+
+    /// The agent took `text` into `operation`'s running turn: it is the
+    /// user's, recorded in the transcript after what the turn said so far.
+    pub fn steered(&mut self, operation: &OperationId, text: &str, now: Now, out: &mut Vec<Effect>) {
+        if self.running(operation).is_some() {
+            let body =
+                UserText { operation_id: operation.as_str().into(), text: text.into(), attachments: [][..].into() };
+            self.append(&body, now, out);
+        }
+    }
+
     pub fn cancel(&mut self, operation: Option<&OperationId>, now: Now, out: &mut Vec<Effect>) -> Option<OperationId> {
         let active = self.active.as_mut().filter(|a| operation.is_none_or(|wanted| a.id == *wanted))?;
         let id = active.id.clone();
