@@ -81,6 +81,7 @@ globalThis.PedelecRequests = (() => {
     getHistory: session({ afterSeq: UINT64, beforeId: UINT64, limit: UINT32 }),
     cancel: session({ operationId: STRING }),
     steer: session({ text: STRING, operationId: STRING }),
+    getChanges: session({ turnId: STRING }),
     listSessions: message({ callerOrigin: ORIGIN, limit: UINT32, beforeSessionId: STRING }),
     answerPermission: session({ permissionId: STRING, optionId: STRING }),
   };

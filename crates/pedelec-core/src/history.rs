@@ -64,7 +64,7 @@ pub fn entry(id: u64, stored: &TranscriptEntry) -> Option<pb::HistoryEntry> {
             (Default::default(), Kind::Ended(pb::Ended { reason: b.reason.into() }))
         }
         EntryKind::Resumed => (Default::default(), Kind::Resumed(pb::HistoryResumed {})),
-        EntryKind::Prepare | EntryKind::Other(_) => return None,
+        EntryKind::Prepare | EntryKind::TurnChanges | EntryKind::Other(_) => return None,
     };
     Some(pb::HistoryEntry {
         id,

@@ -7,6 +7,7 @@
 
 pub mod assets;
 pub mod bridge;
+pub mod changes;
 pub mod clock;
 pub mod config;
 pub mod connections;

@@ -189,6 +189,15 @@ impl Core for CoreService {
         Ok(Response::new(session.steer(operation, request.text).await?))
     }
 
+    async fn get_changes(&self, request: Request<pb::GetChangesRequest>) -> RpcReply<pb::GetChangesResponse> {
+        let request = request.into_inner();
+        let session = self.registry.get(&request.session_id, &request.caller_origin).await?;
+        if !request.turn_id.is_empty() {
+            check_id("turn id", &request.turn_id)?;
+        }
+        Ok(Response::new(session.get_changes(&request.turn_id).await?))
+    }
+
     async fn answer_permission(
         &self,
         request: Request<pb::AnswerPermissionRequest>,
@@ -312,6 +321,7 @@ impl CoreService {
             Call::GetHistory(q) => NativeReply::GetHistory(self.get_history(r(q)).await?.into_inner()),
             Call::Cancel(q) => NativeReply::Cancel(self.cancel(r(q)).await?.into_inner()),
             Call::Steer(q) => NativeReply::Steer(self.steer(r(q)).await?.into_inner()),
+            Call::GetChanges(q) => NativeReply::GetChanges(self.get_changes(r(q)).await?.into_inner()),
             Call::ListSessions(q) => NativeReply::ListSessions(self.list_sessions(r(q)).await?.into_inner()),
             Call::AnswerPermission(q) => {
                 NativeReply::AnswerPermission(self.answer_permission(r(q)).await?.into_inner())

@@ -477,7 +477,7 @@ impl Store {
             let before = if query.before_id == 0 { i64::MAX } else { query.before_id.min(i64::MAX as u64) as i64 };
             let mut stmt = conn.prepare_cached(
                 "SELECT rowid, seq, at_ms, kind, body FROM transcript
-                 WHERE session_id = ?1 AND seq > ?2 AND rowid < ?3 AND kind != 'prepare'
+                 WHERE session_id = ?1 AND seq > ?2 AND rowid < ?3 AND kind NOT IN ('prepare', 'turn_changes')
                  ORDER BY seq DESC, rowid DESC LIMIT ?4",
             )?;
             // 0 is "from the start": entries recorded before the first event have seq 0.
@@ -503,6 +503,38 @@ impl Store {
         tokio::task::spawn_blocking(read)
             .await
             .map_err(|e| CoreError::new(pedelec_protocol::ErrorCode::Internal, format!("reading history: {e}")))?
+            .map_err(CoreError::from)
+    }
+
+    /// The changes recorded for `session_id`'s user turn `turn_id` (empty:
+    /// its last), after everything queued before the call is committed.
+    pub async fn turn_changes(
+        &self,
+        session_id: &SessionId,
+        turn_id: &str,
+    ) -> CoreResult<Option<pedelec_protocol::pb::GetChangesResponse>> {
+        self.visible().await?;
+        let reader = self.reader.clone();
+        let id = session_id.as_str().to_owned();
+        let turn = turn_id.to_owned();
+        let read = move || -> rusqlite::Result<Option<pedelec_protocol::pb::GetChangesResponse>> {
+            let conn = reader.lock().unwrap_or_else(|p| p.into_inner());
+            let mut stmt = conn.prepare_cached(
+                "SELECT body FROM transcript WHERE session_id = ?1 AND kind = 'turn_changes' ORDER BY seq DESC, rowid DESC",
+            )?;
+            let mut rows = stmt.query(params![id])?;
+            while let Some(row) = rows.next()? {
+                let body = EntryBody::stored(row.get::<_, String>(0)?);
+                let Some(crate::transcript::TurnChanges(changes)) = body.parse() else { continue };
+                if turn.is_empty() || changes.turn_id == turn {
+                    return Ok(Some(changes));
+                }
+            }
+            Ok(None)
+        };
+        tokio::task::spawn_blocking(read)
+            .await
+            .map_err(|e| CoreError::new(pedelec_protocol::ErrorCode::Internal, format!("reading changes: {e}")))?
             .map_err(CoreError::from)
     }
 

@@ -36,14 +36,18 @@ pub enum EntryKind {
     OperationCompleted,
     Ended,
     Resumed,
+    /// What a user turn changed in the workspace: read by `GetChanges`,
+    /// never shown in the history.
+    TurnChanges,
     /// A kind this Core does not know (a row written by a newer one): kept
     /// as it is, left out of the history.
     Other(String),
 }
 
 impl EntryKind {
-    const NAMED: [(EntryKind, &'static str); 10] = [
+    const NAMED: [(EntryKind, &'static str); 11] = [
         (EntryKind::UserText, "user_text"),
+        (EntryKind::TurnChanges, "turn_changes"),
         (EntryKind::Prepare, "prepare"),
         (EntryKind::Chat, "chat"),
         (EntryKind::ToolCall, "tool_call"),
@@ -158,6 +162,15 @@ pub struct UserText<'a> {
 
 impl Body for UserText<'_> {
     const KIND: EntryKind = EntryKind::UserText;
+}
+
+/// What a user turn changed in its workspace (`turn_changes`).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(transparent)]
+pub struct TurnChanges(pub pedelec_protocol::pb::GetChangesResponse);
+
+impl Body for TurnChanges {
+    const KIND: EntryKind = EntryKind::TurnChanges;
 }
 
 /// A preparation's prompt (`prepare`): the same body as a user's text.

@@ -128,6 +128,9 @@ error_codes! {
     /// `Steer`: no user turn is running to add the text to (the session is
     /// idle, preparing, ending, or the turn finished first).
     TurnNotRunning = "TURN_NOT_RUNNING",
+    /// `GetChanges`: no changes are recorded for that turn (an unknown turn,
+    /// a preparation, a turn Core was not running for, or none yet).
+    ChangesNotFound = "CHANGES_NOT_FOUND",
     /// The permission request is unknown or already answered.
     PermissionRequestNotFound = "PERMISSION_REQUEST_NOT_FOUND",
     /// The tool request is unknown or already answered.

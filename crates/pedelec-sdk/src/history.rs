@@ -222,6 +222,26 @@ pub fn page_json(page: &pb::GetHistoryResponse) -> Value {
     json!({ "entries": page.entries.iter().map(entry_json).collect::<Vec<_>>(), "hasMore": page.has_more })
 }
 
+/// A turn's changes as `getChanges()` resolves with them (pedelec.d.ts `TurnChanges`).
+pub fn changes_json(changes: &pb::GetChangesResponse) -> Value {
+    let kind = |k: i32| match pb::ChangeKind::try_from(k) {
+        Ok(pb::ChangeKind::Created) => "created",
+        Ok(pb::ChangeKind::Modified) => "modified",
+        Ok(pb::ChangeKind::Deleted) => "deleted",
+        _ => "unspecified",
+    };
+    let files: Vec<Value> = changes
+        .files
+        .iter()
+        .map(|f| {
+            json!({ "path": f.path, "kind": kind(f.kind), "diff": f.diff, "binary": f.binary, "secret": f.secret,
+                    "diffTruncated": f.diff_truncated, "size": f.size })
+        })
+        .collect();
+    json!({ "turnId": changes.turn_id, "operationId": changes.operation_id, "files": files,
+            "complete": changes.complete, "inProgress": changes.in_progress })
+}
+
 /// JSON text as a value; text Core recorded that is not JSON stays a string.
 fn parse_or_text(text: &str) -> Value {
     serde_json::from_str(text).unwrap_or_else(|_| Value::String(text.to_owned()))

@@ -109,6 +109,33 @@ export type HistoryEntry = {
   | { kind: "resumed" }
 );
 
+/** One file a turn changed (`getChanges`). */
+export interface FileChange {
+  /** Relative to the workspace, `/`-separated. */
+  path: string;
+  kind: "created" | "modified" | "deleted";
+  /** A unified diff; empty when `binary`, `secret`, or too large to keep. */
+  diff: string;
+  binary: boolean;
+  /** Its name looks like it holds secrets (`.env`, keys): listed without content. */
+  secret: boolean;
+  /** The diff stops early (64 KiB per file, 1 MiB per answer) or was not made. */
+  diffTruncated: boolean;
+  /** Bytes after the turn (0 when deleted). */
+  size: number;
+}
+
+/** What one turn changed in the workspace (`getChanges`). */
+export interface TurnChanges {
+  turnId: string;
+  operationId: string;
+  files: FileChange[];
+  /** False when a bound was reached and some files were not compared. */
+  complete: boolean;
+  /** The turn still runs: its changes so far. */
+  inProgress: boolean;
+}
+
 export interface HistoryPage {
   /** Oldest first. */
   entries: HistoryEntry[];
@@ -260,6 +287,14 @@ export declare class PedelecSession<TToolName extends string = string> {
    * (empty text), `TEXT_TOO_LARGE`.
    */
   steer(text: string): Promise<void>;
+  /**
+   * The files a turn created, modified or deleted in the workspace, each with a
+   * unified diff where one can be shown. Without `turnId`: the running turn
+   * (its changes so far, `inProgress`), else the last finished one. Computed by
+   * Core for every agent from a snapshot taken at the turn's start; rejects with
+   * `CHANGES_NOT_FOUND` when none are recorded for that turn.
+   */
+  getChanges(options?: { turnId?: string }): Promise<TurnChanges>;
   resume(): Promise<void>;
   end(): Promise<void>;
   free(): void;

@@ -48,6 +48,7 @@ const VALID = {
   getHistory: { sessionId: "sess-1", callerOrigin: ORIGIN, afterSeq: "3", beforeId: 7, limit: 10 },
   cancel: { sessionId: "sess-1", callerOrigin: ORIGIN, operationId: "op" },
   steer: { sessionId: "sess-1", callerOrigin: ORIGIN, text: "and this", operationId: "op" },
+  getChanges: { sessionId: "sess-1", callerOrigin: ORIGIN, turnId: "turn-1" },
   listSessions: { callerOrigin: ORIGIN, limit: 5, beforeSessionId: "sess-0" },
   answerPermission: { sessionId: "sess-1", callerOrigin: ORIGIN, permissionId: "p", optionId: "o" },
 };

@@ -12,6 +12,7 @@
 //! | `/deltas N` | stream N one-character deltas, then one message of them |
 //! | `/slow MS` | wait MS between deltas (a turn to cancel midway) |
 //! | `/sleep MS` | wait MS before going on |
+//! | `/write PATH TEXT` | write TEXT (`\n` for a line break) to the file PATH inside the workspace, as an agent's edit (`getChanges` shows it); a path leaving the workspace, through `..`, a link or into `.pedelec-runtime`, is refused and the reply says so |
 //! | `/wait-steer MS` | wait up to MS for text the user adds to the turn (`steer`); the reply repeats each (`You added: TEXT.`) |
 //! | `/usage N` | report N as the total |
 //! | `/command TEXT` | report a shell command TEXT as an activity, in progress then completed (nothing runs) |
@@ -77,6 +78,7 @@ impl Provider for Scripted {
         let identity =
             setup.provider_session_id.clone().unwrap_or_else(|| format!("scripted-{}", uuid::Uuid::new_v4()));
         Ok(Box::new(ScriptedSession {
+            workspace: setup.workspace.clone(),
             model: setup.model,
             identity,
             total: setup.usage_total.unwrap_or(0),
@@ -87,6 +89,7 @@ impl Provider for Scripted {
 }
 
 struct ScriptedSession {
+    workspace: std::path::PathBuf,
     model: String,
     identity: String,
     total: u64,
@@ -104,6 +107,10 @@ enum Directive<'a> {
     Slow(u64),
     Sleep(u64),
     WaitSteer(u64),
+    Write {
+        path: &'a str,
+        text: &'a str,
+    },
     Usage(u64),
     Command(&'a str),
     Plan(&'a str),
@@ -138,6 +145,10 @@ fn parse(line: &str) -> Option<Result<Directive<'_>, String>> {
             "slow" => Directive::Slow(number(args)?),
             "sleep" => Directive::Sleep(number(args)?),
             "wait-steer" => Directive::WaitSteer(number(args)?),
+            "write" => {
+                let (path, text) = args.split_once(' ').unwrap_or((args, ""));
+                Directive::Write { path, text }
+            }
             "usage" => Directive::Usage(number(args)?),
             "command" => Directive::Command(args),
             "plan" => Directive::Plan(args),
@@ -149,6 +160,29 @@ fn parse(line: &str) -> Option<Result<Directive<'_>, String>> {
             other => return Err(format!("unknown directive /{other}")),
         })
     })())
+}
+
+/// Writes `text` to `path` below the workspace `root`, creating folders.
+/// The path comes from the prompt, which a page controls: it must be
+/// relative, without `..`, outside `.pedelec-runtime`, and every open goes
+/// through a handle of the workspace that no link can lead out of.
+fn write_in_workspace(root: &std::path::Path, path: &str, text: &str) -> std::io::Result<usize> {
+    use std::path::Component;
+    let relative = std::path::Path::new(path);
+    let mut parts = relative.components();
+    let first = parts.next();
+    let plain = matches!(first, Some(Component::Normal(_))) && parts.all(|c| matches!(c, Component::Normal(_)));
+    let runtime = first.is_some_and(|c| c.as_os_str() == crate::workspace::RUNTIME_DIR);
+    if !plain || runtime {
+        return Err(std::io::Error::new(std::io::ErrorKind::PermissionDenied, "the path leaves the workspace"));
+    }
+    let dir = cap_std::fs::Dir::open_ambient_dir(root, cap_std::ambient_authority())?;
+    if let Some(parent) = relative.parent().filter(|p| !p.as_os_str().is_empty()) {
+        dir.create_dir_all(parent)?;
+    }
+    let text = text.replace("\\n", "\n");
+    dir.write(relative, &text)?;
+    Ok(text.len())
 }
 
 fn words(text: &str) -> u64 {
@@ -234,6 +268,12 @@ impl ScriptedSession {
                 }
                 Directive::Slow(ms) => pause = Some(Duration::from_millis(ms)),
                 Directive::Sleep(ms) => tokio::time::sleep(Duration::from_millis(ms)).await,
+                Directive::Write { path, text } => {
+                    reply.push(match write_in_workspace(&self.workspace, path, text) {
+                        Ok(bytes) => format!("Wrote {path} ({bytes} bytes)."),
+                        Err(error) => format!("Could not write {path}: {error}."),
+                    });
+                }
                 Directive::WaitSteer(ms) => {
                     if let Ok(Some(steer)) = tokio::time::timeout(Duration::from_millis(ms), steering.recv()).await {
                         take(steer, &mut reply);

@@ -28,6 +28,7 @@ use pedelec_protocol::{ErrorCode, OperationId, SessionId, SessionStatus, ToolReq
 use tokio::sync::{mpsc, oneshot};
 use tokio_util::sync::CancellationToken;
 
+use crate::changes;
 use crate::error::CoreResult;
 use crate::providers::{
     PREPARE_PROMPT, PermissionAnswer, ProviderFailure, ProviderSession, ProviderSetup, Providers, SteerInbox,
@@ -184,6 +185,16 @@ pub struct Session {
     transcript_bytes: std::sync::atomic::AtomicU64,
     /// Holds a bridged tool call behind the agent's report of it.
     fence: fence::ToolFence,
+    /// Workspace snapshots for what turns change.
+    changes: Mutex<TurnSnapshots>,
+}
+
+/// The running turn's start snapshot, and the last one taken (whose file
+/// readings the next reuses where nothing changed).
+#[derive(Default)]
+struct TurnSnapshots {
+    turn: Option<(OperationId, Arc<changes::Snapshot>)>,
+    last: Option<Arc<changes::Snapshot>>,
 }
 
 /// A registered subscriber's end: its snapshot (until sent), the events it
@@ -265,6 +276,7 @@ impl Session {
             runtime: tokio::sync::Mutex::new(None),
             transcript_bytes: std::sync::atomic::AtomicU64::new(0),
             fence: fence::ToolFence::default(),
+            changes: Mutex::default(),
         })
     }
 
@@ -720,6 +732,10 @@ impl Session {
                 }
             }
             let provider = runtime.as_mut().expect("started above");
+            // What the turn changes is compared with the workspace as it starts.
+            if kind == pb::TurnKind::User {
+                self.snapshot_turn_start(&operation).await;
+            }
             let timeout = self.shared.turn_timeout;
             // A panic in a provider must end the operation, not leave it active
             // with no task behind it: it fails the turn like a hang does.
@@ -780,7 +796,90 @@ impl Session {
             }
             result
         };
+        if kind == pb::TurnKind::User {
+            self.record_turn_changes(&operation).await;
+        }
         self.finish_operation(&operation, result).await;
+    }
+
+    /// Snapshots the workspace for `operation`'s turn (off the async workers).
+    async fn snapshot_turn_start(self: &Arc<Self>, operation: &OperationId) {
+        let root = self.workspace.root.clone();
+        let previous = self.changes_state().last.clone();
+        let taken =
+            tokio::task::spawn_blocking(move || Arc::new(changes::Snapshot::take_after(&root, previous.as_deref())))
+                .await;
+        if let Ok(snapshot) = taken {
+            self.changes_state().turn = Some((operation.clone(), snapshot));
+        }
+    }
+
+    /// The workspace now compared with the running turn's start snapshot,
+    /// and the snapshot of now.
+    async fn changes_so_far(
+        self: &Arc<Self>,
+        operation: &OperationId,
+    ) -> Option<(pb::GetChangesResponse, Arc<changes::Snapshot>)> {
+        let before = self.changes_state().turn.clone().filter(|(op, _)| op == operation)?.1;
+        let root = self.workspace.root.clone();
+        let (after, files, complete) = tokio::task::spawn_blocking(move || {
+            let after = changes::Snapshot::take_after(&root, Some(&before));
+            let (files, complete) = changes::compare(&before, &after);
+            (Arc::new(after), files, complete)
+        })
+        .await
+        .ok()?;
+        let response = pb::GetChangesResponse {
+            operation_id: operation.as_str().to_owned(),
+            files,
+            complete,
+            ..Default::default()
+        };
+        Some((response, after))
+    }
+
+    /// Records what `operation`'s turn changed, before its completion is
+    /// committed: a client that saw the turn complete finds its changes.
+    async fn record_turn_changes(self: &Arc<Self>, operation: &OperationId) {
+        let running = self.lock().machine.running_turn().filter(|(op, _)| op == operation);
+        let found = match running {
+            Some(_) => self.changes_so_far(operation).await,
+            None => None,
+        };
+        let mut state = self.changes_state();
+        state.turn = None;
+        let (Some((_, turn_id)), Some((mut changes, after))) = (running, found) else { return };
+        state.last = Some(after);
+        drop(state);
+        changes.turn_id = turn_id;
+        self.step(|m, now, out| m.turn_changes(operation, changes, now, out));
+    }
+
+    fn changes_state(&self) -> MutexGuard<'_, TurnSnapshots> {
+        self.changes.lock().unwrap_or_else(|poisoned| poisoned.into_inner())
+    }
+
+    /// `GetChanges` (see core.proto): the running turn's so far when
+    /// `turn_id` names it (or is empty while one runs), else the recorded ones.
+    pub async fn get_changes(self: &Arc<Self>, turn_id: &str) -> CoreResult<pb::GetChangesResponse> {
+        let running = self.lock().machine.running_turn();
+        if let Some((operation, turn)) = running.filter(|(_, turn)| turn_id.is_empty() || turn == turn_id) {
+            // Before its start snapshot the agent has not been handed the turn: nothing changed yet.
+            let (mut changes, _) = self.changes_so_far(&operation).await.unwrap_or_else(|| {
+                let nothing = pb::GetChangesResponse {
+                    operation_id: operation.as_str().to_owned(),
+                    complete: true,
+                    ..Default::default()
+                };
+                (nothing, Arc::default())
+            });
+            changes.turn_id = turn;
+            changes.in_progress = true;
+            return Ok(changes);
+        }
+        self.shared.store.turn_changes(&self.id, turn_id).await?.ok_or_else(|| {
+            crate::error::CoreError::new(ErrorCode::ChangesNotFound, "no changes are recorded for that turn")
+        })
     }
 
     /// Settles the operation, commits its completion, then announces it.

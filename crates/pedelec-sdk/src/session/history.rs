@@ -49,4 +49,39 @@ impl<T: ToolName> PedelecSession<T> {
             other => Err(unexpected(&other)),
         }
     }
+
+    /// The files a turn created, modified or deleted in the session's
+    /// workspace, each with a unified diff where one can be shown
+    /// (`Core.GetChanges`): `turn_id` `None` is the running turn (its
+    /// changes so far, `in_progress`) or else the last finished one. Core
+    /// computes it for every agent from a snapshot taken at the turn's start;
+    /// secret-looking files are listed without content, binary ones without
+    /// a diff. `CHANGES_NOT_FOUND` when none are recorded for that turn.
+    ///
+    /// # Examples
+    ///
+    /// ```no_run
+    /// # async fn example() -> Result<(), pedelec_sdk::PedelecError> {
+    /// use pedelec_sdk::{Pedelec, SessionOptions};
+    ///
+    /// let pedelec = Pedelec::discover("app:my-tool").await?;
+    /// let session = pedelec.create_session::<String>(SessionOptions::default()).await?;
+    /// session.send_text("Fix the failing test.").await?;
+    /// for file in session.changes(None).await?.files {
+    ///     println!("{} ({:?})\n{}", file.path, file.kind(), file.diff);
+    /// }
+    /// # Ok(())
+    /// # }
+    /// ```
+    pub async fn changes(&self, turn_id: Option<&str>) -> Result<pb::GetChangesResponse, PedelecError> {
+        let request = pb::GetChangesRequest {
+            session_id: self.shell.session_id.clone(),
+            caller_origin: self.shell.origin.clone(),
+            turn_id: turn_id.unwrap_or_default().to_owned(),
+        };
+        match self.shell.transport.call(Call::GetChanges(request)).await? {
+            Reply::GetChanges(changes) => Ok(changes),
+            other => Err(unexpected(&other)),
+        }
+    }
 }

@@ -539,6 +539,25 @@ impl JsPedelecSession {
         })
     }
 
+    /// `getChanges({ turnId? })`: what a turn changed in the workspace.
+    #[wasm_bindgen(js_name = getChanges)]
+    pub fn get_changes(&self, options: JsValue) -> Promise {
+        let session = self.session.clone();
+        future_to_promise(async move {
+            let turn = if options.is_object() {
+                js_sys::Reflect::get(&options, &JsValue::from_str("turnId")).unwrap_or(JsValue::UNDEFINED)
+            } else {
+                JsValue::UNDEFINED
+            };
+            let turn = match turn {
+                t if t.is_undefined() || t.is_null() => None,
+                t => Some(t.as_string().ok_or_else(|| invalid("getChanges turnId must be a string"))?),
+            };
+            let changes = session.changes(turn.as_deref()).await.map_err(reject)?;
+            Ok(js::json_to_js(&crate::history::changes_json(&changes)))
+        })
+    }
+
     /// `readAsset(path, "text" | "json" | "file")`.
     #[wasm_bindgen(js_name = readAsset)]
     pub fn read_asset(&self, path: String, kind: String) -> Promise {

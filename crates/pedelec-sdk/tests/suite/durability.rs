@@ -42,12 +42,21 @@ async fn after_kill_9_and_a_restart_sessions_resume_with_transcript_usage_and_id
 
     let kinds: Vec<String> =
         read_transcript(&h.database(), &id).unwrap().into_iter().map(|e| e.kind.to_string()).collect();
-    let first_turn: Vec<&str> = kinds.iter().map(String::as_str).take(7).collect();
+    let first_turn: Vec<&str> = kinds.iter().map(String::as_str).take(8).collect();
     assert_eq!(
         first_turn,
-        vec!["prepare", "operation_completed", "user_text", "tool_call", "tool_result", "chat", "operation_completed"]
+        vec![
+            "prepare",
+            "operation_completed",
+            "user_text",
+            "tool_call",
+            "tool_result",
+            "chat",
+            "turn_changes",
+            "operation_completed"
+        ]
     );
-    assert!(kinds.len() > 7, "the new turn was appended: {kinds:?}");
+    assert!(kinds.len() > 8, "the new turn was appended: {kinds:?}");
 }
 
 async fn an_operation_interrupted_by_a_crash_is_reported_failed_and_the_session_accepts_a_new_prompt(via: Via) {

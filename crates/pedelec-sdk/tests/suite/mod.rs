@@ -9,6 +9,7 @@ mod attachments;
 mod bad_input;
 mod bridge;
 mod cancel;
+mod changes;
 mod consent;
 mod daemon;
 mod durability;

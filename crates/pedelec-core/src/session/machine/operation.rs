@@ -375,6 +375,28 @@ impl SessionState {
         }
     }
 
+    /// What `operation`'s turn changed in the workspace, computed by the
+    /// shell when the turn ended: recorded before its completion.
+    pub fn turn_changes(
+        &mut self,
+        operation: &OperationId,
+        changes: pb::GetChangesResponse,
+        now: Now,
+        out: &mut Vec<Effect>,
+    ) {
+        if self.running(operation).is_some() {
+            self.append(&crate::transcript::TurnChanges(changes), now, out);
+        }
+    }
+
+    /// The running user turn's operation and turn ids, if one runs.
+    pub fn running_turn(&self) -> Option<(OperationId, String)> {
+        self.active
+            .as_ref()
+            .filter(|a| a.kind == pb::OperationKind::SendText && a.phase == Phase::Running)
+            .map(|a| (a.id.clone(), a.turn.turn_id.clone()))
+    }
+
     pub fn cancel(&mut self, operation: Option<&OperationId>, now: Now, out: &mut Vec<Effect>) -> Option<OperationId> {
         let active = self.active.as_mut().filter(|a| operation.is_none_or(|wanted| a.id == *wanted))?;
         let id = active.id.clone();
