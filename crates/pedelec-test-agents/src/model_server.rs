@@ -976,7 +976,11 @@ pub fn standard_script() -> Script {
             };
         }
         if let Some(path) = command.strip_prefix("write ") {
-            return write_file_call(request, path.trim());
+            return write_file_call(request, path.trim(), true);
+        }
+        // A file the agent may write where it is (its workspace): no escalation asked.
+        if let Some(path) = command.strip_prefix("create ") {
+            return write_file_call(request, path.trim(), false);
         }
         if let Some(path) = command.strip_prefix("read ") {
             return read_file_call(request, path.trim());
@@ -997,8 +1001,9 @@ pub fn standard_script() -> Script {
     })
 }
 
-/// A call of the agent's own file-writing tool, in the shape that agent's tool takes.
-fn write_file_call(request: &ModelRequest, path: &str) -> Answer {
+/// A call of the agent's own file-writing tool, in the shape that agent's
+/// tool takes; through a shell, `escalate` asks to leave the sandbox.
+fn write_file_call(request: &ModelRequest, path: &str, escalate: bool) -> Answer {
     let names = request.tool_names();
     let has = |n: &str| names.iter().any(|t| t == n);
     let content = "written by the model server\n";
@@ -1011,7 +1016,7 @@ fn write_file_call(request: &ModelRequest, path: &str) -> Answer {
     if has("write_file") {
         return Answer::tool_call("write_file", json!({"file_path": path, "content": content}));
     }
-    shell_call(request, format!("printf '%s' '{}' > '{}'", content.trim(), path), true)
+    shell_call(request, format!("printf '%s' '{}' > '{}'", content.trim(), path), escalate)
 }
 
 /// `script` through the agent's shell tool (codex's `exec_command`, `shell`

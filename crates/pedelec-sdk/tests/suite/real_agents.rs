@@ -118,6 +118,9 @@ struct Rig {
     reads_outside: ReadsOutside,
     /// Whether `steer()` adds text to a running turn (else `STEER_UNSUPPORTED`).
     steers: bool,
+    /// Whether the agent writes a file in its workspace when the model asks
+    /// (in Core's default permission policy, on this machine).
+    writes: bool,
     /// Kept alive for the agent's home/config dirs.
     _home: tempfile::TempDir,
 }
@@ -226,6 +229,7 @@ impl Rig {
             retries_refusals: false,
             reads_outside: ReadsOutside::Refused,
             steers: false,
+            writes: true,
             _home: home,
         }
     }
@@ -252,13 +256,19 @@ impl Rig {
     fn claude(program: &Path, server: &ModelServer) -> Rig {
         let home = tempfile::tempdir().unwrap();
         let settings = provider_settings("claude", program, &[], &claude_env(home.path(), server));
-        Rig::new("claude", MODEL, settings, home)
+        // claude 2.1's own permission mode refuses the write ("you haven't
+        // granted it yet"): nothing asks Core.
+        Rig { writes: false, ..Rig::new("claude", MODEL, settings, home) }
     }
 
     fn codex_acp(program: &Path, server: &ModelServer) -> Rig {
         let home = tempfile::tempdir().unwrap();
         let settings = provider_settings("codex-acp", program, &[], &Self::codex_env(home.path(), server));
-        Rig { usage: Usage::Unreported, ..Rig::new("codex-acp", CODEX_MODEL, settings, home) }
+        // codex-acp runs shell commands in its bubblewrap sandbox, which a
+        // machine without bwrap does not have: the command fails, nothing is written.
+        let bwrap = std::env::var_os("PATH")
+            .is_some_and(|path| std::env::split_paths(&path).any(|dir| dir.join("bwrap").is_file()));
+        Rig { usage: Usage::Unreported, writes: bwrap, ..Rig::new("codex-acp", CODEX_MODEL, settings, home) }
     }
 
     fn claude_acp(program: &Path, server: &ModelServer) -> Rig {
@@ -1021,6 +1031,53 @@ async fn steer_during_a_turn(rig: Rig, server: &ModelServer) {
 }
 
 per_agent!(steer => super::steer_during_a_turn);
+
+/// `changes()` after a real agent's turn that writes a file in its
+/// workspace with its own tool: Core lists exactly what is on disk — the
+/// file created, with its unified diff, where the agent wrote it; nothing
+/// where it did not — whatever the agent.
+async fn changes_of_an_agents_turn(rig: Rig, server: &ModelServer) {
+    let h = AgentHarness::start(&rig.settings);
+    let client = h.client().await;
+    let ws = tempfile::tempdir().unwrap();
+    let workspace = ws.path().canonicalize().unwrap();
+    let session = client
+        .create_session::<String>(SessionOptions {
+            workspace_path: Some(workspace.clone()),
+            auto_end_on_disconnect: false,
+            ..rig.options()
+        })
+        .await
+        .unwrap();
+    let target = workspace.join("from-agent.txt");
+    session
+        .send_text(format!("create {}", target.display()))
+        .await
+        .unwrap_or_else(|e| panic!("{}: the writing turn: {e:?}; {}", rig.provider, server_log(server)));
+    let changes = session.changes(None).await.unwrap_or_else(|e| panic!("{}: changes: {e:?}", rig.provider));
+    assert!(changes.complete && !changes.in_progress, "{}: {changes:?}", rig.provider);
+    let listed: Vec<&str> = changes.files.iter().map(|f| f.path.as_str()).collect();
+    assert_eq!(target.exists(), rig.writes, "{}: written as expected; {}", rig.provider, server_log(server));
+    if !rig.writes {
+        assert!(listed.is_empty(), "{}: nothing written, nothing listed: {changes:?}", rig.provider);
+        session.end().await.unwrap();
+        return;
+    }
+    assert_eq!(listed, ["from-agent.txt"], "{}: the agent's file, and nothing else: {changes:?}", rig.provider);
+    let file = &changes.files[0];
+    assert_eq!(file.kind(), pedelec_protocol::pb::ChangeKind::Created, "{}", rig.provider);
+    assert!(
+        file.diff
+            .starts_with("--- a/from-agent.txt\n+++ b/from-agent.txt\n@@ -0,0 +1 @@\n+written by the model server"),
+        "{}: {}",
+        rig.provider,
+        file.diff
+    );
+    eprintln!("PEDELEC_AGENT_CHANGES {}: {listed:?}", rig.provider);
+    session.end().await.unwrap();
+}
+
+per_agent!(changes => super::changes_of_an_agents_turn);
 
 /// Permissions to the app with a real agent (`PermissionMode::App`): the
 /// model asks the agent to write outside its workspace; where the agent asks
