@@ -1108,3 +1108,53 @@ fn the_control_center_follows_cancels_and_stops_two_sites_sessions() {
         assert_eq!(details["field"], json!(format!("request.{call}")), "{call}: {reply}");
     }
 }
+
+/// The control center stays usable with 1 000 live sessions: it shows them
+/// 50 to a page, pages with the keyboard-reachable buttons, filters by site,
+/// and paints its first page soon after opening.
+#[test]
+fn the_control_center_pages_a_thousand_sessions() {
+    if !prerequisites_or_skip() {
+        return;
+    }
+    const SESSIONS: usize = 1000;
+    // A local app's origin: the per-site quota is for web origins.
+    const APP: &str = "app:pedelec-load";
+    let rig = Rig::start(GRACE).expect("Core, native host, pages and Chromium start");
+    let runtime = tokio::runtime::Builder::new_multi_thread().enable_all().build().expect("runtime");
+    let transport = runtime.block_on(GrpcTransport::connect(rig.socket())).expect("gRPC to Core");
+    let created: Vec<_> = runtime.block_on(async {
+        let mut calls = tokio::task::JoinSet::new();
+        for _ in 0..SESSIONS {
+            let request = pb::CreateSessionRequest {
+                caller_origin: APP.into(),
+                auto_end_on_disconnect: Some(false),
+                ..Default::default()
+            };
+            calls.spawn(transport.call(Call::CreateSession(request)));
+        }
+        calls.join_all().await
+    });
+    assert!(created.iter().all(Result::is_ok), "{:?}", created.iter().find(|r| r.is_err()));
+
+    let url = format!("chrome-extension://{EXTENSION_ID}/control.html");
+    let opened = Instant::now();
+    let control = Page::open(&rig.browser, &url).expect("the control center");
+    control
+        .wait_until("document.querySelectorAll('#sessions tbody tr').length === 50", Duration::from_secs(20))
+        .expect("the first page of sessions");
+    let painted = opened.elapsed();
+    eprintln!("the control center listed {SESSIONS} sessions {painted:?} after opening (tab and page load included)");
+    assert_eq!(control.eval("document.getElementById('page-label').textContent").unwrap(), json!("1–50 of 1000"));
+    let first_row = "document.querySelector('#sessions tbody tr').dataset.session";
+    let before = control.eval(first_row).unwrap();
+    control.click("#page-next").expect("Next page");
+    control
+        .wait_until("document.getElementById('page-label').textContent === '51–100 of 1000'", Duration::from_secs(5))
+        .expect("the second page");
+    assert_ne!(control.eval(first_row).unwrap(), before, "another page of sessions");
+    assert_eq!(control.eval("document.querySelectorAll('#sessions tbody tr').length").unwrap(), json!(50));
+    assert_eq!(control.eval("document.getElementById('page-prev').disabled").unwrap(), json!(false));
+    let sites = control.eval("[...document.querySelectorAll('#sites li')].map((li) => li.textContent)").unwrap();
+    assert_eq!(sites, json!([format!("{APP} 1000 sessions End all")]));
+}
