@@ -87,10 +87,12 @@ globalThis.PedelecRequests = (() => {
   };
 
   /**
-   * The owner calls of NativeRequest: the user's decisions (consent) and
-   * the agent's requests only the user may answer. Only the worker makes
-   * them, for the extension's own pages; a page that names one is refused
-   * like any unknown call.
+   * The owner calls of NativeRequest: the user's decisions (consent), the
+   * agent's requests only the user may answer, and every site's sessions
+   * (list, end, watch, read, cancel). Only the extension's own pages make
+   * them (the worker for the approval page and the popup, the control
+   * center on a host of its own); a page that names one is refused like
+   * any unknown call.
    */
   const OWNER_CALLS = Object.freeze([
     "getConsent",
@@ -100,6 +102,9 @@ globalThis.PedelecRequests = (() => {
     "answerUserPermission",
     "listLiveSessions",
     "endSessions",
+    "watchSession",
+    "getSessionHistory",
+    "cancelTurn",
   ]);
 
   class Refusal extends Error {

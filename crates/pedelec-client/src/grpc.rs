@@ -148,6 +148,38 @@ impl GrpcTransport {
     pub fn channel(&self) -> Channel {
         self.channel.clone()
     }
+
+    /// The owner call `Core.WatchSession`: the events of a session of any
+    /// origin, as [`Transport::subscribe`] yields them (a snapshot first).
+    /// Core refuses a web or empty `caller_origin` (`ORIGIN_NOT_ALLOWED`).
+    ///
+    /// # Examples
+    ///
+    /// ```no_run
+    /// # async fn example() -> Result<(), pedelec_client::PedelecError> {
+    /// use futures::StreamExt;
+    /// use pedelec_client::grpc::GrpcTransport;
+    /// use pedelec_protocol::pb;
+    ///
+    /// let transport = GrpcTransport::connect("/run/user/1000/pedelec/core.sock").await?;
+    /// let request = pb::WatchSessionRequest { caller_origin: "app:my-window".into(), session_id: "sess-1".into() };
+    /// let mut events = transport.watch_session(request).await?;
+    /// while let Some(event) = events.next().await {
+    ///     println!("event {}", event?.seq);
+    /// }
+    /// # Ok(())
+    /// # }
+    /// ```
+    pub fn watch_session(
+        &self,
+        request: pb::WatchSessionRequest,
+    ) -> BoxFuture<'static, Result<EventStream, PedelecError>> {
+        let mut c = self.client.clone();
+        Box::pin(async move {
+            let stream = c.watch_session(request).await.map_err(status)?.into_inner();
+            Ok(Box::pin(stream.map(|item| item.map_err(status))) as EventStream)
+        })
+    }
 }
 
 /// Re-exported from [`pedelec_protocol::grpc`]: a connection of your own to
@@ -160,7 +192,8 @@ fn status(e: tonic::Status) -> PedelecError {
 }
 
 /// Calls are Core's unary methods; `Call::Subscribe` and `Call::Unsubscribe`
-/// are refused (`INVALID_ARGUMENT`: use [`Transport::subscribe`]). Work runs
+/// are refused (`INVALID_ARGUMENT`: use [`Transport::subscribe`]), and so is
+/// `Call::WatchSession` (use [`GrpcTransport::watch_session`]). Work runs
 /// on tokio, so calls must be made inside a tokio runtime.
 ///
 /// # Examples
@@ -230,8 +263,15 @@ impl Transport for GrpcTransport {
                     Reply::ListLiveSessions(c.list_live_sessions(r).await.map_err(status)?.into_inner())
                 }
                 Call::EndSessions(r) => Reply::EndSessions(c.end_sessions(r).await.map_err(status)?.into_inner()),
+                Call::GetSessionHistory(r) => {
+                    Reply::GetSessionHistory(c.get_session_history(r).await.map_err(status)?.into_inner())
+                }
+                Call::CancelTurn(r) => Reply::CancelTurn(c.cancel_turn(r).await.map_err(status)?.into_inner()),
                 Call::Subscribe(_) | Call::Unsubscribe(_) => {
                     return Err(PedelecError::new(ErrorCode::InvalidArgument, "use Transport::subscribe"));
+                }
+                Call::WatchSession(_) => {
+                    return Err(PedelecError::new(ErrorCode::InvalidArgument, "use GrpcTransport::watch_session"));
                 }
             })
         })

@@ -145,35 +145,13 @@ impl Core for CoreService {
     async fn get_history(&self, request: Request<pb::GetHistoryRequest>) -> RpcReply<pb::GetHistoryResponse> {
         let request = request.into_inner();
         let session = self.registry.get(&request.session_id, &request.caller_origin).await?;
-        let limit = match request.limit {
-            0 => pedelec_protocol::limits::DEFAULT_HISTORY_PAGE,
-            n if n > pedelec_protocol::limits::MAX_HISTORY_PAGE => {
-                return Err(CoreError::with_details(
-                    ErrorCode::InvalidArgument,
-                    format!("a history page holds at most {} entries", pedelec_protocol::limits::MAX_HISTORY_PAGE),
-                    serde_json::json!({ "limit": pedelec_protocol::limits::MAX_HISTORY_PAGE }),
-                )
-                .into());
-            }
-            n => n,
-        };
-        let query = crate::store::HistoryQuery { after_seq: request.after_seq, before_id: request.before_id, limit };
-        let (rows, has_more) = self.registry.shared.store.history(&session.id, query).await?;
-        let entries = rows.iter().filter_map(|(id, row)| crate::history::entry(*id, row)).collect();
-        Ok(Response::new(pb::GetHistoryResponse { entries, has_more }))
+        Ok(Response::new(self.history(&session, request.after_seq, request.before_id, request.limit).await?))
     }
 
     async fn cancel(&self, request: Request<pb::CancelRequest>) -> RpcReply<pb::CancelResponse> {
         let request = request.into_inner();
         let session = self.registry.get(&request.session_id, &request.caller_origin).await?;
-        let operation = match request.operation_id.as_str() {
-            "" => None,
-            id => {
-                check_id("operation id", id)?;
-                Some(pedelec_protocol::OperationId::new(id.to_owned()))
-            }
-        };
-        Ok(Response::new(session.cancel(operation).await?))
+        Ok(Response::new(cancel(&session, &request.operation_id).await?))
     }
 
     async fn steer(&self, request: Request<pb::SteerRequest>) -> RpcReply<pb::SteerResponse> {
@@ -255,6 +233,33 @@ impl Core for CoreService {
         Ok(Response::new(pb::EndSessionsResponse { ended }))
     }
 
+    type WatchSessionStream = Pin<Box<dyn Stream<Item = Result<pb::SessionEvent, Status>> + Send>>;
+
+    async fn watch_session(&self, request: Request<pb::WatchSessionRequest>) -> RpcReply<Self::WatchSessionStream> {
+        let request = request.into_inner();
+        crate::consent::check_owner(&request.caller_origin)?;
+        let session = self.registry.get_as_owner(&request.session_id).await?;
+        Ok(Response::new(Box::pin(session.watch().map(Ok))))
+    }
+
+    async fn get_session_history(
+        &self,
+        request: Request<pb::GetSessionHistoryRequest>,
+    ) -> RpcReply<pb::GetHistoryResponse> {
+        let request = request.into_inner();
+        crate::consent::check_owner(&request.caller_origin)?;
+        let session = self.registry.get_as_owner(&request.session_id).await?;
+        Ok(Response::new(self.history(&session, request.after_seq, request.before_id, request.limit).await?))
+    }
+
+    async fn cancel_turn(&self, request: Request<pb::CancelTurnRequest>) -> RpcReply<pb::CancelResponse> {
+        let request = request.into_inner();
+        crate::consent::check_owner(&request.caller_origin)?;
+        let session = self.registry.get_as_owner(&request.session_id).await?;
+        tracing::info!(session = %session.id, origin = %session.origin, "the user cancels the running turn");
+        Ok(Response::new(cancel(&session, &request.operation_id).await?))
+    }
+
     async fn list_user_permissions(
         &self,
         request: Request<pb::ListUserPermissionsRequest>,
@@ -279,7 +284,44 @@ impl Core for CoreService {
     }
 }
 
+/// Cancels `session`'s operation `operation_id` (empty: the active one).
+async fn cancel(session: &Arc<crate::session::Session>, operation_id: &str) -> Result<pb::CancelResponse, CoreError> {
+    let operation = match operation_id {
+        "" => None,
+        id => {
+            check_id("operation id", id)?;
+            Some(pedelec_protocol::OperationId::new(id.to_owned()))
+        }
+    };
+    session.cancel(operation).await
+}
+
 impl CoreService {
+    /// One page of `session`'s transcript (`GetHistory`'s rules).
+    async fn history(
+        &self,
+        session: &crate::session::Session,
+        after_seq: u64,
+        before_id: u64,
+        limit: u32,
+    ) -> Result<pb::GetHistoryResponse, CoreError> {
+        let limit = match limit {
+            0 => pedelec_protocol::limits::DEFAULT_HISTORY_PAGE,
+            n if n > pedelec_protocol::limits::MAX_HISTORY_PAGE => {
+                return Err(CoreError::with_details(
+                    ErrorCode::InvalidArgument,
+                    format!("a history page holds at most {} entries", pedelec_protocol::limits::MAX_HISTORY_PAGE),
+                    serde_json::json!({ "limit": pedelec_protocol::limits::MAX_HISTORY_PAGE }),
+                ));
+            }
+            n => n,
+        };
+        let query = crate::store::HistoryQuery { after_seq, before_id, limit };
+        let (rows, has_more) = self.registry.shared.store.history(&session.id, query).await?;
+        let entries = rows.iter().filter_map(|(id, row)| crate::history::entry(*id, row)).collect();
+        Ok(pb::GetHistoryResponse { entries, has_more })
+    }
+
     /// Assets are usable while a session is not ending or ended.
     async fn usable_for_assets(&self, id: &str, origin: &str) -> Result<Arc<crate::session::Session>, CoreError> {
         let session = self.registry.get_for_work(id, origin).await?;
@@ -339,8 +381,16 @@ impl CoreService {
                 NativeReply::ListLiveSessions(self.list_live_sessions(r(q)).await?.into_inner())
             }
             Call::EndSessions(q) => NativeReply::EndSessions(self.end_sessions(r(q)).await?.into_inner()),
-            Call::Subscribe(_) | Call::Unsubscribe(_) => {
-                return Err(CoreError::new(ErrorCode::InvalidArgument, "subscriptions use Core.Subscribe").into());
+            Call::GetSessionHistory(q) => {
+                NativeReply::GetSessionHistory(self.get_session_history(r(q)).await?.into_inner())
+            }
+            Call::CancelTurn(q) => NativeReply::CancelTurn(self.cancel_turn(r(q)).await?.into_inner()),
+            Call::Subscribe(_) | Call::WatchSession(_) | Call::Unsubscribe(_) => {
+                return Err(CoreError::new(
+                    ErrorCode::InvalidArgument,
+                    "subscriptions use Core.Subscribe and Core.WatchSession",
+                )
+                .into());
             }
         })
     }

@@ -4,7 +4,8 @@
 //! A unary gRPC call costs an HTTP/2 stream (HEADERS, DATA, trailers) on both
 //! sides; the relay stream carries every call as one DATA frame each way, which
 //! is what lets pipelined frames from the browser keep up. Subscriptions keep
-//! their own `Core.Subscribe` streams on the same connection.
+//! their own `Core.Subscribe` (or `Core.WatchSession`) streams on the same
+//! connection.
 
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};
@@ -124,6 +125,14 @@ impl CoreLink {
         let client = pedelec_protocol::with_message_limits!(CoreRelayClient::new(grpc.channel()));
         tokio::spawn(read_answers(client, outgoing, pending.clone(), lost_tx));
         Ok(CoreLink { grpc, requests, pending, lost })
+    }
+
+    /// The owner call `Core.WatchSession` on its own stream, as Subscribe.
+    pub fn watch_session(
+        &self,
+        request: pb::WatchSessionRequest,
+    ) -> BoxFuture<'static, Result<EventStream, PedelecError>> {
+        self.grpc.watch_session(request)
     }
 
     /// Resolves once the connection to Core is gone.

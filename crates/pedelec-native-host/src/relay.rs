@@ -5,6 +5,9 @@
 //! are written in request order. A Subscribe is answered with its snapshot,
 //! then its events follow as frames tagged with the Subscribe's request id,
 //! in Core's order; events that are ready together share one batch frame.
+//! The owner's WatchSession is relayed the same way, except that each event
+//! is a frame of its own: the extension's pages read them as JSON and have
+//! no decoder for a batch's protobuf.
 //! Every frame written is ≤ 1 MiB; larger ones become chunks. The success of
 //! a request sent with `defer_ack` (a tool result, a permission answer) is
 //! not a frame of its own: it rides in `acks` on the next frame written — in
@@ -59,7 +62,22 @@ pub enum Exit {
 }
 
 /// A request's outcome, and whether its success may be acknowledged later.
-type Outcome = (u32, bool, Result<(Reply, Option<EventStream>), PedelecError>);
+type Outcome = (u32, bool, Result<(Reply, Option<Events>), PedelecError>);
+
+/// A subscription's live events, and how they travel.
+struct Events {
+    stream: EventStream,
+    framing: Framing,
+}
+
+/// How a subscription's events are written.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Framing {
+    /// Events ready at once share one batch frame (Subscribe).
+    Batched,
+    /// One `event` frame per event (WatchSession).
+    EachAlone,
+}
 
 /// What goes to stdout, in order.
 // Frames are what the queue mostly holds, as it did before acks went in
@@ -183,8 +201,8 @@ where
                 let item = match outcome {
                     Ok(_) if defer_ack => Outgoing::Ack(request_id),
                     Ok((reply, stream)) => {
-                        if let Some(stream) = stream {
-                            start_forwarding(request_id, stream, out.clone(), subscriptions.clone(), lost_tx.clone());
+                        if let Some(events) = stream {
+                            start_forwarding(request_id, events, out.clone(), subscriptions.clone(), lost_tx.clone());
                         }
                         let body = Some(Body::Response(pb::NativeResponse { result: Some(reply) }));
                         pb::NativeFrame { request_id, body, ..Default::default() }.into()
@@ -296,12 +314,12 @@ fn accept(
         };
         match call {
             Call::Subscribe(subscribe) => {
-                let mut stream = core.subscribe(subscribe).await?;
-                match stream.next().await {
-                    Some(Ok(snapshot)) => Ok((Reply::Subscribe(snapshot), Some(stream))),
-                    Some(Err(error)) => Err(error),
-                    None => Err(PedelecError::new(ErrorCode::CoreRuntimeUnavailable, "Core closed the subscription")),
-                }
+                let stream = core.subscribe(subscribe).await?;
+                first_of(stream, Framing::Batched, Reply::Subscribe).await
+            }
+            Call::WatchSession(watch) => {
+                let stream = core.watch_session(watch).await?;
+                first_of(stream, Framing::EachAlone, Reply::WatchSession).await
             }
             call => core.call(call).await.map(|reply| (reply, None)),
         }
@@ -309,15 +327,31 @@ fn accept(
     Ok(Box::pin(future.map(move |outcome| (request_id, defer_ack, outcome))))
 }
 
+/// A subscription's answer: its first event (the snapshot) as `reply`, and
+/// the stream of the rest.
+async fn first_of(
+    mut stream: EventStream,
+    framing: Framing,
+    reply: fn(pb::SessionEvent) -> Reply,
+) -> Result<(Reply, Option<Events>), PedelecError> {
+    match stream.next().await {
+        Some(Ok(snapshot)) => Ok((reply(snapshot), Some(Events { stream, framing }))),
+        Some(Err(error)) => Err(error),
+        None => Err(PedelecError::new(ErrorCode::CoreRuntimeUnavailable, "Core closed the subscription")),
+    }
+}
+
 /// Forwards one subscription's live events, in order, tagged with its
-/// request id: the events the stream has ready at once go as one batch frame.
+/// request id: the events the stream has ready at once go as one batch frame
+/// ([`Framing::Batched`]), or each as its own frame ([`Framing::EachAlone`]).
 fn start_forwarding(
     request_id: u32,
-    mut stream: EventStream,
+    events: Events,
     out: mpsc::Sender<Outgoing>,
     subscriptions: Arc<Mutex<HashMap<u32, AbortHandle>>>,
     lost: mpsc::Sender<()>,
 ) {
+    let Events { mut stream, framing } = events;
     let (handle, registration) = AbortHandle::new_pair();
     subscriptions.lock().unwrap_or_else(|p| p.into_inner()).insert(request_id, handle);
     let forward = async move {
@@ -325,6 +359,12 @@ fn start_forwarding(
         let mut next = stream.next().await;
         'stream: loop {
             match next {
+                Some(Ok(event)) if framing == Framing::EachAlone => {
+                    let body = Some(Body::Event(event));
+                    if out.send(pb::NativeFrame { request_id, body, ..Default::default() }.into()).await.is_err() {
+                        return;
+                    }
+                }
                 Some(Ok(event)) => {
                     if let Some(full) = batch.push(event)
                         && out.send(full.into()).await.is_err()

@@ -234,6 +234,19 @@ async fn consent(socket: &std::path::Path) -> Result<(), Box<dyn std::error::Err
             );
         }
     }
+    // The control center's monitor reads any site's transcript as the user.
+    let read = pb::GetSessionHistoryRequest {
+        caller_origin: OWNER.into(),
+        session_id: session.session_id().to_owned(),
+        ..Default::default()
+    };
+    if let Reply::GetSessionHistory(page) = owner.call(Call::GetSessionHistory(read)).await? {
+        println!(
+            "▶ the control center (chrome-extension://ighbaanpnpjegfpbhfnaekbncchadgfe/control.html, the extension's \
+             options page) follows it live and reads its {} transcript entries",
+            page.entries.len()
+        );
+    }
     let revoke = pb::RevokeOriginRequest { caller_origin: OWNER.into(), origin: SITE.into() };
     if let Reply::RevokeOrigin(revoked) = owner.call(Call::RevokeOrigin(revoke)).await? {
         println!("▶ the user revokes {SITE}: {} live session(s) ended", revoked.sessions_ended);

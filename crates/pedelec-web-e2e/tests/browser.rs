@@ -973,3 +973,207 @@ fn the_toolbar_popup_shows_a_sites_sessions_and_stops_them() {
     assert_eq!(again["ok"], json!(true), "stopping is not revoking: {again}");
     assert!(!prompt_open(&rig, "origin="), "no approval prompt opened");
 }
+
+/// The control center (issue 42's user's window): two pages of two origins
+/// run sessions; the Sessions view lists both sites; following one shows its
+/// live chat; *Cancel* stops one's running turn (the session stays); *End
+/// all* stops the other site's sessions; a request only the user may answer
+/// is answered in the Requests view; and a page cannot send the monitor's
+/// owner calls, even naming the extension's origin.
+#[test]
+fn the_control_center_follows_cancels_and_stops_two_sites_sessions() {
+    if !prerequisites_or_skip() {
+        return;
+    }
+    let rig = Rig::start(GRACE).expect("Core, native host, pages and Chromium start");
+    let (first_origin, second_origin) = (rig.site.origin(), rig.other_site.origin());
+    let first = rig.open_demo(&rig.site).expect("first origin's page");
+    let created = first.eval_later("demo.attempt(() => demo.start({ autoEndOnDisconnect: false }))").expect("start");
+    rig.answer_approval(&first_origin, "#approve").expect("approve the first origin");
+    let mine = ok_value(created.wait(TURN).expect("createSession settles")["result"]["value"].clone());
+    let mine = mine.as_str().expect("session id").to_owned();
+    let second = rig.open_demo(&rig.other_site).expect("second origin's page");
+    let created = second.eval_later("demo.attempt(() => demo.start({ autoEndOnDisconnect: false }))").expect("start");
+    rig.answer_approval(&second_origin, "#approve").expect("approve the second origin");
+    let theirs = ok_value(created.wait(TURN).expect("createSession settles")["result"]["value"].clone());
+    let theirs = [theirs.as_str().expect("session id").to_owned(), {
+        let more = ok_value(attempt(&second, "return await demo.start({ autoEndOnDisconnect: false })"));
+        more.as_str().expect("session id").to_owned()
+    }];
+
+    // Sessions: every site's live sessions, each site with End all.
+    let url = format!("chrome-extension://{EXTENSION_ID}/control.html");
+    let control = Page::open(&rig.browser, &url).expect("the control center");
+    let row = |id: &str| format!("document.querySelector('#sessions tr[data-session=\"{id}\"]')");
+    for id in [&mine, &theirs[0], &theirs[1]] {
+        control.wait_until(&row(id), Duration::from_secs(10)).expect("the session is listed");
+    }
+    let cells = control.eval(&format!("[...{}.children].slice(0, 7).map((c) => c.textContent)", row(&mine))).unwrap();
+    assert_eq!(cells[0], json!(first_origin), "{cells}");
+    assert_eq!((cells[1].clone(), cells[4].clone()), (json!("scripted"), json!("idle")), "{cells}");
+    assert!(cells[3].as_str().is_some_and(|folder| folder.starts_with('/')), "the real folder shows: {cells}");
+    let sites = control.eval("[...document.querySelectorAll('#sites li')].map((li) => li.dataset.origin)").unwrap();
+    let mut expected = vec![first_origin.clone(), second_origin.clone()];
+    expected.sort();
+    assert_eq!(sites, json!(expected));
+
+    // Following the first site's session shows its turn live.
+    control.click(&format!("button.follow[data-session=\"{mine}\"]")).expect("click Follow");
+    control.wait_until("!document.getElementById('monitor').hidden", Duration::from_secs(5)).expect("the monitor");
+    ok_value(attempt(&first, "await demo.send('hello from the first site')"));
+    let chat = "[...document.querySelectorAll('#monitor-log li[data-kind=\"chat\"] pre')].map((p) => p.textContent)";
+    control
+        .wait_until(&format!("{chat}.includes('You said: hello from the first site')"), Duration::from_secs(10))
+        .unwrap_or_else(|e| panic!("the live chat shows: {e} {}", control.eval(chat).unwrap()));
+    control
+        .wait_until(
+            "document.querySelector('#monitor-log li[data-kind=\"operation-completed\"]')",
+            Duration::from_secs(5),
+        )
+        .expect("the turn's completion shows");
+
+    // Cancel stops the running turn, not the session.
+    first
+        .eval(r#"window.slowTurn = demo.sendInBackground("/slow 50\n" + "word ".repeat(400)); true"#)
+        .expect("a slow turn");
+    control
+        .wait_until(
+            "document.getElementById('monitor-streaming').textContent.includes('word')",
+            Duration::from_secs(10),
+        )
+        .expect("its deltas stream into the monitor");
+    let cancel = format!("button.cancel[data-session=\"{mine}\"]");
+    control
+        .wait_until(&format!("!document.querySelector('{cancel}').disabled"), Duration::from_secs(10))
+        .expect("Cancel is offered while the turn runs");
+    control.click(&cancel).expect("click Cancel");
+    let outcome = first.eval_for("window.slowTurn", TURN).expect("the turn settles");
+    assert_eq!(outcome["code"], json!("OPERATION_CANCELLED"), "{outcome}");
+    control
+        .wait_until(
+            "[...document.querySelectorAll('#monitor-log li[data-kind=\"operation-completed\"]')].some((li) => li.textContent.includes('OPERATION_CANCELLED'))",
+            Duration::from_secs(10),
+        )
+        .expect("the monitor shows the turn cancelled");
+    assert_eq!(core_status(&rig, &first_origin, &mine), SessionStatus::Idle, "cancelled, not ended");
+
+    // End all for the second site ends its sessions only.
+    control.click(&format!("button.end-site[data-origin=\"{second_origin}\"]")).expect("click End all");
+    for id in &theirs {
+        wait_for_core_end(&rig, &second_origin, id);
+        control.wait_until(&format!("!{}", row(id)), Duration::from_secs(10)).expect("the ended session leaves");
+    }
+    assert_eq!(core_status(&rig, &first_origin, &mine), SessionStatus::Idle, "the first site's session stays");
+
+    // Requests: the agent's command is the user's to allow; the page is never asked.
+    first
+        .eval(r#"demo.state.autoAnswer = "deny"; window.commandTurn = demo.sendInBackground("/permission make deploy"); true"#)
+        .expect("a command turn");
+    control.click("#tab-requests").expect("open Requests");
+    let request = "document.querySelector('#requests li')";
+    control.wait_until(request, Duration::from_secs(10)).expect("the request is listed");
+    let shown = control
+        .eval(&format!(
+            "(() => {{ const li = {request}; const t = (c) => li.querySelector(c).textContent; \
+             return {{ origin: t('.request-origin'), agent: t('.request-agent'), command: t('.request-command'), \
+                      options: [...li.querySelectorAll('button.permission-option')].map((b) => b.dataset.option) }}; }})()"
+        ))
+        .unwrap();
+    assert_eq!(shown["origin"], json!(first_origin), "{shown}");
+    assert_eq!(
+        (shown["agent"].clone(), shown["command"].clone()),
+        (json!("scripted"), json!("make deploy")),
+        "{shown}"
+    );
+    assert_eq!(shown["options"], json!(["allow", "deny", ""]), "{shown}");
+    control.click("#requests button.permission-option[data-option=\"allow\"]").expect("click allow");
+    let outcome = first.eval_for("window.commandTurn", TURN).expect("the command turn settles");
+    assert_eq!(outcome["ok"], json!(true), "{outcome}");
+    let reply = first.eval("demo.state.chats[demo.state.chats.length - 1]").unwrap();
+    assert_eq!(reply, json!("Permission to run make deploy: answered allow."));
+    control.wait_until(&format!("!{request}"), Duration::from_secs(10)).expect("the answered request leaves");
+    // The watch saw the request and its answer too.
+    control.click("#tab-sessions").expect("back to Sessions");
+    control
+        .wait_until(
+            "document.querySelector('#monitor-log li[data-kind=\"permission-settled\"]')",
+            Duration::from_secs(10),
+        )
+        .expect("the monitor shows the permission settled");
+
+    // The tabs move with the arrow keys.
+    let keyed = control
+        .eval(
+            "(() => { const tab = document.getElementById('tab-sessions'); tab.focus(); \
+             tab.dispatchEvent(new KeyboardEvent('keydown', { key: 'ArrowRight', bubbles: true })); \
+             return [document.activeElement.id, document.getElementById('view-requests').hidden]; })()",
+        )
+        .unwrap();
+    assert_eq!(keyed, json!(["tab-requests", false]));
+
+    // A page cannot watch, read or cancel as the user, even naming the extension's origin.
+    let owner = json!({ "callerOrigin": "app:pedelec-extension", "sessionId": mine });
+    let frames = json!([
+        { "requestId": 9201, "request": { "watchSession": owner } },
+        { "requestId": 9202, "request": { "getSessionHistory": owner } },
+        { "requestId": 9203, "request": { "cancelTurn": owner } },
+        { "requestId": 9204, "request": { "watch_session": owner } },
+    ]);
+    let sent = first.eval_for(&format!("({RAW_FRAMES_JS})({frames}, 3000)"), TURN).expect("raw frames");
+    for (i, call) in ["watchSession", "getSessionHistory", "cancelTurn", "watch_session"].iter().enumerate() {
+        let reply = &sent["replies"][i];
+        let details: Value = serde_json::from_str(reply["error"]["detailsJson"].as_str().unwrap_or("null")).unwrap();
+        assert_eq!(reply["error"]["code"], json!("INVALID_ARGUMENT"), "{call}: {reply}");
+        assert_eq!(details["field"], json!(format!("request.{call}")), "{call}: {reply}");
+    }
+}
+
+/// The control center stays usable with 1 000 live sessions: it shows them
+/// 50 to a page, pages with the keyboard-reachable buttons, filters by site,
+/// and paints its first page soon after opening.
+#[test]
+fn the_control_center_pages_a_thousand_sessions() {
+    if !prerequisites_or_skip() {
+        return;
+    }
+    const SESSIONS: usize = 1000;
+    // A local app's origin: the per-site quota is for web origins.
+    const APP: &str = "app:pedelec-load";
+    let rig = Rig::start(GRACE).expect("Core, native host, pages and Chromium start");
+    let runtime = tokio::runtime::Builder::new_multi_thread().enable_all().build().expect("runtime");
+    let transport = runtime.block_on(GrpcTransport::connect(rig.socket())).expect("gRPC to Core");
+    let created: Vec<_> = runtime.block_on(async {
+        let mut calls = tokio::task::JoinSet::new();
+        for _ in 0..SESSIONS {
+            let request = pb::CreateSessionRequest {
+                caller_origin: APP.into(),
+                auto_end_on_disconnect: Some(false),
+                ..Default::default()
+            };
+            calls.spawn(transport.call(Call::CreateSession(request)));
+        }
+        calls.join_all().await
+    });
+    assert!(created.iter().all(Result::is_ok), "{:?}", created.iter().find(|r| r.is_err()));
+
+    let url = format!("chrome-extension://{EXTENSION_ID}/control.html");
+    let opened = Instant::now();
+    let control = Page::open(&rig.browser, &url).expect("the control center");
+    control
+        .wait_until("document.querySelectorAll('#sessions tbody tr').length === 50", Duration::from_secs(20))
+        .expect("the first page of sessions");
+    let painted = opened.elapsed();
+    eprintln!("the control center listed {SESSIONS} sessions {painted:?} after opening (tab and page load included)");
+    assert_eq!(control.eval("document.getElementById('page-label').textContent").unwrap(), json!("1–50 of 1000"));
+    let first_row = "document.querySelector('#sessions tbody tr').dataset.session";
+    let before = control.eval(first_row).unwrap();
+    control.click("#page-next").expect("Next page");
+    control
+        .wait_until("document.getElementById('page-label').textContent === '51–100 of 1000'", Duration::from_secs(5))
+        .expect("the second page");
+    assert_ne!(control.eval(first_row).unwrap(), before, "another page of sessions");
+    assert_eq!(control.eval("document.querySelectorAll('#sessions tbody tr').length").unwrap(), json!(50));
+    assert_eq!(control.eval("document.getElementById('page-prev').disabled").unwrap(), json!(false));
+    let sites = control.eval("[...document.querySelectorAll('#sites li')].map((li) => li.textContent)").unwrap();
+    assert_eq!(sites, json!([format!("{APP} 1000 sessions End all")]));
+}

@@ -2,7 +2,8 @@
 //! (installed as a temporary add-on over WebDriver BiDi), its content-script
 //! relay (Firefox has no `externally_connectable`), the native host
 //! registered in Firefox's per-user place under a temporary HOME, and Core.
-//! Approval, a tool turn and an asset round trip through the demo page.
+//! Approval, a tool turn, the control center following the session live, and
+//! an asset round trip through the demo page.
 //!
 //! Skips without Firefox unless `CI=true`, where it fails instead.
 
@@ -91,6 +92,15 @@ fn firefox_end_to_end() {
     // createSession waits on the approval tab the extension opens.
     let started = ff.eval_later(&page, "demo.attempt(() => demo.start())").unwrap();
     let approval = ff.wait_for_context("the approval page", |url| url.contains("/approve.html?origin=")).unwrap();
+    // The control center, in a background tab opened from an extension page
+    // (WebDriver may not navigate to a moz-extension: URL itself).
+    let opened = ff
+        .eval(
+            &approval,
+            "chrome.tabs.create({ url: 'control.html', active: false }).then(() => true, (e) => String(e))",
+        )
+        .unwrap();
+    assert_eq!(opened, json!(true), "the control center's tab opens");
     ff.wait_until(&approval, "!document.getElementById('request').hidden", Duration::from_secs(10))
         .expect("the approval page shows the request");
     // Its buttons arm once the tab has been visible and focused for a while.
@@ -129,6 +139,29 @@ fn firefox_end_to_end() {
     let state = ff.eval(&page, "demo.state").unwrap();
     assert_eq!((state["counter"].clone(), state["toolCalls"].clone()), (json!(3), json!(1)), "{state}");
     assert_eq!(state["chats"], json!([r#"Tool update_counter returned {"value":3}."#]), "{state}");
+
+    // The control center lists the session and follows a turn of it live
+    // (owner calls on a native host of the page's own, WatchSession's events unbatched).
+    let session_id = started["value"].as_str().unwrap().to_owned();
+    let control = ff.wait_for_context("the control center", |url| url.contains("/control.html")).unwrap();
+    let follow = format!("document.querySelector('button.follow[data-session=\"{session_id}\"]')");
+    ff.wait_until(&control, &format!("!!{follow}"), Duration::from_secs(10))
+        .expect("the control center lists the session");
+    ff.eval(&control, &format!("({follow}.click(), true)")).unwrap();
+    ff.wait_until(&control, "!document.getElementById('monitor').hidden", Duration::from_secs(5)).unwrap();
+    // The history shows the tool turn before the watch began.
+    ff.wait_until(
+        &control,
+        "!!document.querySelector('#monitor-log li[data-kind=\"tool-call\"]')",
+        Duration::from_secs(10),
+    )
+    .expect("the transcript so far shows in the monitor");
+    let turn = ff.eval(&page, "demo.attempt(() => demo.send('hello from firefox'))").unwrap();
+    assert_eq!(turn["ok"], json!(true), "{turn}");
+    let chat = "[...document.querySelectorAll('#monitor-log li[data-kind=\"chat\"] pre')].map((p) => p.textContent)";
+    ff.wait_until(&control, &format!("{chat}.includes('You said: hello from firefox')"), Duration::from_secs(10))
+        .unwrap_or_else(|e| panic!("the live chat shows in Firefox: {e} {:?}", ff.eval(&control, chat)));
+    ff.call("browsingContext.close", json!({ "context": control }), TURN).unwrap();
 
     // An asset uploaded from the page and read back (Core's loopback server, CORS for this origin).
     let asset = ff

@@ -94,6 +94,10 @@ const KEPT_CAPACITY: usize = 256;
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 struct Cursor {
     next: u64,
+    /// A subscriber of the session's own (`Subscribe`), as opposed to the
+    /// user watching it (`WatchSession`): only subscribers keep a session
+    /// with `auto_end_on_disconnect` alive.
+    subscriber: bool,
 }
 
 /// What a reader gets from [`EventLog::read`].
@@ -143,9 +147,19 @@ impl EventLog {
     /// A new reader whose snapshot carried `last_seq` (taken under the same
     /// lock as the pushes, so the two never overlap or leave a gap).
     pub fn add_reader(&mut self, last_seq: u64) -> u64 {
+        self.add_cursor(last_seq, true)
+    }
+
+    /// A reader that is not a subscriber (the user watching the session):
+    /// it reads as any reader does but is not counted by [`Self::subscribers`].
+    pub fn add_watcher(&mut self, last_seq: u64) -> u64 {
+        self.add_cursor(last_seq, false)
+    }
+
+    fn add_cursor(&mut self, last_seq: u64, subscriber: bool) -> u64 {
         let id = self.next_reader;
         self.next_reader += 1;
-        self.cursors.insert(id, Cursor { next: last_seq + 1 });
+        self.cursors.insert(id, Cursor { next: last_seq + 1, subscriber });
         id
     }
 
@@ -163,6 +177,11 @@ impl EventLog {
 
     pub fn readers(&self) -> usize {
         self.cursors.len()
+    }
+
+    /// Readers that are the session's subscribers (watchers left out).
+    pub fn subscribers(&self) -> usize {
+        self.cursors.values().filter(|c| c.subscriber).count()
     }
 
     /// Bytes kept (by [`cost`]).

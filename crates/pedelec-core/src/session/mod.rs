@@ -212,11 +212,20 @@ const READ_BATCH: usize = 256;
 struct SubscriberGuard {
     session: Arc<Session>,
     id: u64,
+    reader: Reader,
+}
+
+/// Who reads a session's events: one of its own subscribers (`Subscribe`),
+/// or the user watching it (`WatchSession`), who is not counted as one.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Reader {
+    Subscriber,
+    Watcher,
 }
 
 impl Drop for SubscriberGuard {
     fn drop(&mut self) {
-        self.session.unsubscribe(self.id);
+        self.session.unsubscribe(self.id, self.reader);
     }
 }
 
@@ -449,16 +458,29 @@ impl Session {
 
     /// Registers a subscriber: its snapshot and a cursor in the log just
     /// after it (under the same lock, so the two never overlap or leave a gap).
-    fn subscribe(self: &Arc<Self>) -> Subscription {
+    fn subscribe(self: &Arc<Self>, reader: Reader) -> Subscription {
         let mut inner = self.lock();
         let snapshot = inner.machine.snapshot(Now::current());
-        let id = inner.log.add_reader(snapshot.seq);
-        inner.machine.watched();
+        let id = match reader {
+            Reader::Subscriber => {
+                inner.machine.watched();
+                inner.log.add_reader(snapshot.seq)
+            }
+            Reader::Watcher => inner.log.add_watcher(snapshot.seq),
+        };
         Subscription {
             snapshot: Some(snapshot),
             taken: std::collections::VecDeque::new(),
-            guard: SubscriberGuard { session: self.clone(), id },
+            guard: SubscriberGuard { session: self.clone(), id, reader },
         }
+    }
+
+    /// The session's events for the user watching it (`WatchSession`):
+    /// exactly what [`Self::events`] yields, but the watcher is no
+    /// subscriber, so it neither keeps an abandoned session alive nor
+    /// touches its disconnect timer.
+    pub fn watch(self: &Arc<Self>) -> impl futures::Stream<Item = pb::SessionEvent> + Send + 'static {
+        self.read_events(Reader::Watcher)
     }
 
     /// The session's events for one subscriber: a snapshot, then every later
@@ -469,7 +491,11 @@ impl Session {
     /// instead of ending. The stream ends when Core closes the session's
     /// subscriptions; dropping it unsubscribes.
     pub fn events(self: &Arc<Self>) -> impl futures::Stream<Item = pb::SessionEvent> + Send + 'static {
-        futures::stream::unfold(self.subscribe(), |mut subscription| async move {
+        self.read_events(Reader::Subscriber)
+    }
+
+    fn read_events(self: &Arc<Self>, reader: Reader) -> impl futures::Stream<Item = pb::SessionEvent> + Send + 'static {
+        futures::stream::unfold(self.subscribe(reader), |mut subscription| async move {
             if let Some(snapshot) = subscription.snapshot.take() {
                 return Some((snapshot, subscription));
             }
@@ -515,10 +541,13 @@ impl Session {
     /// (not a reader) decide what is kept (see `log`).
     pub async fn flow(&self) {}
 
-    fn unsubscribe(self: &Arc<Self>, id: u64) {
+    fn unsubscribe(self: &Arc<Self>, id: u64, reader: Reader) {
         let mut inner = self.lock();
         inner.log.remove_reader(id);
-        self.unwatched_if_nobody_subscribes(&mut inner);
+        // A watcher leaving changes nothing for the session's subscribers.
+        if reader == Reader::Subscriber {
+            self.unwatched_if_nobody_subscribes(&mut inner);
+        }
         if inner.log.readers() == 0 && inner.machine.status() == SessionStatus::Ended {
             let _ = self.shared.released.send(self.id.as_str().to_owned());
         }
@@ -526,7 +555,7 @@ impl Session {
 
     /// Tells the machine when nobody watches (it may arm the disconnect timer).
     fn unwatched_if_nobody_subscribes(self: &Arc<Self>, inner: &mut Inner) {
-        if inner.log.readers() == 0 {
+        if inner.log.subscribers() == 0 {
             let mut effects = Vec::new();
             inner.machine.unwatched(&mut effects);
             self.apply(inner, effects);
@@ -541,7 +570,7 @@ impl Session {
             tokio::time::sleep(grace).await;
             let abandoned = {
                 let inner = session.lock();
-                inner.machine.disconnect_due(epoch, inner.log.readers() == 0)
+                inner.machine.disconnect_due(epoch, inner.log.subscribers() == 0)
             };
             if abandoned {
                 tracing::info!(session = %session.id, "last subscriber left; ending the session");
@@ -1102,7 +1131,7 @@ impl Session {
         self.workspace.check_present()?;
         // A subscriber arriving after this look is harmless: a timer
         // checks at its end whether anyone watches.
-        let unwatched = self.lock().log.readers() == 0;
+        let unwatched = self.lock().log.subscribers() == 0;
         let (_, committed) = self.step_committed(|m, now, out| {
             let record = m.resume(unwatched, now, out);
             out.extend(record.map(Effect::Save));

@@ -58,6 +58,72 @@ fn a_session_runs_through_the_host_with_its_events_in_order() {
     assert!(host.raw_sizes.len() < seqs.len(), "{} frames for {} events", host.raw_sizes.len(), seqs.len());
 }
 
+/// The user's event monitor through the host (the control center's own
+/// host): WatchSession answers with the snapshot, then each event is a
+/// frame of its own (the page reads JSON and has no decoder for a batch's
+/// protobuf), tagged with the watch's request id; Unsubscribe stops it. A
+/// page's origin is refused.
+#[test]
+fn the_owner_watches_a_session_through_the_host_one_event_frame_each() {
+    let env = Env::with_core();
+    let mut host = env.host();
+    let session = create(&mut host, 1, ORIGIN);
+    let watch = |caller: &str| {
+        Call::WatchSession(pb::WatchSessionRequest { caller_origin: caller.into(), session_id: session.clone() })
+    };
+    assert_eq!(error_code(&host.call(2, watch(ORIGIN))), "ORIGIN_NOT_ALLOWED");
+    let Body::Response(pb::NativeResponse { result: Some(R::WatchSession(snapshot)) }) = host.call(3, watch(OWNER))
+    else {
+        panic!("WatchSession answers with the snapshot")
+    };
+    assert!(matches!(snapshot.kind, Some(pb::session_event::Kind::Snapshot(_))));
+    let frames_before = host.raw_sizes.len();
+    host.send(&request(
+        4,
+        Call::SendText(pb::SendTextRequest {
+            session_id: session.clone(),
+            caller_origin: ORIGIN.into(),
+            text: "/deltas 50".into(),
+            ..Default::default()
+        }),
+    ));
+    let mut seqs = Vec::new();
+    loop {
+        let frame = host.recv().unwrap();
+        if let Some(Body::Event(e)) = frame.body {
+            assert_eq!(frame.request_id, 3, "events carry their watch's id");
+            seqs.push(e.seq);
+            if matches!(e.kind, Some(pb::session_event::Kind::OperationCompleted(_))) {
+                break;
+            }
+        }
+    }
+    assert!(seqs.windows(2).all(|w| w[1] == w[0] + 1), "per-session order, no gap: {seqs:?}");
+    assert!(seqs.len() > 50);
+    assert_eq!(host.batches, 0, "a watch's events never travel as a batch");
+    assert!(host.raw_sizes.len() - frames_before > seqs.len(), "one frame per event, and the SendText answer");
+    // Unsubscribed, the next turn's events do not come.
+    let stop = pb::UnsubscribeRequest { session_id: session.clone(), subscription_id: 3 };
+    assert!(matches!(host.call(5, Call::Unsubscribe(stop)), Body::Response(_)));
+    let send = pb::SendTextRequest {
+        session_id: session,
+        caller_origin: ORIGIN.into(),
+        text: "again".into(),
+        ..Default::default()
+    };
+    host.send(&request(6, Call::SendText(send)));
+    // The scripted turn is over well within this; its events would be out first.
+    std::thread::sleep(Duration::from_millis(500));
+    host.send(&request(7, Call::Ping(pb::PingRequest {})));
+    loop {
+        let frame = host.recv().unwrap();
+        assert!(!matches!(frame.body, Some(Body::Event(_))), "an event after Unsubscribe: {frame:?}");
+        if frame.request_id == 7 {
+            break;
+        }
+    }
+}
+
 /// A tool loop over the host: the scripted agent calls `echo` three times
 /// and the answers go with `defer_ack`, as the SDKs send them.
 #[test]

@@ -394,3 +394,145 @@ async fn the_user_sees_every_sites_sessions_and_stops_one_or_a_whole_site() {
         raw.create_session(managed(origin)).await.expect("the site's consent is untouched");
     }
 }
+
+/// The next event of `stream` within 10 s.
+async fn next_event(stream: &mut tonic::Streaming<pb::SessionEvent>) -> pb::SessionEvent {
+    match tokio::time::timeout(std::time::Duration::from_secs(10), stream.message()).await {
+        Ok(Ok(Some(event))) => event,
+        other => panic!("no event within 10 s: {other:?}"),
+    }
+}
+
+/// Events of `stream` up to and including the first that `last` accepts.
+async fn events_until(
+    stream: &mut tonic::Streaming<pb::SessionEvent>,
+    last: impl Fn(&pb::session_event::Kind) -> bool,
+) -> Vec<pb::session_event::Kind> {
+    let mut seen = Vec::new();
+    loop {
+        let kind = next_event(stream).await.kind.expect("an event has a kind");
+        let done = last(&kind);
+        seen.push(kind);
+        if done {
+            return seen;
+        }
+    }
+}
+
+/// The user's event monitor: the owner follows another site's session live
+/// (a snapshot, then its deltas, message and completion), reads its
+/// history, and cancels its running turn; the site's own client sees the
+/// cancel. A page (or an empty origin) can do none of it, not even for its
+/// own session.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_user_follows_any_sites_session_live_and_cancels_its_turn() {
+    use pb::session_event::Kind;
+    let h = Harness::start();
+    h.approve(SITE, &[]).await;
+    let mut raw = h.raw().await;
+    let create = pb::CreateSessionRequest {
+        caller_origin: SITE.into(),
+        auto_end_on_disconnect: Some(false),
+        ..Default::default()
+    };
+    let session = raw.create_session(create).await.unwrap().into_inner().session.unwrap().session_id;
+    let watch = |caller: &str| pb::WatchSessionRequest { caller_origin: caller.into(), session_id: session.clone() };
+    let history = |caller: &str| pb::GetSessionHistoryRequest {
+        caller_origin: caller.into(),
+        session_id: session.clone(),
+        ..Default::default()
+    };
+    let cancel = |caller: &str| pb::CancelTurnRequest {
+        caller_origin: caller.into(),
+        session_id: session.clone(),
+        ..Default::default()
+    };
+
+    // A page, another page, an empty origin: refused before the session is looked up.
+    for caller in [SITE, "http://localhost:8080", "https://other.example", ""] {
+        assert_eq!(code(&raw.watch_session(watch(caller)).await.unwrap_err()), "ORIGIN_NOT_ALLOWED", "{caller:?}");
+        let read = raw.get_session_history(history(caller)).await.unwrap_err();
+        assert_eq!(code(&read), "ORIGIN_NOT_ALLOWED", "{caller:?}");
+        assert_eq!(code(&raw.cancel_turn(cancel(caller)).await.unwrap_err()), "ORIGIN_NOT_ALLOWED", "{caller:?}");
+    }
+    let unknown = pb::WatchSessionRequest { caller_origin: OWNER.into(), session_id: "sess-nobody".into() };
+    assert_eq!(code(&raw.watch_session(unknown).await.unwrap_err()), "THREAD_NOT_FOUND");
+
+    // The owner follows the site's turn live: snapshot, deltas, message, completion.
+    let mut watched = raw.watch_session(watch(OWNER)).await.unwrap().into_inner();
+    let snapshot = next_event(&mut watched).await;
+    assert!(matches!(snapshot.kind, Some(Kind::Snapshot(ref s)) if s.status == pb::SessionStatus::Idle as i32));
+    let send = |text: &str| pb::SendTextRequest {
+        session_id: session.clone(),
+        caller_origin: SITE.into(),
+        text: text.into(),
+        ..Default::default()
+    };
+    let first = raw.send_text(send("hello there")).await.unwrap().into_inner().operation_id;
+    let turn = events_until(&mut watched, |k| matches!(k, Kind::OperationCompleted(_))).await;
+    let streamed: String =
+        turn.iter().filter_map(|k| if let Kind::ChatDelta(d) = k { Some(d.text.as_str()) } else { None }).collect();
+    assert_eq!(streamed, "You said: hello there");
+    assert!(turn.iter().any(|k| matches!(k, Kind::Chat(c) if c.text == "You said: hello there")), "{turn:?}");
+    assert!(matches!(turn.last(), Some(Kind::OperationCompleted(c)) if c.error.is_none()), "{turn:?}");
+
+    // It reads the transcript, as the site does with GetHistory.
+    let entries = raw.get_session_history(history(OWNER)).await.unwrap().into_inner().entries;
+    let texts: Vec<(&str, &str)> = entries
+        .iter()
+        .filter_map(|e| match e.kind.as_ref()? {
+            pb::history_entry::Kind::UserText(t) => Some(("user", t.text.as_str())),
+            pb::history_entry::Kind::AssistantMessage(t) => Some(("assistant", t.text.as_str())),
+            _ => None,
+        })
+        .collect();
+    assert_eq!(texts, [("user", "hello there"), ("assistant", "You said: hello there")]);
+    assert!(entries.iter().any(|e| e.operation_id == first));
+
+    // The user cancels the site's running turn; the site's own stream sees it end cancelled.
+    let mut site_events = raw
+        .subscribe(pb::SubscribeRequest { session_id: session.clone(), caller_origin: SITE.into() })
+        .await
+        .unwrap()
+        .into_inner();
+    next_event(&mut site_events).await;
+    let slow = raw
+        .send_text(send("/slow 200\none two three four five six seven eight nine ten eleven twelve"))
+        .await
+        .unwrap()
+        .into_inner()
+        .operation_id;
+    events_until(&mut watched, |k| matches!(k, Kind::ChatDelta(_))).await;
+    let cancelled = raw.cancel_turn(cancel(OWNER)).await.unwrap().into_inner();
+    assert_eq!(cancelled.operation_id, slow);
+    for stream in [&mut watched, &mut site_events] {
+        let ended = events_until(stream, |k| matches!(k, Kind::OperationCompleted(_))).await;
+        let Some(Kind::OperationCompleted(done)) = ended.last() else { unreachable!() };
+        assert_eq!(done.error.as_ref().map(|e| e.code.as_str()), Some("OPERATION_CANCELLED"));
+    }
+    // Nothing running: a no-op, answered at once.
+    assert_eq!(raw.cancel_turn(cancel(OWNER)).await.unwrap().into_inner().operation_id, "");
+}
+
+/// Watching is not subscribing: a session whose page left ends after the
+/// disconnect grace although the user watches it, and the watcher sees it end.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_watched_session_still_ends_when_its_page_leaves() {
+    use pb::session_event::Kind;
+    let h = Harness::start();
+    h.approve(SITE, &[]).await;
+    let mut raw = h.raw().await;
+    let create = pb::CreateSessionRequest { caller_origin: SITE.into(), ..Default::default() };
+    let session = raw.create_session(create).await.unwrap().into_inner().session.unwrap().session_id;
+    let page = raw
+        .subscribe(pb::SubscribeRequest { session_id: session.clone(), caller_origin: SITE.into() })
+        .await
+        .unwrap()
+        .into_inner();
+    let watch = pb::WatchSessionRequest { caller_origin: OWNER.into(), session_id: session.clone() };
+    let mut watched = raw.watch_session(watch).await.unwrap().into_inner();
+    next_event(&mut watched).await;
+    drop(page);
+    let ended = events_until(&mut watched, |k| matches!(k, Kind::Ended(_))).await;
+    assert!(matches!(ended.last(), Some(Kind::Ended(e)) if e.reason == "disconnected"), "{ended:?}");
+}

@@ -1,0 +1,666 @@
+// The control center: every site's live sessions (Cancel, End, End all for
+// a site), a live event monitor of one session, and the requests only the
+// user may answer. Everything it shows and does is an owner call to Core
+// (core.proto: ListLiveSessions, EndSessions, WatchSession,
+// GetSessionHistory, CancelTurn, ListUserPermissions, AnswerUserPermission)
+// over a native host of this page's own, with the caller origin
+// `app:pedelec-extension`; closing the page closes the host and ends its
+// watch. A page of a site can make none of these calls (requests.js).
+"use strict";
+
+/** The host name pedelec-native-host registers (crates/pedelec-native-host/src/registration.rs). */
+const HOST_NAME = "dev.pedelec.host";
+const OWNER_ORIGIN = "app:pedelec-extension";
+/** How often the lists are read again. */
+const REFRESH_MS = 1000;
+/** Sessions per page of the table: 1 000 live sessions stay usable. */
+const PAGE_SIZE = 50;
+/** Entries the monitor keeps; older ones leave (the history has them all). */
+const MONITOR_MAX_ENTRIES = 2000;
+/** Transcript entries read when the monitor opens. */
+const HISTORY_PAGE = 200;
+/** How long a call waits for Core (starting it included). */
+const CALL_TIMEOUT_MS = 15000;
+
+// ---- the native host ----
+
+/**
+ * One native host for this page: calls answered by request id, and
+ * subscriptions (WatchSession) whose events arrive as `event` frames tagged
+ * with the request id. Frames over 1 MiB arrive as chunks.
+ */
+class Host {
+  constructor() {
+    this.port = null;
+    this.nextId = 1;
+    /** requestId -> settle(frame) of calls waiting for their answer. */
+    this.waiting = new Map();
+    /** requestId -> { onEvent, onEnd } of live subscriptions. */
+    this.subscriptions = new Map();
+    this.chunks = new Map();
+  }
+
+  open() {
+    const port = chrome.runtime.connectNative(HOST_NAME);
+    port.onMessage.addListener((frame) => this.received(frame));
+    port.onDisconnect.addListener(() => {
+      if (this.port === port) this.port = null;
+      const message = (chrome.runtime.lastError && chrome.runtime.lastError.message) || "the native host exited";
+      for (const [, settle] of this.waiting) settle({ error: { code: "CORE_RUNTIME_UNAVAILABLE", message } });
+      this.waiting.clear();
+      for (const [, sub] of this.subscriptions) sub.onEnd({ code: "CORE_RUNTIME_UNAVAILABLE", message });
+      this.subscriptions.clear();
+      this.chunks.clear();
+    });
+    this.port = port;
+  }
+
+  received(frame) {
+    if (frame.chunk) {
+      const chunk = frame.chunk;
+      const key = chunk.messageId || 0;
+      let set = this.chunks.get(key);
+      if (!set) {
+        set = { count: chunk.count || 0, parts: [], got: 0 };
+        this.chunks.set(key, set);
+      }
+      if (set.parts[chunk.index || 0] === undefined) set.got++;
+      set.parts[chunk.index || 0] = chunk.data || "";
+      if (set.got === set.count) {
+        this.chunks.delete(key);
+        this.received(JSON.parse(set.parts.join("")));
+      }
+      return;
+    }
+    const id = frame.requestId || 0;
+    const sub = this.subscriptions.get(id);
+    if (sub && frame.event) {
+      sub.onEvent(frame.event);
+      return;
+    }
+    const settle = this.waiting.get(id);
+    if (settle) {
+      this.waiting.delete(id);
+      settle(frame);
+      return;
+    }
+    if (sub && frame.error) {
+      this.subscriptions.delete(id);
+      sub.onEnd(frame.error);
+    }
+  }
+
+  send(call, body) {
+    if (!this.port) this.open();
+    const id = this.nextId;
+    this.nextId = this.nextId >= 0x7ffffff0 ? 1 : this.nextId + 1;
+    this.port.postMessage({ requestId: id, request: { [call]: { callerOrigin: OWNER_ORIGIN, ...body } } });
+    return id;
+  }
+
+  /** The owner call `call`: `{ response }` or `{ error }`, never a rejection. */
+  call(call, body) {
+    return new Promise((resolve) => {
+      let id;
+      const timer = setTimeout(() => {
+        this.waiting.delete(id);
+        resolve({ error: { code: "CORE_RUNTIME_UNAVAILABLE", message: "Core did not answer in time" } });
+      }, CALL_TIMEOUT_MS);
+      try {
+        id = this.send(call, body);
+      } catch (e) {
+        clearTimeout(timer);
+        resolve({ error: { code: "CORE_RUNTIME_UNAVAILABLE", message: String(e) } });
+        return;
+      }
+      this.waiting.set(id, (frame) => {
+        clearTimeout(timer);
+        resolve(frame.error ? { error: frame.error } : { response: frame.response && frame.response[call] });
+      });
+    });
+  }
+
+  /**
+   * Follows a session (WatchSession): `onEvent` gets the snapshot, then
+   * every event; `onEnd(error)` once the watch ends. Returns a function
+   * that stops it.
+   */
+  watch(sessionId, onEvent, onEnd) {
+    let id;
+    let stopped = false;
+    try {
+      id = this.send("watchSession", { sessionId });
+    } catch (e) {
+      onEnd({ code: "CORE_RUNTIME_UNAVAILABLE", message: String(e) });
+      return () => {};
+    }
+    this.subscriptions.set(id, { onEvent, onEnd });
+    this.waiting.set(id, (frame) => {
+      if (frame.error) {
+        this.subscriptions.delete(id);
+        onEnd(frame.error);
+      } else if (!stopped) {
+        onEvent(frame.response.watchSession);
+      }
+    });
+    return () => {
+      stopped = true;
+      this.waiting.delete(id);
+      if (!this.subscriptions.delete(id) || !this.port) return;
+      const unsubscribe = this.nextId;
+      this.nextId++;
+      this.port.postMessage({ requestId: unsubscribe, request: { unsubscribe: { sessionId, subscriptionId: id } } });
+    };
+  }
+}
+
+const host = new Host();
+
+// ---- small helpers ----
+
+const $ = (id) => document.getElementById(id);
+
+function cell(text) {
+  const td = document.createElement("td");
+  td.textContent = text;
+  return td;
+}
+
+function button(text, className, label, onClick) {
+  const b = document.createElement("button");
+  b.type = "button";
+  b.className = className;
+  b.textContent = text;
+  if (label) b.setAttribute("aria-label", label);
+  b.addEventListener("click", onClick);
+  return b;
+}
+
+/** `SESSION_STATUS_WAITING_TOOL_RESULT` -> `waiting_tool_result` (protobuf JSON writes enum names). */
+function enumWord(value, prefix) {
+  return String(value || "")
+    .replace(prefix, "")
+    .toLowerCase();
+}
+
+function clock(ms) {
+  const n = Number(ms || 0);
+  return n > 0 ? new Date(n).toLocaleString() : "";
+}
+
+function say(id, text) {
+  $(id).textContent = text;
+}
+
+// ---- tabs ----
+
+const TABS = ["sessions", "requests"];
+
+function selectTab(name, focus) {
+  for (const tab of TABS) {
+    const selected = tab === name;
+    const button = $(`tab-${tab}`);
+    button.setAttribute("aria-selected", String(selected));
+    button.tabIndex = selected ? 0 : -1;
+    $(`view-${tab}`).hidden = !selected;
+    if (selected && focus) button.focus();
+  }
+  if (location.hash !== `#${name}`) history.replaceState(null, "", `#${name}`);
+}
+
+for (const [i, tab] of TABS.entries()) {
+  const button = $(`tab-${tab}`);
+  button.addEventListener("click", () => selectTab(tab, false));
+  // Arrow keys, Home and End move between tabs (the ARIA tabs pattern).
+  button.addEventListener("keydown", (e) => {
+    const next = { ArrowRight: i + 1, ArrowLeft: i - 1, Home: 0, End: TABS.length - 1 }[e.key];
+    if (next === undefined) return;
+    e.preventDefault();
+    selectTab(TABS[(next + TABS.length) % TABS.length], true);
+  });
+}
+
+// ---- sessions ----
+
+/** Every live session as Core last listed it, and the table's page. */
+let sessions = [];
+let page = 0;
+
+/** A LiveSession (core.proto) as the table shows it. */
+function shown(live) {
+  const summary = live.summary || {};
+  const info = summary.session || {};
+  return {
+    sessionId: info.sessionId || "",
+    origin: live.origin || "",
+    provider: info.provider || "",
+    model: info.model || "",
+    workspacePath: live.workspacePath || "",
+    status: enumWord(summary.status, "SESSION_STATUS_"),
+    createdAtMs: Number(info.createdAtMs || 0),
+    totalTokens: Number(live.totalTokens || 0),
+  };
+}
+
+async function refreshSessions() {
+  const reply = await host.call("listLiveSessions", {});
+  if (reply.error) {
+    say("core-state", `Core did not answer: ${reply.error.message}`);
+    return;
+  }
+  say("core-state", "");
+  sessions = ((reply.response && reply.response.sessions) || []).map(shown);
+  renderSessions();
+}
+
+function renderSites() {
+  const counts = new Map();
+  for (const s of sessions) counts.set(s.origin, (counts.get(s.origin) || 0) + 1);
+  const origins = [...counts.keys()].sort();
+  $("no-sessions").hidden = sessions.length > 0;
+  const shownNow = JSON.stringify([...counts]);
+  if (shownNow === $("sites").dataset.shown) return;
+  $("sites").dataset.shown = shownNow;
+  const focused = $("sites").contains(document.activeElement) ? document.activeElement.dataset.origin : null;
+  $("sites").replaceChildren(
+    ...origins.map((origin) => {
+      const li = document.createElement("li");
+      li.dataset.origin = origin;
+      const name = document.createElement("code");
+      name.textContent = origin;
+      const n = counts.get(origin);
+      li.append(name, ` ${n} session${n === 1 ? "" : "s"} `);
+      const endAll = button("End all", "end-site", `End all sessions of ${origin}`, () => {
+        endAll.disabled = true;
+        end({ origin }).finally(() => {
+          endAll.disabled = false;
+        });
+      });
+      endAll.dataset.origin = origin;
+      li.append(endAll);
+      return li;
+    }),
+  );
+  // The filter offers the sites listed now, and keeps the chosen one.
+  const filter = $("site-filter");
+  const chosen = filter.value;
+  const options = [new Option("Every site", ""), ...origins.map((o) => new Option(o, o))];
+  if (chosen && !counts.has(chosen)) options.push(new Option(`${chosen} (none live)`, chosen));
+  filter.replaceChildren(...options);
+  filter.value = chosen;
+  if (focused) {
+    const again = $("sites").querySelector(`button[data-origin="${CSS.escape(focused)}"]`);
+    if (again) again.focus();
+  }
+}
+
+function renderSessions() {
+  renderSites();
+  const chosen = $("site-filter").value;
+  const listed = chosen ? sessions.filter((s) => s.origin === chosen) : sessions;
+  const pages = Math.max(1, Math.ceil(listed.length / PAGE_SIZE));
+  page = Math.min(page, pages - 1);
+  const from = page * PAGE_SIZE;
+  const rows = listed.slice(from, from + PAGE_SIZE);
+  say("sessions-caption", `${listed.length} live session${listed.length === 1 ? "" : "s"}`);
+  say("page-label", listed.length > 0 ? `${from + 1}–${from + rows.length} of ${listed.length}` : "");
+  $("page-prev").disabled = page === 0;
+  $("page-next").disabled = page >= pages - 1;
+  // Rebuilt only when what it shows changed, so a button keeps the
+  // keyboard's focus (and its place under the pointer) between reads.
+  const shownNow = JSON.stringify([rows, watched && watched.sessionId]);
+  const body = $("sessions").querySelector("tbody");
+  if (shownNow === body.dataset.shown) return;
+  body.dataset.shown = shownNow;
+  const focused = body.contains(document.activeElement) ? document.activeElement : null;
+  body.replaceChildren(...rows.map(sessionRow));
+  if (focused) {
+    const again = body.querySelector(`button.${focused.className}[data-session="${CSS.escape(focused.dataset.session)}"]`);
+    if (again) again.focus();
+  }
+}
+
+function sessionRow(s) {
+  const row = document.createElement("tr");
+  row.dataset.session = s.sessionId;
+  if (watched && watched.sessionId === s.sessionId) row.className = "watched";
+  const actions = document.createElement("td");
+  const open = button("Follow", "follow", `Follow session ${s.sessionId} of ${s.origin} live`, () => follow(s));
+  const cancel = button("Cancel", "cancel", `Cancel the running turn of session ${s.sessionId}`, () => {
+    cancel.disabled = true;
+    cancelTurn(s.sessionId).finally(() => {
+      cancel.disabled = false;
+    });
+  });
+  cancel.disabled = !(s.status === "running" || s.status === "waiting_tool_result");
+  const endOne = button("End", "end", `End session ${s.sessionId} of ${s.origin}`, () => {
+    endOne.disabled = true;
+    end({ sessionIds: [s.sessionId] });
+  });
+  for (const b of [open, cancel, endOne]) b.dataset.session = s.sessionId;
+  actions.append(open, cancel, endOne);
+  row.append(
+    cell(s.origin),
+    cell(s.provider),
+    cell(s.model),
+    cell(s.workspacePath),
+    cell(s.status),
+    cell(clock(s.createdAtMs)),
+    cell(s.totalTokens ? String(s.totalTokens) : ""),
+    actions,
+  );
+  return row;
+}
+
+/** Ends sessions by id or a whole site (EndSessions); the site's consent stays. */
+async function end(body) {
+  const reply = await host.call("endSessions", body);
+  say(
+    "outcome",
+    reply.error
+      ? `Not ended: ${reply.error.message}`
+      : `Ended ${Number(reply.response.ended || 0)} session${Number(reply.response.ended || 0) === 1 ? "" : "s"}.`,
+  );
+  await refreshSessions();
+}
+
+async function cancelTurn(sessionId) {
+  const reply = await host.call("cancelTurn", { sessionId });
+  if (reply.error) say("outcome", `Not cancelled: ${reply.error.message}`);
+  else say("outcome", reply.response.operationId ? "Cancelled the running turn." : "Nothing was running.");
+  await refreshSessions();
+}
+
+$("site-filter").addEventListener("change", () => {
+  page = 0;
+  renderSessions();
+});
+$("page-prev").addEventListener("click", () => {
+  page = Math.max(0, page - 1);
+  renderSessions();
+});
+$("page-next").addEventListener("click", () => {
+  page++;
+  renderSessions();
+});
+
+// ---- the event monitor ----
+
+/** The followed session: { sessionId, stop, lastSeq, activities: Map(activityId -> li) }. */
+let watched = null;
+
+function follow(s) {
+  closeMonitor();
+  const log = $("monitor-log");
+  log.replaceChildren();
+  $("monitor").hidden = false;
+  say("monitor-session", s.sessionId);
+  say("monitor-origin", s.origin);
+  say("monitor-agent", [s.provider, s.model].filter(Boolean).join(" "));
+  say("monitor-status", s.status);
+  say("monitor-tokens", s.totalTokens ? `${s.totalTokens} tokens` : "");
+  const current = { sessionId: s.sessionId, stop: null, lastSeq: null, activities: new Map(), streaming: "" };
+  watched = current;
+  for (const row of document.querySelectorAll("#sessions tbody tr")) {
+    row.className = row.dataset.session === s.sessionId ? "watched" : "";
+  }
+  current.stop = host.watch(
+    s.sessionId,
+    (event) => {
+      if (watched === current) onEvent(current, event);
+    },
+    (error) => {
+      if (watched === current) entry("watch-ended", `No longer following: ${error.message || error.code}`);
+    },
+  );
+  $("monitor").scrollIntoView({ block: "nearest" });
+}
+
+function closeMonitor() {
+  if (watched && watched.stop) watched.stop();
+  watched = null;
+  $("monitor").hidden = true;
+  $("monitor-streaming").hidden = true;
+  for (const row of document.querySelectorAll("#sessions tbody tr.watched")) row.className = "";
+}
+
+$("monitor-close").addEventListener("click", closeMonitor);
+$("monitor-cancel").addEventListener("click", () => watched && cancelTurn(watched.sessionId));
+$("monitor-end").addEventListener("click", () => watched && end({ sessionIds: [watched.sessionId] }));
+
+/** Appends one entry to the monitor: `kind` names it (data-kind), `text` says it. */
+function entry(kind, text, detail) {
+  const log = $("monitor-log");
+  const li = document.createElement("li");
+  li.dataset.kind = kind;
+  const head = document.createElement("span");
+  head.className = "what";
+  head.textContent = text;
+  li.append(head);
+  if (detail) {
+    const pre = document.createElement("pre");
+    pre.textContent = detail;
+    li.append(pre);
+  }
+  log.append(li);
+  while (log.children.length > MONITOR_MAX_ENTRIES) log.firstElementChild.remove();
+  // The log scrolls within itself; the page stays where the user has it.
+  log.scrollTop = log.scrollHeight;
+  return li;
+}
+
+/** What an Activity (session.proto) is, in one line, and its output. */
+function describeActivity(a) {
+  const kind = enumWord(a.kind, "ACTIVITY_KIND_");
+  const status = enumWord(a.status, "ACTIVITY_STATUS_");
+  const what = a.command || (a.paths && a.paths.length ? a.paths.join(", ") : "") || a.title || "";
+  let detail = a.output || "";
+  if (a.plan && a.plan.length) {
+    detail = a.plan.map((p) => `[${enumWord(p.status, "ACTIVITY_STATUS_") || "pending"}] ${p.content}`).join("\n");
+  }
+  return { text: `${kind}${status ? ` (${status})` : ""}: ${what}`, detail };
+}
+
+function showActivity(current, a) {
+  const { text, detail } = describeActivity(a);
+  const id = a.activityId || "";
+  const replaced = id && current.activities.get(id);
+  const li = entry("activity", text, detail);
+  li.dataset.activity = enumWord(a.kind, "ACTIVITY_KIND_");
+  if (replaced) replaced.remove();
+  if (id) current.activities.set(id, li);
+}
+
+function flushStreaming(current) {
+  current.streaming = "";
+  $("monitor-streaming").hidden = true;
+  say("monitor-streaming", "");
+}
+
+function onEvent(current, event) {
+  if (event.snapshot) {
+    const first = current.lastSeq === null;
+    current.lastSeq = Number(event.seq || event.snapshot.lastSeq || 0);
+    say("monitor-status", enumWord(event.snapshot.status, "SESSION_STATUS_"));
+    if (first) readHistory(current, current.lastSeq, event.snapshot);
+    else entry("resync", "Re-synchronised: some events were skipped (the transcript has them).");
+    return;
+  }
+  current.lastSeq = Number(event.seq || current.lastSeq);
+  if (event.chatDelta) {
+    current.streaming += event.chatDelta.text || "";
+    $("monitor-streaming").hidden = false;
+    say("monitor-streaming", current.streaming);
+  } else if (event.chat) {
+    flushStreaming(current);
+    entry("chat", "Agent:", event.chat.text || "");
+  } else if (event.statusChanged) {
+    const status = enumWord(event.statusChanged.status, "SESSION_STATUS_");
+    say("monitor-status", status);
+    entry("status", `Status: ${status}`);
+  } else if (event.operationStarted) {
+    entry("operation-started", `The site started a ${enumWord(event.operationStarted.kind, "OPERATION_KIND_")} turn`);
+  } else if (event.operationCompleted) {
+    flushStreaming(current);
+    const error = event.operationCompleted.error;
+    entry("operation-completed", error ? `Turn ended: ${error.code} ${error.message || ""}` : "Turn completed");
+  } else if (event.toolCall) {
+    entry("tool-call", `Frontend tool call ${event.toolCall.tool}`, event.toolCall.argsJson || "");
+  } else if (event.toolCallSettled) {
+    const code = event.toolCallSettled.code;
+    entry("tool-settled", code ? `Tool call settled: ${code}` : "Tool call answered by the site");
+  } else if (event.activityUpdated) {
+    showActivity(current, event.activityUpdated.activity || {});
+  } else if (event.permissionRequested) {
+    showPermission(event.permissionRequested);
+  } else if (event.permissionSettled) {
+    const p = event.permissionSettled;
+    entry("permission-settled", `Permission ${p.reason || "settled"}: ${p.optionId || "rejected"}`);
+  } else if (event.usageUpdated) {
+    const total = event.usageUpdated.usage && event.usageUpdated.usage.totalTokens;
+    if (total !== undefined) say("monitor-tokens", `${total} tokens`);
+  } else if (event.error) {
+    entry("error", `Error ${event.error.error && event.error.error.code}: ${event.error.error && event.error.error.message}`);
+  } else if (event.ended) {
+    flushStreaming(current);
+    say("monitor-status", "ended");
+    entry("ended", `The session ended (${event.ended.reason || "ended"})`);
+  }
+}
+
+function showPermission(request) {
+  const { text } = describeActivity(request.activity || {});
+  const options = (request.options || []).map((o) => o.name || o.optionId).join(", ");
+  const who = request.userOnly ? "only you may answer (Requests)" : "the site answers";
+  entry("permission", `Permission asked, ${who}: ${text}`, options ? `Options: ${options}` : "");
+}
+
+/**
+ * What the session did before the watch began: its transcript up to
+ * `lastSeq`, then what the snapshot says is in progress, before the live
+ * events that arrived meanwhile.
+ */
+async function readHistory(current, lastSeq, snapshot) {
+  const reply = await host.call("getSessionHistory", { sessionId: current.sessionId, limit: HISTORY_PAGE });
+  if (watched !== current) return;
+  if (reply.error) {
+    entry("error", `The transcript could not be read: ${reply.error.message}`);
+    return;
+  }
+  const entries = (reply.response && reply.response.entries) || [];
+  // Later entries arrive as live events.
+  const log = $("monitor-log");
+  const live = [...log.children];
+  log.replaceChildren();
+  if (reply.response.hasMore) entry("history", "Older entries are in the transcript.");
+  for (const e of entries) if (Number(e.seq || 0) <= lastSeq) historyEntry(e);
+  showSnapshot(current, snapshot);
+  log.append(...live);
+}
+
+function historyEntry(e) {
+  if (e.userText) entry("user-text", "The site sent:", e.userText.text || "");
+  else if (e.assistantMessage) {
+    entry("chat", e.assistantMessage.interrupted ? "Agent (interrupted):" : "Agent:", e.assistantMessage.text || "");
+  } else if (e.toolCall) entry("tool-call", `Frontend tool call ${e.toolCall.tool}`, e.toolCall.argsJson || "");
+  else if (e.toolResult) {
+    const r = e.toolResult;
+    entry("tool-result", r.errorCode ? `Tool result: ${r.errorCode}` : "Tool result", r.resultJson || "");
+  } else if (e.activity) {
+    if (e.activity.activity) {
+      const { text, detail } = describeActivity(e.activity.activity);
+      entry("activity", text, detail).dataset.activity = enumWord(e.activity.activity.kind, "ACTIVITY_KIND_");
+    } else entry("activity", `${e.activity.kind}: ${e.activity.summary}`);
+  } else if (e.toolFailed) entry("error", `Tool ${e.toolFailed.tool} failed: ${e.toolFailed.reason}`);
+  else if (e.operationCompleted) {
+    const error = e.operationCompleted.error;
+    entry("operation-completed", error ? `Turn ended: ${error.code}` : "Turn completed");
+  } else if (e.ended) entry("ended", `The session ended (${e.ended.reason || "ended"})`);
+  else if (e.resumed) entry("resumed", "The session was resumed");
+}
+
+/** What is in progress at the watch's start: activities, tool calls, permission requests. */
+function showSnapshot(current, snapshot) {
+  // An activity a live update already showed is newer than the snapshot's.
+  for (const a of snapshot.activities || []) if (!current.activities.has(a.activityId)) showActivity(current, a);
+  for (const t of snapshot.pendingTools || []) entry("tool-call", `Frontend tool call ${t.tool} (waiting)`, t.argsJson || "");
+  for (const p of snapshot.pendingPermissions || []) showPermission(p);
+}
+
+// ---- requests only the user answers ----
+
+/** permissionId -> UserPermission shown now. */
+let requests = new Map();
+
+async function refreshRequests() {
+  const reply = await host.call("listUserPermissions", {});
+  if (reply.error) return;
+  const listed = (reply.response && reply.response.permissions) || [];
+  say("requests-count", listed.length > 0 ? `(${listed.length})` : "");
+  const now = new Map(listed.filter((p) => p.request).map((p) => [p.request.permissionId, p]));
+  const same = now.size === requests.size && [...now.keys()].every((id) => requests.has(id));
+  requests = now;
+  $("no-requests").hidden = now.size > 0;
+  // Rebuilt only when the set changed, so focus stays on a button meanwhile.
+  if (!same) $("requests").replaceChildren(...[...now.values()].map(requestItem));
+}
+
+function requestItem(p) {
+  const request = p.request;
+  const a = request.activity || {};
+  const li = document.createElement("li");
+  li.dataset.permission = request.permissionId;
+  const facts = document.createElement("dl");
+  const fact = (name, value, className) => {
+    const dt = document.createElement("dt");
+    dt.textContent = name;
+    const dd = document.createElement("dd");
+    dd.className = className;
+    dd.textContent = value;
+    facts.append(dt, dd);
+  };
+  fact("Site", p.origin, "request-origin");
+  fact("Agent", p.provider, "request-agent");
+  fact("Folder", p.workspacePath, "request-folder");
+  fact(a.command ? "Command" : "What", a.command || (a.paths || []).join(", ") || a.title || "", "request-command");
+  fact("Answer by", clock(request.deadlineAtMs), "request-deadline");
+  li.append(facts);
+  const answer = (optionId) => async () => {
+    for (const b of li.querySelectorAll("button")) b.disabled = true;
+    const reply = await host.call("answerUserPermission", {
+      sessionId: p.sessionId,
+      permissionId: request.permissionId,
+      optionId,
+    });
+    say("requests-outcome", reply.error ? `Not answered: ${reply.error.message}` : "Answered.");
+    await refreshRequests();
+  };
+  const options = document.createElement("p");
+  options.className = "actions";
+  for (const o of request.options || []) {
+    const b = button(o.name || o.optionId, "permission-option", `${o.name || o.optionId}: ${a.command || a.title || ""}`, answer(o.optionId));
+    b.dataset.option = o.optionId;
+    options.append(b);
+  }
+  const reject = button("Reject", "permission-option", `Reject: ${a.command || a.title || ""}`, answer(""));
+  reject.dataset.option = "";
+  options.append(reject);
+  li.append(options);
+  return li;
+}
+
+// ---- start ----
+
+async function refresh() {
+  await Promise.all([refreshSessions(), refreshRequests()]);
+}
+
+(async () => {
+  selectTab(TABS.includes(location.hash.slice(1)) ? location.hash.slice(1) : "sessions", false);
+  await refresh();
+  // One round at a time: a slow Core must not pile calls up behind it.
+  for (;;) {
+    await new Promise((r) => setTimeout(r, REFRESH_MS));
+    await refresh().catch((e) => console.error("pedelec control center:", e));
+  }
+})().catch((e) => console.error("pedelec control center:", e));
