@@ -130,6 +130,12 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
         steered?;
         turn?;
         println!("\n  steered: the agent took the text into the same turn");
+        // What a turn did to the workspace, as a review would show it.
+        println!("▶ send_text(\"/write notes.md …\"), then changes(None)");
+        session.send_text("/write notes.md Reviewed\\nby the demo").await?;
+        for file in session.changes(None).await?.files {
+            println!("\n  {:?} {}\n{}", file.kind(), file.path, file.diff.trim_end());
+        }
     }
     println!("▶ list_sessions() — this origin's sessions:");
     for s in pedelec.list_sessions().await? {

@@ -426,6 +426,32 @@ fn browser_end_to_end() {
     assert_eq!(steer["reply"], json!("You said: steer me You added: and the otter."), "{steer}");
     assert_eq!(steer["late"], json!("TURN_NOT_RUNNING"), "{steer}");
 
+    // What a turn changed: the agent writes a file, the demo's Changes
+    // button lists it with its diff; a secret-looking file shows no content.
+    let changes = ok_value(attempt(
+        &page,
+        r##"await demo.sendInBackground("/write review/notes.md first\\nsecond\n/write .env TOKEN=hunter2");
+           document.getElementById("changes").click();
+           while (!document.querySelector("#change-list li")) await new Promise((r) => setTimeout(r, 5));
+           const changes = await demo.session().getChanges();
+           return { files: changes.files.map((f) => [f.kind, f.path, f.secret]), diff: changes.files[1].diff,
+                    shown: document.getElementById("change-list").textContent, inProgress: changes.inProgress };"##,
+    ));
+    assert_eq!(
+        changes["files"],
+        json!([["created", ".env", true], ["created", "review/notes.md", false]]),
+        "{changes}"
+    );
+    assert_eq!(
+        changes["diff"],
+        json!(
+            "--- a/review/notes.md\n+++ b/review/notes.md\n@@ -0,0 +1,2 @@\n+first\n+second\n\\ No newline at end of file\n"
+        ),
+        "{changes}"
+    );
+    assert_eq!(changes["inProgress"], json!(false), "{changes}");
+    assert!(!changes["shown"].as_str().unwrap_or_default().contains("hunter2"), "{changes}");
+
     // Events ready together travel as batches, and a batch changes nothing
     // the page sees: every delta once and in order, one onChat per message.
     let worker_url = format!("chrome-extension://{EXTENSION_ID}/background.js");

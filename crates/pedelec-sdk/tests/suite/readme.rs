@@ -123,6 +123,21 @@ async fn steer() -> Result<(), Box<dyn std::error::Error>> {
 
 #[rustfmt::skip] // the snippet stays as the README shows it
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn changes() -> Result<(), Box<dyn std::error::Error>> {
+    let _core = core_for_snippets();
+    let session = Pedelec::discover("app:my-tool").await?.create_session::<String>(SessionOptions::default()).await?;
+    session.send_text("/write notes.md Hello\\nWorld").await?;
+    for file in session.changes(None).await?.files {
+        println!("{} {:?}\n{}", file.path, file.kind(), file.diff);
+    }
+    let changes = session.changes(None).await?;
+    assert_eq!(changes.files.len(), 1);
+    assert!(changes.files[0].diff.ends_with("+Hello\n+World\n\\ No newline at end of file\n"), "{}", changes.files[0].diff);
+    Ok(())
+}
+
+#[rustfmt::skip] // the snippet stays as the README shows it
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn activities() -> Result<(), Box<dyn std::error::Error>> {
     let _core = core_for_snippets();
     let session = Pedelec::discover("app:my-tool").await?.create_session::<String>(SessionOptions::default()).await?;

@@ -33,6 +33,7 @@ function renderStatus(status) {
   $("resume").disabled = status !== "ended";
   $("upload").disabled = !session || status === "ended";
   $("history").disabled = !session;
+  $("changes").disabled = !session;
 }
 
 const tools = [
@@ -229,6 +230,25 @@ async function loadHistory() {
   return entries;
 }
 
+/** The last turn's changes, a file each with its diff. */
+async function showChanges() {
+  const changes = await session.getChanges();
+  $("change-list").replaceChildren(
+    ...changes.files.map((f) => {
+      const li = document.createElement("li");
+      const note = f.secret ? " (secret: content not shown)" : f.binary ? " (binary)" : "";
+      li.textContent = `${f.kind} ${f.path}${note}`;
+      if (f.diff) {
+        const pre = document.createElement("pre");
+        pre.textContent = f.diff;
+        li.append(pre);
+      }
+      return li;
+    }),
+  );
+  return changes;
+}
+
 /** Lists this origin's sessions. */
 async function listSessions() {
   const sessions = await pedelec.listSessions();
@@ -279,6 +299,7 @@ $("sessions").addEventListener("click", () => attempt(listSessions));
 $("end").addEventListener("click", () => attempt(() => session.end()));
 $("resume").addEventListener("click", () => attempt(() => session.resume()));
 $("history").addEventListener("click", () => attempt(loadHistory));
+$("changes").addEventListener("click", () => attempt(showChanges));
 $("upload").addEventListener("click", () => {
   const file = $("file").files[0];
   if (file) attempt(() => upload(file));
@@ -304,6 +325,7 @@ window.demo = {
   upload,
   refreshAssets,
   loadHistory,
+  showChanges,
   listSessions,
   session: () => session,
   wasmMemoryBytes: () => wasm.memory.buffer.byteLength,
