@@ -255,6 +255,7 @@ fn bench() -> Result<()> {
     // (`cargo xtask ci` installs it; without it that figure says skipped).
     cargo_with_env(&["run", "--release", "--quiet", "-p", "pedelec-sdk", "--example", "readers_bench"], &envs)?;
     cargo_with_env(&["run", "--release", "--quiet", "-p", "pedelec-core", "--example", "provider_bench"], &envs)?;
+    cargo_with_env(&["run", "--release", "--quiet", "-p", "pedelec-core", "--example", "changes_bench"], &envs)?;
     cargo_with_env(&["run", "--release", "--quiet", "-p", "pedelec-native-host", "--example", "host_bench"], &envs)
 }
 

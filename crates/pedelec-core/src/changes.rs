@@ -11,7 +11,6 @@
 //! the answer says it is incomplete rather than growing.
 
 use std::collections::BTreeMap;
-use std::hash::{Hash, Hasher};
 use std::io::Read;
 use std::path::Path;
 use std::sync::Arc;
@@ -26,15 +25,14 @@ use pedelec_protocol::pb;
 const SKIPPED_DIRS: &[&str] = &[crate::workspace::RUNTIME_DIR, ".git", ".hg", ".svn", "node_modules", "target"];
 
 /// Files looked at per snapshot; past it the snapshot is incomplete.
-pub const MAX_FILES: usize = 20_000;
+pub const MAX_FILES: usize = 100_000;
 /// Directory depth walked.
 const MAX_DEPTH: usize = 32;
-/// A file's bytes are kept (to diff) up to this size.
-const MAX_KEPT_FILE: u64 = 512 * 1024;
+/// A file's bytes are kept (to diff) up to this size; a larger one is
+/// compared by size and modification time.
+const MAX_KEPT_FILE: u64 = 256 * 1024;
 /// Bytes kept across one snapshot.
 const MAX_KEPT_TOTAL: u64 = 64 * 1024 * 1024;
-/// Bytes hashed per file; a larger one is compared by size and mtime.
-const MAX_HASHED_FILE: u64 = 16 * 1024 * 1024;
 /// One file's unified diff, at most.
 pub const MAX_DIFF_BYTES: usize = 64 * 1024;
 /// All diffs of one answer, at most; later files are listed without one.
@@ -45,21 +43,29 @@ pub const MAX_LISTED: usize = 2_000;
 /// One path's state in a snapshot.
 #[derive(Debug, Clone, PartialEq, Eq)]
 enum Entry {
-    File { size: u64, modified: Option<SystemTime>, hash: Option<u64>, bytes: Option<Arc<Vec<u8>>> },
-    Link { target: String },
+    /// A regular file; its bytes when kept (to diff).
+    File {
+        size: u64,
+        modified: Option<SystemTime>,
+        bytes: Option<Arc<Vec<u8>>>,
+    },
+    Link {
+        target: String,
+    },
 }
 
 impl Entry {
+    /// Unchanged: the same bytes where both readings kept them, else the
+    /// same size and modification time (nanoseconds where the system has them).
     fn same_as(&self, other: &Entry) -> bool {
         match (self, other) {
             (Entry::Link { target: a }, Entry::Link { target: b }) => a == b,
-            (
-                Entry::File { size: s1, modified: m1, hash: h1, .. },
-                Entry::File { size: s2, modified: m2, hash: h2, .. },
-            ) => match (h1, h2) {
-                (Some(a), Some(b)) => s1 == s2 && a == b,
-                _ => s1 == s2 && m1 == m2,
-            },
+            (Entry::File { size: s1, modified: m1, bytes: b1 }, Entry::File { size: s2, modified: m2, bytes: b2 }) => {
+                match (b1, b2) {
+                    (Some(a), Some(b)) => a == b,
+                    _ => s1 == s2 && m1 == m2 && m1.is_some(),
+                }
+            }
             _ => false,
         }
     }
@@ -72,8 +78,6 @@ pub struct Snapshot {
     /// A bound was reached: some files were not looked at.
     incomplete: bool,
     kept: u64,
-    /// The last snapshot's entries while this one is taken (then dropped).
-    previous: Option<BTreeMap<String, Entry>>,
 }
 
 impl Snapshot {
@@ -87,19 +91,19 @@ impl Snapshot {
     /// size and modification time are unchanged, so a turn in a large
     /// folder reads only what changed since the last snapshot.
     pub fn take_after(root: &Path, previous: Option<&Snapshot>) -> Snapshot {
-        let mut snapshot = Snapshot { previous: previous.map(|p| p.entries.clone()), ..Default::default() };
+        let mut snapshot = Snapshot::default();
+        let previous = previous.map(|p| &p.entries);
         match Dir::open_ambient_dir(root, cap_std::ambient_authority()) {
-            Ok(dir) => snapshot.walk(&dir, "", 0),
+            Ok(dir) => snapshot.walk(&dir, "", 0, previous),
             Err(error) => {
                 tracing::warn!(%error, root = %root.display(), "the workspace could not be opened for its snapshot");
                 snapshot.incomplete = true;
             }
         }
-        snapshot.previous = None;
         snapshot
     }
 
-    fn walk(&mut self, dir: &Dir, prefix: &str, depth: usize) {
+    fn walk(&mut self, dir: &Dir, prefix: &str, depth: usize, previous: Option<&BTreeMap<String, Entry>>) {
         let Ok(entries) = dir.entries() else {
             self.incomplete = true;
             return;
@@ -126,54 +130,48 @@ impl Snapshot {
                     continue;
                 }
                 match crate::nofollow::open_level(dir, &name, false) {
-                    Ok(Some(below)) => self.walk(&below, &path, depth + 1),
+                    Ok(Some(below)) => self.walk(&below, &path, depth + 1, previous),
                     // Swapped for a link since: not gone through.
                     _ => self.incomplete = true,
                 }
             } else if meta.is_file() {
-                let entry = self.file(dir, &name, &path, meta.len(), meta.modified().ok().map(|t| t.into_std()));
+                let seen = previous.and_then(|p| p.get(&path));
+                let entry = self.file(dir, &name, seen, meta.len(), meta.modified().ok().map(|t| t.into_std()));
                 self.entries.insert(path, entry);
             }
         }
     }
 
-    fn file(&mut self, dir: &Dir, name: &str, path: &str, size: u64, modified: Option<SystemTime>) -> Entry {
-        let unread = Entry::File { size, modified, hash: None, bytes: None };
-        let seen = self.previous.as_ref().and_then(|p| p.get(path));
-        if let (Some(Entry::File { size: s, modified: m @ Some(_), hash: Some(_), bytes }), true) =
-            (seen, modified.is_some())
+    fn file(&mut self, dir: &Dir, name: &str, seen: Option<&Entry>, size: u64, modified: Option<SystemTime>) -> Entry {
+        let unread = Entry::File { size, modified, bytes: None };
+        // Unchanged since the last snapshot: its reading is reused, not repeated.
+        if let Some(seen @ Entry::File { size: s, modified: m @ Some(_), bytes }) = seen
             && *s == size
             && *m == modified
         {
             let kept = bytes.as_ref().map_or(0, |b| b.len() as u64);
             if self.kept + kept <= MAX_KEPT_TOTAL {
                 self.kept += kept;
-                return seen.cloned().expect("matched above");
+                return seen.clone();
             }
         }
-        if size > MAX_HASHED_FILE {
+        if size > MAX_KEPT_FILE {
+            return unread;
+        }
+        if self.kept + size > MAX_KEPT_TOTAL {
+            // Out of budget: compared by size and time, listed without a diff.
             return unread;
         }
         let mut options = OpenOptions::new();
         options.read(true).follow(FollowSymlinks::No);
         let Ok(file) = dir.open_with(name, &options) else { return unread };
         let mut bytes = Vec::with_capacity(size as usize);
-        // Read at most one byte past the size seen: a file growing meanwhile stays bounded.
-        if file.take(MAX_HASHED_FILE + 1).read_to_end(&mut bytes).is_err() || bytes.len() as u64 > MAX_HASHED_FILE {
+        // At most one byte past the limit: a file growing meanwhile stays bounded.
+        if file.take(MAX_KEPT_FILE + 1).read_to_end(&mut bytes).is_err() || bytes.len() as u64 > MAX_KEPT_FILE {
             return unread;
         }
-        let mut hasher = std::collections::hash_map::DefaultHasher::new();
-        bytes.hash(&mut hasher);
-        let hash = Some(hasher.finish());
-        let size = bytes.len() as u64;
-        let keep = size <= MAX_KEPT_FILE && self.kept + size <= MAX_KEPT_TOTAL;
-        if keep {
-            self.kept += size;
-        } else if size <= MAX_KEPT_FILE {
-            // Out of budget: compared by hash, listed without a diff.
-            self.incomplete = true;
-        }
-        Entry::File { size, modified, hash, bytes: keep.then(|| Arc::new(bytes)) }
+        self.kept += bytes.len() as u64;
+        Entry::File { size: bytes.len() as u64, modified, bytes: Some(Arc::new(bytes)) }
     }
 }
 
