@@ -82,6 +82,7 @@ globalThis.PedelecRequests = (() => {
     cancel: session({ operationId: STRING }),
     steer: session({ text: STRING, operationId: STRING }),
     getChanges: session({ turnId: STRING }),
+    setModel: session({ model: STRING, effortLevel: EFFORT_LEVEL }),
     listSessions: message({ callerOrigin: ORIGIN, limit: UINT32, beforeSessionId: STRING }),
     answerPermission: session({ permissionId: STRING, optionId: STRING }),
   };

@@ -64,6 +64,10 @@ pub fn entry(id: u64, stored: &TranscriptEntry) -> Option<pb::HistoryEntry> {
             (Default::default(), Kind::Ended(pb::Ended { reason: b.reason.into() }))
         }
         EntryKind::Resumed => (Default::default(), Kind::Resumed(pb::HistoryResumed {})),
+        EntryKind::ModelChanged => {
+            let crate::transcript::ModelChanged(changed) = body.parse()?;
+            (Default::default(), Kind::ModelChanged(changed))
+        }
         EntryKind::Prepare | EntryKind::TurnChanges | EntryKind::Other(_) => return None,
     };
     Some(pb::HistoryEntry {

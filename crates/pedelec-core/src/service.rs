@@ -102,7 +102,7 @@ impl Core for CoreService {
             _ => None,
         };
         session.resume().await?;
-        Ok(Response::new(pb::ResumeResponse { session: Some(session.info.clone()) }))
+        Ok(Response::new(pb::ResumeResponse { session: Some(session.current_info()) }))
     }
 
     async fn create_asset_upload(&self, request: Request<pb::CreateAssetUploadRequest>) -> RpcReply<pb::AssetTicket> {
@@ -174,6 +174,18 @@ impl Core for CoreService {
             check_id("turn id", &request.turn_id)?;
         }
         Ok(Response::new(session.get_changes(&request.turn_id).await?))
+    }
+
+    async fn set_model(&self, request: Request<pb::SetModelRequest>) -> RpcReply<pb::SetModelResponse> {
+        let request = request.into_inner();
+        let session = self.registry.get_for_work(&request.session_id, &request.caller_origin).await?;
+        let effort = match pb::EffortLevel::try_from(request.effort_level) {
+            Ok(pb::EffortLevel::Unspecified) => None,
+            Ok(level) => Some(level),
+            Err(_) => return Err(CoreError::new(ErrorCode::InvalidArgument, "unknown effort level").into()),
+        };
+        let info = session.set_model(&request.model, effort)?;
+        Ok(Response::new(pb::SetModelResponse { session: Some(info) }))
     }
 
     async fn answer_permission(
@@ -364,6 +376,7 @@ impl CoreService {
             Call::Cancel(q) => NativeReply::Cancel(self.cancel(r(q)).await?.into_inner()),
             Call::Steer(q) => NativeReply::Steer(self.steer(r(q)).await?.into_inner()),
             Call::GetChanges(q) => NativeReply::GetChanges(self.get_changes(r(q)).await?.into_inner()),
+            Call::SetModel(q) => NativeReply::SetModel(self.set_model(r(q)).await?.into_inner()),
             Call::ListSessions(q) => NativeReply::ListSessions(self.list_sessions(r(q)).await?.into_inner()),
             Call::AnswerPermission(q) => {
                 NativeReply::AnswerPermission(self.answer_permission(r(q)).await?.into_inner())

@@ -36,6 +36,8 @@ pub enum EntryKind {
     OperationCompleted,
     Ended,
     Resumed,
+    /// `SetModel` changed the model or effort.
+    ModelChanged,
     /// What a user turn changed in the workspace: read by `GetChanges`,
     /// never shown in the history.
     TurnChanges,
@@ -45,9 +47,10 @@ pub enum EntryKind {
 }
 
 impl EntryKind {
-    const NAMED: [(EntryKind, &'static str); 11] = [
+    const NAMED: [(EntryKind, &'static str); 12] = [
         (EntryKind::UserText, "user_text"),
         (EntryKind::TurnChanges, "turn_changes"),
+        (EntryKind::ModelChanged, "model_changed"),
         (EntryKind::Prepare, "prepare"),
         (EntryKind::Chat, "chat"),
         (EntryKind::ToolCall, "tool_call"),
@@ -314,6 +317,15 @@ pub struct Ended<'a> {
 
 impl Body for Ended<'_> {
     const KIND: EntryKind = EntryKind::Ended;
+}
+
+/// `SetModel` changed the model or effort (`model_changed`).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(transparent)]
+pub struct ModelChanged(pub pedelec_protocol::pb::ModelChanged);
+
+impl Body for ModelChanged {
+    const KIND: EntryKind = EntryKind::ModelChanged;
 }
 
 /// An ended session was resumed (`resumed`).

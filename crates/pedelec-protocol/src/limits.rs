@@ -408,3 +408,31 @@ pub const MAX_ATTACHMENTS: usize = 16;
 /// assert!(MAX_IMAGE_ATTACHMENT_BYTES < MAX_ASSET_BYTES);
 /// ```
 pub const MAX_IMAGE_ATTACHMENT_BYTES: u64 = 20 * 1024 * 1024;
+
+/// Why `model` cannot name a model (`SetModel`), or `None` when it can: it
+/// is not empty, at most [`MAX_ID_LEN`] bytes, and has no whitespace or
+/// control characters (it reaches agents' command lines and config keys).
+///
+/// # Examples
+///
+/// ```
+/// use pedelec_protocol::limits::model_name_problem;
+///
+/// assert_eq!(model_name_problem("gpt-5.1-codex"), None);
+/// assert_eq!(model_name_problem("claude-sonnet-4-5@20250929"), None);
+/// assert!(model_name_problem("").is_some());
+/// assert!(model_name_problem("a model").is_some());
+/// assert!(model_name_problem("x\u{0}y").is_some());
+/// assert!(model_name_problem(&"m".repeat(129)).is_some());
+/// ```
+pub fn model_name_problem(model: &str) -> Option<&'static str> {
+    if model.is_empty() {
+        Some("the model name is empty")
+    } else if model.len() > MAX_ID_LEN {
+        Some("the model name is longer than 128 bytes")
+    } else if model.chars().any(|c| c.is_whitespace() || c.is_control()) {
+        Some("the model name has whitespace or control characters")
+    } else {
+        None
+    }
+}

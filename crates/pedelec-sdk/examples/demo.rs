@@ -130,6 +130,10 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
         steered?;
         turn?;
         println!("\n  steered: the agent took the text into the same turn");
+        // Another model from the next turn, same conversation.
+        println!("▶ set_model(\"scripted-text-only\", None)");
+        let info = session.set_model("scripted-text-only", None).await?;
+        println!("  model now {}", info.model);
         // What a turn did to the workspace, as a review would show it.
         println!("▶ send_text(\"/write notes.md …\"), then changes(None)");
         session.send_text("/write notes.md Reviewed\\nby the demo").await?;
@@ -279,6 +283,7 @@ fn describe(entry: &pedelec_protocol::pb::HistoryEntry) -> String {
         }
         Some(Kind::Ended(e)) => format!("ended ({})", e.reason),
         Some(Kind::Resumed(_)) => "resumed".to_owned(),
+        Some(Kind::ModelChanged(m)) => format!("model → {}", m.model),
         None => "?".to_owned(),
     }
 }

@@ -88,6 +88,10 @@ pub fn entry_json(entry: &pb::HistoryEntry) -> Value {
         ),
         Some(Kind::Ended(e)) => ("ended", json!({ "reason": e.reason })),
         Some(Kind::Resumed(_)) => ("resumed", json!({})),
+        Some(Kind::ModelChanged(m)) => (
+            "model_changed",
+            json!({ "model": m.model, "effortLevel": pb::EffortLevel::try_from(m.effort_level).ok().and_then(|e| e.seed_str()) }),
+        ),
         None => ("unknown", json!({})),
     };
     out["kind"] = json!(kind);

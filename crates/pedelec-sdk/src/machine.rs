@@ -1086,6 +1086,10 @@ impl SessionMachine {
                 let ctx = self.status_ctx(Source::Core, turn, emitted, received);
                 self.change_status(SessionStatus::Ended, ctx, out);
             }
+            // Every later event's context names the new effort level.
+            Kind::ModelChanged(changed) => {
+                self.meta.effort_level = SessionMeta::effort(changed.effort_level).or(self.meta.effort_level);
+            }
         }
     }
 

@@ -288,6 +288,12 @@ export declare class PedelecSession<TToolName extends string = string> {
    */
   steer(text: string): Promise<void>;
   /**
+   * Changes the model (and `effortLevel`, if given) from the next turn; the agent
+   * continues the same conversation. Rejects with `INVALID_ARGUMENT` for an empty
+   * or malformed name, `SESSION_ENDED` once the session ended.
+   */
+  setModel(model: string, options?: { effortLevel?: EffortLevel }): Promise<{ model: string; effortLevel?: EffortLevel }>;
+  /**
    * The files a turn created, modified or deleted in the workspace, each with a
    * unified diff where one can be shown. Without `turnId`: the running turn
    * (its changes so far, `inProgress`), else the last finished one. Computed by

@@ -293,7 +293,14 @@ impl ModelRequest {
         }
     }
 
-    fn model(&self) -> String {
+    /// The model the request names: its body's `model`, or for Gemini the
+    /// path's `models/<model>:…`.
+    pub fn model(&self) -> String {
+        if self.api == Api::Gemini
+            && let Some(rest) = self.path.split("models/").nth(1)
+        {
+            return rest.split(':').next().unwrap_or_default().to_owned();
+        }
         self.body.get("model").and_then(Value::as_str).unwrap_or("pedelec-test-model").to_owned()
     }
 }

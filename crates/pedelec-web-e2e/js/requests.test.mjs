@@ -49,6 +49,7 @@ const VALID = {
   cancel: { sessionId: "sess-1", callerOrigin: ORIGIN, operationId: "op" },
   steer: { sessionId: "sess-1", callerOrigin: ORIGIN, text: "and this", operationId: "op" },
   getChanges: { sessionId: "sess-1", callerOrigin: ORIGIN, turnId: "turn-1" },
+  setModel: { sessionId: "sess-1", callerOrigin: ORIGIN, model: "m-2", effortLevel: "EFFORT_LEVEL_HIGH" },
   listSessions: { callerOrigin: ORIGIN, limit: 5, beforeSessionId: "sess-0" },
   answerPermission: { sessionId: "sess-1", callerOrigin: ORIGIN, permissionId: "p", optionId: "o" },
 };

@@ -450,6 +450,24 @@ fn browser_end_to_end() {
         "{changes}"
     );
     assert_eq!(changes["inProgress"], json!(false), "{changes}");
+
+    // Another model from the next turn, set with the demo's Model field.
+    let model = ok_value(attempt(
+        &page,
+        r##"document.getElementById("model").value = "scripted-text-only";
+           document.getElementById("set-model").click();
+           while (!document.getElementById("log").textContent.includes("model for the next turns: scripted-text-only"))
+             await new Promise((r) => setTimeout(r, 5));
+           const s = demo.session();
+           let bad = null;
+           try { await s.setModel("two words"); } catch (e) { bad = e.code; }
+           await demo.sendInBackground("after the switch");
+           const page = await s.getHistory({ limit: 20 });
+           const changed = page.entries.filter((e) => e.kind === "model_changed").map((e) => e.model);
+           return { bad, changed };"##,
+    ));
+    assert_eq!(model["bad"], json!("INVALID_ARGUMENT"), "{model}");
+    assert_eq!(model["changed"], json!(["scripted-text-only"]), "{model}");
     assert!(!changes["shown"].as_str().unwrap_or_default().contains("hunter2"), "{changes}");
 
     // Events ready together travel as batches, and a batch changes nothing

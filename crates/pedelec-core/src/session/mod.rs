@@ -187,6 +187,8 @@ pub struct Session {
     fence: fence::ToolFence,
     /// Workspace snapshots for what turns change.
     changes: Mutex<TurnSnapshots>,
+    /// `SetModel` changed the model: the next turn starts a fresh runtime.
+    model_changed: std::sync::atomic::AtomicBool,
 }
 
 /// The running turn's start snapshot, and the last one taken (whose file
@@ -286,6 +288,7 @@ impl Session {
             transcript_bytes: std::sync::atomic::AtomicU64::new(0),
             fence: fence::ToolFence::default(),
             changes: Mutex::default(),
+            model_changed: std::sync::atomic::AtomicBool::new(false),
         })
     }
 
@@ -693,8 +696,8 @@ impl Session {
         let inner = self.lock();
         ProviderSetup {
             session_id: self.id.as_str().to_owned(),
-            model: self.info.model.clone(),
-            effort_level: pb::EffortLevel::try_from(self.info.effort_level).unwrap_or_default(),
+            model: inner.machine.info().model.clone(),
+            effort_level: pb::EffortLevel::try_from(inner.machine.info().effort_level).unwrap_or_default(),
             workspace: self.workspace.root.clone(),
             runtime_dir: self.workspace.runtime.clone(),
             guidance: self.guidance.clone(),
@@ -743,6 +746,12 @@ impl Session {
         let sink = sink::OperationSink { session: self.clone(), operation: operation.clone() };
         let result = {
             let mut runtime = self.runtime.lock().await;
+            // A new model: the runtime restarts with it and resumes the agent's thread.
+            if self.model_changed.swap(false, std::sync::atomic::Ordering::AcqRel)
+                && let Some(mut old) = runtime.take()
+            {
+                old.shutdown();
+            }
             if runtime.is_none() {
                 let started = match self.shared.providers.get(&self.info.provider) {
                     Some(provider) => provider.start(self.provider_setup()),
@@ -882,6 +891,23 @@ impl Session {
         drop(state);
         changes.turn_id = turn_id;
         self.step(|m, now, out| m.turn_changes(operation, changes, now, out));
+    }
+
+    /// `SetModel` (see core.proto): the model and effort of the turns from
+    /// the next one; the session as it now stands.
+    pub fn set_model(self: &Arc<Self>, model: &str, effort: Option<pb::EffortLevel>) -> CoreResult<pb::SessionInfo> {
+        if let Some(problem) = pedelec_protocol::limits::model_name_problem(model) {
+            return Err(crate::error::CoreError::new(ErrorCode::InvalidArgument, problem));
+        }
+        if self.step(|m, now, out| m.set_model(model, effort, now, out))? {
+            self.model_changed.store(true, std::sync::atomic::Ordering::Release);
+        }
+        Ok(self.current_info())
+    }
+
+    /// The session's info with its current model and effort.
+    pub fn current_info(&self) -> pb::SessionInfo {
+        self.lock().machine.info().clone()
     }
 
     fn changes_state(&self) -> MutexGuard<'_, TurnSnapshots> {

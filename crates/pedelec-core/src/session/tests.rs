@@ -76,6 +76,7 @@ fn render(effects: &[Effect]) -> Vec<String> {
                         format!("activity {} {}", a.activity_id, pedelec_protocol::activity::summary(&a))
                     }
                     Kind::Snapshot(_) => "snapshot".into(),
+                    Kind::ModelChanged(m) => format!("model_changed {} {}", m.model, m.effort_level),
                 };
                 format!("emit #{} [{}] {kind}", e.seq, e.operation_id)
             }
@@ -849,4 +850,27 @@ fn new_ids_are_random_v4_uuids_after_their_prefix() {
         assert_eq!(uuid.get_version_num(), 4, "{id}");
         assert_eq!(uuid.get_variant(), uuid::Variant::RFC4122, "{id}");
     }
+}
+
+#[test]
+fn a_new_model_is_recorded_announced_and_saved_and_the_same_one_changes_nothing() {
+    let mut m = SessionState::new(identity(false));
+    let mut out = Vec::new();
+    assert!(!m.set_model("m", None, t0(), &mut out).unwrap(), "the model it has, the effort kept: no change");
+    assert!(out.is_empty());
+    out.clear();
+    let changed = m.set_model("m2", Some(pb::EffortLevel::High), t0(), &mut out).unwrap();
+    assert!(changed);
+    let rendered = render(&out);
+    assert!(
+        rendered.iter().any(|l| l.ends_with(&format!("model_changed m2 {}", pb::EffortLevel::High as i32))),
+        "{rendered:?}"
+    );
+    assert!(out.iter().any(|e| matches!(e, Effect::Append(entry) if entry.kind.to_string() == "model_changed")));
+    let saved = out.iter().find_map(|e| if let Effect::Save(record) = e { Some(record.clone()) } else { None });
+    assert_eq!(saved.map(|r| r.model), Some("m2".to_owned()));
+    assert_eq!(snapshot(&m).model, "m2");
+    out.clear();
+    assert!(!m.set_model("m2", None, t0(), &mut out).unwrap(), "the same model again");
+    assert!(out.is_empty(), "changes nothing: {:?}", render(&out));
 }

@@ -530,6 +530,49 @@ impl<T: ToolName> PedelecSession<T> {
         }
     }
 
+    /// Changes the model (and the effort level, unless `None`) the session's
+    /// turns run with, from the next one; the agent goes on with the same
+    /// conversation (Core restarts its runtime and resumes the thread with
+    /// the new model). Resolves with the session's info as it now stands.
+    /// `INVALID_ARGUMENT` for an empty or malformed model name,
+    /// `SESSION_ENDED` once the session ended.
+    ///
+    /// # Examples
+    ///
+    /// ```no_run
+    /// # async fn example() -> Result<(), pedelec_sdk::PedelecError> {
+    /// use pedelec_sdk::{Pedelec, SessionOptions};
+    /// use pedelec_sdk::pb::EffortLevel;
+    ///
+    /// let pedelec = Pedelec::discover("app:my-tool").await?;
+    /// let session = pedelec.create_session::<String>(SessionOptions::default()).await?;
+    /// session.send_text("Sketch a plan.").await?;
+    /// let info = session.set_model("gpt-5.1-codex", Some(EffortLevel::High)).await?;
+    /// assert_eq!(info.model, "gpt-5.1-codex");
+    /// session.send_text("Now carry it out.").await?;
+    /// # Ok(())
+    /// # }
+    /// ```
+    pub async fn set_model(
+        &self,
+        model: impl Into<String>,
+        effort_level: Option<pb::EffortLevel>,
+    ) -> Result<pb::SessionInfo, PedelecError> {
+        if self.is_detached() {
+            return Err(detached_error());
+        }
+        let request = pb::SetModelRequest {
+            session_id: self.shell.session_id.clone(),
+            caller_origin: self.shell.origin.clone(),
+            model: model.into(),
+            effort_level: effort_level.unwrap_or_default() as i32,
+        };
+        match self.shell.transport.call(Call::SetModel(request)).await? {
+            Reply::SetModel(response) => Ok(response.session.unwrap_or_default()),
+            other => Err(unexpected(&other)),
+        }
+    }
+
     /// Reactivates this handle after `end()` (ended → idle on the same thread).
     ///
     /// # Examples

@@ -340,6 +340,27 @@ impl JsPedelecSession {
         })
     }
 
+    /// `setModel(model, { effortLevel })`: from the next turn.
+    #[wasm_bindgen(js_name = setModel)]
+    pub fn set_model(&self, model: String, options: JsValue) -> Promise {
+        let session = self.session.clone();
+        future_to_promise(async move {
+            let effort = match get_string(&options, "effortLevel") {
+                None => None,
+                Some(effort) => Some(
+                    pb::EffortLevel::parse_seed(&effort)
+                        .ok_or_else(|| invalid(format!("unknown effortLevel {effort:?}")))?,
+                ),
+            };
+            let info = session.set_model(model, effort).await.map_err(reject)?;
+            let out = Object::new();
+            set(&out, "model", info.model);
+            let effort = pb::EffortLevel::try_from(info.effort_level).ok().and_then(|e| e.seed_str());
+            set(&out, "effortLevel", effort.map(str::to_owned));
+            Ok(out.into())
+        })
+    }
+
     /// Adds text to the running turn; resolves once the agent took it.
     pub fn steer(&self, text: String) -> Promise {
         let session = self.session.clone();

@@ -26,6 +26,7 @@ fn describe(entry: &pb::HistoryEntry) -> String {
         }
         Kind::Ended(e) => format!("ended {}", e.reason),
         Kind::Resumed(_) => "resumed".into(),
+        Kind::ModelChanged(m) => format!("model_changed {} {}", m.model, m.effort_level),
     }
 }
 

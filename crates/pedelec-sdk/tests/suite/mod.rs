@@ -23,6 +23,7 @@ mod providers_cli;
 mod providers_openai;
 mod readme;
 mod real_agents;
+mod set_model;
 mod status_and_events;
 mod steer;
 mod tool_socket;

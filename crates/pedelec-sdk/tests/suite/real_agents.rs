@@ -301,7 +301,9 @@ impl Rig {
                 // A vision model, as a user's would be configured: opencode
                 // drops images for a model without image input.
                 "models": {MODEL: {"name": "Pedelec test model", "attachment": true,
-                                   "modalities": {"input": ["text", "image"], "output": ["text"]}}}}},
+                                   "modalities": {"input": ["text", "image"], "output": ["text"]}},
+                           // A second one for set_model.
+                           "pedelec-test-model-2": {"name": "Pedelec test model 2"}}}},
             "model": format!("pedelec/{MODEL}"), "autoupdate": false, "share": "disabled"
         });
         std::fs::write(&config, provider.to_string()).unwrap();
@@ -1078,6 +1080,54 @@ async fn changes_of_an_agents_turn(rig: Rig, server: &ModelServer) {
 }
 
 per_agent!(changes => super::changes_of_an_agents_turn);
+
+/// `set_model()` between two turns of a real agent: the next turn's model
+/// requests name the new model, and the agent continues the same
+/// conversation (the model sees the earlier turn).
+async fn set_model_between_turns(rig: Rig, server: &ModelServer) {
+    // The model to switch to, and the name the model server then sees.
+    // claude-agent-acp takes only models from its own list, and gemini-cli
+    // routes among its own: neither runs the session's model at creation
+    // either, so for them the switch is only recorded and the turn goes on.
+    let (second, served) = match rig.provider {
+        "codex" | "codex-acp" => ("gpt-5.4", Some("gpt-5.4")),
+        "opencode" => ("pedelec/pedelec-test-model-2", Some("pedelec-test-model-2")),
+        "claude" => ("pedelec-test-model-2", Some("pedelec-test-model-2")),
+        _ => ("pedelec-test-model-2", None),
+    };
+    let h = AgentHarness::start(&rig.settings);
+    let client = h.client().await;
+    let session = client
+        .create_session::<String>(SessionOptions { auto_end_on_disconnect: false, ..rig.options() })
+        .await
+        .unwrap();
+    session
+        .send_text("remember the word heron")
+        .await
+        .unwrap_or_else(|e| panic!("{}: first turn: {e:?}", rig.provider));
+    let info = session.set_model(second, None).await.unwrap_or_else(|e| panic!("{}: set_model: {e:?}", rig.provider));
+    assert_eq!(info.model, second);
+    let before = server.generations().len();
+    session
+        .send_text("after the switch")
+        .await
+        .unwrap_or_else(|e| panic!("{}: the turn after set_model: {e:?}; {}", rig.provider, server_log(server)));
+    let requests = generations_since(server, before);
+    let models: Vec<String> = requests.iter().map(|r| r.request.model()).collect();
+    let texts: Vec<String> = requests.iter().flat_map(|r| r.request.history()).map(|(_, _, t)| t).collect();
+    eprintln!("PEDELEC_AGENT_SET_MODEL {}: {models:?}", rig.provider);
+    if let Some(served) = served {
+        assert!(!models.is_empty() && models.iter().all(|m| m == served), "{}: {models:?}", rig.provider);
+    }
+    // The runtime restarts on the new model and resumes the agent's thread
+    // (gemini-cli's resume is unreliable: see `Resumes::Sometimes`).
+    if rig.resumes == Resumes::Yes {
+        assert!(texts.iter().any(|t| t.contains("heron")), "{}: the same conversation: {texts:?}", rig.provider);
+    }
+    session.end().await.unwrap();
+}
+
+per_agent!(set_model => super::set_model_between_turns);
 
 /// Permissions to the app with a real agent (`PermissionMode::App`): the
 /// model asks the agent to write outside its workspace; where the agent asks

@@ -34,6 +34,7 @@ function renderStatus(status) {
   $("upload").disabled = !session || status === "ended";
   $("history").disabled = !session;
   $("changes").disabled = !session;
+  $("set-model").disabled = status === "ended" || !session;
 }
 
 const tools = [
@@ -300,6 +301,13 @@ $("end").addEventListener("click", () => attempt(() => session.end()));
 $("resume").addEventListener("click", () => attempt(() => session.resume()));
 $("history").addEventListener("click", () => attempt(loadHistory));
 $("changes").addEventListener("click", () => attempt(showChanges));
+$("set-model").addEventListener("click", () =>
+  attempt(async () => {
+    const info = await session.setModel($("model").value);
+    log(`model for the next turns: ${info.model}`, "note");
+    return info;
+  }).then((r) => r.ok || log(`${r.code}: ${r.message}`, "error")),
+);
 $("upload").addEventListener("click", () => {
   const file = $("file").files[0];
   if (file) attempt(() => upload(file));

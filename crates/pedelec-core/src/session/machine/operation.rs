@@ -389,6 +389,37 @@ impl SessionState {
         }
     }
 
+    /// `SetModel`: the model (and effort, unless `None`) of the turns from
+    /// the next one; recorded, announced and saved. `true` when it changed.
+    pub fn set_model(
+        &mut self,
+        model: &str,
+        effort: Option<pb::EffortLevel>,
+        now: Now,
+        out: &mut Vec<Effect>,
+    ) -> Result<bool, CoreError> {
+        if self.status == SessionStatus::Ended {
+            return Err(CoreError::new(ErrorCode::SessionEnded, "the session has ended"));
+        }
+        let info = &mut self.identity.info;
+        let effort = effort.map_or(info.effort_level, |e| e as i32);
+        if info.model == model && info.effort_level == effort {
+            return Ok(false);
+        }
+        info.model = model.to_owned();
+        info.effort_level = effort;
+        let changed = pb::ModelChanged { model: model.to_owned(), effort_level: effort };
+        self.append(&crate::transcript::ModelChanged(changed.clone()), now, out);
+        self.emit("", Kind::ModelChanged(changed), now, out);
+        out.push(Effect::Save(self.record()));
+        Ok(true)
+    }
+
+    /// The session's info as it now stands (its model may have changed).
+    pub fn info(&self) -> &pb::SessionInfo {
+        &self.identity.info
+    }
+
     /// The running user turn's operation and turn ids, if one runs.
     pub fn running_turn(&self) -> Option<(OperationId, String)> {
         self.active
