@@ -498,6 +498,7 @@ impl Registry {
         record.skills_json = Some(skills_json);
         self.shared.store.save_durably(record).await?;
         tracing::info!(session = %id, provider = %info.provider, "session created");
+        session.read_workspace_ahead();
         match admission {
             Some(admission) => admission.settle(|| self.insert(session)),
             None => self.insert(session),

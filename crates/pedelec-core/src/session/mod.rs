@@ -840,6 +840,20 @@ impl Session {
         self.finish_operation(&operation, result).await;
     }
 
+    /// Reads the workspace once in the background when the session is
+    /// created, so its first turn's start snapshot reuses those readings
+    /// instead of reading every file while the user waits.
+    pub fn read_workspace_ahead(self: &Arc<Self>) {
+        let session = Arc::downgrade(self);
+        let root = self.workspace.root.clone();
+        tokio::task::spawn_blocking(move || {
+            let snapshot = Arc::new(changes::Snapshot::take(&root));
+            if let Some(session) = session.upgrade() {
+                session.changes_state().last.get_or_insert(snapshot);
+            }
+        });
+    }
+
     /// Snapshots the workspace for `operation`'s turn (off the async workers).
     async fn snapshot_turn_start(self: &Arc<Self>, operation: &OperationId) {
         let root = self.workspace.root.clone();
