@@ -665,7 +665,7 @@ function requestItem(p) {
  * is kept, apply `change`, and store it. Core checks every folder as
  * SetConsent always does and refuses one that could never be a workspace.
  */
-async function changeConsent(origin, change, done) {
+async function changeConsent(origin, change, done, onStored = () => {}) {
   const read = await host.call("getConsent", { origin });
   if (read.error) {
     say("sites-outcome", `Not changed: ${read.error.message}`);
@@ -678,8 +678,11 @@ async function changeConsent(origin, change, done) {
     folders: (stored.folders || []).map((f) => ({ path: f.path, mayApproveCommands: Boolean(f.mayApproveCommands) })),
   });
   const set = await host.call("setConsent", { consent });
-  say("sites-outcome", set.error ? `Not changed: ${set.error.message}` : done);
+  if (!set.error) onStored();
   await Promise.all([refreshSites(), consentChanged()]);
+  // Said last, once the view shows Core's copy: the caller re-arms its
+  // control in the same turn, so what is said is what can be done next.
+  say("sites-outcome", set.error ? `Not changed: ${set.error.message}` : done);
   return !set.error;
 }
 
@@ -691,8 +694,15 @@ function consentChanged() {
   return chrome.runtime.sendMessage({ type: "consentChanged" }).catch(() => {});
 }
 
+/** Reads of consent started, and the latest one shown: an older answer arriving late is dropped. */
+let sitesAsked = 0;
+let sitesShown = 0;
+
 async function refreshSites() {
+  const ticket = ++sitesAsked;
   const reply = await host.call("getConsent", {});
+  if (ticket < sitesShown) return;
+  sitesShown = ticket;
   if (reply.error) {
     say("sites-outcome", `Core did not answer: ${reply.error.message}`);
     return;
@@ -826,10 +836,13 @@ function consentItem(c, index, typed) {
           ? consent
           : { ...consent, folders: [...consent.folders, { path, mayApproveCommands: false }] },
       `${path} is granted to ${origin}.`,
-    ).then((ok) => {
+      // Emptied before the view is read again, which keeps what was typed.
+      () => {
+        const typed = $("consents").querySelector(`input.folder-path[data-origin="${CSS.escape(origin)}"]`);
+        if (typed) typed.value = "";
+      },
+    ).finally(() => {
       add.disabled = false;
-      const again = $("consents").querySelector(`input.folder-path[data-origin="${CSS.escape(origin)}"]`);
-      if (ok && again) again.value = "";
     });
   });
   li.append(form);

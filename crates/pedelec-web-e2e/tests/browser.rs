@@ -1095,6 +1095,14 @@ fn the_control_center_follows_cancels_and_stops_two_sites_sessions() {
     first
         .eval(r#"demo.state.autoAnswer = "deny"; window.commandTurn = demo.sendInBackground("/permission make deploy"); true"#)
         .expect("a command turn");
+    // The worker shows the request in a tab of its own, in front: the
+    // control center, hidden behind it, reads nothing until it is in front
+    // again (the click brings it there), so wait for that tab first.
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while !prompt_open(&rig, "permission=") {
+        assert!(Instant::now() < deadline, "the worker opens the request's tab");
+        std::thread::sleep(Duration::from_millis(50));
+    }
     control.click("#tab-requests").expect("open Requests");
     let request = "document.querySelector('#requests li')";
     control.wait_until(request, Duration::from_secs(10)).expect("the request is listed");
