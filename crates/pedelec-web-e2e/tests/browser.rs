@@ -1317,7 +1317,9 @@ fn the_control_center_grants_a_folder_revokes_a_site_and_lists_the_agents() {
 
     // Revoke: the site is forgotten and its sessions end.
     control.click(&format!("{site} button.revoke-site")).expect("click Revoke");
-    control.wait_until(&format!("!document.querySelector('{site}')"), Duration::from_secs(10)).expect("the site leaves");
+    control
+        .wait_until(&format!("!document.querySelector('{site}')"), Duration::from_secs(10))
+        .expect("the site leaves");
     wait_for_consent(&rig, &origin, "forgotten", |c| c.is_none());
     for id in [first.as_str(), opened.as_str().unwrap()] {
         wait_for_core_end(&rig, &origin, id);
@@ -1331,14 +1333,20 @@ fn the_control_center_grants_a_folder_revokes_a_site_and_lists_the_agents() {
     control.wait_until(scripted, Duration::from_secs(10)).expect("the agents are listed");
     let cells = control.eval(&format!("[...{scripted}.children].map((c) => c.textContent)")).unwrap();
     assert_eq!(cells[0], json!("Scripted (default)"), "{cells}");
-    assert_eq!((cells[1].clone(), cells[2].clone(), cells[4].clone()), (json!("scripted"), json!("available"), json!("scripted-1")));
+    assert_eq!(
+        (cells[1].clone(), cells[2].clone(), cells[4].clone()),
+        (json!("scripted"), json!("available"), json!("scripted-1"))
+    );
     assert!(cells[3].as_str().is_some_and(|v| !v.is_empty()), "a version: {cells}");
     let default = control.eval("document.getElementById('default-agent').textContent").unwrap();
     assert_eq!(default, json!("The default is Scripted (scripted), model scripted-1."));
     let missing = control
         .eval("[...document.querySelectorAll('#agents tr[data-available=\"false\"]')].map((r) => r.querySelector('.why').textContent)")
         .unwrap();
-    assert!(missing.as_array().is_some_and(|m| m.iter().all(|why| why.as_str().is_some_and(|w| !w.is_empty()))), "{missing}");
+    assert!(
+        missing.as_array().is_some_and(|m| m.iter().all(|why| why.as_str().is_some_and(|w| !w.is_empty()))),
+        "{missing}"
+    );
 
     // Every control of the views has a name and is reachable by keyboard.
     let unlabelled = control
