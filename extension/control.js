@@ -23,6 +23,8 @@ const PAGE_SIZE = 50;
 const MONITOR_MAX_ENTRIES = 2000;
 /** Transcript entries read when the monitor opens. */
 const HISTORY_PAGE = 200;
+/** How long an agent's Check may take: a real agent starts and asks its model. */
+const CHECK_TIMEOUT_MS = 120000;
 /** How long a call waits for Core (starting it included). */
 const CALL_TIMEOUT_MS = 15000;
 
@@ -905,8 +907,74 @@ function agentRow(agent, fallback) {
     install.textContent = agent.installCommand;
     why.append(document.createElement("br"), "Install: ", install);
   }
-  row.append(name, cell(p.code || ""), cell(p.available ? "available" : "unavailable"), cell(agent.version || ""), cell(agent.defaultModel || ""), why);
+  const check = document.createElement("td");
+  const run = button("Check", "check-agent", `Check ${p.name || p.code}: run one turn with it`, async () => {
+    run.disabled = true;
+    result.textContent = "Checking…";
+    const outcome = await checkAgent(p.code);
+    checked.set(p.code, outcome);
+    result.textContent = outcome;
+    say("agents-outcome", `${p.name || p.code}: ${outcome}`);
+    run.disabled = false;
+  });
+  run.dataset.code = p.code || "";
+  const result = document.createElement("span");
+  result.className = "check-result";
+  result.setAttribute("aria-live", "polite");
+  result.textContent = checked.get(p.code) || "";
+  check.append(run, " ", result);
+  row.append(name, cell(p.code || ""), cell(p.available ? "available" : "unavailable"), cell(agent.version || ""), cell(agent.defaultModel || ""), why, check);
   return row;
+}
+
+/** Provider code -> what its last Check said. */
+const checked = new Map();
+
+/**
+ * The one-turn probe: a throwaway session of the extension's own (a managed
+ * workspace Core makes) with this agent, prepared — Core's preparation turn,
+ * which the agent answers — watched to its completion, then ended. What it
+ * says: "works (N ms)", or the error Core reported.
+ */
+async function checkAgent(code) {
+  const started = performance.now();
+  const made = await host.call("createSession", { provider: code, autoEndOnDisconnect: false });
+  const sessionId = made.response && made.response.session && made.response.session.sessionId;
+  if (made.error || !sessionId) return `fails: ${made.error ? `${made.error.code} ${made.error.message}` : "no session"}`;
+  // Outcomes by operation id: the completion may arrive before Prepare's answer.
+  const outcomes = new Map();
+  let wanted = null;
+  let settle;
+  const settled = new Promise((resolve) => (settle = resolve));
+  const outcome = (id, error) => {
+    outcomes.set(id, error || null);
+    if (id === wanted) settle(error || null);
+  };
+  const stop = host.watch(
+    sessionId,
+    (event) => {
+      if (event.snapshot) for (const o of event.snapshot.recentOutcomes || []) outcome(o.operationId, o.error);
+      if (event.operationCompleted) outcome(event.operationId, event.operationCompleted.error);
+    },
+    (error) => settle(error || { code: "CORE_RUNTIME_UNAVAILABLE", message: "the watch ended" }),
+  );
+  try {
+    const prepared = await host.call("prepare", { sessionId });
+    if (prepared.error) return `fails: ${prepared.error.code} ${prepared.error.message}`;
+    if (prepared.response.alreadyDone) return `works (${Math.round(performance.now() - started)} ms)`;
+    wanted = prepared.response.operationId;
+    if (outcomes.has(wanted)) settle(outcomes.get(wanted));
+    let timer;
+    const timeout = new Promise((resolve) => {
+      timer = setTimeout(() => resolve({ code: "TIMEOUT", message: `no answer within ${CHECK_TIMEOUT_MS / 1000} s` }), CHECK_TIMEOUT_MS);
+    });
+    const error = await Promise.race([settled, timeout]);
+    clearTimeout(timer);
+    return error ? `fails: ${error.code} ${error.message || ""}`.trim() : `works (${Math.round(performance.now() - started)} ms)`;
+  } finally {
+    stop();
+    await host.call("end", { sessionId });
+  }
 }
 
 $("agents-detect").addEventListener("click", () => {

@@ -1348,6 +1348,34 @@ fn the_control_center_grants_a_folder_revokes_a_site_and_lists_the_agents() {
         "{missing}"
     );
 
+    // Check: a one-turn probe on a throwaway session of the extension's own, then ended.
+    control.click("#agents tr[data-code=\"scripted\"] button.check-agent").expect("click Check");
+    let result = "document.querySelector('#agents tr[data-code=\"scripted\"] .check-result').textContent";
+    control.wait_until(&format!("{result}.startsWith('works (')"), TURN).unwrap_or_else(|e| {
+        panic!("the scripted agent works: {e} {:?}", control.eval(result));
+    });
+    control
+        .wait_until(
+            &format!("!document.querySelector('{}').disabled", "#agents tr[data-code=\"scripted\"] button.check-agent"),
+            TURN,
+        )
+        .expect("Check is offered again once the probe ended");
+    let runtime = tokio::runtime::Builder::new_current_thread().enable_all().build().expect("runtime");
+    let transport = runtime.block_on(GrpcTransport::connect(rig.socket())).expect("gRPC to Core");
+    let live = pb::ListLiveSessionsRequest { caller_origin: "app:pedelec-extension".into(), origin: String::new() };
+    let Ok(Reply::ListLiveSessions(live)) = runtime.block_on(transport.call(Call::ListLiveSessions(live))) else {
+        panic!("Core lists the live sessions");
+    };
+    assert!(live.sessions.is_empty(), "the probe's session ended: {:?}", live.sessions);
+    let unavailable = "document.querySelector('#agents tr[data-available=\"false\"]')";
+    if control.eval(&format!("!!{unavailable}")).unwrap() == json!(true) {
+        control.eval(&format!("({unavailable}.querySelector('button.check-agent').click(), true)")).unwrap();
+        let said = format!("{unavailable}.querySelector('.check-result').textContent");
+        control.wait_until(&format!("{said}.startsWith('fails: ')"), TURN).unwrap_or_else(|e| {
+            panic!("an unavailable agent's check fails: {e} {:?}", control.eval(&said));
+        });
+    }
+
     // Every control of the views has a name and is reachable by keyboard.
     let unlabelled = control
         .eval(
