@@ -210,8 +210,18 @@ class PageLink {
     const queued = this.grantQueue.get(key) || [];
     queued.push(frame);
     this.grantQueue.set(key, queued);
-    this.toPage({ type: "approval", origin: this.origin, path, state: "pending" });
-    requestGrant(this.origin, path).catch((e) => console.error("pedelec: opening the workspace prompt failed", e));
+    // The user may have granted it since this worker last read Core's copy
+    // (the control center's Sites view): read it again before asking.
+    refreshConsent()
+      .then(() => {
+        if (isGranted(this.origin, path)) {
+          this.grantDecided(path, true);
+          return;
+        }
+        this.toPage({ type: "approval", origin: this.origin, path, state: "pending" });
+        return requestGrant(this.origin, path);
+      })
+      .catch((e) => console.error("pedelec: opening the workspace prompt failed", e));
   }
 
   grantDecided(path, granted) {
@@ -558,6 +568,8 @@ async function decideGrant(origin, path, root) {
   }
   let granted = root !== null && normalizePath(root) !== null && isAncestorOrSelf(normalizePath(root), path);
   if (granted) {
+    // Core's copy now: the control center may have changed it since it was last read.
+    await refreshConsent();
     // Core resolves the folder and refuses one that could never be a workspace.
     const folders = foldersOf(origin).filter((f) => f.path !== normalizePath(root));
     folders.push({ path: normalizePath(root), mayApproveCommands: false });
@@ -970,6 +982,7 @@ function acceptPage(port, origin) {
 // ---- the toolbar: badge and popup ----
 
 const POPUP_PAGE = "popup.html";
+const CONTROL_PAGE = "control.html";
 
 /** A live session as the popup shows it. */
 function shownSession(live) {
@@ -1035,6 +1048,19 @@ chrome.runtime.onMessage.addListener((message, sender, sendResponse) => {
       }
     })
     .then(sendResponse, (e) => sendResponse({ ok: false, error: String(e) }));
+  return true;
+});
+
+// The control center changed consent (its Sites view makes the owner calls
+// itself): read Core's copy again. The message carries nothing to trust.
+chrome.runtime.onMessage.addListener((message, sender, sendResponse) => {
+  if (sender.id !== chrome.runtime.id || !sender.url || !sender.url.startsWith(chrome.runtime.getURL(CONTROL_PAGE))) {
+    return false;
+  }
+  if (!message || message.type !== "consentChanged") return false;
+  ready
+    .then(() => refreshConsent())
+    .then((ok) => sendResponse({ ok }), (e) => sendResponse({ ok: false, error: String(e) }));
   return true;
 });
 

@@ -1,11 +1,15 @@
 // The control center: every site's live sessions (Cancel, End, End all for
-// a site), a live event monitor of one session, and the requests only the
-// user may answer. Everything it shows and does is an owner call to Core
-// (core.proto: ListLiveSessions, EndSessions, WatchSession,
-// GetSessionHistory, CancelTurn, ListUserPermissions, AnswerUserPermission)
+// a site), a live event monitor of one session, the requests only the user
+// may answer, every site's consent (folder grants, may approve commands,
+// revoke) and the agents Core detects. Everything it shows and does is an
+// owner call to Core (core.proto: ListLiveSessions, EndSessions,
+// WatchSession, GetSessionHistory, CancelTurn, ListUserPermissions,
+// AnswerUserPermission, GetConsent, SetConsent, RevokeOrigin, ListAgents)
 // over a native host of this page's own, with the caller origin
 // `app:pedelec-extension`; closing the page closes the host and ends its
 // watch. A page of a site can make none of these calls (requests.js).
+// While the page is hidden it reads nothing: the lists are read again once
+// it shows.
 "use strict";
 
 /** The host name pedelec-native-host registers (crates/pedelec-native-host/src/registration.rs). */
@@ -19,6 +23,8 @@ const PAGE_SIZE = 50;
 const MONITOR_MAX_ENTRIES = 2000;
 /** Transcript entries read when the monitor opens. */
 const HISTORY_PAGE = 200;
+/** How long an agent's Check may take: a real agent starts and asks its model. */
+const CHECK_TIMEOUT_MS = 120000;
 /** How long a call waits for Core (starting it included). */
 const CALL_TIMEOUT_MS = 15000;
 
@@ -194,7 +200,7 @@ function say(id, text) {
 
 // ---- tabs ----
 
-const TABS = ["sessions", "requests"];
+const TABS = ["sessions", "requests", "sites", "agents"];
 
 function selectTab(name, focus) {
   for (const tab of TABS) {
@@ -206,7 +212,11 @@ function selectTab(name, focus) {
     if (selected && focus) button.focus();
   }
   if (location.hash !== `#${name}`) history.replaceState(null, "", `#${name}`);
+  if (name === "sites") refreshSites().catch((e) => console.error("pedelec control center:", e));
+  if (name === "agents") refreshAgents().catch((e) => console.error("pedelec control center:", e));
 }
+
+const selected = () => TABS.find((tab) => !$(`view-${tab}`).hidden);
 
 for (const [i, tab] of TABS.entries()) {
   const button = $(`tab-${tab}`);
@@ -649,18 +659,362 @@ function requestItem(p) {
   return li;
 }
 
+// ---- sites: consent ----
+
+/**
+ * Changes one origin's consent as a whole (SetConsent replaces it): read
+ * Core's copy now, so a change made elsewhere meanwhile (the approval page)
+ * is kept, apply `change`, and store it. Core checks every folder as
+ * SetConsent always does and refuses one that could never be a workspace.
+ */
+async function changeConsent(origin, change, done, onStored = () => {}) {
+  const read = await host.call("getConsent", { origin });
+  if (read.error) {
+    say("sites-outcome", `Not changed: ${read.error.message}`);
+    return false;
+  }
+  const stored = ((read.response && read.response.origins) || [])[0] || { origin };
+  const consent = change({
+    origin,
+    approved: Boolean(stored.approved),
+    folders: (stored.folders || []).map((f) => ({ path: f.path, mayApproveCommands: Boolean(f.mayApproveCommands) })),
+  });
+  const set = await host.call("setConsent", { consent });
+  if (!set.error) onStored();
+  await Promise.all([refreshSites(), consentChanged()]);
+  // Said last, once the view shows Core's copy: the caller re-arms its
+  // control in the same turn, so what is said is what can be done next.
+  say("sites-outcome", set.error ? `Not changed: ${set.error.message}` : done);
+  return !set.error;
+}
+
+/**
+ * Tells the extension's worker to read consent from Core again: it keeps a
+ * copy to decide when a page must be asked about (background.js).
+ */
+function consentChanged() {
+  return chrome.runtime.sendMessage({ type: "consentChanged" }).catch(() => {});
+}
+
+/** Reads of consent started, and the latest one shown: an older answer arriving late is dropped. */
+let sitesAsked = 0;
+let sitesShown = 0;
+
+async function refreshSites() {
+  const ticket = ++sitesAsked;
+  const reply = await host.call("getConsent", {});
+  if (ticket < sitesShown) return;
+  sitesShown = ticket;
+  if (reply.error) {
+    say("sites-outcome", `Core did not answer: ${reply.error.message}`);
+    return;
+  }
+  const origins = ((reply.response && reply.response.origins) || []).slice().sort((a, b) => (a.origin < b.origin ? -1 : 1));
+  $("no-consents").hidden = origins.length > 0;
+  const list = $("consents");
+  const shownNow = JSON.stringify(origins);
+  if (shownNow === list.dataset.shown) return;
+  list.dataset.shown = shownNow;
+  // Rebuilt only when Core's copy changed; what the user typed and where
+  // the keyboard's focus was are kept.
+  const typed = new Map([...list.querySelectorAll("input.folder-path")].map((i) => [i.dataset.origin, i.value]));
+  const focused = list.contains(document.activeElement) ? document.activeElement : null;
+  const focusKey = focused && [focused.className, focused.dataset.origin, focused.dataset.path || ""];
+  list.replaceChildren(...origins.map((c, i) => consentItem(c, i, typed.get(c.origin) || "")));
+  if (focusKey) {
+    const [className, origin, path] = focusKey;
+    const again = [...list.querySelectorAll(`.${className.split(" ")[0]}`)].find(
+      (e) => e.dataset.origin === origin && (e.dataset.path || "") === path,
+    );
+    if (again) again.focus();
+  }
+}
+
+function consentItem(c, index, typed) {
+  const origin = c.origin;
+  const li = document.createElement("li");
+  li.dataset.origin = origin;
+  const title = document.createElement("h3");
+  const name = document.createElement("code");
+  name.textContent = origin;
+  const standing = document.createElement("span");
+  standing.className = "standing";
+  standing.textContent = c.approved ? ` approved ${clock(c.approvedAtMs)}` : " not approved";
+  title.append(name, standing);
+  li.append(title);
+
+  const folders = c.folders || [];
+  const table = document.createElement("table");
+  table.className = "folders";
+  const caption = document.createElement("caption");
+  caption.textContent = folders.length > 0 ? `Folders ${origin} may open` : `No folder is granted to ${origin}.`;
+  table.append(caption);
+  const body = document.createElement("tbody");
+  for (const f of folders) {
+    const row = document.createElement("tr");
+    row.dataset.path = f.path;
+    const path = document.createElement("td");
+    const code = document.createElement("code");
+    code.textContent = f.path;
+    path.append(code);
+    const may = document.createElement("td");
+    const label = document.createElement("label");
+    const box = document.createElement("input");
+    box.type = "checkbox";
+    box.className = "may-approve";
+    box.checked = Boolean(f.mayApproveCommands);
+    box.dataset.origin = origin;
+    box.dataset.path = f.path;
+    box.setAttribute("aria-label", `${origin} may approve commands in ${f.path}`);
+    box.addEventListener("change", () => {
+      box.disabled = true;
+      const want = box.checked;
+      changeConsent(
+        origin,
+        (consent) => ({
+          ...consent,
+          folders: consent.folders.map((g) => (g.path === f.path ? { ...g, mayApproveCommands: want } : g)),
+        }),
+        want ? `${origin} may approve commands in ${f.path}.` : `Only you approve commands in ${f.path}.`,
+      ).finally(() => {
+        box.disabled = false;
+      });
+    });
+    label.append(box, " may approve commands");
+    may.append(label);
+    const actions = document.createElement("td");
+    const remove = button("Remove", "remove-folder", `Remove the folder ${f.path} from ${origin}`, () => {
+      remove.disabled = true;
+      changeConsent(
+        origin,
+        (consent) => ({ ...consent, folders: consent.folders.filter((g) => g.path !== f.path) }),
+        `${f.path} is no longer granted to ${origin}.`,
+      ).finally(() => {
+        remove.disabled = false;
+      });
+    });
+    remove.dataset.origin = origin;
+    remove.dataset.path = f.path;
+    actions.append(remove);
+    row.append(path, may, actions);
+    body.append(row);
+  }
+  table.append(body);
+  li.append(table);
+
+  const form = document.createElement("form");
+  form.className = "add-folder";
+  const inputId = `folder-path-${index}`;
+  const label = document.createElement("label");
+  label.htmlFor = inputId;
+  label.textContent = `Add a folder to ${origin} (absolute path)`;
+  const input = document.createElement("input");
+  input.type = "text";
+  input.id = inputId;
+  input.className = "folder-path";
+  input.dataset.origin = origin;
+  input.value = typed;
+  input.spellcheck = false;
+  input.autocomplete = "off";
+  const add = document.createElement("button");
+  add.type = "submit";
+  add.className = "add-folder-button";
+  add.dataset.origin = origin;
+  add.textContent = "Add folder";
+  form.append(label, input, add);
+  form.addEventListener("submit", (e) => {
+    e.preventDefault();
+    const path = input.value.trim();
+    if (!path) {
+      say("sites-outcome", "Type the folder's absolute path first.");
+      input.focus();
+      return;
+    }
+    add.disabled = true;
+    changeConsent(
+      origin,
+      (consent) =>
+        consent.folders.some((g) => g.path === path)
+          ? consent
+          : { ...consent, folders: [...consent.folders, { path, mayApproveCommands: false }] },
+      `${path} is granted to ${origin}.`,
+      // Emptied before the view is read again, which keeps what was typed.
+      () => {
+        const typed = $("consents").querySelector(`input.folder-path[data-origin="${CSS.escape(origin)}"]`);
+        if (typed) typed.value = "";
+      },
+    ).finally(() => {
+      add.disabled = false;
+    });
+  });
+  li.append(form);
+
+  const actions = document.createElement("p");
+  actions.className = "actions";
+  const revoke = button("Revoke", "revoke-site", `Revoke ${origin}: forget its approval and folders, and end its sessions`, async () => {
+    revoke.disabled = true;
+    const reply = await host.call("revokeOrigin", { origin });
+    if (reply.error) {
+      say("sites-outcome", `Not revoked: ${reply.error.message}`);
+      revoke.disabled = false;
+      return;
+    }
+    const n = Number((reply.response && reply.response.sessionsEnded) || 0);
+    say("sites-outcome", `${origin} is revoked; ${n} session${n === 1 ? "" : "s"} ended.`);
+    await Promise.all([refreshSites(), refreshSessions(), consentChanged()]);
+  });
+  revoke.dataset.origin = origin;
+  actions.append(revoke);
+  li.append(actions);
+  return li;
+}
+
+// ---- agents ----
+
+async function refreshAgents() {
+  const reply = await host.call("listAgents", {});
+  if (reply.error) {
+    say("agents-outcome", `Core did not answer: ${reply.error.message}`);
+    return;
+  }
+  say("agents-outcome", "");
+  const listed = (reply.response && reply.response.agents) || [];
+  const fallback = (reply.response && reply.response.defaultProvider) || "";
+  const chosen = listed.find((a) => a.provider && a.provider.code === fallback);
+  const model = chosen && chosen.defaultModel ? `, model ${chosen.defaultModel}` : "";
+  say("default-agent", chosen ? `The default is ${chosen.provider.name} (${fallback})${model}.` : `The default is ${fallback}.`);
+  $("agents").querySelector("tbody").replaceChildren(...listed.map((a) => agentRow(a, fallback)));
+}
+
+function agentRow(agent, fallback) {
+  const p = agent.provider || {};
+  const row = document.createElement("tr");
+  row.dataset.code = p.code || "";
+  row.dataset.available = String(Boolean(p.available));
+  const name = cell(p.name || p.code || "");
+  if (p.code === fallback) {
+    const mark = document.createElement("strong");
+    mark.className = "default-mark";
+    mark.textContent = " (default)";
+    name.append(mark);
+  }
+  const why = document.createElement("td");
+  why.className = "why";
+  if (!p.available) why.append(p.reason || "unavailable");
+  if (agent.installCommand) {
+    const install = document.createElement("code");
+    install.className = "install";
+    install.textContent = agent.installCommand;
+    why.append(document.createElement("br"), "Install: ", install);
+  }
+  const check = document.createElement("td");
+  const run = button("Check", "check-agent", `Check ${p.name || p.code}: run one turn with it`, async () => {
+    run.disabled = true;
+    result.textContent = "Checking…";
+    const outcome = await checkAgent(p.code);
+    checked.set(p.code, outcome);
+    result.textContent = outcome;
+    say("agents-outcome", `${p.name || p.code}: ${outcome}`);
+    run.disabled = false;
+  });
+  run.dataset.code = p.code || "";
+  const result = document.createElement("span");
+  result.className = "check-result";
+  result.setAttribute("aria-live", "polite");
+  result.textContent = checked.get(p.code) || "";
+  check.append(run, " ", result);
+  row.append(name, cell(p.code || ""), cell(p.available ? "available" : "unavailable"), cell(agent.version || ""), cell(agent.defaultModel || ""), why, check);
+  return row;
+}
+
+/** Provider code -> what its last Check said. */
+const checked = new Map();
+
+/**
+ * The one-turn probe: a throwaway session of the extension's own (a managed
+ * workspace Core makes) with this agent, prepared — Core's preparation turn,
+ * which the agent answers — watched to its completion, then ended. What it
+ * says: "works (N ms)", or the error Core reported.
+ */
+async function checkAgent(code) {
+  const started = performance.now();
+  const made = await host.call("createSession", { provider: code, autoEndOnDisconnect: false });
+  const sessionId = made.response && made.response.session && made.response.session.sessionId;
+  if (made.error || !sessionId) return `fails: ${made.error ? `${made.error.code} ${made.error.message}` : "no session"}`;
+  // Outcomes by operation id: the completion may arrive before Prepare's answer.
+  const outcomes = new Map();
+  let wanted = null;
+  let settle;
+  const settled = new Promise((resolve) => (settle = resolve));
+  const outcome = (id, error) => {
+    outcomes.set(id, error || null);
+    if (id === wanted) settle(error || null);
+  };
+  const stop = host.watch(
+    sessionId,
+    (event) => {
+      if (event.snapshot) for (const o of event.snapshot.recentOutcomes || []) outcome(o.operationId, o.error);
+      if (event.operationCompleted) outcome(event.operationId, event.operationCompleted.error);
+    },
+    (error) => settle(error || { code: "CORE_RUNTIME_UNAVAILABLE", message: "the watch ended" }),
+  );
+  try {
+    const prepared = await host.call("prepare", { sessionId });
+    if (prepared.error) return `fails: ${prepared.error.code} ${prepared.error.message}`;
+    if (prepared.response.alreadyDone) return `works (${Math.round(performance.now() - started)} ms)`;
+    wanted = prepared.response.operationId;
+    if (outcomes.has(wanted)) settle(outcomes.get(wanted));
+    let timer;
+    const timeout = new Promise((resolve) => {
+      timer = setTimeout(() => resolve({ code: "TIMEOUT", message: `no answer within ${CHECK_TIMEOUT_MS / 1000} s` }), CHECK_TIMEOUT_MS);
+    });
+    const error = await Promise.race([settled, timeout]);
+    clearTimeout(timer);
+    return error ? `fails: ${error.code} ${error.message || ""}`.trim() : `works (${Math.round(performance.now() - started)} ms)`;
+  } finally {
+    stop();
+    await host.call("end", { sessionId });
+  }
+}
+
+$("agents-detect").addEventListener("click", () => {
+  $("agents-detect").disabled = true;
+  refreshAgents().finally(() => {
+    $("agents-detect").disabled = false;
+  });
+});
+
 // ---- start ----
 
 async function refresh() {
-  await Promise.all([refreshSessions(), refreshRequests()]);
+  const reads = [refreshSessions(), refreshRequests()];
+  // Consent changes elsewhere too (the approval page); the agents only when asked.
+  if (selected() === "sites") reads.push(refreshSites());
+  await Promise.all(reads);
+}
+
+/** Resolves at once while the page shows, else once it shows again. */
+function pageShows() {
+  if (document.visibilityState !== "hidden") return Promise.resolve();
+  return new Promise((resolve) => {
+    const visible = () => {
+      if (document.visibilityState === "hidden") return;
+      document.removeEventListener("visibilitychange", visible);
+      resolve();
+    };
+    document.addEventListener("visibilitychange", visible);
+  });
 }
 
 (async () => {
   selectTab(TABS.includes(location.hash.slice(1)) ? location.hash.slice(1) : "sessions", false);
   await refresh();
   // One round at a time: a slow Core must not pile calls up behind it.
+  // Nothing is read while the page is hidden (a background tab, a
+  // minimised window); it reads at once when it shows again.
   for (;;) {
     await new Promise((r) => setTimeout(r, REFRESH_MS));
+    await pageShows();
     await refresh().catch((e) => console.error("pedelec control center:", e));
   }
 })().catch((e) => console.error("pedelec control center:", e));

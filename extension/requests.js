@@ -89,8 +89,8 @@ globalThis.PedelecRequests = (() => {
 
   /**
    * The owner calls of NativeRequest: the user's decisions (consent), the
-   * agent's requests only the user may answer, and every site's sessions
-   * (list, end, watch, read, cancel). Only the extension's own pages make
+   * agent's requests only the user may answer, every site's sessions
+   * (list, end, watch, read, cancel), and the agents Core detects. Only the extension's own pages make
    * them (the worker for the approval page and the popup, the control
    * center on a host of its own); a page that names one is refused like
    * any unknown call.
@@ -106,6 +106,7 @@ globalThis.PedelecRequests = (() => {
     "watchSession",
     "getSessionHistory",
     "cancelTurn",
+    "listAgents",
   ]);
 
   class Refusal extends Error {

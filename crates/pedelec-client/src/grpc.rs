@@ -268,6 +268,7 @@ impl Transport for GrpcTransport {
                     Reply::GetSessionHistory(c.get_session_history(r).await.map_err(status)?.into_inner())
                 }
                 Call::CancelTurn(r) => Reply::CancelTurn(c.cancel_turn(r).await.map_err(status)?.into_inner()),
+                Call::ListAgents(r) => Reply::ListAgents(c.list_agents(r).await.map_err(status)?.into_inner()),
                 Call::Subscribe(_) | Call::Unsubscribe(_) => {
                     return Err(PedelecError::new(ErrorCode::InvalidArgument, "use Transport::subscribe"));
                 }

@@ -5,7 +5,12 @@
 //! extensions, the binary it points to and whether that exists).
 //!
 //! It only reads: it starts nothing, writes nothing, and asks a running Core
-//! (Ping, ListProviders) with a short timeout.
+//! (Ping, and the owner call ListAgents) with a short timeout. The agents it
+//! lists come from `providers::detect`, the same detection the extension's
+//! Agents view reads through ListAgents.
+
+/// The caller origin doctor's owner call (ListAgents) names.
+const DOCTOR_ORIGIN: &str = "app:pedelec-doctor";
 
 use std::fmt::Write as _;
 use std::path::Path;
@@ -53,10 +58,10 @@ pub async fn report(config: &CoreConfig, layout: &Layout) -> String {
     };
 
     out.push_str("\nProviders");
-    let providers = match core {
-        Ok((_, _, providers)) => {
+    let agents = match core {
+        Ok((_, _, agents)) => {
             out.push_str(" (as the running Core sees them)\n");
-            providers
+            agents
         }
         Err(_) => {
             out.push_str(" (from the settings; Core is not answering)\n");
@@ -65,17 +70,16 @@ pub async fn report(config: &CoreConfig, layout: &Layout) -> String {
                 .map_err(|e| e.to_string())
                 .and_then(|s| Providers::from_settings(s).map_err(|e| e.to_string()))
             {
-                Ok(providers) => providers.list(),
+                Ok(providers) => providers.agents(),
                 Err(why) => {
                     let _ = writeln!(out, "  ✗ {why}");
-                    Vec::new()
+                    pb::ListAgentsResponse::default()
                 }
             }
         }
     };
-    for provider in providers {
-        let why = if provider.available { String::new() } else { format!(" — {}", provider.reason) };
-        let _ = writeln!(out, "  {} {:<12} {}{why}", mark(provider.available), provider.code, provider.name);
+    for agent in &agents.agents {
+        let _ = writeln!(out, "{}", agent_line(agent, &agents.default_provider));
     }
 
     out.push_str("\nNative host\n");
@@ -109,6 +113,29 @@ pub async fn report(config: &CoreConfig, layout: &Layout) -> String {
     out
 }
 
+/// One provider's line: availability, code, name, version, default model,
+/// and when unavailable why (and how to install it when its program is missing).
+fn agent_line(agent: &pb::AgentInfo, default_provider: &str) -> String {
+    let provider = agent.provider.clone().unwrap_or_default();
+    let mut line = format!("  {} {:<12} {}", mark(provider.available), provider.code, provider.name);
+    if !agent.version.is_empty() {
+        let _ = write!(line, " {}", agent.version);
+    }
+    if !agent.default_model.is_empty() {
+        let _ = write!(line, " · model {}", agent.default_model);
+    }
+    if provider.code == default_provider {
+        line.push_str(" · the default");
+    }
+    if !provider.available {
+        let _ = write!(line, " — {}", provider.reason);
+    }
+    if !agent.install_command.is_empty() {
+        let _ = write!(line, " (install: {})", agent.install_command);
+    }
+    line
+}
+
 fn mark(ok: bool) -> &'static str {
     if ok { "✓" } else { "✗" }
 }
@@ -130,8 +157,8 @@ fn describe_dir(dir: &Path) -> String {
     }
 }
 
-/// Ping and ListProviders from a running Core, or why not.
-async fn ask_core(socket: &Path) -> Result<(pb::PingResponse, Duration, Vec<pb::ProviderInfo>), String> {
+/// Ping and ListAgents from a running Core, or why not.
+async fn ask_core(socket: &Path) -> Result<(pb::PingResponse, Duration, pb::ListAgentsResponse), String> {
     if !socket.exists() {
         return Err("no socket: Core is not running (the SDK and the native host start it on demand)".into());
     }
@@ -147,11 +174,11 @@ async fn ask_core(socket: &Path) -> Result<(pb::PingResponse, Duration, Vec<pb::
         .map_err(|e| format!("Ping failed: {}", e.message()))?
         .into_inner();
     let took = started.elapsed();
-    let providers = tokio::time::timeout(ASK * 5, client.list_providers(pb::ListProvidersRequest {}))
+    let agents = client.list_agents(pb::ListAgentsRequest { caller_origin: DOCTOR_ORIGIN.into() });
+    let agents = tokio::time::timeout(ASK * 5, agents)
         .await
-        .map_err(|_| "no answer to ListProviders within 10 s".to_owned())?
-        .map_err(|e| format!("ListProviders failed: {}", e.message()))?
-        .into_inner()
-        .providers;
-    Ok((ping, took, providers))
+        .map_err(|_| "no answer to ListAgents within 10 s".to_owned())?
+        .map_err(|e| format!("ListAgents failed: {}", e.message()))?
+        .into_inner();
+    Ok((ping, took, agents))
 }

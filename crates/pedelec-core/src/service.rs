@@ -272,6 +272,16 @@ impl Core for CoreService {
         Ok(Response::new(cancel(&session, &request.operation_id).await?))
     }
 
+    async fn list_agents(&self, request: Request<pb::ListAgentsRequest>) -> RpcReply<pb::ListAgentsResponse> {
+        crate::consent::check_owner(&request.into_inner().caller_origin)?;
+        // Detection stats programs and may probe a loopback endpoint: off the async workers.
+        let providers = self.registry.shared.providers.clone();
+        let agents = tokio::task::spawn_blocking(move || providers.agents())
+            .await
+            .map_err(|e| CoreError::new(ErrorCode::Internal, format!("detecting agents failed: {e}")))?;
+        Ok(Response::new(agents))
+    }
+
     async fn list_user_permissions(
         &self,
         request: Request<pb::ListUserPermissionsRequest>,
@@ -398,6 +408,7 @@ impl CoreService {
                 NativeReply::GetSessionHistory(self.get_session_history(r(q)).await?.into_inner())
             }
             Call::CancelTurn(q) => NativeReply::CancelTurn(self.cancel_turn(r(q)).await?.into_inner()),
+            Call::ListAgents(q) => NativeReply::ListAgents(self.list_agents(r(q)).await?.into_inner()),
             Call::Subscribe(_) | Call::WatchSession(_) | Call::Unsubscribe(_) => {
                 return Err(CoreError::new(
                     ErrorCode::InvalidArgument,

@@ -72,6 +72,8 @@ test("every call of NativeRequest has a valid body here, and only those", () => 
 });
 
 test("a page cannot make an owner call, in any spelling", () => {
+  // The control center's views: the agents Core detects, and consent (Sites).
+  for (const call of ["listAgents", "getConsent", "setConsent", "revokeOrigin"]) assert.ok(OWNER_CALLS.includes(call), call);
   const consent = { origin: ORIGIN, approved: true, folders: [{ path: "/", mayApproveCommands: true }] };
   for (const call of OWNER_CALLS) {
     const snake = call.replace(/[A-Z]/g, (c) => `_${c.toLowerCase()}`);

@@ -67,6 +67,13 @@ impl<'b> Page<'b> {
         }
     }
 
+    /// Makes this the visible tab (the others are then hidden: a page that
+    /// pauses while hidden, as the control center does, runs again).
+    pub fn bring_to_front(&self) -> Result<(), E2eError> {
+        self.browser.call("Page.bringToFront", json!({}), Some(&self.session))?;
+        Ok(())
+    }
+
     /// Clicks the centre of the element as a user would (trusted mouse events).
     pub fn click(&self, selector: &str) -> Result<(), E2eError> {
         let sel = serde_json::to_string(selector)?;

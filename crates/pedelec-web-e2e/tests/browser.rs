@@ -1113,6 +1113,14 @@ fn the_control_center_follows_cancels_and_stops_two_sites_sessions() {
     first
         .eval(r#"demo.state.autoAnswer = "deny"; window.commandTurn = demo.sendInBackground("/permission make deploy"); true"#)
         .expect("a command turn");
+    // The worker shows the request in a tab of its own, in front: the
+    // control center, hidden behind it, reads nothing until it is in front
+    // again (the click brings it there), so wait for that tab first.
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while !prompt_open(&rig, "permission=") {
+        assert!(Instant::now() < deadline, "the worker opens the request's tab");
+        std::thread::sleep(Duration::from_millis(50));
+    }
     control.click("#tab-requests").expect("open Requests");
     let request = "document.querySelector('#requests li')";
     control.wait_until(request, Duration::from_secs(10)).expect("the request is listed");
@@ -1220,4 +1228,203 @@ fn the_control_center_pages_a_thousand_sessions() {
     assert_eq!(control.eval("document.getElementById('page-prev').disabled").unwrap(), json!(false));
     let sites = control.eval("[...document.querySelectorAll('#sites li')].map((li) => li.textContent)").unwrap();
     assert_eq!(sites, json!([format!("{APP} 1000 sessions End all")]));
+}
+
+/// Core's consent for `origin`, read as the user (an owner call over gRPC).
+fn owner_consent(rig: &Rig, origin: &str) -> Option<pb::OriginConsent> {
+    let runtime = tokio::runtime::Builder::new_current_thread().enable_all().build().expect("runtime");
+    let transport = runtime.block_on(GrpcTransport::connect(rig.socket())).expect("gRPC to Core");
+    let request = pb::GetConsentRequest { caller_origin: "app:pedelec-extension".into(), origin: origin.into() };
+    let Ok(Reply::GetConsent(reply)) = runtime.block_on(transport.call(Call::GetConsent(request))) else {
+        panic!("Core answers GetConsent");
+    };
+    reply.origins.into_iter().find(|c| c.origin == origin)
+}
+
+/// Waits until Core's consent for `origin` is what `holds` wants.
+fn wait_for_consent(rig: &Rig, origin: &str, what: &str, holds: impl Fn(Option<&pb::OriginConsent>) -> bool) {
+    let deadline = Instant::now() + Duration::from_secs(10);
+    loop {
+        let consent = owner_consent(rig, origin);
+        if holds(consent.as_ref()) {
+            return;
+        }
+        assert!(Instant::now() < deadline, "Core's consent never came to {what}: {consent:?}");
+        std::thread::sleep(Duration::from_millis(50));
+    }
+}
+
+/// The control center's Sites and Agents views (issue 42): the user grants a
+/// site a folder (typed, checked by Core as SetConsent checks it) and the
+/// site opens a session there without being asked; lets it approve
+/// commands there; removes the grant; revokes the site, which ends its
+/// sessions; and sees the built-in agent available and the default. Every
+/// control has a label, and the page reads nothing while it is hidden.
+#[test]
+fn the_control_center_grants_a_folder_revokes_a_site_and_lists_the_agents() {
+    if !prerequisites_or_skip() {
+        return;
+    }
+    let rig = Rig::start(GRACE).expect("Core, native host, pages and Chromium start");
+    let origin = rig.site.origin();
+    let page = rig.open_demo(&rig.site).expect("the site's page");
+    let created = page.eval_later("demo.attempt(() => demo.start({ autoEndOnDisconnect: false }))").expect("start");
+    rig.answer_approval(&origin, "#approve").expect("approve the site");
+    let first = ok_value(created.wait(TURN).expect("createSession settles")["result"]["value"].clone());
+    let first = first.as_str().expect("session id").to_owned();
+    let area = tempfile::tempdir().expect("tempdir");
+    let folder = area.path().canonicalize().unwrap().join("project");
+    std::fs::create_dir_all(&folder).unwrap();
+    let folder = folder.display().to_string();
+
+    let url = format!("chrome-extension://{EXTENSION_ID}/control.html#sites");
+    let control = Page::open(&rig.browser, &url).expect("the control center");
+    let site = format!("#consents li[data-origin=\"{origin}\"]");
+    let in_site = |selector: &str| format!("document.querySelector('{site} {selector}')");
+    control.wait_until(&in_site("button.revoke-site"), Duration::from_secs(10)).expect("the approved site is listed");
+    let standing = control.eval(&format!("{}.textContent", in_site(".standing"))).unwrap();
+    assert!(standing.as_str().is_some_and(|s| s.starts_with(" approved")), "{standing}");
+
+    // A folder Core would never grant is refused, with Core's reason shown.
+    let home = std::env::var("HOME").expect("HOME");
+    let type_path = |path: &str| format!("({}.value = {}, true)", in_site("input.folder-path"), json!(path));
+    control.eval(&type_path(&home)).unwrap();
+    control.click(&format!("{site} button.add-folder-button")).expect("click Add folder");
+    control
+        .wait_until("document.getElementById('sites-outcome').textContent.startsWith('Not changed')", TURN)
+        .expect("the home folder is refused");
+    assert!(owner_consent(&rig, &origin).unwrap().folders.is_empty(), "nothing granted");
+
+    // A typed folder is granted, and the site opens a session there unasked.
+    control.eval(&type_path(&folder)).unwrap();
+    control.click(&format!("{site} button.add-folder-button")).expect("click Add folder");
+    let row = format!("{site} tr[data-path=\"{folder}\"]");
+    control.wait_until(&format!("document.querySelector('{row}')"), Duration::from_secs(10)).expect("the grant shows");
+    let grant = owner_consent(&rig, &origin).unwrap().folders;
+    assert_eq!(grant, vec![pb::FolderGrant { path: folder.clone(), may_approve_commands: false }]);
+    assert_eq!(control.eval(&format!("{}.value", in_site("input.folder-path"))).unwrap(), json!(""));
+    let opened = ok_value(attempt(
+        &page,
+        &format!(
+            "const s = await demo.pedelec.createSession({{ provider: 'scripted', workspace: {{ path: '{folder}' }}, autoEndOnDisconnect: false }}); \
+             await s.sendText('hello in the granted folder'); return s.sessionId;"
+        ),
+    ));
+    assert!(opened.as_str().is_some_and(|id| id.starts_with("sess-")), "{opened}");
+    assert!(std::path::Path::new(&folder).join(".pedelec-runtime").is_dir(), "the session works in the folder");
+    let prompts: Vec<Value> = rig
+        .browser
+        .targets()
+        .unwrap()
+        .into_iter()
+        .filter(|t| t["url"].as_str().is_some_and(|u| u.contains("approve.html?")))
+        .collect();
+    assert!(prompts.is_empty(), "the site was not asked about the folder: {prompts:?}");
+
+    // May approve commands, then the grant removed.
+    control.click(&format!("{row} input.may-approve")).expect("tick may approve commands");
+    wait_for_consent(&rig, &origin, "may approve commands", |c| {
+        c.is_some_and(|c| c.folders.iter().any(|f| f.path == folder && f.may_approve_commands))
+    });
+    control
+        .wait_until(&format!("document.querySelector('{row} input.may-approve').checked"), Duration::from_secs(10))
+        .expect("the box shows Core's copy");
+    control.click(&format!("{row} button.remove-folder")).expect("click Remove");
+    control.wait_until(&format!("!document.querySelector('{row}')"), Duration::from_secs(10)).expect("the row leaves");
+    wait_for_consent(&rig, &origin, "no folder", |c| c.is_some_and(|c| c.approved && c.folders.is_empty()));
+
+    // Revoke: the site is forgotten and its sessions end.
+    control.click(&format!("{site} button.revoke-site")).expect("click Revoke");
+    control
+        .wait_until(&format!("!document.querySelector('{site}')"), Duration::from_secs(10))
+        .expect("the site leaves");
+    wait_for_consent(&rig, &origin, "forgotten", |c| c.is_none());
+    for id in [first.as_str(), opened.as_str().unwrap()] {
+        wait_for_core_end(&rig, &origin, id);
+    }
+    let said = control.eval("document.getElementById('sites-outcome').textContent").unwrap();
+    assert_eq!(said, json!(format!("{origin} is revoked; 2 sessions ended.")));
+
+    // Agents: the built-in agent is available and the default, with its model.
+    control.click("#tab-agents").expect("open Agents");
+    let scripted = "document.querySelector('#agents tr[data-code=\"scripted\"]')";
+    control.wait_until(scripted, Duration::from_secs(10)).expect("the agents are listed");
+    let cells = control.eval(&format!("[...{scripted}.children].map((c) => c.textContent)")).unwrap();
+    assert_eq!(cells[0], json!("Scripted (default)"), "{cells}");
+    assert_eq!(
+        (cells[1].clone(), cells[2].clone(), cells[4].clone()),
+        (json!("scripted"), json!("available"), json!("scripted-1"))
+    );
+    assert!(cells[3].as_str().is_some_and(|v| !v.is_empty()), "a version: {cells}");
+    let default = control.eval("document.getElementById('default-agent').textContent").unwrap();
+    assert_eq!(default, json!("The default is Scripted (scripted), model scripted-1."));
+    let missing = control
+        .eval("[...document.querySelectorAll('#agents tr[data-available=\"false\"]')].map((r) => r.querySelector('.why').textContent)")
+        .unwrap();
+    assert!(
+        missing.as_array().is_some_and(|m| m.iter().all(|why| why.as_str().is_some_and(|w| !w.is_empty()))),
+        "{missing}"
+    );
+
+    // Check: a one-turn probe on a throwaway session of the extension's own, then ended.
+    control.click("#agents tr[data-code=\"scripted\"] button.check-agent").expect("click Check");
+    let result = "document.querySelector('#agents tr[data-code=\"scripted\"] .check-result').textContent";
+    control.wait_until(&format!("{result}.startsWith('works (')"), TURN).unwrap_or_else(|e| {
+        panic!("the scripted agent works: {e} {:?}", control.eval(result));
+    });
+    control
+        .wait_until(
+            &format!("!document.querySelector('{}').disabled", "#agents tr[data-code=\"scripted\"] button.check-agent"),
+            TURN,
+        )
+        .expect("Check is offered again once the probe ended");
+    let runtime = tokio::runtime::Builder::new_current_thread().enable_all().build().expect("runtime");
+    let transport = runtime.block_on(GrpcTransport::connect(rig.socket())).expect("gRPC to Core");
+    let live = pb::ListLiveSessionsRequest { caller_origin: "app:pedelec-extension".into(), origin: String::new() };
+    let Ok(Reply::ListLiveSessions(live)) = runtime.block_on(transport.call(Call::ListLiveSessions(live))) else {
+        panic!("Core lists the live sessions");
+    };
+    assert!(live.sessions.is_empty(), "the probe's session ended: {:?}", live.sessions);
+    let unavailable = "document.querySelector('#agents tr[data-available=\"false\"]')";
+    if control.eval(&format!("!!{unavailable}")).unwrap() == json!(true) {
+        control.eval(&format!("({unavailable}.querySelector('button.check-agent').click(), true)")).unwrap();
+        let said = format!("{unavailable}.querySelector('.check-result').textContent");
+        control.wait_until(&format!("{said}.startsWith('fails: ')"), TURN).unwrap_or_else(|e| {
+            panic!("an unavailable agent's check fails: {e} {:?}", control.eval(&said));
+        });
+    }
+
+    // Every control of the views has a name and is reachable by keyboard.
+    let unlabelled = control
+        .eval(
+            "[...document.querySelectorAll('button, input, select, [role=tab]')].filter((e) => \
+             e.tabIndex < 0 && e.getAttribute('role') !== 'tab' || \
+             !((e.labels && e.labels.length) || e.getAttribute('aria-label') || e.textContent.trim())).map((e) => e.outerHTML)",
+        )
+        .unwrap();
+    assert_eq!(unlabelled, json!([]));
+
+    // Hidden (another tab in front), the page reads nothing; shown, it reads at once.
+    control.click("#tab-sessions").expect("back to Sessions");
+    let other = Page::open(&rig.browser, "about:blank").expect("another tab");
+    control
+        .wait_until("document.visibilityState === 'hidden'", Duration::from_secs(5))
+        .expect("the control center is hidden");
+    let runtime = tokio::runtime::Builder::new_current_thread().enable_all().build().expect("runtime");
+    let transport = runtime.block_on(GrpcTransport::connect(rig.socket())).expect("gRPC to Core");
+    let request = pb::CreateSessionRequest {
+        caller_origin: "app:pedelec-hidden".into(),
+        auto_end_on_disconnect: Some(false),
+        ..Default::default()
+    };
+    let Ok(Reply::CreateSession(made)) = runtime.block_on(transport.call(Call::CreateSession(request))) else {
+        panic!("a session is created");
+    };
+    let made = made.session.unwrap().session_id;
+    let listed = format!("document.querySelector('#sessions tr[data-session=\"{made}\"]')");
+    std::thread::sleep(Duration::from_millis(2500));
+    assert_eq!(control.eval(&format!("!!{listed}")).unwrap(), json!(false), "nothing read while hidden");
+    control.bring_to_front().expect("the control center in front");
+    control.wait_until(&listed, Duration::from_secs(5)).expect("read again once shown");
+    other.close().unwrap();
 }

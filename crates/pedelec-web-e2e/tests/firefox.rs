@@ -144,6 +144,11 @@ fn firefox_end_to_end() {
     // (owner calls on a native host of the page's own, WatchSession's events unbatched).
     let session_id = started["value"].as_str().unwrap().to_owned();
     let control = ff.wait_for_context("the control center", |url| url.contains("/control.html")).unwrap();
+    // In front: a hidden control center reads nothing until it shows
+    // (headless Firefox reports a background tab visible; a headed one does not).
+    ff.call("browsingContext.activate", json!({ "context": control }), TURN).unwrap();
+    ff.wait_until(&control, "document.visibilityState === 'visible'", Duration::from_secs(5))
+        .expect("the control center shows");
     let follow = format!("document.querySelector('button.follow[data-session=\"{session_id}\"]')");
     ff.wait_until(&control, &format!("!!{follow}"), Duration::from_secs(10))
         .expect("the control center lists the session");

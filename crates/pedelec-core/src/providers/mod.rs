@@ -5,6 +5,7 @@ pub mod catalog;
 pub mod claude;
 pub mod cli_turn;
 pub mod codex;
+pub mod detect;
 mod events;
 pub mod openai;
 pub mod process;
@@ -366,6 +367,11 @@ impl Providers {
 
     pub fn list(&self) -> Vec<pb::ProviderInfo> {
         self.all.iter().map(|p| p.info()).collect()
+    }
+
+    /// What Core detects of each provider (`ListAgents`, `doctor`): see [`detect`].
+    pub fn agents(&self) -> pb::ListAgentsResponse {
+        detect::agents(self)
     }
 
     pub fn default_models(&self) -> std::collections::HashMap<String, String> {

@@ -191,6 +191,17 @@ async fn the_doctor_says_what_answers_what_is_available_and_what_is_registered()
     assert!(report.contains("(as the running Core sees them)"), "{report}");
     assert!(line("✓ scripted").contains("Scripted"), "{report}");
     assert!(line("✗ codex ").contains("not on PATH") || line("✓ codex ").contains("Codex"), "{report}");
+    // The same detection as the control center's Agents view (ListAgents):
+    // version, default model, the default, and how to install a missing agent.
+    let scripted = line("✓ scripted");
+    assert!(
+        scripted.contains(env!("CARGO_PKG_VERSION")) && scripted.contains("· model scripted-1 · the default"),
+        "{report}"
+    );
+    assert!(
+        line("✓ codex ").contains("Codex") || line("✗ codex ").ends_with("(install: npm install -g @openai/codex)"),
+        "{report}"
+    );
     assert!(line("✓ chromium").contains(&host.display().to_string()), "{report}");
     assert!(line("✓ chromium").contains("ighbaanpnpjegfpbhfnaekbncchadgfe"), "{report}");
     assert!(line("✗ chrome ").contains("MISSING"), "{report}");

@@ -536,3 +536,45 @@ async fn a_watched_session_still_ends_when_its_page_leaves() {
     let ended = events_until(&mut watched, |k| matches!(k, Kind::Ended(_))).await;
     assert!(matches!(ended.last(), Some(Kind::Ended(e)) if e.reason == "disconnected"), "{ended:?}");
 }
+
+/// The control center's Agents view (issue 42): the user lists what Core
+/// detects of each provider — availability and why not, version where
+/// known, default model, the install command of a missing agent, and the
+/// default provider — while a page (or an empty origin) cannot.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_user_lists_the_agents_core_detects_and_a_page_cannot() {
+    let h = Harness::start();
+    let mut raw = h.raw().await;
+    let ask = |caller: &str| pb::ListAgentsRequest { caller_origin: caller.into() };
+    for caller in [SITE, "http://localhost:8080", "https://other.example", ""] {
+        let refused = raw.list_agents(ask(caller)).await.unwrap_err();
+        let error = error_from_status(&refused);
+        assert_eq!(error.code, "ORIGIN_NOT_ALLOWED", "{caller:?}");
+        let details: serde_json::Value = serde_json::from_str(&error.details_json).unwrap();
+        assert_eq!(details["reason"], "owner_only", "{caller:?}");
+    }
+
+    let listed = raw.list_agents(ask(OWNER)).await.unwrap().into_inner();
+    assert_eq!(listed.default_provider, "scripted");
+    let codes: Vec<_> = listed.agents.iter().map(|a| a.provider.clone().unwrap_or_default().code).collect();
+    let providers: Vec<_> = raw.list_providers(pb::ListProvidersRequest {}).await.unwrap().into_inner().providers;
+    assert_eq!(codes, providers.iter().map(|p| p.code.clone()).collect::<Vec<_>>(), "ListProviders' order");
+    let agent = |code: &str| listed.agents.iter().find(|a| a.provider.as_ref().unwrap().code == code).unwrap();
+    let scripted = agent("scripted");
+    assert!(scripted.provider.as_ref().unwrap().available);
+    assert_eq!((scripted.default_model.as_str(), scripted.install_command.as_str()), ("scripted-1", ""));
+    assert!(!scripted.version.is_empty(), "the built-in agent's version is Core's");
+    // Each agent either runs here, or says why; a missing npm agent says how to install it.
+    for agent in &listed.agents {
+        let provider = agent.provider.as_ref().unwrap();
+        assert!(provider.available || !provider.reason.is_empty(), "{agent:?}");
+        if provider.available {
+            assert_eq!(agent.install_command, "", "{agent:?}");
+        }
+    }
+    let codex = agent("codex");
+    if !codex.provider.as_ref().unwrap().available {
+        assert_eq!(codex.install_command, "npm install -g @openai/codex");
+    }
+    assert_eq!(agent("openai").install_command, "", "an endpoint is not installed");
+}
