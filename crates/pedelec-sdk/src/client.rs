@@ -104,7 +104,7 @@ impl<T: ToolName> Default for SessionOptions<T> {
 /// ```
 #[derive(Clone)]
 pub struct Pedelec {
-    transport: Arc<dyn Transport>,
+    pub(crate) transport: Arc<dyn Transport>,
     origin: String,
     registry: Registry,
 }

@@ -55,6 +55,7 @@ pub mod history;
 pub mod machine;
 #[cfg(feature = "grpc")]
 pub mod native;
+pub mod owner;
 #[cfg(any(feature = "grpc", all(feature = "web", target_arch = "wasm32")))]
 mod router;
 pub mod session;
@@ -103,6 +104,7 @@ pub use context::{EventContext, EventKind, Source, StatusContext, ToolCallContex
 /// # }
 /// ```
 pub use error::PedelecError;
+pub use owner::Owner;
 pub use pedelec_protocol::{ErrorCode, SessionStatus, activity, pb, pb::EffortLevel};
 pub use session::{Disposer, HistoryQuery, PedelecSession, PedelecSessionUsage, SendOptions};
 pub use stream::{SessionEvent, SessionEvents, Turn};

@@ -149,6 +149,20 @@ async fn set_model() -> Result<(), Box<dyn std::error::Error>> {
 
 #[rustfmt::skip] // the snippet stays as the README shows it
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn owner() -> Result<(), Box<dyn std::error::Error>> {
+    let _core = core_for_snippets();
+    let site = Pedelec::discover("app:my-tool").await?;
+    let _session = site.create_session::<String>(SessionOptions { auto_end_on_disconnect: false, ..Default::default() }).await?;
+    let owner = Pedelec::discover("app:my-tray").await?.owner()?;
+    for live in owner.live_sessions(None).await? {
+        println!("{} in {}", live.origin, live.workspace_path);
+    }
+    assert!(!owner.live_sessions(Some("app:my-tool")).await?.is_empty());
+    Ok(())
+}
+
+#[rustfmt::skip] // the snippet stays as the README shows it
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn activities() -> Result<(), Box<dyn std::error::Error>> {
     let _core = core_for_snippets();
     let session = Pedelec::discover("app:my-tool").await?.create_session::<String>(SessionOptions::default()).await?;

@@ -578,3 +578,38 @@ async fn the_user_lists_the_agents_core_detects_and_a_page_cannot() {
     }
     assert_eq!(agent("openai").install_command, "", "an endpoint is not installed");
 }
+
+/// The Rust SDK makes owner calls only through `Pedelec::owner()`, which a
+/// client acting for a web origin cannot get; one acting for the user lists
+/// a site's sessions, reads one's history, sees the agents and ends them.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_rust_sdk_makes_owner_calls_only_when_it_asks_to_act_as_the_user() {
+    let h = Harness::start();
+    h.approve(SITE, &[]).await;
+    let site = h.client_for(SITE).await;
+    let refused = site.owner().err().expect("a page's client is never the user");
+    assert_eq!(refused.code, "ORIGIN_NOT_ALLOWED");
+    let session = site
+        .create_session::<String>(pedelec_sdk::SessionOptions { auto_end_on_disconnect: false, ..Default::default() })
+        .await
+        .unwrap();
+    session.send_text("hello").await.unwrap();
+
+    let owner = h.client_for("app:pedelec-tray").await.owner().expect("a local program may act as the user");
+    let live = owner.live_sessions(Some(SITE)).await.unwrap();
+    let ids: Vec<String> =
+        live.iter().map(|l| l.summary.as_ref().unwrap().session.as_ref().unwrap().session_id.clone()).collect();
+    assert_eq!(ids, [session.session_id().to_owned()]);
+    let history = owner.session_history(session.session_id(), pedelec_sdk::HistoryQuery::default()).await.unwrap();
+    assert!(
+        history
+            .entries
+            .iter()
+            .any(|e| matches!(&e.kind, Some(pb::history_entry::Kind::UserText(t)) if t.text == "hello"))
+    );
+    let agents = owner.agents().await.unwrap();
+    assert!(agents.agents.iter().any(|a| a.provider.as_ref().is_some_and(|p| p.code == "scripted")), "{agents:?}");
+    assert!(owner.user_permissions().await.unwrap().is_empty());
+    assert_eq!(owner.end_sessions(&[], Some(SITE)).await.unwrap(), 1);
+    assert!(owner.live_sessions(None).await.unwrap().is_empty());
+}
