@@ -107,6 +107,8 @@ export type HistoryEntry = {
   | { kind: "operation_completed"; error: { code: string; message: string } | null }
   | { kind: "ended"; reason: string }
   | { kind: "resumed" }
+  /** setModel changed the model (and effort level) for the turns after it. */
+  | { kind: "model_changed"; model: string; effortLevel?: EffortLevel }
 );
 
 /** One file a turn changed (`getChanges`). */
@@ -179,6 +181,13 @@ export interface ToolDefinition<TName extends string = string> {
   timeoutMs?: number;
   /** Inline handler; a named onTool(name, handler) overrides it. */
   handler?: ToolSpecificHandler;
+  /**
+   * A WebMCP tool descriptor's handler (`{ name, description, inputSchema, execute }`,
+   * as registered with `document.modelContext`): used when `handler` is absent.
+   */
+  execute?: ToolSpecificHandler;
+  /** WebMCP annotations (e.g. `readOnlyHint`); accepted, not yet shown to the user. */
+  annotations?: { readOnlyHint?: boolean; [hint: string]: unknown };
 }
 
 export interface CreateSessionOptions<TName extends string = string> {

@@ -494,6 +494,30 @@ fn browser_end_to_end() {
     assert_eq!(streamed["chats"], json!([deltas]), "one onChat, the deltas in order add up to it");
     assert!(messages < 500, "5 000 deltas took {messages} native-messaging messages: they were not batched");
 
+    // A tool given as a WebMCP descriptor (`execute`, `inputSchema`,
+    // `annotations`) is a frontend tool like any other: the agent's call
+    // reaches `execute` and its result comes back.
+    let webmcp = ok_value(attempt(
+        &page,
+        r##"const s = await demo.pedelec.createSession({ provider: "scripted", tools: [{
+             name: "page_title", description: "The page's title",
+             inputSchema: { type: "object", properties: { upper: { type: "boolean" } } },
+             annotations: { readOnlyHint: true },
+             execute: async (args) => ({ title: args.upper ? document.title.toUpperCase() : document.title }),
+           }] });
+           let reply = null;
+           s.onChat((text) => { reply = text; });
+           await s.sendText('/tool page_title {"upper":true}');
+           await s.end();
+           return { reply, title: document.title };"##,
+    ));
+    let title = webmcp["title"].as_str().unwrap_or_default().to_uppercase();
+    assert_eq!(
+        webmcp["reply"],
+        json!(format!("Tool page_title returned {}.", json!({ "title": title }))),
+        "{webmcp}"
+    );
+
     // A session the page keeps no reference to (its handlers do the work)
     // survives garbage collection: the client holds it until it ends, so
     // its subscription stays and Core does not auto-end it.

@@ -61,7 +61,10 @@ fn tool_specs(tools: &JsValue) -> Result<Vec<ToolSpec<String>>, JsValue> {
             if let Some(ms) = get(&tool, "timeoutMs").as_f64() {
                 spec = spec.timeout_ms(ms as u32);
             }
-            if let Some(handler) = get(&tool, "handler").dyn_ref::<Function>() {
+            // `execute` is a WebMCP tool descriptor's handler (document.modelContext's shape).
+            let handler = get(&tool, "handler");
+            let handler = if handler.is_undefined() { get(&tool, "execute") } else { handler };
+            if let Some(handler) = handler.dyn_ref::<Function>() {
                 spec = spec.with_handler(tool_handler(handler.clone()));
             }
             Ok(spec)

@@ -26,6 +26,15 @@ export async function everyMethod(file: File): Promise<void> {
     { name: "update_counter", description: "Adds delta to the counter", inputSchema: { type: "object" } },
     { name: "read_page", description: "Reads the page", timeoutMs: 5000, handler: () => "the page" },
   ];
+  // A WebMCP tool descriptor, as registered with document.modelContext.
+  const webmcp: ToolDefinition = {
+    name: "page_title",
+    description: "The page's title",
+    inputSchema: { type: "object" },
+    annotations: { readOnlyHint: true },
+    execute: async () => ({ title: "t" }),
+  };
+  void webmcp;
   // @ts-expect-error a tool needs a description (Core refuses one without it)
   const undescribed: ToolDefinition = { name: "nameless" };
   void undescribed;
@@ -78,6 +87,14 @@ export async function everyMethod(file: File): Promise<void> {
   const page = await session.getHistory({ afterSeq: 0, limit: 50 });
   const kinds = page.entries.map((entry: HistoryEntry) => (entry.kind === "assistant_message" ? entry.text : entry.kind));
   console.log(kinds, page.hasMore, session.getStatus());
+  await session.steer("Keep the old name as an alias.");
+  const changes = await session.getChanges({ turnId: "turn-1" });
+  for (const f of changes.files) console.log(f.kind, f.path, f.diff, f.binary, f.secret, f.diffTruncated, f.size);
+  console.log(changes.complete, changes.inProgress, (await session.getChanges()).turnId);
+  const switched = await session.setModel("scripted-text-only", { effortLevel: "high" });
+  console.log(switched.model, switched.effortLevel);
+  const changed = page.entries.find((e: HistoryEntry) => e.kind === "model_changed");
+  if (changed?.kind === "model_changed") console.log(changed.model);
   await session.cancel();
   await session.end();
   await again.resume();
