@@ -512,11 +512,7 @@ fn browser_end_to_end() {
            return { reply, title: document.title };"##,
     ));
     let title = webmcp["title"].as_str().unwrap_or_default().to_uppercase();
-    assert_eq!(
-        webmcp["reply"],
-        json!(format!("Tool page_title returned {}.", json!({ "title": title }))),
-        "{webmcp}"
-    );
+    assert_eq!(webmcp["reply"], json!(format!("Tool page_title returned {}.", json!({ "title": title }))), "{webmcp}");
 
     // A session the page keeps no reference to (its handlers do the work)
     // survives garbage collection: the client holds it until it ends, so
