@@ -83,6 +83,7 @@ globalThis.PedelecRequests = (() => {
     steer: session({ text: STRING, operationId: STRING }),
     getChanges: session({ turnId: STRING }),
     setModel: session({ model: STRING, effortLevel: EFFORT_LEVEL }),
+    setTools: session({ tools: repeated(TOOL_DEFINITION) }),
     listSessions: message({ callerOrigin: ORIGIN, limit: UINT32, beforeSessionId: STRING }),
     answerPermission: session({ permissionId: STRING, optionId: STRING }),
   };

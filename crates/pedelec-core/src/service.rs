@@ -176,6 +176,13 @@ impl Core for CoreService {
         Ok(Response::new(session.get_changes(&request.turn_id).await?))
     }
 
+    async fn set_tools(&self, request: Request<pb::SetToolsRequest>) -> RpcReply<pb::SetToolsResponse> {
+        let request = request.into_inner();
+        let session = self.registry.get_for_work(&request.session_id, &request.caller_origin).await?;
+        session.set_tools(request.tools).await?;
+        Ok(Response::new(pb::SetToolsResponse {}))
+    }
+
     async fn set_model(&self, request: Request<pb::SetModelRequest>) -> RpcReply<pb::SetModelResponse> {
         let request = request.into_inner();
         let session = self.registry.get_for_work(&request.session_id, &request.caller_origin).await?;
@@ -387,6 +394,7 @@ impl CoreService {
             Call::Steer(q) => NativeReply::Steer(self.steer(r(q)).await?.into_inner()),
             Call::GetChanges(q) => NativeReply::GetChanges(self.get_changes(r(q)).await?.into_inner()),
             Call::SetModel(q) => NativeReply::SetModel(self.set_model(r(q)).await?.into_inner()),
+            Call::SetTools(q) => NativeReply::SetTools(self.set_tools(r(q)).await?.into_inner()),
             Call::ListSessions(q) => NativeReply::ListSessions(self.list_sessions(r(q)).await?.into_inner()),
             Call::AnswerPermission(q) => {
                 NativeReply::AnswerPermission(self.answer_permission(r(q)).await?.into_inner())
@@ -490,7 +498,7 @@ impl AgentTools for AgentToolsService {
 impl AgentToolsService {
     pub fn list(&self, tool_token: &str) -> Result<pb::ListToolsResponse, CoreError> {
         let session = self.registry.by_token(tool_token)?;
-        Ok(pb::ListToolsResponse { tools: session.tools.definitions.clone(), guidance: session.guidance.clone() })
+        Ok(pb::ListToolsResponse { tools: session.tools().definitions.clone(), guidance: session.guidance.clone() })
     }
 
     pub async fn call(&self, request: pb::CallToolRequest) -> Result<pb::CallToolResponse, CoreError> {

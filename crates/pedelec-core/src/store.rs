@@ -441,6 +441,17 @@ impl Store {
 
     /// Keeps `skills_json` as the session's stored skills if it has none
     /// yet (a row from before Core kept its own copy), without waiting.
+    /// Replaces the session's stored skills (`SetTools`), durably.
+    pub async fn save_skills(&self, session_id: &SessionId, skills_json: String) -> CoreResult<()> {
+        let id = session_id.as_str().to_owned();
+        self.submit_statement(Box::new(move |c| {
+            c.prepare_cached("UPDATE sessions SET skills_json = ?2 WHERE id = ?1")?
+                .execute(params![id, skills_json])
+                .map(drop)
+        }));
+        self.flush().await
+    }
+
     pub fn adopt_skills(&self, session_id: &SessionId, skills_json: String) {
         let id = session_id.as_str().to_owned();
         self.submit_statement(Box::new(move |c| {

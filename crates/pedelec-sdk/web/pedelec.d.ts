@@ -301,6 +301,13 @@ export declare class PedelecSession<TToolName extends string = string> {
    * continues the same conversation. Rejects with `INVALID_ARGUMENT` for an empty
    * or malformed name, `SESSION_ENDED` once the session ended.
    */
+  /**
+   * Replaces the session's frontend tools between turns (tool definitions or
+   * WebMCP descriptors, as `createSession({ tools })` takes them); the agent sees
+   * the new list from its next turn. Rejects with `TOOLS_MANIFEST_INVALID`
+   * (nothing changed) or `SESSION_BUSY` while a turn runs.
+   */
+  setTools(tools: readonly ToolDefinition<TToolName>[]): Promise<void>;
   setModel(model: string, options?: { effortLevel?: EffortLevel }): Promise<{ model: string; effortLevel?: EffortLevel }>;
   /**
    * The files a turn created, modified or deleted in the workspace, each with a

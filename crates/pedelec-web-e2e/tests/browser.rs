@@ -508,9 +508,18 @@ fn browser_end_to_end() {
            let reply = null;
            s.onChat((text) => { reply = text; });
            await s.sendText('/tool page_title {"upper":true}');
+           const first = reply;
+           // Between turns the page swaps its tools (as after a WebMCP toolchange).
+           await s.setTools([{ name: "page_url", description: "The page's address", execute: () => location.pathname }]);
+           await s.sendText("/tool page_url {}");
+           const swapped = reply;
+           await s.sendText("/tool page_title {}");
            await s.end();
-           return { reply, title: document.title };"##,
+           return { reply: first, swapped, gone: reply, title: document.title, path: location.pathname };"##,
     ));
+    let path = webmcp["path"].as_str().unwrap_or_default();
+    assert_eq!(webmcp["swapped"], json!(format!("Tool page_url returned {}.", json!(path))), "{webmcp}");
+    assert!(webmcp["gone"].as_str().unwrap_or_default().contains("TOOL_NOT_FOUND"), "{webmcp}");
     let title = webmcp["title"].as_str().unwrap_or_default().to_uppercase();
     assert_eq!(webmcp["reply"], json!(format!("Tool page_title returned {}.", json!({ "title": title }))), "{webmcp}");
 

@@ -175,7 +175,8 @@ pub struct Session {
     /// Given to the agent it starts; only its digest is stored.
     pub tool_token: ToolToken,
     pub guidance: String,
-    pub tools: Arc<ToolSet>,
+    /// The frontend tools calls are checked against (`SetTools` replaces them).
+    tools: Mutex<Arc<ToolSet>>,
     shared: Arc<Shared>,
     inner: Mutex<Inner>,
     /// Woken when events are pushed to the log or its readers are closed.
@@ -187,8 +188,9 @@ pub struct Session {
     fence: fence::ToolFence,
     /// Workspace snapshots for what turns change.
     changes: Mutex<TurnSnapshots>,
-    /// `SetModel` changed the model: the next turn starts a fresh runtime.
-    model_changed: std::sync::atomic::AtomicBool,
+    /// `SetModel` or `SetTools` changed what the agent runs with: the next
+    /// turn starts a fresh runtime.
+    runtime_stale: std::sync::atomic::AtomicBool,
 }
 
 /// The running turn's start snapshot, and the last one taken (whose file
@@ -270,7 +272,7 @@ impl Session {
             workspace: new.workspace,
             tool_token: new.tool_token,
             guidance: new.skills.guidance,
-            tools: new.tools,
+            tools: Mutex::new(new.tools),
             shared,
             inner: Mutex::new(Inner {
                 machine,
@@ -288,7 +290,7 @@ impl Session {
             transcript_bytes: std::sync::atomic::AtomicU64::new(0),
             fence: fence::ToolFence::default(),
             changes: Mutex::default(),
-            model_changed: std::sync::atomic::AtomicBool::new(false),
+            runtime_stale: std::sync::atomic::AtomicBool::new(false),
         })
     }
 
@@ -701,7 +703,7 @@ impl Session {
             workspace: self.workspace.root.clone(),
             runtime_dir: self.workspace.runtime.clone(),
             guidance: self.guidance.clone(),
-            tools: self.tools.definitions.clone(),
+            tools: self.tools().definitions.clone(),
             provider_session_id: inner.machine.provider_session_id().map(str::to_owned),
             usage_total: inner.machine.usage(),
             permissions: (self.info.permission_mode == pb::PermissionMode::App as i32).then(|| self.asker()),
@@ -747,7 +749,7 @@ impl Session {
         let result = {
             let mut runtime = self.runtime.lock().await;
             // A new model: the runtime restarts with it and resumes the agent's thread.
-            if self.model_changed.swap(false, std::sync::atomic::Ordering::AcqRel)
+            if self.runtime_stale.swap(false, std::sync::atomic::Ordering::AcqRel)
                 && let Some(mut old) = runtime.take()
             {
                 old.shutdown();
@@ -914,9 +916,36 @@ impl Session {
             return Err(crate::error::CoreError::new(ErrorCode::InvalidArgument, problem));
         }
         if self.step(|m, now, out| m.set_model(model, effort, now, out))? {
-            self.model_changed.store(true, std::sync::atomic::Ordering::Release);
+            self.runtime_stale.store(true, std::sync::atomic::Ordering::Release);
         }
         Ok(self.current_info())
+    }
+
+    /// The frontend tools as they now stand.
+    pub fn tools(&self) -> Arc<ToolSet> {
+        self.tools.lock().unwrap_or_else(|poisoned| poisoned.into_inner()).clone()
+    }
+
+    /// `SetTools` (see core.proto): a new frontend tool list between turns.
+    pub async fn set_tools(self: &Arc<Self>, tools: Vec<pb::ToolDefinition>) -> CoreResult<()> {
+        use crate::error::CoreError;
+        let compiled = ToolSet::compile(tools.clone())?;
+        {
+            let inner = self.lock();
+            let status = inner.machine.status();
+            if status == SessionStatus::Ended {
+                return Err(CoreError::new(ErrorCode::SessionEnded, "the session has ended"));
+            }
+            if inner.task.is_some() || matches!(status, SessionStatus::Running | SessionStatus::WaitingToolResult) {
+                return Err(CoreError::new(ErrorCode::SessionBusy, "tools change between turns"));
+            }
+        }
+        let skills = pb::Skills { guidance: self.guidance.clone(), tools };
+        self.workspace.write_manifest(&skills)?;
+        self.shared.store.save_skills(&self.id, pedelec_protocol::json::to_json(&skills)).await?;
+        *self.tools.lock().unwrap_or_else(|poisoned| poisoned.into_inner()) = compiled;
+        self.runtime_stale.store(true, std::sync::atomic::Ordering::Release);
+        Ok(())
     }
 
     /// The session's info with its current model and effort.
@@ -1196,8 +1225,8 @@ impl Session {
             self.fence.pass(tool, fence::REPORT_WAIT).await;
         }
         let request = ToolRequestId::new(new_id("tool"));
-        let check =
-            |tool: &str, args: &str| self.tools.check_call(tool, args).map(pedelec_protocol::tools::tool_timeout);
+        let tools = self.tools();
+        let check = |tool: &str, args: &str| tools.check_call(tool, args).map(pedelec_protocol::tools::tool_timeout);
         let (receiver, started) = {
             let mut inner = self.lock();
             let mut effects = Vec::new();

@@ -573,6 +573,46 @@ impl<T: ToolName> PedelecSession<T> {
         }
     }
 
+    /// Replaces the session's frontend tools between turns: Core checks
+    /// them as `create_session` does (`TOOLS_MANIFEST_INVALID`), every
+    /// later call is checked against them, and the agent sees the new list
+    /// from its next turn. The tools' inline handlers replace this handle's
+    /// (a named `on_tool` still wins). `SESSION_BUSY` while a turn runs.
+    ///
+    /// # Examples
+    ///
+    /// ```no_run
+    /// # async fn example() -> Result<(), pedelec_sdk::PedelecError> {
+    /// use pedelec_sdk::{Pedelec, SessionOptions, ToolSpec, sync_handler};
+    ///
+    /// let pedelec = Pedelec::discover("app:my-tool").await?;
+    /// let session = pedelec.create_session::<String>(SessionOptions::default()).await?;
+    /// let schema = serde_json::json!({ "type": "object" });
+    /// let title = ToolSpec::new("page_title".to_string(), "The page's title", schema)
+    ///     .with_handler(sync_handler(|_: serde_json::Value, _| Ok::<_, String>(serde_json::json!("Pedelec"))));
+    /// session.set_tools(vec![title]).await?;
+    /// session.send_text("What is the page called?").await?;
+    /// # Ok(())
+    /// # }
+    /// ```
+    pub async fn set_tools(&self, tools: Vec<crate::ToolSpec<T>>) -> Result<(), PedelecError> {
+        if self.is_detached() {
+            return Err(detached_error());
+        }
+        let request = pb::SetToolsRequest {
+            session_id: self.shell.session_id.clone(),
+            caller_origin: self.shell.origin.clone(),
+            tools: tools.iter().map(|t| t.definition()).collect(),
+        };
+        match self.shell.transport.call(Call::SetTools(request)).await? {
+            Reply::SetTools(_) => {}
+            other => return Err(unexpected(&other)),
+        }
+        let inline = tools.into_iter().filter_map(|t| t.handler.map(|h| (t.name.as_str().to_owned(), h))).collect();
+        self.shell.lock().handlers.inline = inline;
+        Ok(())
+    }
+
     /// Reactivates this handle after `end()` (ended → idle on the same thread).
     ///
     /// # Examples

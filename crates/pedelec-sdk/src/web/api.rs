@@ -343,6 +343,14 @@ impl JsPedelecSession {
         })
     }
 
+    /// `setTools(tools)`: a new frontend tool list between turns.
+    #[wasm_bindgen(js_name = setTools)]
+    pub fn set_tools(&self, tools: JsValue) -> Promise {
+        let session = self.session.clone();
+        let specs = tool_specs(&tools);
+        future_to_promise(Local(async move { void(session.set_tools(specs?).await) }))
+    }
+
     /// `setModel(model, { effortLevel })`: from the next turn.
     #[wasm_bindgen(js_name = setModel)]
     pub fn set_model(&self, model: String, options: JsValue) -> Promise {

@@ -1129,6 +1129,42 @@ async fn set_model_between_turns(rig: Rig, server: &ModelServer) {
 
 per_agent!(set_model => super::set_model_between_turns);
 
+/// `set_tools()` between two turns of a real agent: the next turn's model
+/// requests offer the new tool, and the agent's call of it reaches the
+/// handler given with it.
+async fn set_tools_between_turns(rig: Rig, server: &ModelServer) {
+    let h = AgentHarness::start(&rig.settings);
+    let client = h.client().await;
+    let session = client
+        .create_session::<String>(SessionOptions { auto_end_on_disconnect: false, ..rig.options() })
+        .await
+        .unwrap();
+    session
+        .send_text("remember the word heron")
+        .await
+        .unwrap_or_else(|e| panic!("{}: first turn: {e:?}", rig.provider));
+    let called = Arc::new(Mutex::new(0));
+    let count = called.clone();
+    let title = pedelec_sdk::ToolSpec::new("page_title".to_string(), "The page's title", schema_object()).with_handler(
+        pedelec_sdk::sync_handler(move |_: serde_json::Value, _| {
+            *count.lock().unwrap() += 1;
+            Ok::<_, String>(serde_json::json!({ "title": "Pedelec" }))
+        }),
+    );
+    session.set_tools(vec![title]).await.unwrap_or_else(|e| panic!("{}: set_tools: {e:?}", rig.provider));
+    let before = server.generations().len();
+    session
+        .send_text("call page_title {}")
+        .await
+        .unwrap_or_else(|e| panic!("{}: the turn after set_tools: {e:?}; {}", rig.provider, server_log(server)));
+    let offered = generations_since(server, before).iter().any(|r| r.request.tool_named("page_title").is_some());
+    assert!(offered, "{}: the new tool is offered; {}", rig.provider, server_log(server));
+    assert_eq!(*called.lock().unwrap(), 1, "{}: the handler answered; {}", rig.provider, server_log(server));
+    session.end().await.unwrap();
+}
+
+per_agent!(set_tools => super::set_tools_between_turns);
+
 /// Permissions to the app with a real agent (`PermissionMode::App`): the
 /// model asks the agent to write outside its workspace; where the agent asks
 /// permission for that, the request reaches `on_permission` as a file edit

@@ -1,7 +1,7 @@
 //! `set_model()`: the model and effort of the turns from the next one, on
 //! the same conversation; every subscriber's snapshot, the history and the
 //! session list show it; bad names and ended sessions are refused and
-//! change nothing.
+//! change nothing. And `set_tools()`: the frontend tools, between turns.
 
 use pedelec_protocol::pb::{self, history_entry::Kind};
 use pedelec_sdk::assets::UploadSource;
@@ -93,4 +93,58 @@ async fn bad_model_changes_are_refused_and_change_nothing(via: Via) {
 super::over_both_transports!(
     the_next_turn_runs_the_new_model_on_the_same_conversation,
     bad_model_changes_are_refused_and_change_nothing,
+    tools_change_between_turns,
 );
+
+/// `set_tools()` between turns: the next turn's calls reach the new tool's
+/// handler, a removed tool is `TOOL_NOT_FOUND`, a bad manifest changes
+/// nothing, and a turn in progress refuses the change.
+async fn tools_change_between_turns(via: Via) {
+    use pedelec_sdk::{ToolSpec, sync_handler};
+    let h = Harness::start_via(via);
+    let client = h.client().await;
+    let session = client
+        .create_session::<String>(SessionOptions { auto_end_on_disconnect: false, ..Default::default() })
+        .await
+        .unwrap();
+    let chat = super::Recorder::attach(&session);
+    let object = serde_json::json!({ "type": "object" });
+    let title = ToolSpec::new("page_title".to_string(), "The page's title", object.clone())
+        .with_handler(sync_handler(|_: serde_json::Value, _| Ok::<_, String>(serde_json::json!("Pedelec"))));
+    session.set_tools(vec![title]).await.expect("set_tools");
+    session.send_text("/tool page_title {}").await.unwrap();
+    assert!(chat.lines().iter().any(|l| l.contains("Tool page_title returned \\\"Pedelec\\\".")), "{:?}", chat.lines());
+
+    // A manifest Core refuses changes nothing: the tool still answers.
+    let bad = ToolSpec::new("bad name!".to_string(), "x", object.clone());
+    let refused = session.set_tools(vec![bad]).await.unwrap_err();
+    assert_eq!(refused.code, "TOOLS_MANIFEST_INVALID");
+    session.send_text("/tool page_title {}").await.unwrap();
+
+    // During a turn: refused.
+    let running = {
+        let session = session.clone();
+        tokio::spawn(async move { session.send_text("/wait-steer 20000").await })
+    };
+    // The handle says running as it sends; wait until Core runs the turn
+    // (it then answers the turn's changes so far).
+    let mut in_core = false;
+    for _ in 0..500 {
+        if session.changes(None).await.is_ok_and(|c| c.in_progress) {
+            in_core = true;
+            break;
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(10)).await;
+    }
+    assert!(in_core, "the turn runs in Core");
+    let busy = session.set_tools(Vec::new()).await.unwrap_err();
+    assert_eq!(busy.code, "SESSION_BUSY");
+    session.steer("go on").await.unwrap();
+    running.await.unwrap().unwrap();
+
+    // None at all: the old tool is gone.
+    session.set_tools(Vec::new()).await.unwrap();
+    session.send_text("/tool page_title {}").await.unwrap();
+    assert!(chat.lines().iter().any(|l| l.contains("TOOL_NOT_FOUND")), "{:?}", chat.lines());
+    session.end().await.unwrap();
+}

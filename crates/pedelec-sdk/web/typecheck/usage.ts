@@ -35,6 +35,8 @@ export async function everyMethod(file: File): Promise<void> {
     execute: async () => ({ title: "t" }),
   };
   void webmcp;
+  const swap = async (s: PedelecSession<ToolName>) => s.setTools(tools);
+  void swap;
   // @ts-expect-error a tool needs a description (Core refuses one without it)
   const undescribed: ToolDefinition = { name: "nameless" };
   void undescribed;
