@@ -134,6 +134,18 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
         println!("▶ set_model(\"scripted-text-only\", None)");
         let info = session.set_model("scripted-text-only", None).await?;
         println!("  model now {}", info.model);
+        // Other frontend tools from the next turn.
+        println!("▶ set_tools([page_title]), then send_text(\"/tool page_title {{}}\")");
+        let title = pedelec_sdk::ToolSpec::new(
+            "page_title".to_string(),
+            "The page's title",
+            serde_json::json!({ "type": "object" }),
+        )
+        .with_handler(pedelec_sdk::sync_handler(|_: serde_json::Value, _| {
+            Ok::<_, String>(serde_json::json!("Pedelec demo"))
+        }));
+        session.set_tools(vec![title]).await?;
+        session.send_text("/tool page_title {}").await?;
         // What a turn did to the workspace, as a review would show it.
         println!("▶ send_text(\"/write notes.md …\"), then changes(None)");
         session.send_text("/write notes.md Reviewed\\nby the demo").await?;
