@@ -10,9 +10,10 @@
 // Message shapes are documented in README.md.
 "use strict";
 
-// requests.js (the request allowlist): Firefox loads it first through
-// `background.scripts`; Chromium's service worker imports it here.
+// requests.js (the request allowlist) and shown.js: Firefox loads them first
+// through `background.scripts`; Chromium's service worker imports them here.
 if (typeof PedelecRequests === "undefined") importScripts("requests.js");
+if (typeof PedelecShown === "undefined") importScripts("shown.js");
 
 /** The host name pedelec-native-host registers (crates/pedelec-native-host/src/registration.rs). */
 const HOST_NAME = "dev.pedelec.host";
@@ -984,27 +985,12 @@ function acceptPage(port, origin) {
 const POPUP_PAGE = "popup.html";
 const CONTROL_PAGE = "control.html";
 
-/** A live session as the popup shows it. */
-function shownSession(live) {
-  const summary = live.summary || {};
-  const info = summary.session || {};
-  return {
-    sessionId: info.sessionId || "",
-    origin: live.origin || "",
-    provider: info.provider || "",
-    model: info.model || "",
-    workspacePath: live.workspacePath || "",
-    status: String(summary.status || "").replace(/^SESSION_STATUS_/, "").toLowerCase(),
-    createdAtMs: Number(info.createdAtMs || 0),
-    totalTokens: Number(live.totalTokens || 0),
-  };
-}
 
 /** The sessions Core has live, of `origin` or of every origin; null when Core cannot answer. */
 async function liveSessions(origin, call = (c, b) => owner.call(c, b)) {
   const reply = await call("listLiveSessions", origin ? { origin } : {});
   if (reply.error) return null;
-  return ((reply.response && reply.response.sessions) || []).map(shownSession);
+  return ((reply.response && reply.response.sessions) || []).map(PedelecShown.liveSession);
 }
 
 /** The toolbar badge: how many sessions are running a turn now. */

@@ -182,12 +182,7 @@ function button(text, className, label, onClick) {
   return b;
 }
 
-/** `SESSION_STATUS_WAITING_TOOL_RESULT` -> `waiting_tool_result` (protobuf JSON writes enum names). */
-function enumWord(value, prefix) {
-  return String(value || "")
-    .replace(prefix, "")
-    .toLowerCase();
-}
+const { enumWord } = PedelecShown;
 
 function clock(ms) {
   const n = Number(ms || 0);
@@ -236,21 +231,6 @@ for (const [i, tab] of TABS.entries()) {
 let sessions = [];
 let page = 0;
 
-/** A LiveSession (core.proto) as the table shows it. */
-function shown(live) {
-  const summary = live.summary || {};
-  const info = summary.session || {};
-  return {
-    sessionId: info.sessionId || "",
-    origin: live.origin || "",
-    provider: info.provider || "",
-    model: info.model || "",
-    workspacePath: live.workspacePath || "",
-    status: enumWord(summary.status, "SESSION_STATUS_"),
-    createdAtMs: Number(info.createdAtMs || 0),
-    totalTokens: Number(live.totalTokens || 0),
-  };
-}
 
 async function refreshSessions() {
   const reply = await host.call("listLiveSessions", {});
@@ -259,7 +239,7 @@ async function refreshSessions() {
     return;
   }
   say("core-state", "");
-  sessions = ((reply.response && reply.response.sessions) || []).map(shown);
+  sessions = ((reply.response && reply.response.sessions) || []).map(PedelecShown.liveSession);
   renderSessions();
 }
 

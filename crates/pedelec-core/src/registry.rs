@@ -418,8 +418,11 @@ impl Registry {
         if pb::EffortLevel::try_from(request.effort_level).is_err() {
             return Err(CoreError::new(ErrorCode::InvalidArgument, "unknown effort level"));
         }
-        if request.model.len() > limits::MAX_ID_LEN {
-            return Err(CoreError::new(ErrorCode::InvalidArgument, "model name is too long"));
+        // Empty picks the provider's default; anything else reaches the
+        // agent's command line and is checked as SetModel checks it.
+        if let Some(problem) = (!request.model.is_empty()).then(|| limits::model_name_problem(&request.model)).flatten()
+        {
+            return Err(CoreError::new(ErrorCode::InvalidArgument, problem));
         }
         let model = if request.model.is_empty() { provider.default_model() } else { request.model };
         if model.is_empty() && provider.requires_model() {

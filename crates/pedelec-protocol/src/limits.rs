@@ -410,8 +410,9 @@ pub const MAX_ATTACHMENTS: usize = 16;
 pub const MAX_IMAGE_ATTACHMENT_BYTES: u64 = 20 * 1024 * 1024;
 
 /// Why `model` cannot name a model (`SetModel`), or `None` when it can: it
-/// is not empty, at most [`MAX_ID_LEN`] bytes, and has no whitespace or
-/// control characters (it reaches agents' command lines and config keys).
+/// is not empty, at most [`MAX_ID_LEN`] bytes, does not start with `-`, and
+/// has no whitespace or control characters: it reaches agents' command
+/// lines (`--model NAME`), where a leading dash would read as a flag.
 ///
 /// # Examples
 ///
@@ -424,12 +425,15 @@ pub const MAX_IMAGE_ATTACHMENT_BYTES: u64 = 20 * 1024 * 1024;
 /// assert!(model_name_problem("a model").is_some());
 /// assert!(model_name_problem("x\u{0}y").is_some());
 /// assert!(model_name_problem(&"m".repeat(129)).is_some());
+/// assert!(model_name_problem("--dangerously-skip-permissions").is_some());
 /// ```
 pub fn model_name_problem(model: &str) -> Option<&'static str> {
     if model.is_empty() {
         Some("the model name is empty")
     } else if model.len() > MAX_ID_LEN {
         Some("the model name is longer than 128 bytes")
+    } else if model.starts_with('-') {
+        Some("the model name starts with a dash")
     } else if model.chars().any(|c| c.is_whitespace() || c.is_control()) {
         Some("the model name has whitespace or control characters")
     } else {

@@ -170,6 +170,8 @@ const STEER_WAIT: Duration = Duration::from_secs(10);
 pub struct Session {
     pub id: SessionId,
     pub origin: String,
+    /// As created. Its model and effort level may have changed since
+    /// (`SetModel`): the machine holds those ([`Session::current_info`]).
     pub info: pb::SessionInfo,
     pub workspace: Workspace,
     /// Given to the agent it starts; only its digest is stored.

@@ -223,6 +223,12 @@ impl Harness {
     }
 }
 
+/// A scripted session that stays when its last subscriber leaves (a test
+/// may drop and re-attach handles).
+pub async fn kept_session(client: &Pedelec) -> PedelecSession {
+    client.create_session(SessionOptions { auto_end_on_disconnect: false, ..Default::default() }).await.expect("create")
+}
+
 /// A session with the `update_counter` tool (inline handler) on the scripted provider.
 pub async fn counter_session(client: &Pedelec) -> (PedelecSession, Arc<Mutex<i64>>) {
     let counter = Arc::new(Mutex::new(0));

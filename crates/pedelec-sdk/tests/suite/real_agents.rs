@@ -1081,6 +1081,22 @@ async fn changes_of_an_agents_turn(rig: Rig, server: &ModelServer) {
 
 per_agent!(changes => super::changes_of_an_agents_turn);
 
+/// A session on `rig`'s agent whose first turn told the model a word
+/// ("heron") that later turns of the same conversation still carry.
+async fn after_a_first_turn(rig: &Rig, h: &AgentHarness) -> pedelec_sdk::PedelecSession {
+    let session = h
+        .client()
+        .await
+        .create_session::<String>(SessionOptions { auto_end_on_disconnect: false, ..rig.options() })
+        .await
+        .unwrap();
+    session
+        .send_text("remember the word heron")
+        .await
+        .unwrap_or_else(|e| panic!("{}: first turn: {e:?}", rig.provider));
+    session
+}
+
 /// `set_model()` between two turns of a real agent: the next turn's model
 /// requests name the new model, and the agent continues the same
 /// conversation (the model sees the earlier turn).
@@ -1096,15 +1112,7 @@ async fn set_model_between_turns(rig: Rig, server: &ModelServer) {
         _ => ("pedelec-test-model-2", None),
     };
     let h = AgentHarness::start(&rig.settings);
-    let client = h.client().await;
-    let session = client
-        .create_session::<String>(SessionOptions { auto_end_on_disconnect: false, ..rig.options() })
-        .await
-        .unwrap();
-    session
-        .send_text("remember the word heron")
-        .await
-        .unwrap_or_else(|e| panic!("{}: first turn: {e:?}", rig.provider));
+    let session = after_a_first_turn(&rig, &h).await;
     let info = session.set_model(second, None).await.unwrap_or_else(|e| panic!("{}: set_model: {e:?}", rig.provider));
     assert_eq!(info.model, second);
     let before = server.generations().len();
@@ -1134,15 +1142,7 @@ per_agent!(set_model => super::set_model_between_turns);
 /// handler given with it.
 async fn set_tools_between_turns(rig: Rig, server: &ModelServer) {
     let h = AgentHarness::start(&rig.settings);
-    let client = h.client().await;
-    let session = client
-        .create_session::<String>(SessionOptions { auto_end_on_disconnect: false, ..rig.options() })
-        .await
-        .unwrap();
-    session
-        .send_text("remember the word heron")
-        .await
-        .unwrap_or_else(|e| panic!("{}: first turn: {e:?}", rig.provider));
+    let session = after_a_first_turn(&rig, &h).await;
     let called = Arc::new(Mutex::new(0));
     let count = called.clone();
     let title = pedelec_sdk::ToolSpec::new("page_title".to_string(), "The page's title", schema_object()).with_handler(

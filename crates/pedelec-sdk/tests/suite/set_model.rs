@@ -5,7 +5,7 @@
 
 use pedelec_protocol::pb::{self, history_entry::Kind};
 use pedelec_sdk::assets::UploadSource;
-use pedelec_sdk::{HistoryQuery, SendOptions, SessionOptions, SessionStatus};
+use pedelec_sdk::{HistoryQuery, SendOptions, SessionStatus};
 
 use super::{Harness, ORIGIN, Via};
 
@@ -14,10 +14,7 @@ use super::{Harness, ORIGIN, Via};
 async fn the_next_turn_runs_the_new_model_on_the_same_conversation(via: Via) {
     let h = Harness::start_via(via);
     let client = h.client().await;
-    let session = client
-        .create_session::<String>(SessionOptions { auto_end_on_disconnect: false, ..Default::default() })
-        .await
-        .unwrap();
+    let session = super::kept_session(&client).await;
     let png = UploadSource::from_bytes("page.png", "image/png", b"\x89PNG\r\n\x1a\n-pedelec-".to_vec());
     session.upload_asset(png, Some("/page.png")).await.unwrap();
     let with_image = || SendOptions { attachments: vec!["/page.png".to_owned()] };
@@ -61,14 +58,19 @@ async fn the_next_turn_runs_the_new_model_on_the_same_conversation(via: Via) {
 async fn bad_model_changes_are_refused_and_change_nothing(via: Via) {
     let h = Harness::start_via(via);
     let client = h.client().await;
-    let session = client
-        .create_session::<String>(SessionOptions { auto_end_on_disconnect: false, ..Default::default() })
-        .await
-        .unwrap();
-    for bad in ["", "two words", "tab\tbed", "nul\0", &"m".repeat(129)] {
+    let session = super::kept_session(&client).await;
+    for bad in ["", "two words", "tab\tbed", "nul\0", &"m".repeat(129), "--dangerously-skip-permissions"] {
         let error = session.set_model(bad, None).await.unwrap_err();
         assert_eq!(error.code, "INVALID_ARGUMENT", "{bad:?}: {error:?}");
     }
+    // A model name reaches the agent's command line (`--model NAME`): one
+    // that would read as a flag is refused at creation too.
+    let options = pedelec_sdk::SessionOptions::<String> {
+        model: Some("--dangerously-skip-permissions".into()),
+        ..Default::default()
+    };
+    let Err(flag) = client.create_session(options).await else { panic!("a flag for a model was accepted") };
+    assert_eq!(flag.code, "INVALID_ARGUMENT", "{flag:?}");
     let mut raw = h.raw().await;
     let request = |origin: &str, effort: i32| pb::SetModelRequest {
         session_id: session.session_id().into(),
@@ -103,10 +105,7 @@ async fn tools_change_between_turns(via: Via) {
     use pedelec_sdk::{ToolSpec, sync_handler};
     let h = Harness::start_via(via);
     let client = h.client().await;
-    let session = client
-        .create_session::<String>(SessionOptions { auto_end_on_disconnect: false, ..Default::default() })
-        .await
-        .unwrap();
+    let session = super::kept_session(&client).await;
     let chat = super::Recorder::attach(&session);
     let object = serde_json::json!({ "type": "object" });
     let title = ToolSpec::new("page_title".to_string(), "The page's title", object.clone())

@@ -9,10 +9,6 @@ use pedelec_sdk::{HistoryQuery, PedelecSession, SessionOptions, SessionStatus};
 
 use super::{Harness, ORIGIN, Recorder, Via, eventually};
 
-async fn session(client: &pedelec_sdk::Pedelec) -> PedelecSession {
-    client.create_session(SessionOptions { auto_end_on_disconnect: false, ..Default::default() }).await.expect("create")
-}
-
 /// The user texts of the history, with their operation ids.
 async fn user_texts(session: &PedelecSession) -> Vec<(String, String)> {
     let entries = session.history(HistoryQuery::default()).await.unwrap().entries;
@@ -31,7 +27,7 @@ async fn user_texts(session: &PedelecSession) -> Vec<(String, String)> {
 async fn steered_text_reaches_the_running_turn_and_the_history(via: Via) {
     let h = Harness::start_via(via);
     let client = h.client().await;
-    let session = session(&client).await;
+    let session = super::kept_session(&client).await;
     let recorder = Recorder::attach(&session);
     let turn = {
         let session = session.clone();
@@ -64,7 +60,7 @@ async fn steered_text_reaches_the_running_turn_and_the_history(via: Via) {
 async fn bad_steers_are_refused_and_change_nothing(via: Via) {
     let h = Harness::start_via(via);
     let client = h.client().await;
-    let session = session(&client).await;
+    let session = super::kept_session(&client).await;
     let idle = session.steer("nobody listens").await.unwrap_err();
     assert_eq!(idle.code, "TURN_NOT_RUNNING");
 
