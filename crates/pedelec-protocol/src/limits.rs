@@ -411,8 +411,9 @@ pub const MAX_IMAGE_ATTACHMENT_BYTES: u64 = 20 * 1024 * 1024;
 
 /// Why `model` cannot name a model (`SetModel`), or `None` when it can: it
 /// is not empty, at most [`MAX_ID_LEN`] bytes, does not start with `-`, and
-/// has no whitespace or control characters: it reaches agents' command
-/// lines (`--model NAME`), where a leading dash would read as a flag.
+/// has no control characters: it reaches agents' command lines (`--model
+/// NAME`), where a leading dash would read as a flag. Spaces are allowed:
+/// ACP agents name models by their options' display names ("Fake Large").
 ///
 /// # Examples
 ///
@@ -422,7 +423,8 @@ pub const MAX_IMAGE_ATTACHMENT_BYTES: u64 = 20 * 1024 * 1024;
 /// assert_eq!(model_name_problem("gpt-5.1-codex"), None);
 /// assert_eq!(model_name_problem("claude-sonnet-4-5@20250929"), None);
 /// assert!(model_name_problem("").is_some());
-/// assert!(model_name_problem("a model").is_some());
+/// assert_eq!(model_name_problem("Fake Large"), None);
+/// assert!(model_name_problem("tab\tbed").is_some());
 /// assert!(model_name_problem("x\u{0}y").is_some());
 /// assert!(model_name_problem(&"m".repeat(129)).is_some());
 /// assert!(model_name_problem("--dangerously-skip-permissions").is_some());
@@ -434,8 +436,8 @@ pub fn model_name_problem(model: &str) -> Option<&'static str> {
         Some("the model name is longer than 128 bytes")
     } else if model.starts_with('-') {
         Some("the model name starts with a dash")
-    } else if model.chars().any(|c| c.is_whitespace() || c.is_control()) {
-        Some("the model name has whitespace or control characters")
+    } else if model.chars().any(char::is_control) {
+        Some("the model name has control characters")
     } else {
         None
     }

@@ -460,7 +460,7 @@ fn browser_end_to_end() {
              await new Promise((r) => setTimeout(r, 5));
            const s = demo.session();
            let bad = null;
-           try { await s.setModel("two words"); } catch (e) { bad = e.code; }
+           try { await s.setModel("--yolo"); } catch (e) { bad = e.code; }
            await demo.sendInBackground("after the switch");
            const page = await s.getHistory({ limit: 20 });
            const changed = page.entries.filter((e) => e.kind === "model_changed").map((e) => e.model);

@@ -59,7 +59,7 @@ async fn bad_model_changes_are_refused_and_change_nothing(via: Via) {
     let h = Harness::start_via(via);
     let client = h.client().await;
     let session = super::kept_session(&client).await;
-    for bad in ["", "two words", "tab\tbed", "nul\0", &"m".repeat(129), "--dangerously-skip-permissions"] {
+    for bad in ["", "tab\tbed", "line\nbreak", "nul\0", &"m".repeat(129), "--dangerously-skip-permissions"] {
         let error = session.set_model(bad, None).await.unwrap_err();
         assert_eq!(error.code, "INVALID_ARGUMENT", "{bad:?}: {error:?}");
     }
