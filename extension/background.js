@@ -379,7 +379,8 @@ class PageLink {
       }
       const request = this.pending.get(id);
       this.pending.delete(id);
-      const created = frame.response.createSession && frame.response.createSession.session;
+      const made = frame.response.createSession || frame.response.fork;
+      const created = made && made.session;
       if (created) rememberSession(created.sessionId, this.origin);
       if (frame.response.subscribe && request) rememberSession(request.sessionId, this.origin);
       this.sendFrame(frame);

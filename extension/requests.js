@@ -84,6 +84,7 @@ globalThis.PedelecRequests = (() => {
     getChanges: session({ turnId: STRING }),
     setModel: session({ model: STRING, effortLevel: EFFORT_LEVEL }),
     setTools: session({ tools: repeated(TOOL_DEFINITION) }),
+    fork: session({ autoEndOnDisconnect: BOOL }),
     listSessions: message({ callerOrigin: ORIGIN, limit: UINT32, beforeSessionId: STRING }),
     answerPermission: session({ permissionId: STRING, optionId: STRING }),
   };

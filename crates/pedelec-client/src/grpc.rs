@@ -248,6 +248,7 @@ impl Transport for GrpcTransport {
                 Call::GetChanges(r) => Reply::GetChanges(c.get_changes(r).await.map_err(status)?.into_inner()),
                 Call::SetModel(r) => Reply::SetModel(c.set_model(r).await.map_err(status)?.into_inner()),
                 Call::SetTools(r) => Reply::SetTools(c.set_tools(r).await.map_err(status)?.into_inner()),
+                Call::Fork(r) => Reply::Fork(c.fork(r).await.map_err(status)?.into_inner()),
                 Call::ListSessions(r) => Reply::ListSessions(c.list_sessions(r).await.map_err(status)?.into_inner()),
                 Call::AnswerPermission(r) => {
                     Reply::AnswerPermission(c.answer_permission(r).await.map_err(status)?.into_inner())

@@ -15,6 +15,7 @@ pub mod consent;
 pub mod daemon;
 pub mod doctor;
 pub mod error;
+pub mod fork_copy;
 pub mod history;
 pub mod nofollow;
 pub mod platform;

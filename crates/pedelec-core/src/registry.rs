@@ -441,29 +441,7 @@ impl Registry {
         let origin = &request.caller_origin;
         // Only what the user granted, as Core holds it: no request can carry a grant.
         self.shared.consent.check_approved(origin)?;
-        let granted = self.shared.consent.granted_roots(origin);
-        let granted = granted.as_slice();
-        let workspace = Workspace::resolve(request.workspace.as_ref(), &self.managed_root, &id, |path| {
-            self.policy.check(path, origin, granted).map_err(|refusal| {
-                let message = match &refusal {
-                    Refusal::Forbidden(what) => {
-                        format!("workspace {} is never allowed: it is, holds or lies in {what}", path.display())
-                    }
-                    Refusal::NotGranted if origin.starts_with("app:") => format!(
-                        "workspace {} is not under Core's allowed_workspace_roots (config.toml)",
-                        path.display()
-                    ),
-                    Refusal::NotGranted => {
-                        format!("workspace {} is not granted to {origin} (grant it in the extension)", path.display())
-                    }
-                };
-                CoreError::with_details(
-                    ErrorCode::WorkspaceNotAllowed,
-                    message,
-                    serde_json::json!({ "path": path.display().to_string(), "reason": refusal.reason() }),
-                )
-            })
-        })?;
+        let workspace = self.resolve_workspace(request.workspace.as_ref(), origin, &id)?;
         // The asset folder exists from the start, made through handles as
         // the manifest is, so a link planted there is refused at once.
         let prepared = workspace
@@ -483,6 +461,7 @@ impl Registry {
             managed_workspace: workspace.managed,
             auto_end_on_disconnect: request.auto_end_on_disconnect.unwrap_or(true),
             permission_mode: request.permission_mode,
+            forked_from: String::new(),
         };
         let skills_json = pedelec_protocol::json::to_json(&skills);
         let session = Session::new(
@@ -495,12 +474,128 @@ impl Registry {
                 tool_token: self.mint_token(&id),
                 skills,
                 tools,
+                fork_of: None,
             },
         );
         let mut record = session.initial_record();
         record.skills_json = Some(skills_json);
         self.shared.store.save_durably(record).await?;
         tracing::info!(session = %id, provider = %info.provider, "session created");
+        session.read_workspace_ahead();
+        match admission {
+            Some(admission) => admission.settle(|| self.insert(session)),
+            None => self.insert(session),
+        }
+        Ok(info)
+    }
+
+    /// A new session's workspace as `spec` asks for it (a managed one when
+    /// it names no path), judged by the workspace policy against what the
+    /// user granted `origin`.
+    fn resolve_workspace(&self, spec: Option<&pb::WorkspaceSpec>, origin: &str, id: &str) -> CoreResult<Workspace> {
+        let granted = self.shared.consent.granted_roots(origin);
+        let granted = granted.as_slice();
+        Workspace::resolve(spec, &self.managed_root, id, |path| {
+            self.policy.check(path, origin, granted).map_err(|refusal| {
+                let message = match &refusal {
+                    Refusal::Forbidden(what) => {
+                        format!("workspace {} is never allowed: it is, holds or lies in {what}", path.display())
+                    }
+                    Refusal::NotGranted if origin.starts_with("app:") => format!(
+                        "workspace {} is not under Core's allowed_workspace_roots (config.toml)",
+                        path.display()
+                    ),
+                    Refusal::NotGranted => {
+                        format!("workspace {} is not granted to {origin} (grant it in the extension)", path.display())
+                    }
+                };
+                CoreError::with_details(
+                    ErrorCode::WorkspaceNotAllowed,
+                    message,
+                    serde_json::json!({ "path": path.display().to_string(), "reason": refusal.reason() }),
+                )
+            })
+        })
+    }
+
+    /// `Fork` (see core.proto): a new session continuing a copy of
+    /// `request.session_id`'s conversation, in the same folder or a copy of
+    /// its managed workspace.
+    pub async fn fork(&self, request: pb::ForkRequest) -> CoreResult<pb::SessionInfo> {
+        let parent = self.get(&request.session_id, &request.caller_origin).await?;
+        let origin = request.caller_origin.as_str();
+        let point = parent.fork_point()?;
+        let provider = self.shared.providers.get(&point.info.provider).ok_or_else(|| {
+            CoreError::new(ErrorCode::ProviderNotFound, format!("no provider {:?}", point.info.provider))
+        })?;
+        if !provider.forks().await {
+            return Err(CoreError::with_details(
+                ErrorCode::ForkUnsupported,
+                format!("{} cannot fork a conversation", point.info.provider),
+                serde_json::json!({ "provider": point.info.provider }),
+            ));
+        }
+        let admission = self.admit(origin)?;
+        self.shared.consent.check_approved(origin)?;
+        let id = new_id("sess");
+        let workspace = if parent.workspace.managed {
+            let from = parent.workspace.root.clone();
+            let to = self.managed_root.join(&id);
+            let copied = tokio::task::spawn_blocking(move || Workspace::copy_managed(&from, &to))
+                .await
+                .map_err(|e| CoreError::new(ErrorCode::Internal, format!("the workspace copy failed: {e}")))?;
+            let workspace = Workspace::recorded(&self.managed_root.join(&id).display().to_string(), true, &id);
+            if let Err(error) = copied {
+                workspace.remove_if_managed();
+                return Err(error);
+            }
+            workspace
+        } else {
+            // The user may have withdrawn the folder since the parent began.
+            let spec = pb::WorkspaceSpec { path: parent.workspace.root.display().to_string() };
+            let workspace = self.resolve_workspace(Some(&spec), origin, &id)?;
+            workspace.adopt_runtime_files(&parent.workspace)?;
+            workspace
+        };
+        let skills = parent.skills();
+        if let Err(error) = workspace
+            .write_manifest(&skills)
+            .and_then(|()| crate::assets::area::Area::open(&workspace.root, true).map(drop))
+        {
+            workspace.remove_if_managed();
+            return Err(error);
+        }
+        let info = pb::SessionInfo {
+            session_id: id.clone(),
+            created_at_ms: now_ms(),
+            workspace_path: shown_workspace(origin, &workspace.root.display().to_string(), workspace.managed),
+            managed_workspace: workspace.managed,
+            auto_end_on_disconnect: request.auto_end_on_disconnect.unwrap_or(point.info.auto_end_on_disconnect),
+            forked_from: parent.id.as_str().to_owned(),
+            ..point.info
+        };
+        let tools = ToolSet::compile(skills.tools.clone())?;
+        let skills_json = pedelec_protocol::json::to_json(&skills);
+        let session = Session::new(
+            self.shared.clone(),
+            NewSession {
+                id: SessionId::new(id.clone()),
+                origin: origin.to_owned(),
+                info: info.clone(),
+                workspace,
+                tool_token: self.mint_token(&id),
+                skills,
+                tools,
+                fork_of: point.provider_session_id,
+            },
+        );
+        let mut record = session.initial_record();
+        record.skills_json = Some(skills_json);
+        if let Err(error) = self.shared.store.save_durably(record).await {
+            session.workspace.remove_if_managed();
+            return Err(error);
+        }
+        tracing::info!(session = %id, parent = %parent.id, provider = %info.provider, "session forked");
         session.read_workspace_ahead();
         match admission {
             Some(admission) => admission.settle(|| self.insert(session)),
@@ -537,6 +632,7 @@ impl Registry {
             tool_token: self.mint_token(record.id.as_str()),
             skills,
             tools,
+            fork_of: record.fork_of.clone(),
         };
         Session::restore(self.shared.clone(), new, record)
     }
@@ -710,6 +806,7 @@ fn info_of(record: &SessionRecord) -> pb::SessionInfo {
         managed_workspace: record.managed_workspace,
         auto_end_on_disconnect: record.auto_end_on_disconnect,
         permission_mode: record.permission_mode as i32,
+        forked_from: record.forked_from.clone(),
     }
 }
 

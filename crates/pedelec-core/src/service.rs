@@ -50,6 +50,11 @@ impl Core for CoreService {
         Ok(Response::new(pb::CreateSessionResponse { session: Some(session) }))
     }
 
+    async fn fork(&self, request: Request<pb::ForkRequest>) -> RpcReply<pb::CreateSessionResponse> {
+        let session = self.registry.fork(request.into_inner()).await?;
+        Ok(Response::new(pb::CreateSessionResponse { session: Some(session) }))
+    }
+
     type SubscribeStream = Pin<Box<dyn Stream<Item = Result<pb::SessionEvent, Status>> + Send>>;
 
     async fn subscribe(&self, request: Request<pb::SubscribeRequest>) -> RpcReply<Self::SubscribeStream> {
@@ -395,6 +400,7 @@ impl CoreService {
             Call::GetChanges(q) => NativeReply::GetChanges(self.get_changes(r(q)).await?.into_inner()),
             Call::SetModel(q) => NativeReply::SetModel(self.set_model(r(q)).await?.into_inner()),
             Call::SetTools(q) => NativeReply::SetTools(self.set_tools(r(q)).await?.into_inner()),
+            Call::Fork(q) => NativeReply::Fork(self.fork(r(q)).await?.into_inner()),
             Call::ListSessions(q) => NativeReply::ListSessions(self.list_sessions(r(q)).await?.into_inner()),
             Call::AnswerPermission(q) => {
                 NativeReply::AnswerPermission(self.answer_permission(r(q)).await?.into_inner())

@@ -61,6 +61,13 @@ pub struct SessionRecord {
     /// within the agent's reach, this is not. `None` in later writes
     /// (which keep the stored copy) and in rows older than the column.
     pub skills_json: Option<String>,
+    /// The provider conversation this session continues a copy of (`Fork`):
+    /// the parent's provider session id when it was forked; its first
+    /// runtime forks from it. Written once, at creation.
+    pub fork_of: Option<String>,
+    /// The session it was forked from (`SessionInfo.forked_from`); empty
+    /// for one that was not.
+    pub forked_from: String,
     /// The bodies of the session's last `operation_completed` transcript
     /// entries, oldest first (at most `limits::RECENT_OUTCOMES`). Read from
     /// the transcript when the store opens; not a column, never written.
@@ -249,6 +256,11 @@ fn migrate(conn: &Connection) -> rusqlite::Result<()> {
         // Rows from before it have none: their sessions fall back to the
         // manifest file once (`Registry::session_of`).
         conn.execute_batch("ALTER TABLE sessions ADD COLUMN skills_json TEXT")?;
+    }
+    if !has("fork_of")? {
+        // Sessions from before `Fork` were never forked.
+        conn.execute_batch("ALTER TABLE sessions ADD COLUMN fork_of TEXT")?;
+        conn.execute_batch("ALTER TABLE sessions ADD COLUMN forked_from TEXT NOT NULL DEFAULT ''")?;
     }
     if !has("updated_at_ms")? {
         // Rows from before the column count as written now, so their
@@ -765,8 +777,8 @@ fn upsert(c: &Connection, r: &SessionRecord) -> rusqlite::Result<()> {
     c.prepare_cached(
         "INSERT INTO sessions(id, origin, provider, model, effort_level, created_at_ms, workspace, managed_workspace,
             auto_end_on_disconnect, status, provider_session_id, prepared, usage_total, seq_ceiling, tool_token, active_operation,
-            permission_mode, updated_at_ms, skills_json)
-         VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14, ?15, ?16, ?17, ?18, ?19)
+            permission_mode, updated_at_ms, skills_json, fork_of, forked_from)
+         VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14, ?15, ?16, ?17, ?18, ?19, ?20, ?21)
          ON CONFLICT(id) DO UPDATE SET status = excluded.status, provider_session_id = excluded.provider_session_id,
             prepared = excluded.prepared, usage_total = excluded.usage_total,
             seq_ceiling = MAX(seq_ceiling, excluded.seq_ceiling), active_operation = excluded.active_operation,
@@ -793,13 +805,15 @@ fn upsert(c: &Connection, r: &SessionRecord) -> rusqlite::Result<()> {
         r.permission_mode as i32,
         crate::clock::now_ms(),
         r.skills_json,
+        r.fork_of,
+        r.forked_from,
     ])?;
     Ok(())
 }
 
 const COLUMNS: &str = "id, origin, provider, model, effort_level, created_at_ms, workspace, managed_workspace,
     auto_end_on_disconnect, status, provider_session_id, prepared, usage_total, seq_ceiling, tool_token, active_operation,
-    permission_mode, updated_at_ms, skills_json";
+    permission_mode, updated_at_ms, skills_json, fork_of, forked_from";
 
 fn record_of(row: &rusqlite::Row<'_>) -> rusqlite::Result<SessionRecord> {
     Ok(SessionRecord {
@@ -825,6 +839,8 @@ fn record_of(row: &rusqlite::Row<'_>) -> rusqlite::Result<SessionRecord> {
         transcript_bytes: 0,
         updated_at_ms: row.get(17)?,
         skills_json: row.get(18)?,
+        fork_of: row.get(19)?,
+        forked_from: row.get(20)?,
     })
 }
 
@@ -915,6 +931,8 @@ mod tests {
             permission_mode: pb::PermissionMode::Policy,
             status: SessionStatus::Idle,
             provider_session_id: None,
+            fork_of: None,
+            forked_from: String::new(),
             prepared: false,
             usage_total: None,
             seq_ceiling: 0,

@@ -157,6 +157,53 @@ impl Workspace {
         json::from_json(&text).map_err(|e| failed(format!("the session's tool manifest does not load: {e}")))
     }
 
+    /// Makes the managed workspace `to` a copy of the managed workspace
+    /// `from` (a fork's; see `fork_copy` for what is copied and the bounds).
+    /// Over a bound it is `WORKSPACE_INVALID`; the caller removes `to`.
+    pub fn copy_managed(from: &Path, to: &Path) -> CoreResult<()> {
+        std::fs::create_dir_all(to).map_err(|e| CoreError::io("creating a managed workspace", e))?;
+        let open = |path: &Path| cap_std::fs::Dir::open_ambient_dir(path, cap_std::ambient_authority());
+        let source = open(from).map_err(|e| CoreError::io("opening the workspace to copy", e))?;
+        let target = open(to).map_err(|e| CoreError::io("opening the workspace copy", e))?;
+        match crate::fork_copy::copy_tree(&source, &target) {
+            Ok(copied) => {
+                tracing::debug!(?copied, from = %from.display(), "copied a managed workspace");
+                Ok(())
+            }
+            Err(crate::fork_copy::CopyError::Io(e)) => Err(CoreError::io("copying the workspace", e)),
+            Err(bound) => Err(CoreError::with_details(
+                ErrorCode::WorkspaceInvalid,
+                format!("the managed workspace cannot be copied for a fork: {bound}"),
+                serde_json::json!({ "maxEntries": crate::fork_copy::MAX_COPY_ENTRIES, "maxBytes": crate::fork_copy::MAX_COPY_BYTES }),
+            )),
+        }
+    }
+
+    /// Copies `parent`'s runtime files (provider state Core keeps per
+    /// session, such as the openai conversation) into this session's
+    /// runtime directory in the same workspace, for a fork. A parent with
+    /// no runtime directory has nothing to give.
+    pub fn adopt_runtime_files(&self, parent: &Workspace) -> CoreResult<()> {
+        let refused = |e: std::io::Error| {
+            CoreError::with_details(
+                ErrorCode::WorkspaceInvalid,
+                format!("cannot prepare the session's runtime directory: {e}"),
+                serde_json::json!({ "path": self.root.display().to_string() }),
+            )
+        };
+        let Some(from) = open_runtime(&parent.root, &parent.runtime, false).map_err(refused)? else {
+            return Ok(());
+        };
+        let to = open_runtime(&self.root, &self.runtime, true)
+            .and_then(|dir| dir.ok_or_else(|| std::io::Error::from(std::io::ErrorKind::NotFound)))
+            .map_err(refused)?;
+        match crate::fork_copy::copy_files(&from, &to) {
+            Ok(_) => Ok(()),
+            Err(crate::fork_copy::CopyError::Io(e)) => Err(CoreError::io("copying the parent's runtime files", e)),
+            Err(bound) => Err(CoreError::new(ErrorCode::WorkspaceInvalid, format!("the runtime files: {bound}"))),
+        }
+    }
+
     /// Removes a managed workspace; explicit workspaces are never touched.
     pub fn remove_if_managed(&self) {
         if self.managed

@@ -131,6 +131,9 @@ error_codes! {
     /// `GetChanges`: no changes are recorded for that turn (an unknown turn,
     /// a preparation, a turn Core was not running for, or none yet).
     ChangesNotFound = "CHANGES_NOT_FOUND",
+    /// `Fork`: this session's agent cannot continue a copy of its
+    /// conversation; refused before anything is created or sent.
+    ForkUnsupported = "FORK_UNSUPPORTED",
     /// The permission request is unknown or already answered.
     PermissionRequestNotFound = "PERMISSION_REQUEST_NOT_FOUND",
     /// The tool request is unknown or already answered.

@@ -297,18 +297,30 @@ export declare class PedelecSession<TToolName extends string = string> {
    */
   steer(text: string): Promise<void>;
   /**
-   * Changes the model (and `effortLevel`, if given) from the next turn; the agent
-   * continues the same conversation. Rejects with `INVALID_ARGUMENT` for an empty
-   * or malformed name, `SESSION_ENDED` once the session ended.
-   */
-  /**
    * Replaces the session's frontend tools between turns (tool definitions or
    * WebMCP descriptors, as `createSession({ tools })` takes them); the agent sees
    * the new list from its next turn. Rejects with `TOOLS_MANIFEST_INVALID`
    * (nothing changed) or `SESSION_BUSY` while a turn runs.
    */
   setTools(tools: readonly ToolDefinition<TToolName>[]): Promise<void>;
+  /**
+   * Changes the model (and `effortLevel`, if given) from the next turn; the agent
+   * continues the same conversation. Rejects with `INVALID_ARGUMENT` for an empty
+   * or malformed name, `SESSION_ENDED` once the session ended.
+   */
   setModel(model: string, options?: { effortLevel?: EffortLevel }): Promise<{ model: string; effortLevel?: EffortLevel }>;
+  /**
+   * A new session that continues a copy of this one's conversation, with its
+   * own `sessionId`; both go on independently. It has this session's provider,
+   * model, effort level, tools and permission mode, and works in the same
+   * folder (or a copy of a managed workspace). The new session answers the
+   * agent with this session's tool and permission handlers (those given to
+   * `createSession` and `onTool`/`onPermission`); listeners such as `onChat` are
+   * registered on it anew. Fork between turns. Rejects with `SESSION_BUSY`
+   * while a turn runs, `SESSION_ENDED` once ended, and `FORK_UNSUPPORTED` for
+   * an agent that cannot fork (codex-acp, gemini); nothing is created then.
+   */
+  fork(): Promise<PedelecSession<TToolName>>;
   /**
    * The files a turn created, modified or deleted in the workspace, each with a
    * unified diff where one can be shown. Without `turnId`: the running turn

@@ -51,6 +51,7 @@ const VALID = {
   getChanges: { sessionId: "sess-1", callerOrigin: ORIGIN, turnId: "turn-1" },
   setModel: { sessionId: "sess-1", callerOrigin: ORIGIN, model: "m-2", effortLevel: "EFFORT_LEVEL_HIGH" },
   setTools: { sessionId: "sess-1", callerOrigin: ORIGIN, tools: [{ name: "t", description: "d", inputSchemaJson: "{}", timeoutMs: 1000 }] },
+  fork: { sessionId: "sess-1", callerOrigin: ORIGIN, autoEndOnDisconnect: false },
   listSessions: { callerOrigin: ORIGIN, limit: 5, beforeSessionId: "sess-0" },
   answerPermission: { sessionId: "sess-1", callerOrigin: ORIGIN, permissionId: "p", optionId: "o" },
 };

@@ -3,7 +3,7 @@
 //! Command line (prompt on stdin):
 //! `claude -p --output-format stream-json --verbose --include-partial-messages
 //!  --mcp-config <runtime>/.pedelec-mcp.json --strict-mcp-config --allowedTools mcp__pedelec
-//!  [--disallowedTools Read(//<state>/**) Edit(//<state>/**) …] [--model MODEL] [--effort low|high] [--resume <session id>]`
+//!  [--disallowedTools Read(//<state>/**) Edit(//<state>/**) …] [--model MODEL] [--effort low|high] [--resume <session id> [--fork-session]]`
 //!
 //! The MCP config (with the tool token in the bridge's `env`) is a 0600 file
 //! in the session's runtime directory, not inline JSON, so the token never
@@ -40,6 +40,11 @@ impl Claude {
 impl Provider for Claude {
     fn config(&self) -> &ProviderConfig {
         &self.config
+    }
+
+    /// `--resume PARENT --fork-session` at the fork's first run.
+    fn forks(&self) -> BoxFuture<'_, bool> {
+        Box::pin(std::future::ready(true))
     }
 
     fn start(&self, setup: ProviderSetup) -> Result<Box<dyn ProviderSession>, ProviderFailure> {
@@ -113,11 +118,51 @@ fn keep_out_rules(dirs: &[PathBuf]) -> Vec<String> {
         .collect()
 }
 
+/// How many project folders [`conversation_file`] looks through at most.
+const MAX_PROJECTS: usize = 10_000;
+
+/// The file where Claude Code keeps conversation `id`:
+/// `<config dir>/projects/<project>/<id>.jsonl`, the config dir being
+/// `CLAUDE_CONFIG_DIR` or `~/.claude` as the agent's environment (the
+/// provider's `env`, else Core's) says. Claude looks a conversation up by
+/// id only in the project of its working directory, so a fork working in a
+/// copy of its parent's folder resumes from this file (`--resume FILE`,
+/// which Claude Code also takes) instead. The project is found by listing
+/// them rather than by rebuilding Claude's folder name for a path. `None`
+/// for an id that is not a UUID (it came from the agent) or no such file.
+pub fn conversation_file(config: &ProviderConfig, id: &str) -> Option<PathBuf> {
+    uuid::Uuid::parse_str(id).ok()?;
+    let var = |name: &str| config.env.get(name).cloned().or_else(|| std::env::var(name).ok());
+    let root = match var("CLAUDE_CONFIG_DIR") {
+        Some(dir) => PathBuf::from(dir),
+        None => PathBuf::from(var("HOME")?).join(".claude"),
+    };
+    let file = format!("{id}.jsonl");
+    std::fs::read_dir(root.join("projects"))
+        .ok()?
+        .take(MAX_PROJECTS)
+        .flatten()
+        .map(|project| project.path().join(&file))
+        .find(|path| path.symlink_metadata().is_ok_and(|m| m.is_file()))
+}
+
+/// Which conversation a `claude -p` run continues.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Conversation<'a> {
+    New,
+    /// `--resume ID`: the session's own.
+    Resume(&'a str),
+    /// `--resume ID --fork-session`: a copy of a parent's, under a new id
+    /// (a forked session's first run); `ID` may be the parent's
+    /// [`conversation_file`].
+    Fork(&'a str),
+}
+
 pub fn turn_args(
     config: &ProviderConfig,
     setup: &ProviderSetup,
     mcp_config: &str,
-    resume: Option<&str>,
+    conversation: Conversation<'_>,
 ) -> Vec<String> {
     let mut args: Vec<String> = config.command[1..].to_vec();
     args.extend(
@@ -146,8 +191,10 @@ pub fn turn_args(
     if let Some(effort) = effort_name(setup.effort_level) {
         args.extend(["--effort".to_owned(), effort.to_owned()]);
     }
-    if let Some(id) = resume {
-        args.extend(["--resume".to_owned(), id.to_owned()]);
+    match conversation {
+        Conversation::New => {}
+        Conversation::Resume(id) => args.extend(["--resume".to_owned(), id.to_owned()]),
+        Conversation::Fork(id) => args.extend(["--resume".to_owned(), id.to_owned(), "--fork-session".to_owned()]),
     }
     if setup.permissions.is_some() {
         let tool = format!("mcp__{MCP_SERVER_NAME}__{}", pedelec_protocol::tools::PERMISSION_PROMPT_TOOL);
@@ -229,14 +276,24 @@ impl ProviderSession for ClaudeSession {
     ) -> BoxFuture<'a, Result<(), ProviderFailure>> {
         Box::pin(async move {
             let mcp_config = self.mcp_config.display().to_string();
-            let mut args = turn_args(&self.config, &self.setup, &mcp_config, self.session_id.as_deref());
+            let parent_file = match (&self.session_id, &self.setup.fork_from) {
+                (None, Some(parent)) => conversation_file(&self.config, parent).map(|f| f.display().to_string()),
+                _ => None,
+            };
+            let conversation = match (&self.session_id, &self.setup.fork_from) {
+                (Some(id), _) => Conversation::Resume(id),
+                (None, Some(parent)) => Conversation::Fork(parent_file.as_deref().unwrap_or(parent)),
+                (None, None) => Conversation::New,
+            };
+            let mut args = turn_args(&self.config, &self.setup, &mcp_config, conversation);
             // Other files as paths in the workspace (Claude Code reads them).
             let (images, files): (Vec<&super::Attachment>, Vec<&super::Attachment>) =
                 turn.attachments.iter().partition(|a| a.is_image());
             let text = super::with_attachment_paths(&turn.text, &files);
-            let text = match self.session_id {
-                None => with_guidance(&self.setup.guidance, &text),
-                Some(_) => text,
+            // A resumed or forked conversation already has the guidance.
+            let text = match conversation {
+                Conversation::New => with_guidance(&self.setup.guidance, &text),
+                Conversation::Resume(_) | Conversation::Fork(_) => text,
             };
             // Images as image content: the prompt then goes as one
             // stream-json user message (the text and the images) instead of

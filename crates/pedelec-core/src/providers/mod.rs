@@ -277,6 +277,10 @@ pub struct ProviderSetup {
     pub tools: Vec<pb::ToolDefinition>,
     /// Identity from an earlier run, to continue the same provider conversation.
     pub provider_session_id: Option<String>,
+    /// For a forked session that has no identity of its own yet: the
+    /// parent's, whose conversation this runtime continues a copy of
+    /// (`Provider::forks`). `None` once `provider_session_id` is set.
+    pub fork_from: Option<String>,
     /// Usage total already known for the session.
     pub usage_total: Option<u64>,
     pub bridge: ToolBridge,
@@ -332,6 +336,13 @@ pub trait Provider: Send + Sync {
     /// Whether its turns take the user's text while they run (`Steer`);
     /// when false, Core refuses with `STEER_UNSUPPORTED` before sending anything.
     fn steers(&self) -> BoxFuture<'_, bool> {
+        Box::pin(std::future::ready(false))
+    }
+    /// Whether a session can be forked: its first runtime continues a copy
+    /// of the parent's conversation from [`ProviderSetup::fork_from`]. When
+    /// false, Core refuses `Fork` with `FORK_UNSUPPORTED` before creating
+    /// anything.
+    fn forks(&self) -> BoxFuture<'_, bool> {
         Box::pin(std::future::ready(false))
     }
     fn start(&self, setup: ProviderSetup) -> Result<Box<dyn ProviderSession>, ProviderFailure>;

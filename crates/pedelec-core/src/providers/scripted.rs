@@ -74,6 +74,11 @@ impl Provider for Scripted {
         Box::pin(std::future::ready(true))
     }
 
+    /// Its turns keep no conversation: a fork is a new identity.
+    fn forks(&self) -> BoxFuture<'_, bool> {
+        Box::pin(std::future::ready(true))
+    }
+
     fn start(&self, setup: ProviderSetup) -> Result<Box<dyn ProviderSession>, ProviderFailure> {
         let identity =
             setup.provider_session_id.clone().unwrap_or_else(|| format!("scripted-{}", uuid::Uuid::new_v4()));

@@ -46,6 +46,7 @@ async fn rig() -> Rig {
             tool_token: crate::tool_token::ToolToken::mint(),
             skills: pb::Skills::default(),
             tools: ToolSet::compile(Vec::new()).unwrap(),
+            fork_of: None,
         },
     );
     store.save_durably(session.initial_record()).await.unwrap();

@@ -193,6 +193,9 @@ pub struct Session {
     /// `SetModel` or `SetTools` changed what the agent runs with: the next
     /// turn starts a fresh runtime.
     runtime_stale: std::sync::atomic::AtomicBool,
+    /// For a fork: the parent's provider conversation, which the first
+    /// runtime continues a copy of (until the agent names its own).
+    fork_of: Option<String>,
 }
 
 /// The running turn's start snapshot, and the last one taken (whose file
@@ -235,6 +238,13 @@ impl Drop for SubscriberGuard {
     }
 }
 
+/// Where a fork starts: the parent's info as it stands (model, effort,
+/// provider) and its provider conversation, if it has one yet.
+pub struct ForkPoint {
+    pub info: pb::SessionInfo,
+    pub provider_session_id: Option<String>,
+}
+
 /// Construction parameters.
 pub struct NewSession {
     pub id: SessionId,
@@ -244,6 +254,8 @@ pub struct NewSession {
     pub tool_token: ToolToken,
     pub skills: pb::Skills,
     pub tools: Arc<ToolSet>,
+    /// The parent's provider conversation, for a fork (`Registry::fork`).
+    pub fork_of: Option<String>,
 }
 
 impl NewSession {
@@ -255,6 +267,7 @@ impl NewSession {
             workspace: self.workspace.root.display().to_string(),
             managed_workspace: self.workspace.managed,
             tool_token_digest: self.tool_token.digest(),
+            fork_of: self.fork_of.clone(),
         }
     }
 }
@@ -268,6 +281,7 @@ impl Session {
     fn with_machine(shared: Arc<Shared>, new: NewSession, machine: SessionState) -> Arc<Self> {
         let log = log::EventLog::new(machine.last_seq(), shared.log_bounds, shared.log_budget.clone());
         Arc::new(Session {
+            fork_of: new.fork_of.clone(),
             id: new.id,
             origin: new.origin,
             info: new.info,
@@ -707,6 +721,7 @@ impl Session {
             guidance: self.guidance.clone(),
             tools: self.tools().definitions.clone(),
             provider_session_id: inner.machine.provider_session_id().map(str::to_owned),
+            fork_from: inner.machine.provider_session_id().is_none().then(|| self.fork_of.clone()).flatten(),
             usage_total: inner.machine.usage(),
             permissions: (self.info.permission_mode == pb::PermissionMode::App as i32).then(|| self.asker()),
             private_dirs: self.shared.private_dirs.clone(),
@@ -948,6 +963,37 @@ impl Session {
         *self.tools.lock().unwrap_or_else(|poisoned| poisoned.into_inner()) = compiled;
         self.runtime_stale.store(true, std::sync::atomic::Ordering::Release);
         Ok(())
+    }
+
+    /// What a fork of this session starts from (`Registry::fork`):
+    /// refused once the session ended (`SESSION_ENDED`) or while an
+    /// operation runs (`SESSION_BUSY`: a turn's conversation is not settled
+    /// until it ends).
+    pub fn fork_point(&self) -> CoreResult<ForkPoint> {
+        use crate::error::CoreError;
+        // A session whose runtime broke (`error`) can still be forked: the
+        // fork starts a runtime of its own from the stored conversation.
+        let inner = self.lock();
+        let status = inner.machine.status();
+        if status == SessionStatus::Ended {
+            return Err(CoreError::new(ErrorCode::SessionEnded, "the session has ended (resume it first)"));
+        }
+        if inner.task.is_some() || status.is_active_turn() {
+            return Err(CoreError::new(ErrorCode::SessionBusy, "fork between turns"));
+        }
+        Ok(ForkPoint {
+            info: inner.machine.info().clone(),
+            provider_session_id: inner
+                .machine
+                .provider_session_id()
+                .map(str::to_owned)
+                .or_else(|| self.fork_of.clone()),
+        })
+    }
+
+    /// The session's guidance and its current frontend tools.
+    pub fn skills(&self) -> pb::Skills {
+        pb::Skills { guidance: self.guidance.clone(), tools: self.tools().definitions.clone() }
     }
 
     /// The session's info with its current model and effort.

@@ -25,6 +25,7 @@ fn identity(auto_end: bool) -> Identity {
         workspace: "/w".into(),
         managed_workspace: true,
         tool_token_digest: crate::tool_token::ToolTokenDigest::of("token"),
+        fork_of: None,
     }
 }
 

@@ -77,7 +77,16 @@ impl<T: ToolName> PedelecSession<T> {
         meta: SessionMeta,
         inline: HashMap<String, ToolHandlerFn>,
     ) -> Self {
-        let handlers = Handlers::with_inline(inline);
+        Self::with_handlers(transport, registry, origin, meta, Handlers::with_inline(inline))
+    }
+
+    fn with_handlers(
+        transport: Arc<dyn Transport>,
+        registry: Registry,
+        origin: String,
+        meta: SessionMeta,
+        handlers: Handlers,
+    ) -> Self {
         let shell = SessionShell::new(transport, registry, origin, SessionMachine::new(meta), handlers);
         PedelecSession { shell: Arc::new(shell), _names: PhantomData }
     }
@@ -528,6 +537,61 @@ impl<T: ToolName> PedelecSession<T> {
             Reply::Steer(_) => Ok(()),
             other => Err(unexpected(&other)),
         }
+    }
+
+    /// A new session that continues a copy of this one's conversation, with
+    /// its own id; both go on independently. It has this session's
+    /// provider, model, effort, tools and permission mode, and works in the
+    /// same folder (or a copy of a managed workspace). The new handle
+    /// answers the agent with this handle's tool and permission handlers;
+    /// listeners (`on_chat`, …) are registered on it anew. Fork between
+    /// turns: `SESSION_BUSY` while one runs, `SESSION_ENDED` once ended,
+    /// `FORK_UNSUPPORTED` for an agent that cannot fork (nothing created).
+    ///
+    /// # Examples
+    ///
+    /// ```no_run
+    /// # async fn example() -> Result<(), pedelec_sdk::PedelecError> {
+    /// use pedelec_sdk::{Pedelec, SessionOptions};
+    ///
+    /// let pedelec = Pedelec::discover("app:my-tool").await?;
+    /// let session = pedelec.create_session::<String>(SessionOptions::default()).await?;
+    /// session.send_text("Outline two ways to fix the bug.").await?;
+    /// let other = session.fork().await?;
+    /// session.send_text("Try the first way.").await?;
+    /// other.send_text("Try the second way.").await?;
+    /// # Ok(())
+    /// # }
+    /// ```
+    pub async fn fork(&self) -> Result<PedelecSession<T>, PedelecError> {
+        if self.is_detached() {
+            return Err(detached_error());
+        }
+        let request = pb::ForkRequest {
+            session_id: self.shell.session_id.clone(),
+            caller_origin: self.shell.origin.clone(),
+            auto_end_on_disconnect: None,
+        };
+        let info = match self.shell.transport.call(Call::Fork(request)).await? {
+            Reply::Fork(pb::CreateSessionResponse { session: Some(info) }) => info,
+            other => return Err(unexpected(&other)),
+        };
+        let meta = SessionMeta {
+            session_id: info.session_id.clone(),
+            provider: info.provider.clone(),
+            effort_level: SessionMeta::effort(info.effort_level),
+            session_created_at: crate::context::now_ms(),
+        };
+        let handlers = self.shell.lock().handlers.for_fork();
+        let fork = Self::with_handlers(
+            self.shell.transport.clone(),
+            self.shell.registry.clone(),
+            self.shell.origin.clone(),
+            meta,
+            handlers,
+        );
+        fork.attach().await?;
+        Ok(fork)
     }
 
     /// Changes the model (and the effort level, unless `None`) the session's

@@ -113,6 +113,20 @@ impl Handlers {
         Handlers { inline, ..Handlers::default() }
     }
 
+    /// The handlers a fork of the session starts with: those that answer
+    /// the agent (tools and permissions; the fork has the same tools), none
+    /// of the listeners, which belong to this handle's caller.
+    pub(super) fn for_fork(&self) -> Self {
+        Handlers {
+            next: self.next,
+            permission: self.permission.clone(),
+            named: self.named.clone(),
+            inline: self.inline.clone(),
+            generic: self.generic.clone(),
+            ..Handlers::default()
+        }
+    }
+
     fn id(&mut self) -> u64 {
         self.next += 1;
         self.next

@@ -351,6 +351,19 @@ impl JsPedelecSession {
         future_to_promise(Local(async move { void(session.set_tools(specs?).await) }))
     }
 
+    /// `fork()`: a new session continuing a copy of this one's conversation.
+    pub fn fork(&self) -> Promise {
+        let session = self.session.clone();
+        let live = Local(self.live.0.clone());
+        future_to_promise(async move {
+            let fork = session.fork().await.map_err(reject)?;
+            if let Some(map) = live.0.upgrade() {
+                hold(&map, &fork);
+            }
+            Ok(JsPedelecSession { session: fork, live }.into())
+        })
+    }
+
     /// `setModel(model, { effortLevel })`: from the next turn.
     #[wasm_bindgen(js_name = setModel)]
     pub fn set_model(&self, model: String, options: JsValue) -> Promise {

@@ -13,6 +13,7 @@ mod changes;
 mod consent;
 mod daemon;
 mod durability;
+mod fork;
 mod history;
 mod interop;
 mod lifecycle;

@@ -506,3 +506,24 @@ async fn acp_a_fast_agent_waits_for_a_slow_reader_and_no_delta_is_lost() {
     let expected: String = (0..N).map(|i| format!("w{} ", i % 10)).collect();
     assert_eq!(*deltas.lock().unwrap(), expected, "in order, none twice");
 }
+
+/// `fork()` on an ACP agent that does not advertise
+/// `sessionCapabilities.fork`: `FORK_UNSUPPORTED` whether or not a session
+/// of it ran yet (Core then probes the agent with `initialize` alone), and
+/// no session is created, opened or prompted for it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn acp_fork_without_the_capability_is_refused_before_anything_is_sent() {
+    let fake = Fake::start("");
+    let session = fake.session(vec![], "").await;
+    let error = session.fork().await.expect_err("the fake cannot fork");
+    assert_eq!(error.code, "FORK_UNSUPPORTED", "{error:?}");
+    assert_eq!(fake.events("initialize").len(), 1, "probed once");
+    assert!(fake.events("session_new").is_empty() && fake.events("prompt").is_empty());
+    session.send_text("hello").await.unwrap();
+    let again = session.fork().await.expect_err("still cannot fork");
+    assert_eq!(again.code, "FORK_UNSUPPORTED");
+    assert_eq!(fake.events("session_new").len(), 1, "only the session's own");
+    assert_eq!(fake.events("prompt").len(), 1);
+    let listed = fake.harness.client().await.list_sessions().await.unwrap();
+    assert_eq!(listed.len(), 1, "no fork was made");
+}

@@ -546,3 +546,51 @@ async fn openai_over_https_trusts_its_ca_file_and_refuses_an_unknown_ca_or_an_ex
     }
     assert_eq!(*counter.lock().unwrap(), 2);
 }
+
+/// `fork()` on the openai adapter: the fork's first request carries the
+/// parent's conversation (copied with its workspace), even across a
+/// `kill -9` of Core before that turn; afterwards neither sees the other's turns.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn openai_fork_continues_a_copy_of_the_conversation() {
+    let model = FakeModel::start().await;
+    let settings = format!("[providers.ollama]\nbase_url = \"{}\"\nmodel = \"qwen3\"\n", model.base_url);
+    let mut h = Harness::with_config(Via::Grpc, &settings);
+    let client = h.client().await;
+    let parent = client
+        .create_session::<String>(SessionOptions {
+            provider: Some("ollama".into()),
+            auto_end_on_disconnect: false,
+            ..Default::default()
+        })
+        .await
+        .unwrap();
+    parent.send_text("remember the word heron").await.unwrap();
+    let fork_id = parent.fork().await.expect("fork").session_id().to_owned();
+    let parent_id = parent.session_id().to_owned();
+    drop(parent);
+    drop(client);
+    // The fork has not run a turn yet: what it continues is stored.
+    h.crash_and_restart();
+    let client = h.client().await;
+    let fork = client.resume_session::<String>(&fork_id).await.unwrap();
+    fork.send_text("which word?").await.unwrap();
+    let contents = |request: &Value| -> Vec<String> {
+        request["messages"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .filter_map(|m| m["content"].as_str().map(str::to_owned))
+            .collect()
+    };
+    let seen = contents(model.requests().last().unwrap());
+    assert_eq!(seen, ["remember the word heron", "echo: remember the word heron", "which word?"], "{seen:?}");
+
+    let parent = client.resume_session::<String>(&parent_id).await.unwrap();
+    parent.send_text("only the parent").await.unwrap();
+    let seen = contents(model.requests().last().unwrap());
+    assert!(!seen.iter().any(|t| t == "which word?"), "the parent never sees the fork's turn: {seen:?}");
+    fork.send_text("and now?").await.unwrap();
+    let seen = contents(model.requests().last().unwrap());
+    assert!(!seen.iter().any(|t| t == "only the parent"), "nor the fork the parent's: {seen:?}");
+    assert!(seen.iter().any(|t| t == "which word?"), "{seen:?}");
+}

@@ -118,6 +118,8 @@ struct Rig {
     reads_outside: ReadsOutside,
     /// Whether `steer()` adds text to a running turn (else `STEER_UNSUPPORTED`).
     steers: bool,
+    /// Whether `fork()` continues a copy of the conversation (else `FORK_UNSUPPORTED`).
+    forks: bool,
     /// Whether the agent writes a file in its workspace when the model asks
     /// (in Core's default permission policy, on this machine).
     writes: bool,
@@ -229,6 +231,7 @@ impl Rig {
             retries_refusals: false,
             reads_outside: ReadsOutside::Refused,
             steers: false,
+            forks: true,
             writes: true,
             _home: home,
         }
@@ -268,7 +271,13 @@ impl Rig {
         // machine without bwrap does not have: the command fails, nothing is written.
         let bwrap = std::env::var_os("PATH")
             .is_some_and(|path| std::env::split_paths(&path).any(|dir| dir.join("bwrap").is_file()));
-        Rig { usage: Usage::Unreported, writes: bwrap, ..Rig::new("codex-acp", CODEX_MODEL, settings, home) }
+        // codex-acp 0.16 advertises no `sessionCapabilities.fork`.
+        Rig {
+            usage: Usage::Unreported,
+            writes: bwrap,
+            forks: false,
+            ..Rig::new("codex-acp", CODEX_MODEL, settings, home)
+        }
     }
 
     fn claude_acp(program: &Path, server: &ModelServer) -> Rig {
@@ -287,7 +296,8 @@ impl Rig {
             ("GEMINI_CLI_NO_RELAUNCH", "true".into()),
         ]);
         let settings = provider_settings("gemini", program, &["--acp"], &env);
-        Rig { resumes: Resumes::Sometimes, ..Rig::new("gemini", GEMINI_MODEL, settings, home) }
+        // gemini-cli 0.61 routes `session/fork` but advertises no `sessionCapabilities.fork`.
+        Rig { resumes: Resumes::Sometimes, forks: false, ..Rig::new("gemini", GEMINI_MODEL, settings, home) }
     }
 
     fn opencode(program: &Path, server: &ModelServer) -> Rig {
@@ -1164,6 +1174,56 @@ async fn set_tools_between_turns(rig: Rig, server: &ModelServer) {
 }
 
 per_agent!(set_tools => super::set_tools_between_turns);
+
+/// `fork()` after a first turn of a real agent: the fork's next model
+/// requests carry the parent's conversation (the word of its first turn);
+/// afterwards each session's turns stay its own. An agent that cannot fork
+/// refuses with `FORK_UNSUPPORTED`, and no model request follows.
+async fn fork_after_a_first_turn(rig: Rig, server: &ModelServer) {
+    let h = AgentHarness::start(&rig.settings);
+    let session = after_a_first_turn(&rig, &h).await;
+    let before = server.generations().len();
+    let started = std::time::Instant::now();
+    let forked = session.fork().await;
+    if !rig.forks {
+        let error = forked.expect_err("an agent that cannot fork refuses");
+        assert_eq!(error.code, "FORK_UNSUPPORTED", "{}: {error:?}", rig.provider);
+        assert_eq!(server.generations().len(), before, "{}: nothing was sent", rig.provider);
+        eprintln!("PEDELEC_AGENT_FORK {}: FORK_UNSUPPORTED", rig.provider);
+        session.end().await.unwrap();
+        return;
+    }
+    let fork = forked.unwrap_or_else(|e| panic!("{}: fork: {e:?}", rig.provider));
+    let forked_in = started.elapsed();
+    assert_ne!(fork.session_id(), session.session_id());
+    fork.send_text("on the fork")
+        .await
+        .unwrap_or_else(|e| panic!("{}: the fork's turn: {e:?}; {}", rig.provider, server_log(server)));
+    let texts: Vec<String> =
+        generations_since(server, before).iter().flat_map(|r| r.request.history()).map(|(_, _, t)| t).collect();
+    assert!(
+        texts.iter().any(|t| t.contains("heron")),
+        "{}: the fork continues the conversation: {texts:?}",
+        rig.provider
+    );
+    let before = server.generations().len();
+    session
+        .send_text("on the parent")
+        .await
+        .unwrap_or_else(|e| panic!("{}: the parent's turn: {e:?}; {}", rig.provider, server_log(server)));
+    let texts: Vec<String> =
+        generations_since(server, before).iter().flat_map(|r| r.request.history()).map(|(_, _, t)| t).collect();
+    assert!(
+        !texts.iter().any(|t| t.contains("on the fork")),
+        "{}: the parent never sees the fork's turn: {texts:?}",
+        rig.provider
+    );
+    eprintln!("PEDELEC_AGENT_FORK {}: forked in {forked_in:?}", rig.provider);
+    fork.end().await.unwrap();
+    session.end().await.unwrap();
+}
+
+per_agent!(fork => super::fork_after_a_first_turn);
 
 /// Permissions to the app with a real agent (`PermissionMode::App`): the
 /// model asks the agent to write outside its workspace; where the agent asks

@@ -27,6 +27,14 @@
 //! `["mcp"]`, and the tool token and Core socket in `env` (never in argv).
 //! The ACP `sessionId` is the provider identity reported to Core.
 //!
+//! **Fork.** A forked session's first runtime sends `session/fork` of the
+//! parent's ACP session (an agent advertising `sessionCapabilities.fork`
+//! reads it from its own store, so the parent's process need not be this
+//! one) and continues the new session it answers with. Whether the agent
+//! forks is learnt from any session's `initialize`, or from a probe (the
+//! agent started in the temporary folder for `initialize` alone) when
+//! `Fork` asks first.
+//!
 //! **Turns.** One `session/prompt` with one text block per turn, then one
 //! block per attachment: images inline (`image`, when the agent advertises
 //! `promptCapabilities.image`; else `ATTACHMENT_UNSUPPORTED` before the
@@ -74,10 +82,12 @@ mod updates;
 
 use agent_client_protocol::schema::ProtocolVersion;
 use agent_client_protocol::v1::schema::{
-    CancelNotification, ClientCapabilities, ContentBlock, EnvVariable, Implementation, InitializeRequest,
-    LoadSessionRequest, McpServer, McpServerStdio, NewSessionRequest, PromptRequest, SessionConfigOption, SessionId,
-    SetSessionConfigOptionRequest, TextContent,
+    CancelNotification, ClientCapabilities, ContentBlock, EnvVariable, ForkSessionRequest, Implementation,
+    InitializeRequest, InitializeResponse, LoadSessionRequest, McpServer, McpServerStdio, NewSessionRequest,
+    PromptRequest, SessionConfigOption, SessionId, SetSessionConfigOptionRequest, TextContent,
 };
+use std::sync::Arc;
+
 use pedelec_protocol::ErrorCode;
 
 use super::process::CommandLine;
@@ -94,17 +104,57 @@ const AUTH_REQUIRED: i32 = -32000;
 
 pub struct Acp {
     config: ProviderConfig,
+    /// Whether the agent advertises `sessionCapabilities.fork`: learnt from
+    /// a session's `initialize`, or probed once when `Fork` asks first.
+    forks: Arc<tokio::sync::OnceCell<bool>>,
 }
 
 impl Acp {
     pub fn new(config: ProviderConfig) -> Self {
-        Acp { config }
+        Acp { config, forks: Arc::default() }
     }
+
+    fn command(&self) -> CommandLine {
+        let mut command = CommandLine::new(&self.config.command);
+        command.env.extend(self.config.env.iter().map(|(k, v)| (k.clone(), v.clone())));
+        command
+    }
+
+    /// Starts the agent in the temporary folder only to read its
+    /// capabilities from `initialize` (no session is opened, so it works on
+    /// nothing there); an agent that cannot start cannot fork either.
+    async fn probe_forks(&self) -> bool {
+        let scratch = std::env::temp_dir();
+        let policy = PermissionPolicy { workspace: scratch.clone(), tools: Vec::new() };
+        let Ok(mut runtime) = Runtime::spawn(&self.command(), &scratch, policy, None).await else {
+            return false;
+        };
+        let answer = tokio::time::timeout(std::time::Duration::from_secs(30), initialize(&mut runtime)).await;
+        runtime.close();
+        matches!(answer, Ok(Ok(init)) if advertises_fork(&init))
+    }
+}
+
+/// `initialize` with protocol version 1 and no client capabilities.
+async fn initialize(runtime: &mut Runtime) -> Result<InitializeResponse, ProviderFailure> {
+    let initialize = InitializeRequest::new(ProtocolVersion::V1)
+        .client_capabilities(ClientCapabilities::new())
+        .client_info(Implementation::new("pedelec-core", env!("CARGO_PKG_VERSION")));
+    runtime.request("initialize", initialize, drop).await?.map_err(|e| answer_failure("initialize", &e, true))
+}
+
+fn advertises_fork(init: &InitializeResponse) -> bool {
+    init.agent_capabilities.session_capabilities.fork.is_some()
 }
 
 impl Provider for Acp {
     fn config(&self) -> &ProviderConfig {
         &self.config
+    }
+
+    /// `session/fork`, where the agent advertises it.
+    fn forks(&self) -> BoxFuture<'_, bool> {
+        Box::pin(async { *self.forks.get_or_init(|| self.probe_forks()).await })
     }
 
     fn start(&self, setup: ProviderSetup) -> Result<Box<dyn ProviderSession>, ProviderFailure> {
@@ -117,10 +167,10 @@ impl Provider for Acp {
                 details: serde_json::json!({ "provider": info.code }),
             });
         }
-        let mut command = CommandLine::new(&self.config.command);
-        command.env.extend(self.config.env.iter().map(|(k, v)| (k.clone(), v.clone())));
         Ok(Box::new(AcpSession {
-            command,
+            config: self.config.clone(),
+            command: self.command(),
+            forks: self.forks.clone(),
             identity: setup.provider_session_id.clone(),
             total: setup.usage_total,
             setup,
@@ -148,7 +198,11 @@ struct Live {
 }
 
 struct AcpSession {
+    config: ProviderConfig,
     command: CommandLine,
+    /// The provider's knowledge of the agent's fork capability, filled
+    /// from this session's `initialize` when nobody probed it yet.
+    forks: Arc<tokio::sync::OnceCell<bool>>,
     setup: ProviderSetup,
     runtime: Option<Live>,
     /// The ACP session to continue in the next runtime.
@@ -206,13 +260,8 @@ impl AcpSession {
     async fn open(&mut self, sink: &dyn TurnSink) -> Result<Live, ProviderFailure> {
         let mut runtime =
             Runtime::spawn(&self.command, &self.setup.workspace, self.policy(), self.setup.permissions.clone()).await?;
-        let initialize = InitializeRequest::new(ProtocolVersion::V1)
-            .client_capabilities(ClientCapabilities::new())
-            .client_info(Implementation::new("pedelec-core", env!("CARGO_PKG_VERSION")));
-        let init = runtime
-            .request("initialize", initialize, drop)
-            .await?
-            .map_err(|e| answer_failure("initialize", &e, true))?;
+        let init = initialize(&mut runtime).await?;
+        let _ = self.forks.set(advertises_fork(&init));
         if init.protocol_version != ProtocolVersion::V1 {
             return Err(ProviderFailure::coded(
                 ErrorCode::ProviderUnavailable,
@@ -245,6 +294,31 @@ impl AcpSession {
             } else {
                 sink.activity(super::note(format!(
                     "the agent cannot load sessions (no loadSession); session {id} is not continued"
+                )));
+            }
+        }
+        // A forked session's first runtime: a new ACP session continuing a
+        // copy of the parent's (the agent reads it from its own store).
+        if let (None, None, Some(parent)) = (&loaded, &self.identity, self.setup.fork_from.clone()) {
+            if advertises_fork(&init) {
+                // claude-agent-acp forks through Claude Code, which finds a
+                // conversation by id only in its working directory's project:
+                // a copied workspace names the parent's file instead.
+                let agent = init.agent_info.as_ref().map(|info| info.name.as_str()).unwrap_or_default();
+                let source = agent
+                    .ends_with("claude-agent-acp")
+                    .then(|| super::claude::conversation_file(&self.config, &parent))
+                    .flatten()
+                    .map_or(parent.clone(), |file| file.display().to_string());
+                let fork = ForkSessionRequest::new(source, cwd.clone()).mcp_servers(mcp_servers(&self.setup));
+                let response = runtime
+                    .request("session/fork", fork, drop)
+                    .await?
+                    .map_err(|e| answer_failure("session/fork", &e, true))?;
+                loaded = Some((response.session_id, response.config_options.unwrap_or_default()));
+            } else {
+                sink.activity(super::note(format!(
+                    "the agent cannot fork sessions (no sessionCapabilities.fork); session {parent} is not continued"
                 )));
             }
         }

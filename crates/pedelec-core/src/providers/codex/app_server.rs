@@ -506,7 +506,8 @@ impl AppServerSession {
     }
 
     /// Starts codex and opens the thread: `thread/resume` of the session's
-    /// thread when it has one, else (or when codex cannot) `thread/start`.
+    /// thread when it has one; for a fork's first runtime, `thread/fork` of
+    /// the parent's; else (or when codex cannot resume) `thread/start`.
     async fn open(&mut self, sink: &dyn TurnSink) -> Result<Runtime, ProviderFailure> {
         let mut runtime = Runtime::spawn(&self.command(), &self.setup.workspace).await?;
         // Failing to come up is the runtime being unusable: fatal, as for ACP.
@@ -548,6 +549,20 @@ impl AppServerSession {
                 }
                 break;
             }
+        }
+        // A forked session's first runtime: a new thread continuing a copy
+        // of the parent's (codex reads the parent's rollout from disk).
+        if let (None, Some(parent)) = (&opened, self.setup.fork_from.clone().filter(|_| self.thread_id.is_none())) {
+            let mut fork = params.clone();
+            fork.insert("threadId".into(), json!(parent));
+            fork.insert("excludeTurns".into(), json!(true));
+            let answer = runtime.request("thread/fork", Value::Object(fork)).await.map_err(fatal)?;
+            let result = answer.map_err(|e| fatal(refused("thread/fork", &e)))?;
+            let id = result.pointer("/thread/id").and_then(Value::as_str).unwrap_or_default().to_owned();
+            if id.is_empty() {
+                return Err(ProviderFailure::crashed("codex forked a thread without an id"));
+            }
+            opened = Some((id, false));
         }
         let (thread, fresh) = match opened {
             Some(found) => found,

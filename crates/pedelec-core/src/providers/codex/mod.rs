@@ -155,6 +155,11 @@ impl Provider for Codex {
         Box::pin(async { *self.backend.get_or_init(|| probe(&self.config)).await == Backend::AppServer })
     }
 
+    /// app-server's `thread/fork`; `exec` has no fork.
+    fn forks(&self) -> BoxFuture<'_, bool> {
+        Box::pin(async { *self.backend.get_or_init(|| probe(&self.config)).await == Backend::AppServer })
+    }
+
     fn start(&self, setup: ProviderSetup) -> Result<Box<dyn ProviderSession>, ProviderFailure> {
         Ok(Box::new(CodexSession {
             config: self.config.clone(),

@@ -198,6 +198,11 @@ impl Provider for OpenAi {
         true
     }
 
+    /// From the copy of the parent's conversation in the fork's runtime directory.
+    fn forks(&self) -> BoxFuture<'_, bool> {
+        Box::pin(std::future::ready(true))
+    }
+
     fn start(&self, setup: ProviderSetup) -> Result<Box<dyn ProviderSession>, ProviderFailure> {
         if setup.model.is_empty() {
             return Err(ProviderFailure::coded(ErrorCode::ModelRequired, "this provider needs a model", true));
@@ -206,7 +211,10 @@ impl Provider for OpenAi {
         let base = self.base_url().ok_or_else(|| unavailable("no base_url configured".into()))?;
         let endpoint = Endpoint::parse(&base).map_err(unavailable)?;
         let client = self.client(&endpoint).map_err(unavailable)?;
-        let history = match &setup.provider_session_id {
+        // A fork's conversation is the copy of its parent's that Core put
+        // in its runtime directory (`Workspace::adopt_runtime_files`, or the
+        // managed workspace's copy).
+        let history = match setup.provider_session_id.as_ref().or(setup.fork_from.as_ref()) {
             Some(_) => crate::workspace::open_runtime(&setup.workspace, &setup.runtime_dir, false)
                 .ok()
                 .flatten()

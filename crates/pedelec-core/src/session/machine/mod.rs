@@ -110,6 +110,9 @@ pub struct Identity {
     pub workspace: String,
     pub managed_workspace: bool,
     pub tool_token_digest: crate::tool_token::ToolTokenDigest,
+    /// The parent's provider conversation a forked session continues a
+    /// copy of (`SessionRecord::fork_of`).
+    pub fork_of: Option<String>,
 }
 
 /// Where the active operation is.
@@ -298,6 +301,8 @@ impl SessionState {
                 .filter(|a| !matches!(a.phase, Phase::Finishing(..)))
                 .map(|a| a.id.as_str().to_owned()),
             skills_json: None,
+            fork_of: id.fork_of.clone(),
+            forked_from: id.info.forked_from.clone(),
             recent_outcomes: Vec::new(),
             transcript_bytes: 0,
             updated_at_ms: 0,
