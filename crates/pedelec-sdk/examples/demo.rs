@@ -152,6 +152,12 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
         for file in session.changes(None).await?.files {
             println!("\n  {:?} {}\n{}", file.kind(), file.path, file.diff.trim_end());
         }
+        // A second line of work from the same point, in a copy of the workspace.
+        println!("▶ fork(), then send_text(\"/write notes.md …\") on the fork");
+        let other = session.fork().await?;
+        other.send_text("/write notes.md Another way").await?;
+        println!("\n  fork {} goes on beside {}", other.session_id(), session.session_id());
+        other.end().await?;
     }
     println!("▶ list_sessions() — this origin's sessions:");
     for s in pedelec.list_sessions().await? {

@@ -470,6 +470,23 @@ fn browser_end_to_end() {
     assert_eq!(model["changed"], json!(["scripted-text-only"]), "{model}");
     assert!(!changes["shown"].as_str().unwrap_or_default().contains("hunter2"), "{changes}");
 
+    // The demo's Fork button: the page drives a new session continuing the
+    // old one, whose tool handler (the page's counter) answers its calls.
+    let forked = ok_value(attempt(
+        &page,
+        r##"const parent = demo.session().sessionId;
+           const counter = demo.state.counter;
+           document.getElementById("fork").click();
+           while (demo.session().sessionId === parent) await new Promise((r) => setTimeout(r, 5));
+           await demo.send('/tool update_counter {"delta": 3}');
+           const listed = (await demo.pedelec.listSessions()).map((s) => s.sessionId);
+           return { parent, fork: demo.session().sessionId, added: demo.state.counter - counter,
+                    both: listed.includes(parent) && listed.includes(demo.session().sessionId) };"##,
+    ));
+    assert_ne!(forked["fork"], forked["parent"], "{forked}");
+    assert_eq!(forked["added"], json!(3), "{forked}");
+    assert_eq!(forked["both"], json!(true), "{forked}");
+
     // Events ready together travel as batches, and a batch changes nothing
     // the page sees: every delta once and in order, one onChat per message.
     let worker_url = format!("chrome-extension://{EXTENSION_ID}/background.js");

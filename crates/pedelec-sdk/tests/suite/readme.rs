@@ -149,6 +149,18 @@ async fn set_model() -> Result<(), Box<dyn std::error::Error>> {
 
 #[rustfmt::skip] // the snippet stays as the README shows it
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn fork() -> Result<(), Box<dyn std::error::Error>> {
+    let _core = core_for_snippets();
+    let session = Pedelec::discover("app:my-tool").await?.create_session::<String>(SessionOptions::default()).await?;
+    let other = session.fork().await?;
+    other.send_text("/write notes.txt another way").await?;
+    session.send_text("/write notes.txt the first way").await?;
+    assert_ne!(other.session_id(), session.session_id());
+    Ok(())
+}
+
+#[rustfmt::skip] // the snippet stays as the README shows it
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn owner() -> Result<(), Box<dyn std::error::Error>> {
     let _core = core_for_snippets();
     let site = Pedelec::discover("app:my-tool").await?;

@@ -35,6 +35,7 @@ function renderStatus(status) {
   $("history").disabled = !session;
   $("changes").disabled = !session;
   $("set-model").disabled = status === "ended" || !session;
+  $("fork").disabled = status !== "idle" || !session;
 }
 
 const tools = [
@@ -120,35 +121,9 @@ async function start(options = {}) {
     ...(folder ? { workspace: { path: folder } } : {}),
     ...options,
   });
-  session.onChatDelta((delta) => {
-    state.deltas += delta;
-    unpainted.deltas += delta;
-    paintSoon();
-  });
-  session.onChat((text) => {
-    state.chats.push(text);
-    unpainted.deltas = "";
-    $("live").textContent = "";
-    log(text);
-  });
-  session.onStatus((status, ctx) => {
-    state.statuses.push(`${ctx.source}:${status}`);
-    unpainted.status = status;
-    paintStatusSoon();
-  });
-  session.onError((error, ctx) => {
-    state.errors.push(`${ctx.source}:${error.code}`);
-    log(`${error.code}: ${error.message}`, "error");
-  });
+  listen(session);
+  // The page's answers to the agent; a fork of the session keeps them.
   session.onPermission((request) => askUser(request));
-  session.onActivity((activity) => {
-    // Each update is the whole activity: replace it by id.
-    state.activities[activity.activityId] = activity;
-    renderActivities();
-  });
-  session.onEnded(() => {
-    state.ended += 1;
-  });
   session.onTool("update_counter", async (args) => {
     state.toolCalls += 1;
     state.counter += args.delta;
@@ -159,6 +134,54 @@ async function start(options = {}) {
   renderStatus(session.getStatus());
   renderApproval();
   return session.sessionId;
+}
+
+/** Shows what `s` says: its chat, status, errors, activities and end. */
+function listen(s) {
+  s.onChatDelta((delta) => {
+    state.deltas += delta;
+    unpainted.deltas += delta;
+    paintSoon();
+  });
+  s.onChat((text) => {
+    state.chats.push(text);
+    unpainted.deltas = "";
+    $("live").textContent = "";
+    log(text);
+  });
+  s.onStatus((status, ctx) => {
+    state.statuses.push(`${ctx.source}:${status}`);
+    unpainted.status = status;
+    paintStatusSoon();
+  });
+  s.onError((error, ctx) => {
+    state.errors.push(`${ctx.source}:${error.code}`);
+    log(`${error.code}: ${error.message}`, "error");
+  });
+  s.onActivity((activity) => {
+    // Each update is the whole activity: replace it by id.
+    state.activities[activity.activityId] = activity;
+    renderActivities();
+  });
+  s.onEnded(() => {
+    state.ended += 1;
+  });
+}
+
+/**
+ * Forks the session and drives the fork from here on; the original goes on
+ * in Core (*List sessions* shows both). The fork answers the agent with the
+ * same tool and permission handlers.
+ */
+async function fork() {
+  const parent = session;
+  const other = await parent.fork();
+  session = other;
+  listen(other);
+  log(`forked ${parent.sessionId}: this page now drives ${other.sessionId}`, "note");
+  unpainted.status = null;
+  renderStatus(other.getStatus());
+  return other.sessionId;
 }
 
 function renderActivities() {
@@ -308,6 +331,9 @@ $("set-model").addEventListener("click", () =>
     return info;
   }).then((r) => r.ok || log(`${r.code}: ${r.message}`, "error")),
 );
+$("fork").addEventListener("click", () =>
+  attempt(fork).then((r) => r.ok || log(`${r.code}: ${r.message}`, "error")),
+);
 $("upload").addEventListener("click", () => {
   const file = $("file").files[0];
   if (file) attempt(() => upload(file));
@@ -335,6 +361,7 @@ window.demo = {
   loadHistory,
   showChanges,
   listSessions,
+  fork,
   session: () => session,
   wasmMemoryBytes: () => wasm.memory.buffer.byteLength,
 };
