@@ -69,7 +69,7 @@ globalThis.PedelecRequests = (() => {
     }),
     subscribe: session(),
     prepare: session(),
-    sendText: session({ text: STRING, attachments: repeated(STRING) }),
+    sendText: session({ text: STRING, attachments: repeated(STRING), outputSchemaJson: STRING }),
     // `outcome` is a oneof: a result or an error, not both.
     submitToolResult: session({ toolRequestId: STRING, resultJson: STRING, error: ERROR }, [["resultJson", "error"]]),
     end: session(),

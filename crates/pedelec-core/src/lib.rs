@@ -18,6 +18,7 @@ pub mod error;
 pub mod fork_copy;
 pub mod history;
 pub mod nofollow;
+pub mod output;
 pub mod platform;
 pub mod providers;
 pub mod quota;

@@ -72,7 +72,7 @@ impl Core for CoreService {
     async fn send_text(&self, request: Request<pb::SendTextRequest>) -> RpcReply<pb::OperationAccepted> {
         let request = request.into_inner();
         let session = self.registry.get_for_work(&request.session_id, &request.caller_origin).await?;
-        Ok(Response::new(session.send_text(request.text, request.attachments).await?))
+        Ok(Response::new(session.send_text(request.text, request.attachments, &request.output_schema_json).await?))
     }
 
     async fn submit_tool_result(

@@ -272,7 +272,7 @@ impl Body for ToolFailed<'_> {
 /// How an operation ended (`operation_completed`): what brings its outcome
 /// back after a restart. Entries from before kinds and messages were
 /// recorded read as kind unspecified and an empty message.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
 pub struct Completion {
     pub operation_id: String,
     /// `pb::OperationKind` as its number.
@@ -282,6 +282,9 @@ pub struct Completion {
     pub error: Option<String>,
     #[serde(default)]
     pub message: Option<String>,
+    /// A typed turn's answer (JSON text, valid against its output schema).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub output: Option<String>,
 }
 
 impl Body for Completion {
@@ -295,6 +298,7 @@ impl Completion {
             kind: outcome.kind,
             error: outcome.error.as_ref().map(|e| e.code.clone()),
             message: outcome.error.as_ref().map(|e| e.message.clone()),
+            output: (!outcome.output_json.is_empty()).then(|| outcome.output_json.clone()),
         }
     }
 
@@ -304,7 +308,12 @@ impl Completion {
             message: self.message.clone().unwrap_or_default(),
             details_json: String::new(),
         });
-        pb::OperationOutcome { operation_id: self.operation_id.clone(), kind: self.kind, error }
+        pb::OperationOutcome {
+            operation_id: self.operation_id.clone(),
+            kind: self.kind,
+            error,
+            output_json: self.output.clone().unwrap_or_default(),
+        }
     }
 }
 

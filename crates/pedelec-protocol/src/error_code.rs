@@ -131,6 +131,10 @@ error_codes! {
     /// `GetChanges`: no changes are recorded for that turn (an unknown turn,
     /// a preparation, a turn Core was not running for, or none yet).
     ChangesNotFound = "CHANGES_NOT_FOUND",
+    /// `SendText` with an output schema: the agent's final answer is not
+    /// JSON valid against it, even after Core asked once more;
+    /// `details.errors` lists what is wrong, `details.answer` the answer.
+    OutputInvalid = "OUTPUT_INVALID",
     /// `Fork`: this session's agent cannot continue a copy of its
     /// conversation; refused before anything is created or sent.
     ForkUnsupported = "FORK_UNSUPPORTED",

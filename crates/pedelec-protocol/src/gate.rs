@@ -285,7 +285,12 @@ mod tests {
         event("s", seq, op, Kind::Chat(pb::Chat { text: "hi".into() }))
     }
     fn completed(seq: u64, op: &str) -> pb::SessionEvent {
-        event("s", seq, op, Kind::OperationCompleted(pb::OperationCompleted { kind: 2, error: None }))
+        event(
+            "s",
+            seq,
+            op,
+            Kind::OperationCompleted(pb::OperationCompleted { kind: 2, error: None, ..Default::default() }),
+        )
     }
     fn snapshot(last_seq: u64, st: SessionStatus, op: Option<&str>) -> pb::SessionEvent {
         let snap = pb::Snapshot {

@@ -295,6 +295,9 @@ pub const MAX_TOOL_NAME_LEN: usize = 64;
 /// assert_eq!(check_manifest(&[wordy]), [ManifestRule::TooLarge("wordy".into())]);
 /// ```
 pub const MAX_TOOL_SCHEMA_BYTES: usize = 64 * 1024;
+
+/// The largest output schema a `SendText` may carry (its JSON text).
+pub const MAX_OUTPUT_SCHEMA_BYTES: usize = 64 * 1024;
 /// Largest skill guidance text, in bytes.
 ///
 /// # Examples

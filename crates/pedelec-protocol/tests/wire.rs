@@ -89,6 +89,7 @@ fn requests() {
                 caller_origin: origin.clone(),
                 text: " hi ".into(),
                 attachments: vec!["/screens/page.png".into()],
+                ..Default::default()
             }),
         ),
     );
@@ -274,6 +275,7 @@ fn events() {
                         operation_id: "op-0".into(),
                         kind: pb::OperationKind::Prepare as i32,
                         error: None,
+                        ..Default::default()
                     },
                     pb::OperationOutcome {
                         operation_id: "op-00".into(),
@@ -282,6 +284,7 @@ fn events() {
                             ErrorCode::CoreRestarted,
                             "Core restarted while this operation ran",
                         )),
+                        ..Default::default()
                     },
                 ],
             }),
@@ -336,7 +339,11 @@ fn events() {
         &event(
             49,
             "op-1",
-            Kind::OperationCompleted(pb::OperationCompleted { kind: pb::OperationKind::SendText as i32, error: None }),
+            Kind::OperationCompleted(pb::OperationCompleted {
+                kind: pb::OperationKind::SendText as i32,
+                error: None,
+                ..Default::default()
+            }),
         ),
     );
     check("event_ended", &event(50, "", Kind::Ended(pb::Ended { reason: "requested".into() })));

@@ -106,7 +106,12 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
     println!("▶ download_asset_to({path}) → {} ({size} bytes)", copy.display());
     let _ = std::fs::remove_file(&copy);
     println!("▶ send_text_with(…, attachments [{path}])");
-    session.send_text_with("Summarise the report.", pedelec_sdk::SendOptions { attachments: vec![path] }).await?;
+    session
+        .send_text_with(
+            "Summarise the report.",
+            pedelec_sdk::SendOptions { attachments: vec![path], ..Default::default() },
+        )
+        .await?;
     if provider == "scripted" {
         // A long, slow reply, cancelled midway: the turn rejects with
         // OPERATION_CANCELLED, what streamed stays in the transcript.

@@ -328,6 +328,7 @@ mod tests {
                         operation_id: "op-1".into(),
                         kind: 2,
                         error: Some(pb::Error::new(pedelec_protocol::ErrorCode::CoreRestarted, "restarted")),
+                        ..Default::default()
                     }),
                 ),
                 entry(9, "", Kind::Ended(pb::Ended { reason: "requested".into() })),

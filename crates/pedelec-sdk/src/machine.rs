@@ -215,6 +215,9 @@ pub struct SessionMachine {
     completed_early: VecDeque<(OperationId, Result<(), PedelecError>)>,
     /// Outcomes of the session's recent operations (see [`SessionMachine::outcome`]).
     known_outcomes: VecDeque<(OperationId, Result<(), PedelecError>)>,
+    /// Typed answers of recent operations (`OperationCompleted.output_json`),
+    /// until the caller awaiting each takes it ([`SessionMachine::take_output`]).
+    outputs: VecDeque<(OperationId, String)>,
     queued_tools: Vec<(ToolRequest, ToolCallContext)>,
     handling: HashSet<ToolRequestId>,
     /// The running turn's activities, latest state each, with their context.
@@ -265,6 +268,7 @@ impl SessionMachine {
             local_operation: None,
             awaiting: HashMap::new(),
             completed_early: VecDeque::new(),
+            outputs: VecDeque::new(),
             known_outcomes: VecDeque::new(),
             queued_tools: Vec::new(),
             handling: HashSet::new(),
@@ -870,6 +874,34 @@ impl SessionMachine {
         self.known_outcomes.iter().rev().find(|(id, _)| id == operation_id).map(|(_, outcome)| outcome.clone())
     }
 
+    /// The typed answer (JSON text) of an operation that had an output
+    /// schema, once: kept from its completion until taken.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use pedelec_sdk::context::SessionMeta;
+    /// use pedelec_sdk::machine::SessionMachine;
+    ///
+    /// let mut machine = SessionMachine::new(SessionMeta::default());
+    /// assert_eq!(machine.take_output("op-1"), None);
+    /// ```
+    pub fn take_output(&mut self, operation_id: &str) -> Option<String> {
+        let index = self.outputs.iter().position(|(id, _)| id == operation_id)?;
+        self.outputs.remove(index).map(|(_, json)| json)
+    }
+
+    /// Keeps a completion's typed answer for [`SessionMachine::take_output`] (bounded).
+    fn keep_output(&mut self, operation_id: &str, json: &str) {
+        if json.is_empty() || self.outputs.iter().any(|(id, _)| id == operation_id) {
+            return;
+        }
+        if self.outputs.len() == pedelec_protocol::limits::RECENT_OUTCOMES {
+            self.outputs.pop_front();
+        }
+        self.outputs.push_back((OperationId::new(operation_id.to_owned()), json.to_owned()));
+    }
+
     /// Remembers how an operation ended (bounded, newest last).
     fn know(&mut self, operation_id: &OperationId, outcome: &Result<(), PedelecError>) {
         if self.known_outcomes.iter().any(|(id, _)| id == operation_id) {
@@ -1069,6 +1101,7 @@ impl SessionMachine {
                 // operation finished ends with it.
                 self.revert_local_running(out);
                 let outcome = operation_outcome(done.error.as_ref());
+                self.keep_output(&event.operation_id, &done.output_json);
                 if done.kind == pb::OperationKind::Prepare as i32 && outcome.is_ok() {
                     self.prepared = true;
                 }
@@ -1163,6 +1196,9 @@ impl SessionMachine {
         // any more is reported as lost.
         let active = snapshot.active_operation.as_ref().map(|a| a.operation_id.as_str());
         let missed: Vec<OperationId> = self.awaiting.keys().filter(|id| Some(id.as_str()) != active).cloned().collect();
+        for recorded in &snapshot.recent_outcomes {
+            self.keep_output(&recorded.operation_id, &recorded.output_json);
+        }
         for operation_id in missed {
             self.awaiting.remove(&operation_id);
             let recorded = snapshot.recent_outcomes.iter().find(|o| operation_id == o.operation_id);
@@ -1258,7 +1294,11 @@ mod tests {
         ev(
             seq,
             op,
-            Kind::OperationCompleted(pb::OperationCompleted { kind: pb::OperationKind::SendText as i32, error }),
+            Kind::OperationCompleted(pb::OperationCompleted {
+                kind: pb::OperationKind::SendText as i32,
+                error,
+                ..Default::default()
+            }),
         )
     }
 
@@ -1521,6 +1561,7 @@ mod tests {
             operation_id: op.into(),
             kind: pb::OperationKind::SendText as i32,
             error: error.map(|code| pb::Error::new(code, "x")),
+            ..Default::default()
         }
     }
 
@@ -1560,6 +1601,7 @@ mod tests {
             operation_id: "op1".into(),
             kind: 0,
             error: Some(pb::Error::new(ErrorCode::CoreRestarted, "Core restarted")),
+            ..Default::default()
         };
         feed(&mut fresh, &[snapshot_with_outcomes(9, vec![restarted])], NO_HANDLERS);
         assert!(fresh.outcome("op1").unwrap().unwrap_err().is(ErrorCode::CoreRestarted));

@@ -249,6 +249,18 @@ export declare class PedelecSession<TToolName extends string = string> {
    * other files as links or paths.
    */
   sendText(text: string, options?: { attachments?: AssetPath[] }): Promise<void>;
+  /**
+   * A typed turn: the agent's final answer must be JSON valid against
+   * `outputSchema` (a JSON Schema object). Core asks the agent for JSON, checks
+   * the answer and asks once more on a mismatch; resolves with the value, or
+   * rejects with `OUTPUT_INVALID` (`details.errors` says why, `details.answer`
+   * is what the agent said) or `INVALID_ARGUMENT` for a schema that does not
+   * compile.
+   */
+  sendText<TOutput = unknown>(
+    text: string,
+    options: { attachments?: AssetPath[]; outputSchema: Record<string, unknown> },
+  ): Promise<TOutput>;
   uploadAsset(file: File, targetPath?: AssetPath): Promise<AssetPath>;
   listAssets(): Promise<Asset[]>;
   /** The transcript, page by page: the newest `limit` matching entries, oldest first. */

@@ -953,6 +953,8 @@ pub fn example_for(schema: &Value) -> Value {
 /// - `fail STATUS` → answers with that HTTP status;
 /// - `long N` → `word1 word2 … wordN` in N deltas (a long answer, for streaming);
 /// - `slow MS` → `Echo: slow`, its first byte after MS milliseconds (a model that hangs);
+/// - a text ending in a request for JSON (`… JSON Schema:` and the schema, as Core asks for a
+///   typed answer) → a value of that schema ([`example_for`]), as JSON in a ```json fence;
 /// - anything else → `Echo: <text>` in three deltas.
 pub fn standard_script() -> Script {
     Arc::new(|request: &ModelRequest| {
@@ -1002,6 +1004,11 @@ pub fn standard_script() -> Script {
         if let Some(status) = command.strip_prefix("fail ") {
             let status = status.trim().parse().unwrap_or(500);
             return Answer::new(ModelReply::Status { status, message: format!("scripted failure {status}") });
+        }
+        if let Some(schema) =
+            text.rsplit_once("JSON Schema:\n").and_then(|(_, schema)| serde_json::from_str::<Value>(schema.trim()).ok())
+        {
+            return Answer::text(format!("```json\n{}\n```", example_for(&schema))).usage(60, 10);
         }
         let echoed = command.lines().last().unwrap_or_default();
         Answer::text(format!("Echo: {echoed}"))

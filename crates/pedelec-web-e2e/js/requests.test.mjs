@@ -37,7 +37,7 @@ const VALID = {
   },
   subscribe: { sessionId: "sess-1", callerOrigin: ORIGIN },
   prepare: { sessionId: "sess-1", callerOrigin: ORIGIN },
-  sendText: { sessionId: "sess-1", callerOrigin: ORIGIN, text: "hi", attachments: ["/a.png"] },
+  sendText: { sessionId: "sess-1", callerOrigin: ORIGIN, text: "hi", attachments: ["/a.png"], outputSchemaJson: '{"type":"object"}' },
   submitToolResult: { sessionId: "sess-1", callerOrigin: ORIGIN, toolRequestId: "tr", resultJson: "{}" },
   end: { sessionId: "sess-1", callerOrigin: ORIGIN },
   resume: { sessionId: "sess-1", callerOrigin: ORIGIN },

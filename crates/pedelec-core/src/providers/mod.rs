@@ -45,6 +45,10 @@ pub struct TurnRequest {
     /// The user's text for this turn while it runs (`Steer`); only a
     /// provider whose [`Provider::steers`] is true is sent any.
     pub steering: SteerInbox,
+    /// A JSON Schema the turn's final answer must satisfy
+    /// (`SendText.output_schema_json`), for a provider that can hand it to
+    /// its agent natively; the text already asks for it in words.
+    pub output_schema: Option<serde_json::Value>,
 }
 
 /// Text the user adds to a running turn, and where the provider answers

@@ -19,6 +19,8 @@
 //! | `/plan A; B; C` | report a plan of those entries, the first in progress |
 //! | `/permission TEXT` | ask permission to run the command TEXT (options allow, deny); the reply says the answer. With permission mode `app` the application answers (a web page only where the user let its site approve commands: else the user does); else the policy rejects |
 //! | `/edit PATH` | ask permission to edit the file PATH, the same way; a web page answers it when PATH lies inside the workspace |
+//! | `/answer TEXT` | reply TEXT alone (`\n` for a line break), nothing else: a typed turn's answer |
+//! | `/answer-next TEXT` | reply TEXT alone to the next turn, whatever it says (the answer to Core's second ask) |
 //! | `/fail MESSAGE` | fail the turn (session stays usable) |
 //! | `/crash` | the runtime dies (session moves to `error`) |
 //! | `/panic` | the provider's code panics mid-turn (Core's fault path: the turn fails, the session stays usable) |
@@ -88,6 +90,7 @@ impl Provider for Scripted {
             identity,
             total: setup.usage_total.unwrap_or(0),
             crashed: false,
+            next_answer: None,
             permissions: setup.permissions,
         }))
     }
@@ -99,6 +102,8 @@ struct ScriptedSession {
     identity: String,
     total: u64,
     crashed: bool,
+    /// The whole reply of the next turn (`/answer-next`).
+    next_answer: Option<String>,
     permissions: Option<std::sync::Arc<dyn super::PermissionAsker>>,
 }
 
@@ -125,6 +130,8 @@ enum Directive<'a> {
         about: &'a str,
     },
     Fail(&'a str),
+    Answer(&'a str),
+    AnswerNext(&'a str),
     Crash,
     Panic,
 }
@@ -160,6 +167,8 @@ fn parse(line: &str) -> Option<Result<Directive<'_>, String>> {
             "permission" => Directive::Permission { kind: pb::ActivityKind::Command, about: args },
             "edit" => Directive::Permission { kind: pb::ActivityKind::FileEdit, about: args },
             "fail" => Directive::Fail(args),
+            "answer" => Directive::Answer(args),
+            "answer-next" => Directive::AnswerNext(args),
             "crash" => Directive::Crash,
             "panic" => Directive::Panic,
             other => return Err(format!("unknown directive /{other}")),
@@ -227,6 +236,11 @@ impl ScriptedSession {
             reply.push(format!("You added: {}{stop}", steer.text));
             let _ = steer.taken.send(Ok(()));
         };
+        if let Some(answer) = self.next_answer.take() {
+            self.stream(sink, &answer, None).await;
+            return Ok(());
+        }
+        let mut answer = None;
         let mut reply = Vec::new();
         let mut pause = None;
         let mut plain = Vec::new();
@@ -358,6 +372,8 @@ impl ScriptedSession {
                     let message = if message.is_empty() { "scripted failure" } else { message };
                     return Err(ProviderFailure::turn(message));
                 }
+                Directive::Answer(text) => answer = Some(text.replace("\\n", "\n")),
+                Directive::AnswerNext(text) => self.next_answer = Some(text.replace("\\n", "\n")),
                 Directive::Crash => {
                     self.crashed = true;
                     return Err(ProviderFailure::crashed("the scripted runtime crashed"));
@@ -374,7 +390,9 @@ impl ScriptedSession {
             reply.push(format!("Attachments: {}.", listed.join(", ")));
         }
         let plain = plain.join("\n");
-        if !plain.trim().is_empty() || (reply.is_empty() && !streamed) {
+        if let Some(answer) = answer {
+            reply = vec![answer];
+        } else if !plain.trim().is_empty() || (reply.is_empty() && !streamed) {
             reply.insert(0, format!("You said: {plain}"));
         }
         if !reply.is_empty() {

@@ -75,14 +75,14 @@ async fn completion(
 async fn a_start_that_cannot_be_stored_is_refused_and_leaves_the_session_free() {
     let rig = rig().await;
     rig.store.fail_next_jobs(1);
-    let error = rig.session.send_text("hello".into(), Vec::new()).await.unwrap_err();
+    let error = rig.session.send_text("hello".into(), Vec::new(), "").await.unwrap_err();
     assert_eq!(error.code(), ErrorCode::Internal);
     assert_eq!(rig.session.status(), SessionStatus::Idle);
     let mut events = Box::pin(rig.session.events());
     let Some(Kind::Snapshot(snapshot)) = events.next().await.unwrap().kind else { panic!("snapshot first") };
     assert!(snapshot.active_operation.is_none(), "no operation is left active");
     // The next one runs to completion.
-    let accepted = rig.session.send_text("hello".into(), Vec::new()).await.expect("the store works again");
+    let accepted = rig.session.send_text("hello".into(), Vec::new(), "").await.expect("the store works again");
     assert_eq!(completion(&mut events, &accepted.operation_id).await.error, None);
 }
 
@@ -92,11 +92,11 @@ async fn a_completion_that_cannot_be_stored_still_settles_with_internal() {
     let mut events = Box::pin(rig.session.events());
     events.next().await.unwrap();
     rig.store.fail_next_completions(1);
-    let accepted = rig.session.send_text("hello".into(), Vec::new()).await.unwrap();
+    let accepted = rig.session.send_text("hello".into(), Vec::new(), "").await.unwrap();
     let done = completion(&mut events, &accepted.operation_id).await;
     assert_eq!(done.error.map(|e| e.code), Some("INTERNAL".to_owned()));
     assert_eq!(rig.session.status(), SessionStatus::Idle);
-    let accepted = rig.session.send_text("again".into(), Vec::new()).await.expect("the session stays usable");
+    let accepted = rig.session.send_text("again".into(), Vec::new(), "").await.expect("the session stays usable");
     assert_eq!(completion(&mut events, &accepted.operation_id).await.error, None);
 }
 
@@ -105,12 +105,12 @@ async fn a_panicking_provider_fails_the_operation_and_the_next_one_runs() {
     let rig = rig().await;
     let mut events = Box::pin(rig.session.events());
     events.next().await.unwrap();
-    let accepted = rig.session.send_text("/panic".into(), Vec::new()).await.unwrap();
+    let accepted = rig.session.send_text("/panic".into(), Vec::new(), "").await.unwrap();
     let done = completion(&mut events, &accepted.operation_id).await;
     let error = done.error.expect("a panic fails the operation");
     assert_eq!(error.code, "SEND_TEXT_FAILED");
     assert!(error.details_json.contains("INTERNAL"), "{}", error.details_json);
-    let accepted = rig.session.send_text("hello".into(), Vec::new()).await.unwrap();
+    let accepted = rig.session.send_text("hello".into(), Vec::new(), "").await.unwrap();
     assert_eq!(completion(&mut events, &accepted.operation_id).await.error, None);
 }
 
@@ -119,7 +119,7 @@ async fn an_announced_completion_is_in_the_database() {
     let rig = rig().await;
     let mut events = Box::pin(rig.session.events());
     events.next().await.unwrap();
-    let accepted = rig.session.send_text("hello".into(), Vec::new()).await.unwrap();
+    let accepted = rig.session.send_text("hello".into(), Vec::new(), "").await.unwrap();
     completion(&mut events, &accepted.operation_id).await;
     // Read by a connection of its own, right after the event: durable, not queued.
     let entries = read_transcript(&rig.database, "sess-faults").unwrap();

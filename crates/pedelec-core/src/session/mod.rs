@@ -30,6 +30,7 @@ use tokio_util::sync::CancellationToken;
 
 use crate::changes;
 use crate::error::CoreResult;
+use crate::output::OutputSchema;
 use crate::providers::{
     PREPARE_PROMPT, PermissionAnswer, ProviderFailure, ProviderSession, ProviderSetup, Providers, SteerInbox,
     SteerInput, ToolBridge, TurnRequest,
@@ -243,6 +244,15 @@ impl Drop for SubscriberGuard {
 pub struct ForkPoint {
     pub info: pb::SessionInfo,
     pub provider_session_id: Option<String>,
+}
+
+/// A turn to run: what `start` hands `run_operation`.
+struct Turn {
+    kind: pb::TurnKind,
+    text: String,
+    attachments: Vec<crate::providers::Attachment>,
+    /// A `SendText` with an output schema.
+    output: Option<Arc<OutputSchema>>,
 }
 
 /// Construction parameters.
@@ -620,10 +630,12 @@ impl Session {
         self: &Arc<Self>,
         text: String,
         attachments: Vec<String>,
+        output_schema_json: &str,
     ) -> CoreResult<pb::OperationAccepted> {
         if let Err((code, message)) = pedelec_protocol::asset_path::check_attachments(&attachments) {
             return Err(crate::error::CoreError::new(code, message));
         }
+        let output = OutputSchema::compile(output_schema_json)?;
         self.check_transcript_quota(&text)?;
         // The files are looked at off the async workers — and only when
         // there are any: a plain text costs no blocking task.
@@ -642,14 +654,17 @@ impl Session {
                 crate::error::CoreError::new(ErrorCode::Internal, format!("checking attachments failed: {e}"))
             })??
         };
-        self.detached(|session| async move { session.start(pb::OperationKind::SendText, text, files).await }).await
+        self.detached(|session| async move { session.start(pb::OperationKind::SendText, text, files, output).await })
+            .await
     }
 
     pub async fn prepare(self: &Arc<Self>) -> CoreResult<pb::OperationAccepted> {
         let prompt = PREPARE_PROMPT.to_owned();
         self.check_transcript_quota(&prompt)?;
-        self.detached(|session| async move { session.start(pb::OperationKind::Prepare, prompt, Vec::new()).await })
-            .await
+        self.detached(
+            |session| async move { session.start(pb::OperationKind::Prepare, prompt, Vec::new(), None).await },
+        )
+        .await
     }
 
     /// Runs a request's work as a task of its own, so that it completes even
@@ -675,6 +690,7 @@ impl Session {
         kind: pb::OperationKind,
         text: String,
         attachments: Vec<crate::providers::Attachment>,
+        output: Option<Arc<OutputSchema>>,
     ) -> CoreResult<pb::OperationAccepted> {
         let ids = (OperationId::new(new_id("op")), TurnId::new(new_id("turn")));
         let paths: Vec<String> = attachments.iter().map(|a| a.path.clone()).collect();
@@ -705,7 +721,10 @@ impl Session {
         let session = self.clone();
         let op = operation.clone();
         let controls = (cancel, steering);
-        let task = tokio::spawn(async move { session.run_operation(op, turn_kind, text, attachments, controls).await });
+        let task = tokio::spawn(async move {
+            let turn = Turn { kind: turn_kind, text, attachments, output };
+            session.run_operation(op, turn, controls).await
+        });
         inner.task = Some((operation.clone(), task.abort_handle()));
         Ok(machine::accepted(&operation, kind, false))
     }
@@ -757,9 +776,7 @@ impl Session {
     async fn run_operation(
         self: Arc<Self>,
         operation: OperationId,
-        kind: pb::TurnKind,
-        text: String,
-        attachments: Vec<crate::providers::Attachment>,
+        Turn { kind, text, attachments, output }: Turn,
         (cancel, steering): (CancellationToken, SteerInbox),
     ) {
         let sink = sink::OperationSink { session: self.clone(), operation: operation.clone() };
@@ -796,8 +813,23 @@ impl Session {
             let timeout = self.shared.turn_timeout;
             // A panic in a provider must end the operation, not leave it active
             // with no task behind it: it fails the turn like a hang does.
-            let request = TurnRequest { kind, text, cancel: cancel.clone(), attachments, steering };
-            let turn = std::panic::AssertUnwindSafe(provider.run_turn(request, &sink));
+            let text = match &output {
+                Some(schema) => {
+                    self.lock().machine.expect_answer(&operation);
+                    text + &schema.instruction()
+                }
+                None => text,
+            };
+            let output_schema = output.as_ref().map(|o| o.schema.clone());
+            let request = TurnRequest { kind, text, cancel: cancel.clone(), attachments, steering, output_schema };
+            let turn = async {
+                provider.run_turn(request, &sink).await?;
+                match &output {
+                    Some(schema) => self.typed_answer(&operation, schema, &mut **provider, &sink, &cancel).await,
+                    None => Ok(()),
+                }
+            };
+            let turn = std::panic::AssertUnwindSafe(turn);
             let turn = futures::FutureExt::catch_unwind(turn);
             // A cancelled turn whose provider does not wind down within the
             // grace is dropped, and its runtime restarted below.
@@ -857,6 +889,49 @@ impl Session {
             self.record_turn_changes(&operation).await;
         }
         self.finish_operation(&operation, result).await;
+    }
+
+    /// Reads a typed turn's answer against its schema; on a mismatch the
+    /// agent is asked once more in the same operation (Core's words, kept
+    /// out of the transcript; the second answer is), then `OUTPUT_INVALID`.
+    async fn typed_answer(
+        &self,
+        operation: &OperationId,
+        schema: &OutputSchema,
+        provider: &mut dyn ProviderSession,
+        sink: &sink::OperationSink,
+        cancel: &CancellationToken,
+    ) -> Result<(), ProviderFailure> {
+        let answer = |session: &Self| session.lock().machine.answer(operation).unwrap_or_default();
+        let errors = match schema.check(&answer(self)) {
+            Ok(value) => {
+                self.lock().machine.answered(operation, value.to_string());
+                return Ok(());
+            }
+            // A cancelled turn completes as cancelled: nothing to ask again.
+            Err(_) if cancel.is_cancelled() => return Ok(()),
+            Err(errors) => errors,
+        };
+        tracing::debug!(session = %self.id, ?errors, "the answer does not match the output schema; asking once more");
+        let (_, steering) = mpsc::channel(1);
+        let again = TurnRequest {
+            kind: pb::TurnKind::User,
+            text: schema.retry(&errors),
+            cancel: cancel.clone(),
+            attachments: Vec::new(),
+            steering,
+            output_schema: Some(schema.schema.clone()),
+        };
+        provider.run_turn(again, sink).await?;
+        let answer = answer(self);
+        match schema.check(&answer) {
+            Ok(value) => {
+                self.lock().machine.answered(operation, value.to_string());
+                Ok(())
+            }
+            Err(_) if cancel.is_cancelled() => Ok(()),
+            Err(errors) => Err(OutputSchema::refusal(&answer, errors)),
+        }
     }
 
     /// Reads the workspace once in the background when the session is

@@ -8,11 +8,15 @@ use crate::providers::ProviderFailure;
 
 /// The event that announces an operation's outcome.
 pub fn completed(outcome: &pb::OperationOutcome) -> Kind {
-    Kind::OperationCompleted(pb::OperationCompleted { kind: outcome.kind, error: outcome.error.clone() })
+    Kind::OperationCompleted(pb::OperationCompleted {
+        kind: outcome.kind,
+        error: outcome.error.clone(),
+        output_json: outcome.output_json.clone(),
+    })
 }
 
 pub fn outcome(operation: &OperationId, kind: pb::OperationKind, error: Option<pb::Error>) -> pb::OperationOutcome {
-    pb::OperationOutcome { operation_id: operation.to_string(), kind: kind as i32, error }
+    pb::OperationOutcome { operation_id: operation.to_string(), kind: kind as i32, error, output_json: String::new() }
 }
 
 /// What a finished turn means for its operation: `None` for success, else

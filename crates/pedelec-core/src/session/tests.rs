@@ -580,8 +580,13 @@ fn restore_reports_an_interrupted_operation_as_core_restarted() {
     call(&mut m, &operation, "tool-1", t0());
     let mut stored: SessionRecord = m.record();
     assert_eq!(stored.active_operation.as_deref(), Some("op-1"));
-    stored.recent_outcomes =
-        vec![crate::transcript::Completion { operation_id: "op-0".into(), kind: 2, error: None, message: None }];
+    stored.recent_outcomes = vec![crate::transcript::Completion {
+        operation_id: "op-0".into(),
+        kind: 2,
+        error: None,
+        message: None,
+        ..Default::default()
+    }];
     let (m, out) = SessionState::restore(identity(false), &stored, t0());
     let lines = render(&out);
     let ceiling = stored.seq_ceiling;

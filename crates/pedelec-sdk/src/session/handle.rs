@@ -309,7 +309,7 @@ impl<T: ToolName> PedelecSession<T> {
     /// # }
     /// ```
     pub async fn send_text(&self, text: impl Into<String>) -> Result<(), PedelecError> {
-        self.send_text_with(text, SendOptions::default()).await
+        self.send_text_with(text, SendOptions::default()).await.map(drop)
     }
 
     /// [`PedelecSession::send_text`] with options: `attachments` are public
@@ -321,6 +321,13 @@ impl<T: ToolName> PedelecSession<T> {
     /// (`ASSET_PATH_INVALID`, `INVALID_ARGUMENT`), a missing file by Core
     /// (`ASSET_NOT_FOUND`), before anything starts.
     ///
+    /// With an `output_schema` (a JSON Schema object), the turn's final
+    /// answer must be JSON valid against it: Core asks the agent for JSON,
+    /// checks the answer, asks once more on a mismatch, and the call
+    /// resolves with the value (`Some`); an answer that never fits is
+    /// `OUTPUT_INVALID`, its `details.errors` saying why. Without a schema
+    /// it resolves with `None`.
+    ///
     /// # Examples
     ///
     /// ```no_run
@@ -330,21 +337,45 @@ impl<T: ToolName> PedelecSession<T> {
     /// let pedelec = Pedelec::discover("app:my-tool").await?;
     /// let session = pedelec.create_session::<String>(SessionOptions::default()).await?;
     /// let path = session.upload_asset(UploadSource::from_path("page.png").await?, Some("/screens/page.png")).await?;
-    /// session.send_text_with("What is on this page?", SendOptions { attachments: vec![path] }).await?;
+    /// session.send_text_with("What is on this page?", SendOptions { attachments: vec![path], ..Default::default() }).await?;
+    ///
+    /// let schema = serde_json::json!({ "type": "object", "properties": { "title": { "type": "string" } } });
+    /// let options = SendOptions { output_schema: Some(schema), ..Default::default() };
+    /// let value = session.send_text_with("Name the page.", options).await?.expect("a typed answer");
+    /// println!("{}", value["title"]);
     /// # Ok(())
     /// # }
     /// ```
-    pub async fn send_text_with(&self, text: impl Into<String>, options: SendOptions) -> Result<(), PedelecError> {
+    pub async fn send_text_with(
+        &self,
+        text: impl Into<String>,
+        options: SendOptions,
+    ) -> Result<Option<serde_json::Value>, PedelecError> {
         if let Err((code, message)) = pedelec_protocol::asset_path::check_attachments(&options.attachments) {
             return Err(PedelecError::new(code, message));
         }
+        let output_schema_json = match &options.output_schema {
+            Some(schema) if !schema.is_object() => {
+                return Err(PedelecError::new(ErrorCode::InvalidArgument, "output schema: must be a JSON object"));
+            }
+            Some(schema) => schema.to_string(),
+            None => String::new(),
+        };
         let request = pb::SendTextRequest {
             session_id: self.shell.session_id.clone(),
             caller_origin: self.shell.origin.clone(),
             text: text.into(),
             attachments: options.attachments,
+            output_schema_json,
         };
-        self.shell.run_operation(pb::OperationKind::SendText, Call::SendText(request)).await
+        let output = self.shell.run_operation(pb::OperationKind::SendText, Call::SendText(request)).await?;
+        output
+            .map(|json| {
+                serde_json::from_str(&json).map_err(|e| {
+                    PedelecError::new(ErrorCode::OutputInvalid, format!("Core's typed answer is not JSON: {e}"))
+                })
+            })
+            .transpose()
     }
 
     /// Optional preparation: idempotent after success; concurrent calls share one request.
@@ -384,7 +415,8 @@ impl<T: ToolName> PedelecSession<T> {
                         caller_origin: shell.origin.clone(),
                     };
                     let fut: BoxFuture<'static, Result<(), PedelecError>> = Box::pin(async move {
-                        let out = shell.run_operation(pb::OperationKind::Prepare, Call::Prepare(request)).await;
+                        let out =
+                            shell.run_operation(pb::OperationKind::Prepare, Call::Prepare(request)).await.map(drop);
                         shell.lock().prepare = None;
                         out
                     });
@@ -731,7 +763,7 @@ impl<T: ToolName> PedelecSession<T> {
 /// ```
 /// use pedelec_sdk::SendOptions;
 ///
-/// let options = SendOptions { attachments: vec!["/screens/page.png".into()] };
+/// let options = SendOptions { attachments: vec!["/screens/page.png".into()], ..Default::default() };
 /// // No attachments by default: `send_text_with(text, SendOptions::default())` is `send_text(text)`.
 /// assert!(SendOptions::default().attachments.is_empty());
 /// assert_eq!(options.attachments.len(), 1);
@@ -740,6 +772,9 @@ impl<T: ToolName> PedelecSession<T> {
 pub struct SendOptions {
     /// Public asset paths, e.g. `"/screens/page.png"` (at most 16).
     pub attachments: Vec<String>,
+    /// A JSON Schema object the turn's answer must satisfy: the call then
+    /// resolves with the answer as a value.
+    pub output_schema: Option<serde_json::Value>,
 }
 
 /// What a detached handle answers to calls that need Core.

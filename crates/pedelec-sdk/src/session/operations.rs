@@ -34,12 +34,13 @@ impl Drop for StartGuard {
 impl SessionShell {
     /// Starts an operation and resolves once the machine settles it (its
     /// `OperationCompleted`, a snapshot's outcome, the session ending, the
-    /// transport lost), after the handlers of the events before that ran.
+    /// transport lost), after the handlers of the events before that ran;
+    /// with the typed answer of a `SendText` that had an output schema.
     pub(super) async fn run_operation(
         self: &Arc<Self>,
         kind: pb::OperationKind,
         call: Call,
-    ) -> Result<(), PedelecError> {
+    ) -> Result<Option<String>, PedelecError> {
         let mut refused = None;
         self.step(|state| {
             state.machine.begin_local(kind).unwrap_or_else(|error| {
@@ -87,13 +88,14 @@ impl SessionShell {
         };
         match receiver {
             Ok(rx) => {
-                rx.await.unwrap_or_else(|_| Err(PedelecError::new(ErrorCode::TransportDetached, "handle dropped")))
+                rx.await.unwrap_or_else(|_| Err(PedelecError::new(ErrorCode::TransportDetached, "handle dropped")))?
             }
             Err((outcome, flushed)) => {
                 let _ = flushed.await;
-                outcome
+                outcome?
             }
         }
+        Ok(self.lock().machine.take_output(&accepted.operation_id))
     }
 
     fn failed_to_start(self: &Arc<Self>, error: PedelecError) -> PedelecError {

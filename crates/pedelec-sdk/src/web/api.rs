@@ -323,7 +323,8 @@ impl JsPedelecSession {
         future_to_promise(async move { void(session.prepare().await) })
     }
 
-    /// `sendText(text, { attachments?: string[] })`.
+    /// `sendText(text, { attachments?: string[], outputSchema?: object })`:
+    /// resolves with the typed answer when `outputSchema` is given.
     #[wasm_bindgen(js_name = sendText)]
     pub fn send_text(&self, text: String, options: JsValue) -> Promise {
         let session = self.session.clone();
@@ -337,9 +338,20 @@ impl JsPedelecSession {
         } else {
             Err(invalid("attachments must be an array of asset paths"))
         };
+        let schema = get(&options, "outputSchema");
+        let output_schema = if schema.is_undefined() || schema.is_null() {
+            Ok(None)
+        } else if schema.is_object() && !Array::is_array(&schema) {
+            js::js_to_json(&schema).map(Some).map_err(invalid)
+        } else {
+            Err(invalid("outputSchema must be a JSON Schema object"))
+        };
         future_to_promise(async move {
-            let options = crate::SendOptions { attachments: attachments? };
-            void(session.send_text_with(text, options).await)
+            let options = crate::SendOptions { attachments: attachments?, output_schema: output_schema? };
+            match session.send_text_with(text, options).await.map_err(reject)? {
+                Some(value) => Ok(js::json_to_js(&value)),
+                None => Ok(JsValue::UNDEFINED),
+            }
         })
     }
 

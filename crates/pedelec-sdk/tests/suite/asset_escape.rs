@@ -98,7 +98,7 @@ async fn a_symlinked_asset_folder_is_refused(link: Link) {
     assert_invalid("upload by name", s.upload_asset(bytes(".bashrc", b"owned"), None).await);
     assert_invalid("list", s.list_assets().await);
     assert_invalid("read", s.read_asset_text("/.ssh/id_ed25519").await);
-    let attach = pedelec_sdk::SendOptions { attachments: vec!["/before.txt".into()] };
+    let attach = pedelec_sdk::SendOptions { attachments: vec!["/before.txt".into()], ..Default::default() };
     assert_invalid("attach", s.send_text_with("look", attach).await);
     let out = tempfile::tempdir().unwrap();
     assert_invalid("download to a file", s.download_asset_to("/before.txt", &out.path().join("k")).await);

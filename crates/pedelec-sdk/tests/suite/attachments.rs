@@ -1,4 +1,4 @@
-//! Attachments: `send_text_with(text, SendOptions { attachments })` sends
+//! Attachments: `send_text_with(text, SendOptions { attachments, ..Default::default() })` sends
 //! the session's asset files with the text; the list and every file are
 //! checked before anything starts, and a provider that cannot take an image
 //! refuses with `ATTACHMENT_UNSUPPORTED`.
@@ -20,7 +20,7 @@ async fn with_files(session: &PedelecSession) {
 }
 
 fn attach(paths: &[&str]) -> SendOptions {
-    SendOptions { attachments: paths.iter().map(|p| p.to_string()).collect() }
+    SendOptions { attachments: paths.iter().map(|p| p.to_string()).collect(), ..Default::default() }
 }
 
 async fn user_texts(session: &PedelecSession) -> Vec<pb::HistoryText> {
@@ -79,6 +79,7 @@ async fn bad_attachment_lists_change_nothing(via: Via) {
             caller_origin: ORIGIN.into(),
             text: "look".into(),
             attachments: vec!["relative.png".into()],
+            ..Default::default()
         })
         .await
         .unwrap_err();

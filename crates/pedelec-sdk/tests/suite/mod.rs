@@ -29,6 +29,7 @@ mod status_and_events;
 mod steer;
 mod tool_socket;
 mod tools;
+mod typed;
 mod workspace_grants;
 
 use std::path::PathBuf;

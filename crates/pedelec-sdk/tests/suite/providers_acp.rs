@@ -468,7 +468,7 @@ async fn acp_attachments_are_links_and_images_need_the_capability() {
     session.upload_asset(notes, Some("/notes.txt")).await.unwrap();
     let png = pedelec_sdk::assets::UploadSource::from_bytes("p.png", "image/png", b"\x89PNG".to_vec());
     session.upload_asset(png, Some("/p.png")).await.unwrap();
-    let options = |path: &str| pedelec_sdk::SendOptions { attachments: vec![path.into()] };
+    let options = |path: &str| pedelec_sdk::SendOptions { attachments: vec![path.into()], ..Default::default() };
     session.send_text_with("read the notes", options("/notes.txt")).await.unwrap();
     let prompts = fake.events("prompt");
     assert_eq!(prompts[0]["blocks"], 2, "the text and the link: {prompts:?}");

@@ -45,6 +45,9 @@ fn answer(request: &Value) -> String {
             usage(40),
         ]);
     }
+    if request.pointer("/response_format/json_schema/schema").is_some() {
+        return sse(&[chunk(json!({"role": "assistant", "content": "{\"title\": \"fake\"}"}), Some("stop")), usage(9)]);
+    }
     if text.contains("PEDELEC_PREPARED") {
         return sse(&[chunk(json!({"role": "assistant", "content": "PEDELEC_PREPARED"}), Some("stop")), usage(10)]);
     }
@@ -379,7 +382,8 @@ async fn openai_sends_images_as_data_urls_and_files_as_paths() {
     session.upload_asset(png, Some("/p.png")).await.unwrap();
     let notes = pedelec_sdk::assets::UploadSource::from_bytes("notes.txt", "text/plain", b"remember".to_vec());
     session.upload_asset(notes, Some("/notes.txt")).await.unwrap();
-    let options = pedelec_sdk::SendOptions { attachments: vec!["/p.png".into(), "/notes.txt".into()] };
+    let options =
+        pedelec_sdk::SendOptions { attachments: vec!["/p.png".into(), "/notes.txt".into()], ..Default::default() };
     session.send_text_with("describe", options).await.unwrap();
     let last = model.requests().last().unwrap().clone();
     let content = last["messages"].as_array().unwrap().last().unwrap()["content"].clone();
@@ -593,4 +597,29 @@ async fn openai_fork_continues_a_copy_of_the_conversation() {
     let seen = contents(model.requests().last().unwrap());
     assert!(!seen.iter().any(|t| t == "only the parent"), "nor the fork the parent's: {seen:?}");
     assert!(seen.iter().any(|t| t == "which word?"), "{seen:?}");
+}
+
+/// A typed turn on the openai adapter: the request carries the schema as
+/// `response_format` (the server constrains the answer), and the answer
+/// comes back as the value.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn openai_typed_turns_send_the_schema_as_response_format() {
+    let model = FakeModel::start().await;
+    let settings = format!("[providers.ollama]\nbase_url = \"{}\"\nmodel = \"qwen3\"\n", model.base_url);
+    let h = Harness::with_config(Via::Grpc, &settings);
+    let client = h.client().await;
+    let session = client
+        .create_session::<String>(SessionOptions { provider: Some("ollama".into()), ..Default::default() })
+        .await
+        .unwrap();
+    let schema = json!({"type": "object", "properties": {"title": {"type": "string"}}, "required": ["title"]});
+    let options = pedelec_sdk::SendOptions { output_schema: Some(schema.clone()), ..Default::default() };
+    let value = session.send_text_with("name it", options).await.unwrap();
+    assert_eq!(value, Some(json!({"title": "fake"})));
+    let last = model.requests().last().unwrap().clone();
+    assert_eq!(last["response_format"]["type"], "json_schema");
+    assert_eq!(last["response_format"]["json_schema"]["schema"], schema);
+    // A plain turn sends none.
+    session.send_text("hello").await.unwrap();
+    assert!(model.requests().last().unwrap().get("response_format").is_none());
 }

@@ -223,7 +223,7 @@ async fn assets() -> Result<(), Box<dyn std::error::Error>> {
     use pedelec_sdk::SendOptions;
 
     let attachments = vec!["/results/report.json".to_string()];
-    session.send_text_with("Summarise the report.", SendOptions { attachments }).await?;
+    session.send_text_with("Summarise the report.", SendOptions { attachments, ..Default::default() }).await?;
     let page = session.history(pedelec_sdk::HistoryQuery::default()).await?;
     assert!(page.entries.iter().any(|e| matches!(&e.kind, Some(pedelec_sdk::pb::history_entry::Kind::UserText(t)) if t.attachments == ["/results/report.json"])));
     Ok(())

@@ -1225,6 +1225,37 @@ async fn fork_after_a_first_turn(rig: Rig, server: &ModelServer) {
 
 per_agent!(fork => super::fork_after_a_first_turn);
 
+/// A typed turn (`output_schema`) on a real agent: the call resolves with
+/// the model's answer as a value of the schema, whether the agent takes the
+/// schema natively (codex's `outputSchema`) or only as Core's words.
+async fn typed_answer(rig: Rig, server: &ModelServer) {
+    let h = AgentHarness::start(&rig.settings);
+    let session = h
+        .client()
+        .await
+        .create_session::<String>(SessionOptions { auto_end_on_disconnect: false, ..rig.options() })
+        .await
+        .unwrap();
+    let schema = serde_json::json!({
+        "type": "object",
+        "properties": { "bird": { "type": "string" }, "count": { "type": "integer" } },
+        "required": ["bird", "count"],
+        "additionalProperties": false,
+    });
+    let options = pedelec_sdk::SendOptions { output_schema: Some(schema.clone()), ..Default::default() };
+    let before = server.generations().len();
+    let value = session
+        .send_text_with("how many herons?", options)
+        .await
+        .unwrap_or_else(|e| panic!("{}: the typed turn: {e:?}; {}", rig.provider, server_log(server)));
+    let native = generations_since(server, before).iter().any(|r| r.request.json_schema() == Some(&schema));
+    assert_eq!(value, Some(pedelec_test_agents::model_server::example_for(&schema)), "{}", rig.provider);
+    eprintln!("PEDELEC_AGENT_TYPED {}: {}", rig.provider, if native { "native schema" } else { "asked in words" });
+    session.end().await.unwrap();
+}
+
+per_agent!(typed => super::typed_answer);
+
 /// Permissions to the app with a real agent (`PermissionMode::App`): the
 /// model asks the agent to write outside its workspace; where the agent asks
 /// permission for that, the request reaches `on_permission` as a file edit
@@ -1326,7 +1357,7 @@ async fn attachments_reach_the_model(rig: Rig, server: &ModelServer) {
     session.upload_asset(json, Some("/data/facts.json")).await.unwrap();
     let png = pedelec_sdk::assets::UploadSource::from_bytes("dot.png", "image/png", TINY_PNG.to_vec());
     session.upload_asset(png, Some("/screens/dot.png")).await.unwrap();
-    let attach = |path: &str| pedelec_sdk::SendOptions { attachments: vec![path.into()] };
+    let attach = |path: &str| pedelec_sdk::SendOptions { attachments: vec![path.into()], ..Default::default() };
 
     let before = server.generations().len();
     session.send_text_with("look at the facts", attach("/data/facts.json")).await.unwrap();
@@ -1345,9 +1376,9 @@ async fn attachments_reach_the_model(rig: Rig, server: &ModelServer) {
     let how = match &sent {
         Err(error) if error.code == "ATTACHMENT_UNSUPPORTED" => "refused before the turn",
         Err(error) => panic!("{}: the image turn failed: {error:?}", rig.provider),
-        Ok(()) if bodies.iter().any(|b| b.contains(&inline)) => "image content",
-        Ok(()) if bodies.iter().any(|b| b.contains("dot.png")) => "a path",
-        Ok(()) => panic!("{}: the image was dropped: {bodies:?}", rig.provider),
+        Ok(None) if bodies.iter().any(|b| b.contains(&inline)) => "image content",
+        Ok(None) if bodies.iter().any(|b| b.contains("dot.png")) => "a path",
+        Ok(_) => panic!("{}: the image was dropped: {bodies:?}", rig.provider),
     };
     eprintln!("PEDELEC_AGENT_ATTACHMENTS {}: the image went as {how}", rig.provider);
     session.send_text("after the attachments").await.unwrap();

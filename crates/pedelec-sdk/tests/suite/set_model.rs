@@ -17,7 +17,7 @@ async fn the_next_turn_runs_the_new_model_on_the_same_conversation(via: Via) {
     let session = super::kept_session(&client).await;
     let png = UploadSource::from_bytes("page.png", "image/png", b"\x89PNG\r\n\x1a\n-pedelec-".to_vec());
     session.upload_asset(png, Some("/page.png")).await.unwrap();
-    let with_image = || SendOptions { attachments: vec!["/page.png".to_owned()] };
+    let with_image = || SendOptions { attachments: vec!["/page.png".to_owned()], ..Default::default() };
     session.send_text_with("look", with_image()).await.expect("the default model takes images");
     let usage = session.usage().total_tokens.expect("usage");
 

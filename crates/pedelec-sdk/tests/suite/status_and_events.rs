@@ -257,6 +257,7 @@ async fn a_send_on_idle_as_seen_on_the_stream_is_never_refused() {
             caller_origin: ORIGIN.into(),
             text: format!("turn {n}"),
             attachments: Vec::new(),
+            ..Default::default()
         };
         let operation = match raw.send_text(send).await {
             Ok(accepted) => accepted.into_inner().operation_id,

@@ -95,6 +95,10 @@ export async function everyMethod(file: File): Promise<void> {
   console.log(changes.complete, changes.inProgress, (await session.getChanges()).turnId);
   const switched = await session.setModel("scripted-text-only", { effortLevel: "high" });
   console.log(switched.model, switched.effortLevel);
+  const typed = await session.sendText<{ title: string }>("Name the page.", {
+    outputSchema: { type: "object", properties: { title: { type: "string" } }, required: ["title"] },
+  });
+  console.log(typed.title);
   const other: PedelecSession<ToolName> = await session.fork();
   await other.sendText("Try the other way.");
   const changed = page.entries.find((e: HistoryEntry) => e.kind === "model_changed");

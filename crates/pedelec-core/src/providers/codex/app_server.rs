@@ -143,6 +143,8 @@ fn steer_refused(error: &RpcError) -> pedelec_protocol::pb::Error {
 struct TurnControls<'a> {
     cancel: &'a tokio_util::sync::CancellationToken,
     steering: SteerInbox,
+    /// `turn/start`'s `outputSchema`: codex constrains the final message.
+    output_schema: Option<Value>,
 }
 
 impl Runtime {
@@ -330,7 +332,7 @@ impl Runtime {
         asker: Option<&Arc<dyn PermissionAsker>>,
         sink: &dyn TurnSink,
     ) -> Result<(), ProviderFailure> {
-        let TurnControls { cancel, mut steering } = controls;
+        let TurnControls { cancel, mut steering, output_schema } = controls;
         // Steered texts waiting for the turn's id, and those sent, by request id.
         let mut steers_waiting: Vec<SteerInput> = Vec::new();
         let mut steers_sent: HashMap<i64, SteerInput> = HashMap::new();
@@ -339,6 +341,9 @@ impl Runtime {
         let mut params = json!({ "threadId": self.thread_id, "input": input });
         if let Some(effort) = effort {
             params["effort"] = json!(effort);
+        }
+        if let Some(schema) = output_schema {
+            params["outputSchema"] = schema;
         }
         let start = self.start_request("turn/start", params);
         // Set before the answer: a turn dropped while waiting for it still runs in codex.
@@ -606,7 +611,8 @@ impl AppServerSession {
         runtime.fresh = false;
         let input = turn_input(&text, &image_paths);
         let asker = self.setup.permissions.clone();
-        let controls = TurnControls { cancel: &turn.cancel, steering: turn.steering };
+        let controls =
+            TurnControls { cancel: &turn.cancel, steering: turn.steering, output_schema: turn.output_schema };
         let result = runtime.turn(input, effort_name(self.setup.effort_level), controls, asker.as_ref(), sink).await;
         if runtime.broken {
             self.runtime = None;

@@ -333,7 +333,7 @@ fn tool_functions(tools: &[pb::ToolDefinition]) -> Vec<Value> {
 }
 
 impl OpenAiSession {
-    fn request_body(&self, messages: &[Value], with_tools: bool) -> Value {
+    fn request_body(&self, messages: &[Value], with_tools: bool, output_schema: Option<&Value>) -> Value {
         let mut body = json!({
             "model": self.setup.model,
             "messages": messages,
@@ -345,6 +345,11 @@ impl OpenAiSession {
         }
         if let Some(effort) = super::effort_name(self.setup.effort_level) {
             body["reasoning_effort"] = Value::from(effort);
+        }
+        // A typed turn: the server constrains the final message to the schema.
+        if let Some(schema) = output_schema {
+            body["response_format"] =
+                json!({ "type": "json_schema", "json_schema": { "name": "answer", "schema": schema } });
         }
         body
     }
@@ -460,8 +465,9 @@ impl OpenAiSession {
         }
         messages.push(user_message(&turn.text, &turn.attachments).await?);
         for _round in 0..self.max_rounds {
-            let (completion, cancelled) =
-                self.complete(self.request_body(&messages, !prepare), sink, &turn.cancel).await?;
+            let (completion, cancelled) = self
+                .complete(self.request_body(&messages, !prepare, turn.output_schema.as_ref()), sink, &turn.cancel)
+                .await?;
             if cancelled {
                 // The conversation keeps the user's text and what streamed
                 // before the cancel, so the next turn follows on from it.

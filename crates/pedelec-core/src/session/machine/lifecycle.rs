@@ -29,7 +29,12 @@ impl SessionState {
             let error = pb::Error::new(ErrorCode::CoreRestarted, "Core restarted while this operation ran");
             st.emit("", Kind::Error(pb::ErrorRaised { error: Some(error.clone()) }), now, &mut out);
             // The kind of the interrupted operation is not recorded; the id is what clients match.
-            let outcome = pb::OperationOutcome { operation_id: op.clone(), kind: 0, error: Some(error) };
+            let outcome = pb::OperationOutcome {
+                operation_id: op.clone(),
+                kind: 0,
+                error: Some(error),
+                output_json: String::new(),
+            };
             st.append(&Completion::of(&outcome), now, &mut out);
             st.remember(outcome);
             if st.status == SessionStatus::WaitingToolResult {

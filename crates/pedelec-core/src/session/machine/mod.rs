@@ -152,6 +152,11 @@ struct Active {
     /// The turn's agent activities, oldest first, each with whether it is
     /// in the transcript yet.
     activities: Vec<(pb::Activity, bool)>,
+    /// A turn with an output schema: its last complete message so far
+    /// (what Core reads as the answer). `None` for a plain turn.
+    answer: Option<String>,
+    /// The answer as JSON once it matched the schema, for the completion.
+    output: Option<String>,
 }
 
 #[derive(Debug)]

@@ -99,6 +99,8 @@ impl SessionState {
             cancelled: false,
             streamed: String::new(),
             activities: Vec::new(),
+            answer: None,
+            output: None,
         });
         let body = UserText {
             operation_id: operation.as_str().into(),
@@ -148,6 +150,10 @@ impl SessionState {
         self.active.as_ref().filter(|a| a.id == *operation && a.phase == Phase::Running)
     }
 
+    fn running_mut(&mut self, operation: &OperationId) -> Option<&mut Active> {
+        self.active.as_mut().filter(|a| a.id == *operation && a.phase == Phase::Running)
+    }
+
     /// `operation`'s running turn, unless it was cancelled: after a cancel
     /// the user sees nothing more of it (text and activities the agent
     /// produces while winding down are dropped).
@@ -179,6 +185,9 @@ impl SessionState {
             return;
         }
         active.streamed.clear();
+        if let Some(answer) = &mut active.answer {
+            text.clone_into(answer);
+        }
         // Recorded after its event, so the entry carries the event's seq
         // (what GetHistory's after_seq compares against).
         self.emit(operation.as_str(), Kind::Chat(pb::Chat { text: text.to_owned() }), now, out);
@@ -282,6 +291,11 @@ impl SessionState {
             Err(failure) if failure.code == ErrorCode::AttachmentUnsupported && !failure.fatal => {
                 Some((pb::Error::new(ErrorCode::AttachmentUnsupported, failure.message), false))
             }
+            // The answer never matched the output schema: that code, with
+            // the schema errors.
+            Err(failure) if failure.code == ErrorCode::OutputInvalid && !failure.fatal => {
+                Some((pb::Error::with_details(ErrorCode::OutputInvalid, failure.message, &failure.details), false))
+            }
             // No agent process could be started (`max_agent_processes`): the
             // quota's own refusal, naming its key, so the page can tell it
             // from a failing agent.
@@ -332,7 +346,10 @@ impl SessionState {
             }
             None => SessionStatus::Idle,
         };
-        let outcome = outcome(operation, kind, error.map(|(e, _)| e));
+        let mut outcome = outcome(operation, kind, error.map(|(e, _)| e));
+        if outcome.error.is_none() {
+            outcome.output_json = self.active.as_mut().and_then(|a| a.output.take()).unwrap_or_default();
+        }
         self.append(&Completion::of(&outcome), now, out);
         if let Some(active) = self.active.as_mut() {
             active.phase = Phase::Finishing(outcome, next);
@@ -353,6 +370,26 @@ impl SessionState {
     /// await: `None` when nothing runs (idle, ended, another operation), a
     /// no-op. An operation already cancelled, or whose completion is being
     /// committed, is returned unchanged.
+    /// `operation` expects an answer matching an output schema: its
+    /// messages from now on are kept as the answer ([`SessionState::answer`]).
+    pub fn expect_answer(&mut self, operation: &OperationId) {
+        if let Some(active) = self.running_mut(operation) {
+            active.answer = Some(String::new());
+        }
+    }
+
+    /// The last complete message of a turn that expects an answer.
+    pub fn answer(&self, operation: &OperationId) -> Option<String> {
+        self.active.as_ref().filter(|a| a.id == *operation).and_then(|a| a.answer.clone())
+    }
+
+    /// The answer matched the schema: `json` goes with the completion.
+    pub fn answered(&mut self, operation: &OperationId, json: String) {
+        if let Some(active) = self.running_mut(operation) {
+            active.output = Some(json);
+        }
+    }
+
     /// `Steer`: the user turn that may take more of the user's text
     /// (`operation`, or whichever runs): announced, not cancelled, not
     /// finishing. `TURN_NOT_RUNNING` otherwise (a preparation included).
