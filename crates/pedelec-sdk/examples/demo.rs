@@ -157,6 +157,12 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
         for file in session.changes(None).await?.files {
             println!("\n  {:?} {}\n{}", file.kind(), file.path, file.diff.trim_end());
         }
+        // An answer as a value: the agent's reply must match a JSON Schema.
+        println!("▶ send_text_with(\"/answer …\", SendOptions {{ output_schema }})");
+        let schema = serde_json::json!({ "type": "object", "properties": { "title": { "type": "string" } }, "required": ["title"] });
+        let options = pedelec_sdk::SendOptions { output_schema: Some(schema), ..Default::default() };
+        let value = session.send_text_with(r#"/answer {"title": "Pedelec demo"}"#, options).await?;
+        println!("\n  value: {}", value.unwrap_or_default());
         // A second line of work from the same point, in a copy of the workspace.
         println!("▶ fork(), then send_text(\"/write notes.md …\") on the fork");
         let other = session.fork().await?;

@@ -484,6 +484,27 @@ fn browser_end_to_end() {
                     both: listed.includes(parent) && listed.includes(demo.session().sessionId) };"##,
     ));
     assert_ne!(forked["fork"], forked["parent"], "{forked}");
+    // A typed turn through the demo's Send typed button: the value comes
+    // back; an answer that never fits rejects with OUTPUT_INVALID.
+    let typed = ok_value(attempt(
+        &page,
+        r##"document.getElementById("text").value = '/answer {"title": "Pedelec"}';
+           document.getElementById("send-typed").click();
+           while (!document.getElementById("log").textContent.includes('value: {"title":"Pedelec"}'))
+             await new Promise((r) => setTimeout(r, 5));
+           let invalid = null;
+           try { await demo.sendTyped("/answer 42", { type: "object" }); } catch (e) { invalid = [e.code, e.details.errors]; }
+           let bad = null;
+           try { await demo.session().sendText("x", { outputSchema: [1] }); } catch (e) { bad = e.code; }
+           // onError heard the failed turn too; later checks expect no errors.
+           const heard = demo.state.errors.filter((e) => e === "core:OUTPUT_INVALID").length;
+           demo.state.errors = demo.state.errors.filter((e) => e !== "core:OUTPUT_INVALID");
+           return { invalid, bad, heard };"##,
+    ));
+    assert_eq!(typed["invalid"][0], json!("OUTPUT_INVALID"), "{typed}");
+    assert!(typed["invalid"][1].as_array().is_some_and(|e| !e.is_empty()), "{typed}");
+    assert_eq!(typed["bad"], json!("INVALID_ARGUMENT"), "{typed}");
+    assert_eq!(typed["heard"], json!(1), "{typed}");
     assert_eq!(forked["added"], json!(3), "{forked}");
     assert_eq!(forked["both"], json!(true), "{forked}");
 

@@ -161,6 +161,18 @@ async fn fork() -> Result<(), Box<dyn std::error::Error>> {
 
 #[rustfmt::skip] // the snippet stays as the README shows it
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn typed() -> Result<(), Box<dyn std::error::Error>> {
+    let _core = core_for_snippets();
+    let session = Pedelec::discover("app:my-tool").await?.create_session::<String>(SessionOptions::default()).await?;
+    let schema = serde_json::json!({ "type": "object", "properties": { "title": { "type": "string" } }, "required": ["title"] });
+    let options = pedelec_sdk::SendOptions { output_schema: Some(schema), ..Default::default() };
+    let value = session.send_text_with(r#"/answer {"title": "Pedelec"}"#, options).await?;
+    assert_eq!(value, Some(serde_json::json!({ "title": "Pedelec" })));
+    Ok(())
+}
+
+#[rustfmt::skip] // the snippet stays as the README shows it
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn owner() -> Result<(), Box<dyn std::error::Error>> {
     let _core = core_for_snippets();
     let site = Pedelec::discover("app:my-tool").await?;

@@ -27,6 +27,7 @@ function renderStatus(status) {
   $("status").textContent = status;
   $("status").dataset.status = status;
   $("send").disabled = status !== "idle";
+  $("send-typed").disabled = $("send").disabled;
   $("cancel").disabled = status !== "running" && status !== "waiting_tool_result";
   $("steer").disabled = $("cancel").disabled;
   $("end").disabled = status === "ended" || !session;
@@ -201,6 +202,14 @@ async function send(text, attachments = []) {
   await session.sendText(text, { attachments });
 }
 
+/** Sends `text` as a typed turn and shows the value it resolves with. */
+async function sendTyped(text, outputSchema) {
+  log(`${text} (typed)`, "you");
+  const value = await session.sendText(text, { outputSchema });
+  log(`value: ${JSON.stringify(value)}`, "note");
+  return value;
+}
+
 /** Sends `text` without waiting; resolves to how the turn ended (for the test). */
 function sendInBackground(text) {
   log(text, "you");
@@ -311,6 +320,12 @@ $("composer").addEventListener("submit", (e) => {
   const attachments = $("attach").checked ? state.uploaded : [];
   attempt(() => send(text, attachments));
 });
+// The text as a typed turn: the answer must match the schema in the box.
+$("send-typed").addEventListener("click", () => {
+  const text = $("text").value;
+  $("text").value = "";
+  attempt(() => sendTyped(text, JSON.parse($("schema").value))).then((r) => r.ok || log(`${r.code}: ${r.message}`, "error"));
+});
 $("cancel").addEventListener("click", () => attempt(() => session.cancel()));
 // The box's text joins the running turn (try "/wait-steer 10000" first).
 $("steer").addEventListener("click", () => {
@@ -355,6 +370,7 @@ window.demo = {
   attempt,
   start,
   send,
+  sendTyped,
   sendInBackground,
   upload,
   refreshAssets,
