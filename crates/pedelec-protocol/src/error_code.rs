@@ -190,6 +190,10 @@ error_codes! {
     EndFailed = "END_FAILED",
     /// The handle lost its transport; use `resume_session`.
     TransportDetached = "TRANSPORT_DETACHED",
+    /// `bridgeModelContext` (browser SDK): the page has no WebMCP model
+    /// context (`document.modelContext`, `navigator.modelContext`), or one
+    /// that cannot list its tools (`getTools`).
+    ModelContextUnavailable = "MODEL_CONTEXT_UNAVAILABLE",
     /// The transport failed to deliver a request.
     TransportError = "TRANSPORT_ERROR",
     /// A native-messaging frame exceeds its direction's limit.

@@ -346,6 +346,32 @@ export declare class PedelecSession<TToolName extends string = string> {
   free(): void;
 }
 
+/** What `bridgeModelContext` reads of a WebMCP model context (the draft's agent-side calls). */
+export interface ModelContextLike {
+  getTools(): Promise<Iterable<{
+    readonly name: string;
+    readonly description?: string | null;
+    readonly inputSchema?: object | null;
+    readonly annotations?: { readOnlyHint?: boolean } | null;
+    execute?(input: JsonValue): unknown;
+  }>>;
+  executeTool?(tool: unknown, input: JsonValue): Promise<unknown>;
+  addEventListener?(type: "toolchange", listener: () => void): void;
+  removeEventListener?(type: "toolchange", listener: () => void): void;
+}
+
+/** A running `bridgeModelContext`. */
+export interface ModelContextBridge {
+  /** Lists the page's tools again and hands them to the session. */
+  refresh(): Promise<void>;
+  /** Resolves once the syncs started so far (after `toolchange` events) are done. */
+  whenSynced(): Promise<void>;
+  /** Stops following the page's tools; the session keeps its current ones. */
+  stop(): void;
+  /** Called with an error a later sync met (a tool list Core refused, …). */
+  onerror: ((error: PedelecError) => void) | null;
+}
+
 export declare class Pedelec {
   /**
    * `channel`: how the page reaches the extension. `"auto"` (the default)
@@ -362,6 +388,16 @@ export declare class Pedelec {
   getSettings(): Promise<Settings>;
   getApprovalStatus(): Promise<ApprovalStatus>;
   checkAvailability(): Promise<Availability>;
+  /**
+   * Mirrors the tools the page registered with WebMCP (`document.modelContext`,
+   * else the older `navigator.modelContext`, or `options.modelContext`) into
+   * `session` with `setTools`, each run in the page when the agent calls it,
+   * and follows the page's `toolchange` events (a change during a turn is
+   * applied when the turn ends). `annotations.readOnlyHint` goes along.
+   * Rejects with `MODEL_CONTEXT_UNAVAILABLE` when the page has no model
+   * context that can list its tools, or as `setTools` does.
+   */
+  bridgeModelContext(session: PedelecSession<string>, options?: { modelContext?: ModelContextLike }): Promise<ModelContextBridge>;
   free(): void;
 }
 

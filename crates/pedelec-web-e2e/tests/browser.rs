@@ -476,6 +476,8 @@ fn browser_end_to_end() {
         &page,
         r##"const parent = demo.session().sessionId;
            const counter = demo.state.counter;
+           // The button follows the painted status, a frame behind the turn's end.
+           while (document.getElementById("fork").disabled) await new Promise((r) => setTimeout(r, 5));
            document.getElementById("fork").click();
            while (demo.session().sessionId === parent) await new Promise((r) => setTimeout(r, 5));
            await demo.send('/tool update_counter {"delta": 3}');
@@ -489,6 +491,7 @@ fn browser_end_to_end() {
     let typed = ok_value(attempt(
         &page,
         r##"document.getElementById("text").value = '/answer {"title": "Pedelec"}';
+           while (document.getElementById("send-typed").disabled) await new Promise((r) => setTimeout(r, 5));
            document.getElementById("send-typed").click();
            while (!document.getElementById("log").textContent.includes('value: {"title":"Pedelec"}'))
              await new Promise((r) => setTimeout(r, 5));
@@ -560,6 +563,63 @@ fn browser_end_to_end() {
     assert!(webmcp["gone"].as_str().unwrap_or_default().contains("TOOL_NOT_FOUND"), "{webmcp}");
     let title = webmcp["title"].as_str().unwrap_or_default().to_uppercase();
     assert_eq!(webmcp["reply"], json!(format!("Tool page_title returned {}.", json!({ "title": title }))), "{webmcp}");
+
+    // bridgeModelContext: the tools the page registers with WebMCP (here
+    // the draft's API, polyfilled) become the session's and follow its
+    // toolchange events; a change during a turn lands when the turn ends.
+    page.eval(include_str!("../js/webmcp-polyfill.js")).expect("the WebMCP polyfill installs");
+    let first = ok_value(attempt(
+        &page,
+        r##"const mc = document.modelContext;
+           let missing = null;
+           try { await demo.pedelec.bridgeModelContext(demo.session(), { modelContext: {} }); } catch (e) { missing = e.code; }
+           const s = await demo.pedelec.createSession({ provider: "scripted" });
+           const b = (window.bridgeTest = { s, reply: null, pageTitle: new AbortController() });
+           s.onChat((text) => { b.reply = text; });
+           mc.registerTool({ name: "page_title", description: "The page's title", annotations: { readOnlyHint: true },
+                             execute: async () => ({ title: document.title }) }, { signal: b.pageTitle.signal });
+           b.bridge = await demo.pedelec.bridgeModelContext(s);
+           await s.sendText("/tool page_title {}");
+           return { missing, first: b.reply };"##,
+    ));
+    let mut bridged = ok_value(attempt(
+        &page,
+        r##"const mc = document.modelContext;
+           const b = window.bridgeTest;
+           const s = b.s;
+           // Registered mid-turn: applied once the turn is over.
+           const turn = s.sendText("/wait-steer 300\nwait");
+           while (s.getStatus() !== "running") await new Promise((r) => setTimeout(r, 5));
+           mc.registerTool({ name: "page_path", description: "The page's path", execute: () => location.pathname });
+           await turn;
+           await b.bridge.whenSynced();
+           await s.sendText("/tool page_path {}");
+           const added = b.reply;
+           b.pageTitle.abort();
+           await b.bridge.whenSynced();
+           await s.sendText("/tool page_title {}");
+           const removed = b.reply;
+           b.bridge.stop();
+           mc.registerTool({ name: "late", description: "After stop", execute: () => 1 });
+           await b.bridge.whenSynced();
+           await s.sendText("/tool late {}");
+           const stopped = b.reply;
+           await s.end();
+           return { added, removed, stopped, title: document.title, path: location.pathname };"##,
+    ));
+    bridged["missing"] = first["missing"].clone();
+    bridged["first"] = first["first"].clone();
+    assert_eq!(bridged["missing"], json!("MODEL_CONTEXT_UNAVAILABLE"), "{bridged}");
+    let title = bridged["title"].as_str().unwrap_or_default();
+    assert_eq!(
+        bridged["first"],
+        json!(format!("Tool page_title returned {}.", json!({ "title": title }))),
+        "{bridged}"
+    );
+    let path = bridged["path"].as_str().unwrap_or_default();
+    assert_eq!(bridged["added"], json!(format!("Tool page_path returned {}.", json!(path))), "{bridged}");
+    assert!(bridged["removed"].as_str().unwrap_or_default().contains("TOOL_NOT_FOUND"), "{bridged}");
+    assert!(bridged["stopped"].as_str().unwrap_or_default().contains("TOOL_NOT_FOUND"), "{bridged}");
 
     // A session the page keeps no reference to (its handlers do the work)
     // survives garbage collection: the client holds it until it ends, so

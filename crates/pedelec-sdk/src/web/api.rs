@@ -138,8 +138,21 @@ fn hold(live: &Held, session: &Session) {
     std::mem::forget(disposer);
 }
 
+#[wasm_bindgen(module = "/src/web/model_context.js")]
+extern "C" {
+    #[wasm_bindgen(js_name = bridgeModelContext)]
+    fn bridge_model_context_js(session: JsValue, options: JsValue) -> Promise;
+}
+
 #[wasm_bindgen(js_class = Pedelec)]
 impl JsPedelec {
+    /// `bridgeModelContext(session, { modelContext? })`: the page's WebMCP
+    /// tools become the session's, following `toolchange` (model_context.js).
+    #[wasm_bindgen(js_name = bridgeModelContext)]
+    pub fn bridge_model_context(&self, session: JsValue, options: JsValue) -> Promise {
+        bridge_model_context_js(session, options)
+    }
+
     #[wasm_bindgen(constructor)]
     pub fn new(options: JsValue) -> Result<JsPedelec, JsValue> {
         let extension_id =
