@@ -25,7 +25,8 @@ async fn a_sessions_work_is_in_the_activity_log(via: Via) {
     let client = h.client().await;
     let read_page = ToolSpec::new("read_page".to_string(), "Reads the page's title", schema_object())
         .read_only()
-        .with_handler(sync_handler(|_, _| Ok::<_, String>(json!({ "title": "Home" }))));
+        .with_handler(sync_handler(|_: serde_json::Value, _| Ok::<_, String>(json!({ "title": "Home" }))));
+    let before = pedelec_sdk::context::now_ms();
     let session = client
         .create_session::<String>(SessionOptions {
             tools: vec![read_page, counter_tool(Arc::new(Mutex::new(0)))],
@@ -55,14 +56,14 @@ async fn a_sessions_work_is_in_the_activity_log(via: Via) {
         (K::CommandRun, "ran cargo test (completed)", false),
         (K::FileEdited, "edited notes.txt (completed)", false),
         (K::PermissionAnswered, "permission granted (allow): rm -rf build", false),
-        (K::SessionEnded, "ended (client)", false),
+        (K::SessionEnded, "ended (requested)", false),
     ];
     assert_eq!(seen[0].0, K::SessionStarted, "{seen:?}");
     assert!(seen[0].1.starts_with("started scripted"), "{seen:?}");
     assert_eq!(&seen[1..], &expected[..], "{seen:?}");
     for entry in &entries {
         assert_eq!((entry.origin.as_str(), entry.session_id.as_str()), (ORIGIN, session.session_id()));
-        assert!(entry.at_ms >= session.session_created_at(), "{entry:?}");
+        assert!(entry.at_ms >= before && entry.at_ms <= pedelec_sdk::context::now_ms(), "{entry:?}");
         let detail: serde_json::Value = serde_json::from_str(&entry.detail_json).expect("detail is JSON");
         assert!(detail.is_object(), "{entry:?}");
     }
