@@ -61,7 +61,14 @@ pub struct NewEntry {
 }
 
 impl NewEntry {
-    fn new(origin: &str, session_id: &str, at_ms: i64, kind: pb::ActivityLogKind, summary: &str, detail: Value) -> Self {
+    fn new(
+        origin: &str,
+        session_id: &str,
+        at_ms: i64,
+        kind: pb::ActivityLogKind,
+        summary: &str,
+        detail: Value,
+    ) -> Self {
         NewEntry {
             origin: origin.to_owned(),
             session_id: session_id.to_owned(),
@@ -400,7 +407,10 @@ mod tests {
             activity: Some(Cow::Owned(edit)),
         }))
         .unwrap();
-        assert_eq!((made.kind, made.summary.as_str()), (pb::ActivityLogKind::FileEdited, "edited src/a.rs, src/b.rs (completed)"));
+        assert_eq!(
+            (made.kind, made.summary.as_str()),
+            (pb::ActivityLogKind::FileEdited, "edited src/a.rs, src/b.rs (completed)")
+        );
 
         let read = activity(pb::ActivityKind::FileRead, "", &["src/a.rs"]);
         let not_logged = AgentActivity {
@@ -418,11 +428,17 @@ mod tests {
             args: "{\"q\":1}".into(),
         };
         let made = of(&entry(&call("read_page"))).unwrap();
-        assert_eq!((made.kind, made.read_only, made.summary.as_str()), (pb::ActivityLogKind::ToolCalled, true, "called read_page"));
+        assert_eq!(
+            (made.kind, made.read_only, made.summary.as_str()),
+            (pb::ActivityLogKind::ToolCalled, true, "called read_page")
+        );
         assert!(!of(&entry(&call("write_page"))).unwrap().read_only);
 
         let ended = of(&entry(&Ended { reason: "client".into() })).unwrap();
-        assert_eq!((ended.kind, ended.at_ms, ended.origin.as_str()), (pb::ActivityLogKind::SessionEnded, 1_000, "https://site.example"));
+        assert_eq!(
+            (ended.kind, ended.at_ms, ended.origin.as_str()),
+            (pb::ActivityLogKind::SessionEnded, 1_000, "https://site.example")
+        );
         let chat = crate::transcript::Chat { operation_id: "op-1".into(), text: "hi".into(), interrupted: false };
         assert_eq!(of(&entry(&chat)), None);
     }

@@ -293,7 +293,8 @@ impl Core for CoreService {
         use crate::activity_log::{DEFAULT_ACTIVITY_PAGE, MAX_ACTIVITY_PAGE, Query, cursor_of};
         let request = request.into_inner();
         crate::consent::check_owner(&request.caller_origin)?;
-        let query = Query::check(&request.origin, &request.cursor, request.limit, DEFAULT_ACTIVITY_PAGE, MAX_ACTIVITY_PAGE)?;
+        let query =
+            Query::check(&request.origin, &request.cursor, request.limit, DEFAULT_ACTIVITY_PAGE, MAX_ACTIVITY_PAGE)?;
         let (entries, has_more) = self.registry.shared.store.activity(query).await?;
         let next_cursor = match (has_more, entries.last()) {
             (true, Some(last)) => cursor_of(last.id),
@@ -309,7 +310,8 @@ impl Core for CoreService {
         use crate::activity_log::{MAX_ACTIVITY_EXPORT, Query, cursor_of};
         let request = request.into_inner();
         crate::consent::check_owner(&request.caller_origin)?;
-        let query = Query::check(&request.origin, &request.cursor, request.limit, MAX_ACTIVITY_EXPORT, MAX_ACTIVITY_EXPORT)?;
+        let query =
+            Query::check(&request.origin, &request.cursor, request.limit, MAX_ACTIVITY_EXPORT, MAX_ACTIVITY_EXPORT)?;
         let (entries, has_more) = self.registry.shared.store.activity(query).await?;
         let next_cursor = match (has_more, entries.last()) {
             (true, Some(last)) => cursor_of(last.id),

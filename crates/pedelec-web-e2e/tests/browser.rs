@@ -1221,9 +1221,15 @@ fn the_control_center_follows_cancels_and_stops_two_sites_sessions() {
     // user allowed, and its turns; the site filter, the Older button and
     // the export are reachable, with labels.
     control.click("#tab-activity").expect("open Activity");
-    let activity_row = |kind: &str| format!("document.querySelector('#activity tr[data-kind=\"{kind}\"][data-session-id=\"{mine}\"]')");
-    control.wait_until(&activity_row("session_started"), Duration::from_secs(10)).expect("the session's start is logged");
-    control.wait_until(&activity_row("permission_answered"), Duration::from_secs(10)).expect("the permission is logged");
+    let activity_row = |kind: &str| {
+        format!("document.querySelector('#activity tr[data-kind=\"{kind}\"][data-session-id=\"{mine}\"]')")
+    };
+    control
+        .wait_until(&activity_row("session_started"), Duration::from_secs(10))
+        .expect("the session's start is logged");
+    control
+        .wait_until(&activity_row("permission_answered"), Duration::from_secs(10))
+        .expect("the permission is logged");
     let shown = control
         .eval(&format!("[...{}.children].map((c) => c.textContent)", activity_row("permission_answered")))
         .unwrap();

@@ -120,7 +120,11 @@ async fn a_page_cannot_read_the_activity_log_and_bad_queries_read_nothing() {
 
     for caller in [SITE, "http://localhost:8080", "https://other.example", ""] {
         let (code, details) = refusal(&raw.list_activity(list(caller, "", "", 0)).await.unwrap_err());
-        assert_eq!((code.as_str(), details["reason"].as_str()), ("ORIGIN_NOT_ALLOWED", Some("owner_only")), "{caller:?}");
+        assert_eq!(
+            (code.as_str(), details["reason"].as_str()),
+            ("ORIGIN_NOT_ALLOWED", Some("owner_only")),
+            "{caller:?}"
+        );
         let (code, _) = refusal(&raw.export_activity(export(caller, "", "", 0)).await.unwrap_err());
         assert_eq!(code, "ORIGIN_NOT_ALLOWED", "{caller:?}");
     }
@@ -137,10 +141,18 @@ async fn a_page_cannot_read_the_activity_log_and_bad_queries_read_nothing() {
         (long_origin.as_str(), "", 0, "origin"),
     ] {
         let (code, details) = refusal(&raw.list_activity(list(OWNER, origin, cursor, limit)).await.unwrap_err());
-        assert_eq!((code.as_str(), details["field"].as_str()), ("INVALID_ARGUMENT", Some(field)), "{origin:?} {cursor:?}");
+        assert_eq!(
+            (code.as_str(), details["field"].as_str()),
+            ("INVALID_ARGUMENT", Some(field)),
+            "{origin:?} {cursor:?}"
+        );
         let limit = if field == "limit" { limit.max(5001) } else { limit };
         let (code, details) = refusal(&raw.export_activity(export(OWNER, origin, cursor, limit)).await.unwrap_err());
-        assert_eq!((code.as_str(), details["field"].as_str()), ("INVALID_ARGUMENT", Some(field)), "{origin:?} {cursor:?}");
+        assert_eq!(
+            (code.as_str(), details["field"].as_str()),
+            ("INVALID_ARGUMENT", Some(field)),
+            "{origin:?} {cursor:?}"
+        );
     }
     assert!(raw.export_activity(export(OWNER, "", "", 5000)).await.is_ok(), "5000 is the export's bound");
 
