@@ -1259,6 +1259,29 @@ fn the_control_center_follows_cancels_and_stops_two_sites_sessions() {
         )
         .unwrap();
     assert_eq!(labels, json!(["Site", true, "Export JSON lines"]), "a few entries need no older page");
+    // Export JSON lines saves the filtered site's entries, one per line.
+    let exported = control
+        .eval(
+            "(async () => { let saved = null; const make = URL.createObjectURL; \
+             URL.createObjectURL = (blob) => { saved = blob; return make(blob); }; \
+             document.getElementById('activity-export').click(); \
+             for (let i = 0; i < 200 && !saved; i++) await new Promise((r) => setTimeout(r, 50)); \
+             URL.createObjectURL = make; \
+             const lines = saved ? (await saved.text()).trim().split('\\n').map((l) => JSON.parse(l)) : []; \
+             return { lines, said: document.getElementById('activity-outcome').textContent }; })()",
+        )
+        .unwrap();
+    let lines = exported["lines"].as_array().expect("exported lines").clone();
+    assert!(!lines.is_empty() && lines.iter().all(|l| l["origin"] == json!(first_origin)), "{exported}");
+    assert!(
+        lines
+            .iter()
+            .any(|l| l["kind"] == json!("ACTIVITY_LOG_KIND_PERMISSION_ANSWERED") && l["sessionId"] == json!(mine)),
+        "{exported}"
+    );
+    let said = exported["said"].as_str().unwrap_or_default();
+    assert!(said.starts_with(&format!("Exported {} entries as pedelec-activity-", lines.len())), "{exported}");
+    assert!(said.ends_with(".jsonl."), "{exported}");
 
     // A page cannot watch, read or cancel as the user, even naming the extension's origin.
     let owner = json!({ "callerOrigin": "app:pedelec-extension", "sessionId": mine });
