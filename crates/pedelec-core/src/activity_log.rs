@@ -15,6 +15,11 @@
 //!   entry is about 5 KiB at most, whatever the agent produced.
 //! - Entries are appended and never changed; the store deletes those older
 //!   than the retention (`ended_session_retention_days`).
+//! - The log grows no faster than what it reports: apart from a session's
+//!   start and a permission's settlement (each needing a session, or an
+//!   agent's request in a turn), every entry stands for a transcript entry,
+//!   which `max_transcript_bytes` bounds per session; an entry is at most a
+//!   few times the size of the smallest transcript entry it stands for.
 //! - A page is newest first, `limit` at most [`MAX_ACTIVITY_PAGE`] (export:
 //!   [`MAX_ACTIVITY_EXPORT`]); a cursor is one Core handed out
 //!   ([`cursor_of`]); anything else is `INVALID_ARGUMENT` naming the field.
