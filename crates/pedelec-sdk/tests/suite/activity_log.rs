@@ -94,7 +94,7 @@ fn refusal(status: &tonic::Status) -> (String, serde_json::Value) {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_page_cannot_read_the_activity_log_and_bad_queries_read_nothing() {
-    let h = Harness::start();
+    let mut h = Harness::start();
     h.approve(SITE, &[]).await;
     let mut raw = h.raw().await;
     let managed = pb::CreateSessionRequest {
@@ -169,4 +169,12 @@ async fn a_page_cannot_read_the_activity_log_and_bad_queries_read_nothing() {
     let parts = raw.export_activity(export(OWNER, SITE, "", 2)).await.unwrap().into_inner();
     assert_eq!((parts.entries, parts.has_more, parts.jsonl.lines().count()), (2, true, 2));
     assert_eq!(parts.next_cursor, first.next_cursor, "the export pages as the list does");
+
+    // The log is Core's durable record: a restart keeps it, and cursors still hold.
+    h.crash_and_restart();
+    let mut raw = h.raw().await;
+    let again = raw.list_activity(list(OWNER, SITE, "", 2)).await.unwrap().into_inner();
+    assert_eq!(again.entries, first.entries);
+    let rest_again = raw.list_activity(list(OWNER, SITE, &first.next_cursor, 2)).await.unwrap().into_inner();
+    assert_eq!(rest_again.entries, rest.entries);
 }
