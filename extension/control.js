@@ -1,10 +1,11 @@
 // The control center: every site's live sessions (Cancel, End, End all for
 // a site), a live event monitor of one session, the requests only the user
 // may answer, every site's consent (folder grants, may approve commands,
-// revoke) and the agents Core detects. Everything it shows and does is an
-// owner call to Core (core.proto: ListLiveSessions, EndSessions,
+// revoke), the agents Core detects and the activity log. Everything it shows
+// and does is an owner call to Core (core.proto: ListLiveSessions, EndSessions,
 // WatchSession, GetSessionHistory, CancelTurn, ListUserPermissions,
-// AnswerUserPermission, GetConsent, SetConsent, RevokeOrigin, ListAgents)
+// AnswerUserPermission, GetConsent, SetConsent, RevokeOrigin, ListAgents,
+// ListActivity, ExportActivity)
 // over a native host of this page's own, with the caller origin
 // `app:pedelec-extension`; closing the page closes the host and ends its
 // watch. A page of a site can make none of these calls (requests.js).
@@ -27,6 +28,10 @@ const HISTORY_PAGE = 200;
 const CHECK_TIMEOUT_MS = 120000;
 /** How long a call waits for Core (starting it included). */
 const CALL_TIMEOUT_MS = 15000;
+/** Activity log entries per page (Core allows 1 000). */
+const ACTIVITY_PAGE = 100;
+/** Parts of an export at most (Core sends up to 5 000 entries a part). */
+const EXPORT_MAX_PARTS = 200;
 
 // ---- the native host ----
 
@@ -195,7 +200,7 @@ function say(id, text) {
 
 // ---- tabs ----
 
-const TABS = ["sessions", "requests", "sites", "agents"];
+const TABS = ["sessions", "requests", "sites", "agents", "activity"];
 
 function selectTab(name, focus) {
   for (const tab of TABS) {
@@ -209,6 +214,7 @@ function selectTab(name, focus) {
   if (location.hash !== `#${name}`) history.replaceState(null, "", `#${name}`);
   if (name === "sites") refreshSites().catch((e) => console.error("pedelec control center:", e));
   if (name === "agents") refreshAgents().catch((e) => console.error("pedelec control center:", e));
+  if (name === "activity") refreshActivity().catch((e) => console.error("pedelec control center:", e));
 }
 
 const selected = () => TABS.find((tab) => !$(`view-${tab}`).hidden);
@@ -962,6 +968,145 @@ $("agents-detect").addEventListener("click", () => {
   refreshAgents().finally(() => {
     $("agents-detect").disabled = false;
   });
+});
+
+// ---- activity log ----
+
+/** The cursor of the next older page (empty: none), for the site shown. */
+let activityCursor = "";
+/** Sites the filter offers: every one seen in the log, live or with consent. */
+const activitySites = new Set();
+
+/** The newest page of the chosen site's log, replacing what is shown. */
+async function refreshActivity() {
+  await Promise.all([activityOrigins(), activityPage(false)]);
+}
+
+/** Fills the site filter from the sessions and consent Core knows, keeping the choice. */
+async function activityOrigins() {
+  for (const live of sessions) if (live.origin) activitySites.add(live.origin);
+  const reply = await host.call("getConsent", {});
+  for (const consent of (reply.response && reply.response.origins) || []) if (consent.origin) activitySites.add(consent.origin);
+  fillActivitySites();
+}
+
+function fillActivitySites() {
+  const filter = $("activity-site");
+  const known = new Set([...filter.options].map((o) => o.value));
+  for (const origin of [...activitySites].sort()) {
+    if (known.has(origin)) continue;
+    const option = document.createElement("option");
+    option.value = origin;
+    option.textContent = origin;
+    filter.append(option);
+  }
+}
+
+/** Reads a page: the newest (`older` false) or the next older one, appended. */
+async function activityPage(older) {
+  const origin = $("activity-site").value;
+  const body = { origin, limit: ACTIVITY_PAGE };
+  if (older) body.cursor = activityCursor;
+  $("activity-older").disabled = true;
+  const reply = await host.call("listActivity", body);
+  if (reply.error) {
+    say("activity-outcome", `Core did not answer: ${reply.error.message}`);
+    $("activity-older").disabled = !activityCursor;
+    return;
+  }
+  if ($("activity-site").value !== origin) return; // the filter changed meanwhile
+  const entries = (reply.response && reply.response.entries) || [];
+  const rows = entries.map(activityRow);
+  const tbody = $("activity").querySelector("tbody");
+  if (older) tbody.append(...rows);
+  else tbody.replaceChildren(...rows);
+  activityCursor = (reply.response && reply.response.hasMore && reply.response.nextCursor) || "";
+  $("activity-older").disabled = !activityCursor;
+  $("no-activity").hidden = tbody.rows.length > 0;
+  const shown = tbody.rows.length;
+  say("activity-caption", `Newest first: ${shown} entr${shown === 1 ? "y" : "ies"} shown${activityCursor ? ", older ones follow" : ""}.`);
+  say("activity-outcome", "");
+  let added = false;
+  for (const entry of entries) {
+    if (entry.origin && !activitySites.has(entry.origin)) {
+      activitySites.add(entry.origin);
+      added = true;
+    }
+  }
+  if (added) fillActivitySites();
+}
+
+function activityRow(entry) {
+  const row = document.createElement("tr");
+  const kind = enumWord(entry.kind, "ACTIVITY_LOG_KIND_");
+  row.dataset.kind = kind;
+  row.dataset.sessionId = entry.sessionId || "";
+  const session = cell("");
+  const code = document.createElement("code");
+  code.textContent = entry.sessionId || "";
+  session.append(code);
+  const details = cell(entry.summary || "");
+  if (entry.readOnly) {
+    const tag = document.createElement("span");
+    tag.className = "tag read-only";
+    tag.textContent = "read-only";
+    tag.title = "The site marked this tool read-only (annotations.readOnlyHint): a hint, not enforced";
+    details.append(tag);
+  }
+  row.append(cell(clock(entry.atMs)), cell(entry.origin || ""), session, cell(kind.replace(/_/g, " ")), details);
+  return row;
+}
+
+/** Every entry of the chosen site (all sites: every entry), saved as a .jsonl file. */
+async function exportActivity() {
+  const origin = $("activity-site").value;
+  const parts = [];
+  let cursor = "";
+  let count = 0;
+  for (let part = 0; part < EXPORT_MAX_PARTS; part++) {
+    const reply = await host.call("exportActivity", cursor ? { origin, cursor } : { origin });
+    if (reply.error) {
+      say("activity-outcome", `Not exported: ${reply.error.message}`);
+      return;
+    }
+    const response = reply.response || {};
+    parts.push(response.jsonl || "");
+    count += Number(response.entries || 0);
+    say("activity-outcome", `Exporting… ${count} entries`);
+    if (!response.hasMore || !response.nextCursor) break;
+    cursor = response.nextCursor;
+  }
+  const blob = new Blob(parts, { type: "application/jsonl" });
+  const link = document.createElement("a");
+  const site = origin ? origin.replace(/[^A-Za-z0-9.-]+/g, "_") : "every-site";
+  link.href = URL.createObjectURL(blob);
+  link.download = `pedelec-activity-${site}-${new Date().toISOString().slice(0, 10)}.jsonl`;
+  link.hidden = true;
+  document.body.append(link);
+  link.click();
+  link.remove();
+  setTimeout(() => URL.revokeObjectURL(link.href), 60000);
+  say("activity-outcome", `Exported ${count} entr${count === 1 ? "y" : "ies"} as ${link.download}.`);
+}
+
+$("activity-site").addEventListener("change", () => {
+  activityCursor = "";
+  activityPage(false).catch((e) => console.error("pedelec control center:", e));
+});
+$("activity-newest").addEventListener("click", () => {
+  activityCursor = "";
+  activityPage(false).catch((e) => console.error("pedelec control center:", e));
+});
+$("activity-older").addEventListener("click", () => {
+  activityPage(true).catch((e) => console.error("pedelec control center:", e));
+});
+$("activity-export").addEventListener("click", () => {
+  $("activity-export").disabled = true;
+  exportActivity()
+    .catch((e) => say("activity-outcome", `Not exported: ${e}`))
+    .finally(() => {
+      $("activity-export").disabled = false;
+    });
 });
 
 // ---- start ----

@@ -42,7 +42,13 @@ globalThis.PedelecRequests = (() => {
   );
   const PERMISSION_MODE = enumOf("PERMISSION_MODE_POLICY", "PERMISSION_MODE_APP");
   const ERROR = message({ code: STRING, message: STRING, detailsJson: STRING });
-  const TOOL_DEFINITION = message({ name: STRING, description: STRING, inputSchemaJson: STRING, timeoutMs: UINT32 });
+  const TOOL_DEFINITION = message({
+    name: STRING,
+    description: STRING,
+    inputSchemaJson: STRING,
+    timeoutMs: UINT32,
+    readOnlyHint: BOOL,
+  });
   const SKILLS = message({ guidance: STRING, tools: repeated(TOOL_DEFINITION) });
   // `grantedRoots` once carried grants; now reserved: grants live in Core.
   const WORKSPACE_SPEC = message({ path: STRING, grantedRoots: FORBIDDEN });
@@ -92,7 +98,8 @@ globalThis.PedelecRequests = (() => {
   /**
    * The owner calls of NativeRequest: the user's decisions (consent), the
    * agent's requests only the user may answer, every site's sessions
-   * (list, end, watch, read, cancel), and the agents Core detects. Only the extension's own pages make
+   * (list, end, watch, read, cancel), the agents Core detects, and the
+   * activity log (list, export). Only the extension's own pages make
    * them (the worker for the approval page and the popup, the control
    * center on a host of its own); a page that names one is refused like
    * any unknown call.
@@ -109,6 +116,8 @@ globalThis.PedelecRequests = (() => {
     "getSessionHistory",
     "cancelTurn",
     "listAgents",
+    "listActivity",
+    "exportActivity",
   ]);
 
   class Refusal extends Error {

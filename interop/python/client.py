@@ -68,6 +68,7 @@ def main(socket):
         name="lookup",
         description="Looks a key up",
         input_schema_json=json.dumps({"type": "object", "properties": {"key": {"type": "string"}}}),
+        read_only_hint=True,
     )
     created = core.CreateSession(
         core_pb2.CreateSessionRequest(
@@ -137,6 +138,22 @@ def main(socket):
     check([s.session.session_id for s in listed.sessions] == [session_id], "ListSessions: this origin's one session")
     ended = core.End(core_pb2.EndRequest(session_id=session_id, caller_origin=ORIGIN), timeout=10)
     check(ended.ended_now, "End ends the session")
+
+    # The activity log, as the user reads it (owner calls: an `app:` caller origin).
+    owner = "app:pedelec-interop-owner"
+    log = core.ListActivity(core_pb2.ListActivityRequest(caller_origin=owner, origin=ORIGIN, limit=100), timeout=10)
+    kinds = [core_pb2.ActivityLogKind.Name(e.kind) for e in reversed(log.entries)]
+    check(kinds[0] == "ACTIVITY_LOG_KIND_SESSION_STARTED" and kinds[-1] == "ACTIVITY_LOG_KIND_SESSION_ENDED", f"ListActivity: {kinds}")
+    calls = [e for e in log.entries if e.kind == core_pb2.ACTIVITY_LOG_KIND_TOOL_CALLED]
+    check(len(calls) == 1 and calls[0].read_only and calls[0].session_id == session_id, "the tool call, tagged read-only")
+    exported = core.ExportActivity(core_pb2.ExportActivityRequest(caller_origin=owner, origin=ORIGIN), timeout=10)
+    lines = [json.loads(line) for line in exported.jsonl.splitlines()]
+    check(len(lines) == len(log.entries) and lines[0]["sessionId"] == session_id, "ExportActivity: JSON lines")
+    try:
+        core.ListActivity(core_pb2.ListActivityRequest(caller_origin="https://page.example"), timeout=10)
+        check(False, "a web origin may not read the activity log")
+    except grpc.RpcError as error:
+        check(error.code() == grpc.StatusCode.PERMISSION_DENIED, "ListActivity refuses a web origin")
     stream.cancel()
     print("PYTHON_INTEROP_OK")
 

@@ -210,7 +210,9 @@ fn to_mcp_tool(definition: pb::ToolDefinition) -> Tool {
         Ok(serde_json::Value::Object(map)) => map,
         _ => serde_json::Map::from_iter([("type".to_owned(), serde_json::Value::from("object"))]),
     };
-    Tool::new(definition.name, definition.description, Arc::new(schema))
+    let tool = Tool::new(definition.name, definition.description, Arc::new(schema));
+    // The application's WebMCP `readOnlyHint`, as MCP spells the same hint.
+    if definition.read_only_hint { tool.annotate(rmcp::model::ToolAnnotations::new().read_only(true)) } else { tool }
 }
 
 /// An MCP tool result for a broker outcome: a tool-level error carries the

@@ -5,6 +5,7 @@
 //! [`session::Session`]s, persisted in SQLite ([`store`]), working in
 //! [`workspace`]s, answered by [`providers`].
 
+pub mod activity_log;
 pub mod assets;
 pub mod bridge;
 pub mod changes;

@@ -375,6 +375,11 @@ impl Registry {
         for record in &deleted {
             Workspace::recorded(&record.workspace, record.managed_workspace, record.id.as_str()).remove_if_managed();
         }
+        // The activity log is kept as long as an ended session's history.
+        let forgotten = self.shared.store.purge_activity(cutoff).await?;
+        if forgotten > 0 {
+            tracing::info!(entries = forgotten, "deleted activity log entries past their retention");
+        }
         Ok(deleted.len())
     }
 
@@ -481,6 +486,8 @@ impl Registry {
         record.skills_json = Some(skills_json);
         self.shared.store.save_durably(record).await?;
         tracing::info!(session = %id, provider = %info.provider, "session created");
+        let workspace = session.workspace.root.display().to_string();
+        self.shared.store.append_activity(crate::activity_log::session_started(&session.origin, &info, &workspace));
         session.read_workspace_ahead();
         match admission {
             Some(admission) => admission.settle(|| self.insert(session)),
@@ -939,5 +946,27 @@ mod tests {
         let database = dir.path().join("sessions.sqlite3");
         assert!(crate::store::read_transcript(&database, &ended).unwrap().is_empty(), "its transcript went too");
         assert_eq!(registry.get(&live, ORIGIN).await.unwrap().status(), SessionStatus::Idle, "live ones never expire");
+    }
+
+    #[tokio::test]
+    async fn the_activity_log_is_kept_for_the_retention_and_then_deleted() {
+        let dir = tempfile::tempdir().unwrap();
+        let registry = registry(dir.path()).await;
+        let session = create(&registry).await;
+        end(&registry, &session).await;
+        let everything = || crate::activity_log::Query { origin: None, before_id: None, limit: 100 };
+        let (logged, _) = registry.shared.store.activity(everything()).await.unwrap();
+        let kinds: Vec<i32> = logged.iter().map(|e| e.kind).collect();
+        assert_eq!(
+            kinds,
+            vec![pb::ActivityLogKind::SessionEnded as i32, pb::ActivityLogKind::SessionStarted as i32],
+            "{logged:?}"
+        );
+        assert!(logged.iter().all(|e| e.origin == ORIGIN && e.session_id == session));
+        registry.purge_expired(Duration::from_secs(3600)).await.unwrap();
+        assert_eq!(registry.shared.store.activity(everything()).await.unwrap().0.len(), 2, "not yet expired");
+        tokio::time::sleep(Duration::from_millis(5)).await;
+        registry.purge_expired(Duration::ZERO).await.unwrap();
+        assert!(registry.shared.store.activity(everything()).await.unwrap().0.is_empty(), "past the retention: gone");
     }
 }

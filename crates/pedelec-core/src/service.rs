@@ -294,6 +294,42 @@ impl Core for CoreService {
         Ok(Response::new(agents))
     }
 
+    async fn list_activity(&self, request: Request<pb::ListActivityRequest>) -> RpcReply<pb::ListActivityResponse> {
+        use crate::activity_log::{DEFAULT_ACTIVITY_PAGE, MAX_ACTIVITY_PAGE, Query, cursor_of};
+        let request = request.into_inner();
+        crate::consent::check_owner(&request.caller_origin)?;
+        let query =
+            Query::check(&request.origin, &request.cursor, request.limit, DEFAULT_ACTIVITY_PAGE, MAX_ACTIVITY_PAGE)?;
+        let (entries, has_more) = self.registry.shared.store.activity(query).await?;
+        let next_cursor = match (has_more, entries.last()) {
+            (true, Some(last)) => cursor_of(last.id),
+            _ => String::new(),
+        };
+        Ok(Response::new(pb::ListActivityResponse { entries, has_more, next_cursor }))
+    }
+
+    async fn export_activity(
+        &self,
+        request: Request<pb::ExportActivityRequest>,
+    ) -> RpcReply<pb::ExportActivityResponse> {
+        use crate::activity_log::{MAX_ACTIVITY_EXPORT, Query, cursor_of};
+        let request = request.into_inner();
+        crate::consent::check_owner(&request.caller_origin)?;
+        let query =
+            Query::check(&request.origin, &request.cursor, request.limit, MAX_ACTIVITY_EXPORT, MAX_ACTIVITY_EXPORT)?;
+        let (entries, has_more) = self.registry.shared.store.activity(query).await?;
+        let next_cursor = match (has_more, entries.last()) {
+            (true, Some(last)) => cursor_of(last.id),
+            _ => String::new(),
+        };
+        let mut jsonl = String::new();
+        for entry in &entries {
+            jsonl.push_str(&pedelec_protocol::json::to_json(entry));
+            jsonl.push('\n');
+        }
+        Ok(Response::new(pb::ExportActivityResponse { jsonl, entries: entries.len() as u32, has_more, next_cursor }))
+    }
+
     async fn list_user_permissions(
         &self,
         request: Request<pb::ListUserPermissionsRequest>,
@@ -423,6 +459,8 @@ impl CoreService {
             }
             Call::CancelTurn(q) => NativeReply::CancelTurn(self.cancel_turn(r(q)).await?.into_inner()),
             Call::ListAgents(q) => NativeReply::ListAgents(self.list_agents(r(q)).await?.into_inner()),
+            Call::ListActivity(q) => NativeReply::ListActivity(self.list_activity(r(q)).await?.into_inner()),
+            Call::ExportActivity(q) => NativeReply::ExportActivity(self.export_activity(r(q)).await?.into_inner()),
             Call::Subscribe(_) | Call::WatchSession(_) | Call::Unsubscribe(_) => {
                 return Err(CoreError::new(
                     ErrorCode::InvalidArgument,

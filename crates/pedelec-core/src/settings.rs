@@ -4,7 +4,7 @@
 //! default_provider = "codex"          # used when a request names none
 //! turn_timeout_secs = 600             # a turn running longer (tool waits not counted) fails with PROVIDER_TIMEOUT
 //! permission_timeout_secs = 60        # an unanswered permission request (permission mode "app") is rejected
-//! ended_session_retention_days = 30   # ended sessions are deleted (with their transcript) this long after they end; 0 keeps them
+//! ended_session_retention_days = 30   # ended sessions are deleted (with their transcript) this long after they end, and activity log entries this long after they were made; 0 keeps them
 //! allowed_workspace_roots = ["~/projects"]  # where local ("app:") programs may open explicit workspaces; none by default
 //! asset_bytes_per_session = 1073741824  # bytes a session's asset folder may hold (1 GiB); an upload over it is QUOTA_EXCEEDED
 //! asset_server_connections = 64       # connections the loopback asset server holds at once; more are closed
@@ -96,7 +96,8 @@ pub struct Settings {
     pub turn_timeout_secs: Option<u64>,
     /// How long a permission request waits for the application (`PERMISSION_MODE_APP`).
     pub permission_timeout_secs: Option<u64>,
-    /// Days an ended session stays stored (resumable, in `ListSessions`); 0: for ever.
+    /// Days an ended session stays stored (resumable, in `ListSessions`), and
+    /// an activity log entry after it was made; 0: for ever.
     pub ended_session_retention_days: Option<u32>,
     /// Where `app:` origins may open explicit workspaces (absolute or `~/…`).
     #[serde(default)]

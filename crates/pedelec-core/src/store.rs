@@ -211,6 +211,21 @@ CREATE TABLE IF NOT EXISTS consent (
     origin TEXT PRIMARY KEY,
     body TEXT NOT NULL
 );
+-- The activity log (activity_log.rs): appended, never changed; deleted
+-- past the retention. AUTOINCREMENT: an id is never reused after a
+-- purge, so a cursor (`act-<id>`) always means the same place.
+CREATE TABLE IF NOT EXISTS activity (
+    id INTEGER PRIMARY KEY AUTOINCREMENT,
+    origin TEXT NOT NULL,
+    session_id TEXT NOT NULL,
+    at_ms INTEGER NOT NULL,
+    kind TEXT NOT NULL,
+    summary TEXT NOT NULL,
+    detail TEXT NOT NULL,
+    read_only INTEGER NOT NULL DEFAULT 0
+);
+CREATE INDEX IF NOT EXISTS activity_by_origin ON activity(origin, id);
+CREATE INDEX IF NOT EXISTS activity_by_time ON activity(at_ms);
 ";
 
 /// Process-wide SQLite settings, for Core's binary to apply first thing in
@@ -624,6 +639,77 @@ impl Store {
         Ok(deleted)
     }
 
+    /// Appends an activity log entry without waiting.
+    pub fn append_activity(&self, entry: crate::activity_log::NewEntry) {
+        self.submit_statement(Box::new(move |c| {
+            c.prepare_cached(
+                "INSERT INTO activity(origin, session_id, at_ms, kind, summary, detail, read_only)
+                 VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7)",
+            )?
+            .execute(params![
+                entry.origin,
+                entry.session_id,
+                entry.at_ms,
+                crate::activity_log::kind_name(entry.kind),
+                entry.summary,
+                entry.detail_json,
+                entry.read_only,
+            ])
+            .map(drop)
+        }));
+    }
+
+    /// A page of the activity log, newest first, and whether older entries
+    /// match too; everything queued before the call is included.
+    pub async fn activity(&self, query: crate::activity_log::Query) -> CoreResult<(Vec<pb::ActivityLogEntry>, bool)> {
+        self.read(move |c| {
+            let before = query.before_id.unwrap_or(i64::MAX);
+            let limit = i64::from(query.limit) + 1;
+            let columns = "id, origin, session_id, at_ms, kind, summary, detail, read_only";
+            let entry = |row: &rusqlite::Row<'_>| -> rusqlite::Result<pb::ActivityLogEntry> {
+                Ok(pb::ActivityLogEntry {
+                    id: row.get::<_, i64>(0)? as u64,
+                    origin: row.get(1)?,
+                    session_id: row.get(2)?,
+                    at_ms: row.get(3)?,
+                    kind: crate::activity_log::parse_kind(&row.get::<_, String>(4)?) as i32,
+                    summary: row.get(5)?,
+                    detail_json: row.get(6)?,
+                    read_only: row.get(7)?,
+                })
+            };
+            let mut page: Vec<pb::ActivityLogEntry> = match &query.origin {
+                Some(origin) => c
+                    .prepare_cached(&format!(
+                        "SELECT {columns} FROM activity WHERE origin = ?1 AND id < ?2 ORDER BY id DESC LIMIT ?3"
+                    ))?
+                    .query_map(params![origin, before, limit], entry)?
+                    .collect::<rusqlite::Result<_>>()?,
+                None => c
+                    .prepare_cached(&format!("SELECT {columns} FROM activity WHERE id < ?1 ORDER BY id DESC LIMIT ?2"))?
+                    .query_map(params![before, limit], entry)?
+                    .collect::<rusqlite::Result<_>>()?,
+            };
+            let has_more = page.len() > query.limit as usize;
+            page.truncate(query.limit as usize);
+            Ok((page, has_more))
+        })
+        .await
+    }
+
+    /// Deletes activity log entries made before `cutoff_ms`; returns how many.
+    pub async fn purge_activity(&self, cutoff_ms: i64) -> CoreResult<usize> {
+        let deleted = Arc::new(std::sync::atomic::AtomicUsize::new(0));
+        let out = deleted.clone();
+        self.submit_and_wait(Box::new(move |c| {
+            let n = c.prepare_cached("DELETE FROM activity WHERE at_ms < ?1")?.execute([cutoff_ms])?;
+            out.store(n, std::sync::atomic::Ordering::Relaxed);
+            Ok(())
+        }))
+        .await?;
+        Ok(deleted.load(std::sync::atomic::Ordering::Relaxed))
+    }
+
     /// Runs `read` on the reader connection once everything queued before
     /// the call is visible to it.
     async fn read<T: Send + 'static>(
@@ -943,6 +1029,46 @@ mod tests {
             transcript_bytes: 0,
             updated_at_ms: 0,
         }
+    }
+
+    #[tokio::test]
+    async fn the_activity_log_pages_newest_first_per_origin_and_forgets_what_is_past_retention() {
+        use crate::activity_log::{NewEntry, Query};
+        let dir = tempfile::tempdir().unwrap();
+        let (store, _) = Store::open(&dir.path().join("sessions.sqlite3")).unwrap();
+        let entry = |origin: &str, at_ms: i64| NewEntry {
+            origin: origin.into(),
+            session_id: "sess-1".into(),
+            at_ms,
+            kind: pb::ActivityLogKind::CommandRun,
+            summary: format!("ran at {at_ms}"),
+            detail_json: "{}".into(),
+            read_only: at_ms == 30,
+        };
+        for (origin, at) in [("https://a.example", 10), ("https://b.example", 20), ("https://a.example", 30)] {
+            store.append_activity(entry(origin, at));
+        }
+        let query = |origin: Option<&str>, before_id: Option<i64>, limit: u32| Query {
+            origin: origin.map(Into::into),
+            before_id,
+            limit,
+        };
+        let (all, more) = store.activity(query(None, None, 10)).await.unwrap();
+        assert_eq!(all.iter().map(|e| e.at_ms).collect::<Vec<_>>(), vec![30, 20, 10], "newest first");
+        assert!(!more);
+        assert!(all[0].read_only && !all[1].read_only);
+        assert_eq!(all[0].kind, pb::ActivityLogKind::CommandRun as i32);
+        let (page, more) = store.activity(query(Some("https://a.example"), None, 1)).await.unwrap();
+        assert_eq!((page.len(), page[0].at_ms, more), (1, 30, true));
+        let (rest, more) = store.activity(query(Some("https://a.example"), Some(page[0].id as i64), 1)).await.unwrap();
+        assert_eq!((rest.len(), rest[0].at_ms, more), (1, 10, false));
+
+        assert_eq!(store.purge_activity(25).await.unwrap(), 2, "entries made before the cutoff go");
+        let (left, _) = store.activity(query(None, None, 10)).await.unwrap();
+        assert_eq!(left.iter().map(|e| e.at_ms).collect::<Vec<_>>(), vec![30]);
+        store.append_activity(entry("https://a.example", 40));
+        let (after, _) = store.activity(query(None, None, 10)).await.unwrap();
+        assert!(after[0].id > all[0].id, "ids are never reused, so cursors keep their place");
     }
 
     #[tokio::test]

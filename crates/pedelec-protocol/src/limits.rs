@@ -217,6 +217,7 @@ pub const DEFAULT_TOOL_TIMEOUT: Duration = Duration::from_secs(60);
 ///     description: "Waits".into(),
 ///     input_schema_json: "{}".into(),
 ///     timeout_ms: MAX_TOOL_TIMEOUT.as_millis() as u32 + 1,
+///     read_only_hint: false,
 /// };
 /// assert_eq!(check_manifest(&[slow]), [ManifestRule::TimeoutTooLong("slow".into())]);
 /// ```
@@ -260,6 +261,7 @@ pub const MAX_TOOL_JSON_BYTES: usize = 8 * 1024 * 1024;
 ///         description: "d".into(),
 ///         input_schema_json: "{}".into(),
 ///         timeout_ms: 0,
+///         read_only_hint: false,
 ///     })
 ///     .collect();
 /// assert_eq!(check_manifest(&tools), [ManifestRule::TooMany]);
@@ -291,6 +293,7 @@ pub const MAX_TOOL_NAME_LEN: usize = 64;
 ///     description: "d".repeat(MAX_TOOL_SCHEMA_BYTES + 1),
 ///     input_schema_json: "{}".into(),
 ///     timeout_ms: 0,
+///     read_only_hint: false,
 /// };
 /// assert_eq!(check_manifest(&[wordy]), [ManifestRule::TooLarge("wordy".into())]);
 /// ```

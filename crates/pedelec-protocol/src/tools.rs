@@ -12,6 +12,7 @@
 //!     description: "Adds delta to the page's counter".into(),
 //!     input_schema_json: r#"{"type":"object"}"#.into(),
 //!     timeout_ms: 0,
+//!     read_only_hint: false,
 //! };
 //! assert!(check_manifest(&[tool("update_counter")]).is_empty());
 //! // Every broken rule is reported, so an application can fix them at once.
@@ -68,6 +69,7 @@ pub enum ManifestRule {
 ///     description: "mine".into(),
 ///     input_schema_json: "{}".into(),
 ///     timeout_ms: 0,
+///     read_only_hint: false,
 /// };
 /// assert_eq!(check_manifest(&[tool]), [ManifestRule::Reserved("pedelec_permission".into())]);
 /// ```
@@ -133,6 +135,7 @@ pub fn is_valid_tool_name(name: &str) -> bool {
 ///     description: "Looks a word up".into(),
 ///     input_schema_json: r#"{"type":"string"}"#.into(),
 ///     timeout_ms: 0,
+///     read_only_hint: false,
 /// };
 /// let broken = check_manifest(&[tool]);
 /// assert!(matches!(&broken[..], [ManifestRule::BadSchema { name, .. }] if name == "lookup"));
@@ -212,6 +215,7 @@ mod tests {
             description: description.into(),
             input_schema_json: schema.into(),
             timeout_ms: 0,
+            read_only_hint: false,
         }
     }
 

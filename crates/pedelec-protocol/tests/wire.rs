@@ -61,6 +61,7 @@ fn requests() {
         description: "Add delta to the counter".into(),
         input_schema_json: r#"{"type":"object","properties":{"delta":{"type":"number"}}}"#.into(),
         timeout_ms: 5000,
+        read_only_hint: false,
     };
     check("request_ping", &request(1, Call::Ping(pb::PingRequest {})));
     check(

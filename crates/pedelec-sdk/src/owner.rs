@@ -1,6 +1,6 @@
 //! The user's own calls: every origin's live sessions, ending or cancelling
 //! any of them, reading any session's history, the requests only the user
-//! answers, consent and the agents Core detects. They reach past every
+//! answers, consent, the agents Core detects and the activity log. They reach past every
 //! origin's boundary, so a program gets them only by asking explicitly
 //! ([`Pedelec::owner`]) — a tray app, a CLI acting for the user — never by
 //! default. Core refuses them from a web origin whatever the SDK does.
@@ -142,6 +142,74 @@ impl Owner {
         };
         match self.call(Call::AnswerUserPermission(request)).await? {
             Reply::AnswerUserPermission(_) => Ok(()),
+            other => Err(unexpected(&other)),
+        }
+    }
+
+    /// A page of the activity log (Core's `ListActivity`): what sessions
+    /// did — started, ended, commands run, files edited, frontend tools
+    /// called, permissions answered — newest first. `origin` keeps one
+    /// site's; `cursor` is empty for the newest page, else the previous
+    /// page's `next_cursor`; `limit` 0 means 100, at most 1000
+    /// (`INVALID_ARGUMENT` beyond, as for a cursor Core never handed out).
+    ///
+    /// # Examples
+    ///
+    /// ```no_run
+    /// # async fn example() -> Result<(), pedelec_sdk::PedelecError> {
+    /// use pedelec_sdk::Pedelec;
+    ///
+    /// let owner = Pedelec::discover("app:my-tray").await?.owner()?;
+    /// let mut cursor = String::new();
+    /// loop {
+    ///     let page = owner.activity(Some("https://app.example"), &cursor, 100).await?;
+    ///     for entry in &page.entries {
+    ///         println!("{} {} {}", entry.at_ms, entry.session_id, entry.summary);
+    ///     }
+    ///     if !page.has_more {
+    ///         break;
+    ///     }
+    ///     cursor = page.next_cursor;
+    /// }
+    /// # Ok(())
+    /// # }
+    /// ```
+    pub async fn activity(
+        &self,
+        origin: Option<&str>,
+        cursor: &str,
+        limit: u32,
+    ) -> Result<pb::ListActivityResponse, PedelecError> {
+        let request = pb::ListActivityRequest {
+            caller_origin: self.origin.clone(),
+            origin: origin.unwrap_or_default().to_owned(),
+            cursor: cursor.to_owned(),
+            limit,
+        };
+        match self.call(Call::ListActivity(request)).await? {
+            Reply::ListActivity(r) => Ok(r),
+            other => Err(unexpected(&other)),
+        }
+    }
+
+    /// Part of the activity log as JSON lines (Core's `ExportActivity`):
+    /// the entries `activity` pages through, one canonical JSON object per
+    /// line, at most 5000 per part (`limit` 0: 5000). Page on with
+    /// `next_cursor` while `has_more`.
+    pub async fn export_activity(
+        &self,
+        origin: Option<&str>,
+        cursor: &str,
+        limit: u32,
+    ) -> Result<pb::ExportActivityResponse, PedelecError> {
+        let request = pb::ExportActivityRequest {
+            caller_origin: self.origin.clone(),
+            origin: origin.unwrap_or_default().to_owned(),
+            cursor: cursor.to_owned(),
+            limit,
+        };
+        match self.call(Call::ExportActivity(request)).await? {
+            Reply::ExportActivity(r) => Ok(r),
             other => Err(unexpected(&other)),
         }
     }

@@ -252,6 +252,9 @@ pub struct ToolSpec<T: ToolName = String> {
     pub input_schema: serde_json::Value,
     pub timeout_ms: Option<u32>,
     pub handler: Option<ToolHandlerFn>,
+    /// The tool only reads (WebMCP's `annotations.readOnlyHint`): shown to
+    /// the user in the control center's activity log, never enforced.
+    pub read_only_hint: bool,
 }
 
 impl<T: ToolName> ToolSpec<T> {
@@ -268,7 +271,14 @@ impl<T: ToolName> ToolSpec<T> {
     /// assert_eq!(spec.timeout_ms, None);
     /// ```
     pub fn new(name: T, description: impl Into<String>, input_schema: serde_json::Value) -> Self {
-        ToolSpec { name, description: description.into(), input_schema, timeout_ms: None, handler: None }
+        ToolSpec {
+            name,
+            description: description.into(),
+            input_schema,
+            timeout_ms: None,
+            handler: None,
+            read_only_hint: false,
+        }
     }
 
     /// How long Core waits for this tool's result (at most an hour) before
@@ -284,6 +294,23 @@ impl<T: ToolName> ToolSpec<T> {
     /// ```
     pub fn timeout_ms(mut self, timeout_ms: u32) -> Self {
         self.timeout_ms = Some(timeout_ms);
+        self
+    }
+
+    /// Marks the tool as one that only reads (`ToolDefinition.read_only_hint`,
+    /// WebMCP's `annotations.readOnlyHint`): the user's activity log tags
+    /// its calls "read-only". A hint for the user; Core enforces nothing.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use pedelec_sdk::ToolSpec;
+    ///
+    /// let spec = ToolSpec::new("read_page".to_string(), "Reads the page", serde_json::json!({})).read_only();
+    /// assert!(spec.read_only_hint);
+    /// ```
+    pub fn read_only(mut self) -> Self {
+        self.read_only_hint = true;
         self
     }
 
@@ -309,6 +336,7 @@ impl<T: ToolName> ToolSpec<T> {
             description: self.description.clone(),
             input_schema_json: self.input_schema.to_string(),
             timeout_ms: self.timeout_ms.unwrap_or(0),
+            read_only_hint: self.read_only_hint,
         }
     }
 }

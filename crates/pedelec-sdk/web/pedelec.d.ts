@@ -186,7 +186,11 @@ export interface ToolDefinition<TName extends string = string> {
    * as registered with `document.modelContext`): used when `handler` is absent.
    */
   execute?: ToolSpecificHandler;
-  /** WebMCP annotations (e.g. `readOnlyHint`); accepted, not yet shown to the user. */
+  /**
+   * WebMCP annotations. `readOnlyHint: true` reaches Core as the tool's
+   * `readOnlyHint` and tags its calls "read-only" in the user's activity log
+   * (a hint, never enforced); other hints are accepted and ignored.
+   */
   annotations?: { readOnlyHint?: boolean; [hint: string]: unknown };
 }
 

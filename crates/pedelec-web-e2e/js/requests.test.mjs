@@ -50,7 +50,12 @@ const VALID = {
   steer: { sessionId: "sess-1", callerOrigin: ORIGIN, text: "and this", operationId: "op" },
   getChanges: { sessionId: "sess-1", callerOrigin: ORIGIN, turnId: "turn-1" },
   setModel: { sessionId: "sess-1", callerOrigin: ORIGIN, model: "m-2", effortLevel: "EFFORT_LEVEL_HIGH" },
-  setTools: { sessionId: "sess-1", callerOrigin: ORIGIN, tools: [{ name: "t", description: "d", inputSchemaJson: "{}", timeoutMs: 1000 }] },
+  // `readOnlyHint`: a WebMCP descriptor's annotations.readOnlyHint (the user's activity log shows it).
+  setTools: {
+    sessionId: "sess-1",
+    callerOrigin: ORIGIN,
+    tools: [{ name: "t", description: "d", inputSchemaJson: "{}", timeoutMs: 1000, readOnlyHint: true }],
+  },
   fork: { sessionId: "sess-1", callerOrigin: ORIGIN, autoEndOnDisconnect: false },
   listSessions: { callerOrigin: ORIGIN, limit: 5, beforeSessionId: "sess-0" },
   answerPermission: { sessionId: "sess-1", callerOrigin: ORIGIN, permissionId: "p", optionId: "o" },
@@ -74,8 +79,10 @@ test("every call of NativeRequest has a valid body here, and only those", () => 
 });
 
 test("a page cannot make an owner call, in any spelling", () => {
-  // The control center's views: the agents Core detects, and consent (Sites).
-  for (const call of ["listAgents", "getConsent", "setConsent", "revokeOrigin"]) assert.ok(OWNER_CALLS.includes(call), call);
+  // The control center's views: the agents Core detects, consent (Sites) and the activity log.
+  for (const call of ["listAgents", "getConsent", "setConsent", "revokeOrigin", "listActivity", "exportActivity"]) {
+    assert.ok(OWNER_CALLS.includes(call), call);
+  }
   const consent = { origin: ORIGIN, approved: true, folders: [{ path: "/", mayApproveCommands: true }] };
   for (const call of OWNER_CALLS) {
     const snake = call.replace(/[A-Z]/g, (c) => `_${c.toLowerCase()}`);
@@ -132,6 +139,10 @@ test("another origin, an unknown call, two calls, unknown fields and wrong types
   assert.equal(refused({ requestId: 7, request: { ping: {} }, acks: [1] }).field, "frame.acks");
   assert.equal(refused({ requestId: 7, request: { ping: {} }, deferAck: "yes" }).field, "deferAck");
   assert.equal(refused({ requestId: 2 ** 31, request: { ping: {} } }).field, "requestId");
+  assert.deepEqual(refused(frame("setTools", { tools: [{ name: "t", readOnlyHint: "yes" }] })), {
+    field: "request.setTools.tools[0].readOnlyHint",
+    reason: "wrong_type",
+  });
   assert.equal(refused(frame("ping", null)).reason, "wrong_type");
   assert.equal(refused(frame("ping", [])).reason, "wrong_type");
   assert.equal(refused(frame("ping", { extra: 1 })).field, "request.ping.extra");

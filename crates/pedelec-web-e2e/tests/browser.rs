@@ -35,6 +35,22 @@ fn prerequisites_or_skip() -> bool {
 /// Core's own view of a session, from a fresh gRPC client of the same
 /// origin: its listing, which needs no approval (a revoked origin's ended
 /// sessions are still listed; Resume would be refused).
+/// The activity log's entries for `origin`, newest first (the owner's `ListActivity`).
+fn activity_of(rig: &Rig, origin: &str) -> Vec<pb::ActivityLogEntry> {
+    let runtime = tokio::runtime::Builder::new_current_thread().enable_all().build().expect("runtime");
+    let transport = runtime.block_on(GrpcTransport::connect(rig.socket())).expect("gRPC to Core");
+    let request = pb::ListActivityRequest {
+        caller_origin: "app:pedelec-extension".into(),
+        origin: origin.to_owned(),
+        cursor: String::new(),
+        limit: 1000,
+    };
+    match runtime.block_on(transport.call(Call::ListActivity(request))) {
+        Ok(Reply::ListActivity(page)) => page.entries,
+        other => panic!("Core lists the activity log: {other:?}"),
+    }
+}
+
 fn core_status(rig: &Rig, origin: &str, session_id: &str) -> SessionStatus {
     let runtime = tokio::runtime::Builder::new_current_thread().enable_all().build().expect("runtime");
     let transport = runtime.block_on(GrpcTransport::connect(rig.socket())).expect("gRPC to Core");
@@ -563,6 +579,15 @@ fn browser_end_to_end() {
     assert!(webmcp["gone"].as_str().unwrap_or_default().contains("TOOL_NOT_FOUND"), "{webmcp}");
     let title = webmcp["title"].as_str().unwrap_or_default().to_uppercase();
     assert_eq!(webmcp["reply"], json!(format!("Tool page_title returned {}.", json!({ "title": title }))), "{webmcp}");
+    // `annotations.readOnlyHint` reached Core: the user's activity log tags
+    // that tool's call read-only, and not the tool that replaced it.
+    let calls: Vec<(String, bool)> = activity_of(&rig, &rig.site.origin())
+        .into_iter()
+        .filter(|e| e.kind == pb::ActivityLogKind::ToolCalled as i32)
+        .map(|e| (e.summary, e.read_only))
+        .collect();
+    assert!(calls.contains(&("called page_title".to_owned(), true)), "{calls:?}");
+    assert!(calls.contains(&("called page_url".to_owned(), false)), "{calls:?}");
 
     // bridgeModelContext: the tools the page registers with WebMCP (here
     // the draft's API, polyfilled) become the session's and follow its
@@ -1290,6 +1315,72 @@ fn the_control_center_follows_cancels_and_stops_two_sites_sessions() {
         .unwrap();
     assert_eq!(keyed, json!(["tab-requests", false]));
 
+    // Activity: the first site's log shows its session, the command the
+    // user allowed, and its turns; the site filter, the Older button and
+    // the export are reachable, with labels.
+    control.click("#tab-activity").expect("open Activity");
+    let activity_row = |kind: &str| {
+        format!("document.querySelector('#activity tr[data-kind=\"{kind}\"][data-session-id=\"{mine}\"]')")
+    };
+    control
+        .wait_until(&activity_row("session_started"), Duration::from_secs(10))
+        .expect("the session's start is logged");
+    control
+        .wait_until(&activity_row("permission_answered"), Duration::from_secs(10))
+        .expect("the permission is logged");
+    let shown = control
+        .eval(&format!("[...{}.children].map((c) => c.textContent)", activity_row("permission_answered")))
+        .unwrap();
+    assert_eq!((shown[1].clone(), shown[3].clone()), (json!(first_origin), json!("permission answered")), "{shown}");
+    assert_eq!(shown[4], json!("permission granted (allow): make deploy"), "{shown}");
+    let second_row = format!(
+        "document.querySelector('#activity tr[data-kind=\"session_ended\"][data-session-id=\"{}\"]')",
+        theirs[0]
+    );
+    control.wait_until(&second_row, Duration::from_secs(10)).expect("every site's entries show unfiltered");
+    let filtered = control
+        .eval(&format!(
+            "(async () => {{ const site = document.getElementById('activity-site'); \
+             site.value = {}; site.dispatchEvent(new Event('change')); \
+             for (let i = 0; i < 100 && document.querySelector('#activity tbody tr') && {second_row}; i++) \
+               await new Promise((r) => setTimeout(r, 50)); \
+             return [...document.querySelectorAll('#activity tbody tr')].map((r) => r.children[1].textContent); }})()",
+            json!(first_origin)
+        ))
+        .unwrap();
+    let filtered = filtered.as_array().expect("origins").clone();
+    assert!(!filtered.is_empty() && filtered.iter().all(|o| *o == json!(first_origin)), "{filtered:?}");
+    let labels = control
+        .eval(
+            "[document.querySelector('label[for=\"activity-site\"]').textContent, \
+              document.getElementById('activity-older').disabled, document.getElementById('activity-export').textContent]",
+        )
+        .unwrap();
+    assert_eq!(labels, json!(["Site", true, "Export JSON lines"]), "a few entries need no older page");
+    // Export JSON lines saves the filtered site's entries, one per line.
+    let exported = control
+        .eval(
+            "(async () => { let saved = null; const make = URL.createObjectURL; \
+             URL.createObjectURL = (blob) => { saved = blob; return make(blob); }; \
+             document.getElementById('activity-export').click(); \
+             for (let i = 0; i < 200 && !saved; i++) await new Promise((r) => setTimeout(r, 50)); \
+             URL.createObjectURL = make; \
+             const lines = saved ? (await saved.text()).trim().split('\\n').map((l) => JSON.parse(l)) : []; \
+             return { lines, said: document.getElementById('activity-outcome').textContent }; })()",
+        )
+        .unwrap();
+    let lines = exported["lines"].as_array().expect("exported lines").clone();
+    assert!(!lines.is_empty() && lines.iter().all(|l| l["origin"] == json!(first_origin)), "{exported}");
+    assert!(
+        lines
+            .iter()
+            .any(|l| l["kind"] == json!("ACTIVITY_LOG_KIND_PERMISSION_ANSWERED") && l["sessionId"] == json!(mine)),
+        "{exported}"
+    );
+    let said = exported["said"].as_str().unwrap_or_default();
+    assert!(said.starts_with(&format!("Exported {} entries as pedelec-activity-", lines.len())), "{exported}");
+    assert!(said.ends_with(".jsonl."), "{exported}");
+
     // A page cannot watch, read or cancel as the user, even naming the extension's origin.
     let owner = json!({ "callerOrigin": "app:pedelec-extension", "sessionId": mine });
     let frames = json!([
@@ -1297,9 +1388,12 @@ fn the_control_center_follows_cancels_and_stops_two_sites_sessions() {
         { "requestId": 9202, "request": { "getSessionHistory": owner } },
         { "requestId": 9203, "request": { "cancelTurn": owner } },
         { "requestId": 9204, "request": { "watch_session": owner } },
+        { "requestId": 9205, "request": { "listActivity": { "callerOrigin": "app:pedelec-extension" } } },
+        { "requestId": 9206, "request": { "exportActivity": { "callerOrigin": "app:pedelec-extension" } } },
     ]);
     let sent = first.eval_for(&format!("({RAW_FRAMES_JS})({frames}, 3000)"), TURN).expect("raw frames");
-    for (i, call) in ["watchSession", "getSessionHistory", "cancelTurn", "watch_session"].iter().enumerate() {
+    let calls = ["watchSession", "getSessionHistory", "cancelTurn", "watch_session", "listActivity", "exportActivity"];
+    for (i, call) in calls.iter().enumerate() {
         let reply = &sent["replies"][i];
         let details: Value = serde_json::from_str(reply["error"]["detailsJson"].as_str().unwrap_or("null")).unwrap();
         assert_eq!(reply["error"]["code"], json!("INVALID_ARGUMENT"), "{call}: {reply}");

@@ -166,6 +166,16 @@ fn firefox_end_to_end() {
     let chat = "[...document.querySelectorAll('#monitor-log li[data-kind=\"chat\"] pre')].map((p) => p.textContent)";
     ff.wait_until(&control, &format!("{chat}.includes('You said: hello from firefox')"), Duration::from_secs(10))
         .unwrap_or_else(|e| panic!("the live chat shows in Firefox: {e} {:?}", ff.eval(&control, chat)));
+    // The Activity view lists the session's frontend tool call (ListActivity).
+    ff.eval(&control, "(document.getElementById('tab-activity').click(), true)").unwrap();
+    let called = format!(
+        "[...document.querySelectorAll('#activity tr[data-kind=\"tool_called\"][data-session-id=\"{session_id}\"]')]\
+         .map((r) => r.children[4].textContent)"
+    );
+    ff.wait_until(&control, &format!("{called}.includes('called update_counter')"), Duration::from_secs(10))
+        .unwrap_or_else(|e| {
+            panic!("the activity log shows the tool call in Firefox: {e} {:?}", ff.eval(&control, &called))
+        });
     ff.call("browsingContext.close", json!({ "context": control }), TURN).unwrap();
 
     // An asset uploaded from the page and read back (Core's loopback server, CORS for this origin).

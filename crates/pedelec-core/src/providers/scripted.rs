@@ -12,7 +12,7 @@
 //! | `/deltas N` | stream N one-character deltas, then one message of them |
 //! | `/slow MS` | wait MS between deltas (a turn to cancel midway) |
 //! | `/sleep MS` | wait MS before going on |
-//! | `/write PATH TEXT` | write TEXT (`\n` for a line break) to the file PATH inside the workspace, as an agent's edit (`getChanges` shows it); a path leaving the workspace, through `..`, a link or into `.pedelec-runtime`, is refused and the reply says so |
+//! | `/write PATH TEXT` | write TEXT (`\n` for a line break) to the file PATH inside the workspace, as an agent's edit (`getChanges` shows it; reported as a completed file-edit activity); a path leaving the workspace, through `..`, a link or into `.pedelec-runtime`, is refused and the reply says so |
 //! | `/wait-steer MS` | wait up to MS for text the user adds to the turn (`steer`); the reply repeats each (`You added: TEXT.`) |
 //! | `/usage N` | report N as the total |
 //! | `/command TEXT` | report a shell command TEXT as an activity, in progress then completed (nothing runs) |
@@ -289,7 +289,16 @@ impl ScriptedSession {
                 Directive::Sleep(ms) => tokio::time::sleep(Duration::from_millis(ms)).await,
                 Directive::Write { path, text } => {
                     reply.push(match write_in_workspace(&self.workspace, path, text) {
-                        Ok(bytes) => format!("Wrote {path} ({bytes} bytes)."),
+                        Ok(bytes) => {
+                            // Reported as an agent reports its edit (the activity log's "edited").
+                            activities += 1;
+                            let mut edit =
+                                super::activity(format!("scripted-{activities}"), pb::ActivityKind::FileEdit, "Write");
+                            edit.paths = vec![path.to_owned()];
+                            edit.status = pb::ActivityStatus::Completed as i32;
+                            sink.activity(edit);
+                            format!("Wrote {path} ({bytes} bytes).")
+                        }
                         Err(error) => format!("Could not write {path}: {error}."),
                     });
                 }

@@ -28,6 +28,7 @@ use pedelec_protocol::{ErrorCode, OperationId, SessionId, SessionStatus, ToolReq
 use tokio::sync::{mpsc, oneshot};
 use tokio_util::sync::CancellationToken;
 
+use crate::activity_log;
 use crate::changes;
 use crate::error::CoreResult;
 use crate::output::OutputSchema;
@@ -154,6 +155,9 @@ struct Inner {
     cancel_waiters: Vec<(OperationId, oneshot::Sender<u64>)>,
     /// Where each pending permission request's answer goes.
     permission_responders: HashMap<String, oneshot::Sender<PermissionAnswer>>,
+    /// Each pending permission request as it was asked, for the activity
+    /// log's entry when it settles (`activity_log::permission_settled`).
+    asked_permissions: HashMap<String, pb::PermissionRequest>,
 }
 
 /// How long a cancelled turn's provider gets to wind down on its own (ACP
@@ -310,6 +314,7 @@ impl Session {
                 steer: None,
                 cancel_waiters: Vec::new(),
                 permission_responders: HashMap::new(),
+                asked_permissions: HashMap::new(),
             }),
             readable: tokio::sync::Notify::new(),
             runtime: tokio::sync::Mutex::new(None),
@@ -363,11 +368,28 @@ impl Session {
                             let _ = waiter.send(event.seq);
                         }
                     }
+                    match &event.kind {
+                        Some(pb::session_event::Kind::PermissionRequested(request)) => {
+                            inner.asked_permissions.insert(request.permission_id.clone(), request.clone());
+                        }
+                        Some(pb::session_event::Kind::PermissionSettled(settled)) => {
+                            let asked = inner.asked_permissions.remove(&settled.permission_id);
+                            self.shared.store.append_activity(activity_log::permission_settled(
+                                &self.origin,
+                                self.id.as_str(),
+                                event.emitted_at_ms,
+                                asked.as_ref(),
+                                settled,
+                            ));
+                        }
+                        _ => {}
+                    }
                     inner.log.push(Arc::new(event));
                     emitted = true;
                 }
                 Effect::Append(entry) => {
                     self.count_transcript(&entry);
+                    self.log_activity(&entry);
                     self.shared.store.append(&self.id, entry)
                 }
                 Effect::Save(record) => self.shared.store.save(record),
@@ -406,6 +428,15 @@ impl Session {
             inner.effects = Vec::new();
         } else if effects.capacity() > inner.effects.capacity() {
             inner.effects = effects;
+        }
+    }
+
+    /// Appends the activity log entry a transcript entry makes, if any
+    /// (`activity_log::of_transcript`).
+    fn log_activity(&self, entry: &crate::transcript::TranscriptEntry) {
+        let read_only = |tool: &str| self.tools().definitions.iter().any(|d| d.name == tool && d.read_only_hint);
+        if let Some(logged) = activity_log::of_transcript(&self.origin, self.id.as_str(), entry, read_only) {
+            self.shared.store.append_activity(logged);
         }
     }
 
@@ -464,6 +495,7 @@ impl Session {
             .filter_map(|effect| match effect {
                 Effect::Append(entry) => {
                     self.count_transcript(&entry);
+                    self.log_activity(&entry);
                     entries.push(entry);
                     None
                 }

@@ -136,6 +136,7 @@ fn a_deferred_tool_answer_rides_on_the_next_frame_and_failures_answer_at_once() 
         description: "echo".into(),
         input_schema_json: r#"{"type":"object"}"#.into(),
         timeout_ms: 0,
+        read_only_hint: false,
     };
     let create = pb::CreateSessionRequest {
         skills: Some(pb::Skills { guidance: String::new(), tools: vec![echo] }),

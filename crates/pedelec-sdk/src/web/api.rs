@@ -61,6 +61,11 @@ fn tool_specs(tools: &JsValue) -> Result<Vec<ToolSpec<String>>, JsValue> {
             if let Some(ms) = get(&tool, "timeoutMs").as_f64() {
                 spec = spec.timeout_ms(ms as u32);
             }
+            // WebMCP's annotations: `readOnlyHint` reaches Core (shown in the
+            // user's activity log); `true` only, as the draft spells it.
+            if get(&get(&tool, "annotations"), "readOnlyHint").as_bool() == Some(true) {
+                spec = spec.read_only();
+            }
             // `execute` is a WebMCP tool descriptor's handler (document.modelContext's shape).
             let handler = get(&tool, "handler");
             let handler = if handler.is_undefined() { get(&tool, "execute") } else { handler };

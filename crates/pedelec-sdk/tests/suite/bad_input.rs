@@ -28,6 +28,7 @@ fn tool(name: &str, description: &str, schema: &str) -> pb::ToolDefinition {
         description: description.into(),
         input_schema_json: schema.into(),
         timeout_ms: 0,
+        read_only_hint: false,
     }
 }
 

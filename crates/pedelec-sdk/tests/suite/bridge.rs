@@ -101,8 +101,10 @@ fn token_of(h: &Harness, session: &PedelecSession) -> String {
     h.tool_token(session.session_id())
 }
 
+/// Marked read-only (WebMCP's `readOnlyHint`): the agent's MCP listing carries the annotation.
 fn failing_tool() -> ToolSpec {
     ToolSpec::new("explode".to_string(), "Always fails", schema_object())
+        .read_only()
         .with_handler(sync_handler(|_: Value, _| Err::<Value, _>("the page is not ready".to_string())))
 }
 

@@ -1,6 +1,7 @@
 //! The harness: start/kill/restart Core, clients, recorders.
 
 mod activity;
+mod activity_log;
 mod agent_tools;
 mod asset_escape;
 mod asset_handoff;

@@ -181,7 +181,12 @@ async fn owner() -> Result<(), Box<dyn std::error::Error>> {
     for live in owner.live_sessions(None).await? {
         println!("{} in {}", live.origin, live.workspace_path);
     }
+    // The newest 50 entries of one origin's activity log.
+    for entry in owner.activity(Some("app:my-tool"), "", 50).await?.entries {
+        println!("{} {}", entry.session_id, entry.summary);
+    }
     assert!(!owner.live_sessions(Some("app:my-tool")).await?.is_empty());
+    assert!(!owner.activity(Some("app:my-tool"), "", 50).await?.entries.is_empty(), "its session's start");
     Ok(())
 }
 
