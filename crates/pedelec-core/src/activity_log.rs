@@ -117,13 +117,18 @@ pub fn parse_kind(stored: &str) -> pb::ActivityLogKind {
 /// A session was created.
 pub fn session_started(origin: &str, info: &pb::SessionInfo, workspace: &str) -> NewEntry {
     let model = if info.model.is_empty() { String::new() } else { format!(" ({})", info.model) };
+    let fork = if info.forked_from.is_empty() { String::new() } else { format!(", forked from {}", info.forked_from) };
+    let mut details = json!({ "provider": info.provider, "model": info.model, "workspace": workspace });
+    if !info.forked_from.is_empty() {
+        details["forkedFrom"] = json!(info.forked_from);
+    }
     NewEntry::new(
         origin,
         &info.session_id,
         info.created_at_ms,
         pb::ActivityLogKind::SessionStarted,
-        &format!("started {}{model} in {workspace}", info.provider),
-        json!({ "provider": info.provider, "model": info.model, "workspace": workspace }),
+        &format!("started {}{model} in {workspace}{fork}", info.provider),
+        details,
     )
 }
 

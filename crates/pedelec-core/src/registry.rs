@@ -603,6 +603,8 @@ impl Registry {
             return Err(error);
         }
         tracing::info!(session = %id, parent = %parent.id, provider = %info.provider, "session forked");
+        let workspace = session.workspace.root.display().to_string();
+        self.shared.store.append_activity(crate::activity_log::session_started(&session.origin, &info, &workspace));
         session.read_workspace_ahead();
         match admission {
             Some(admission) => admission.settle(|| self.insert(session)),

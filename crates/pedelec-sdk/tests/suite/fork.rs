@@ -76,6 +76,14 @@ async fn a_fork_goes_on_from_the_same_point_on_its_own(via: Via) {
     // A fork can be forked in turn.
     let grandchild = fork.fork().await.expect("a fork of a fork");
     assert_eq!(listed(&client, grandchild.session_id()).await.forked_from, fork.session_id());
+    // The user's activity log says where the fork came from.
+    let owner = h.client_for(super::OWNER).await.owner().unwrap();
+    let log = owner.activity(Some(ORIGIN), "", 0).await.unwrap().entries;
+    let started = log
+        .iter()
+        .find(|e| e.session_id == fork.session_id() && e.kind() == pb::ActivityLogKind::SessionStarted)
+        .expect("the fork's start is logged");
+    assert!(started.summary.ends_with(&format!(", forked from {}", parent.session_id())), "{started:?}");
     fork.end().await.unwrap();
     grandchild.end().await.unwrap();
 }
