@@ -1,4 +1,4 @@
-//! One turn of a CLI agent that runs once per turn (codex, claude): spawn,
+//! One turn of a CLI agent that runs once per turn (`codex exec`): spawn,
 //! feed the prompt on stdin, parse stdout line by line, judge the exit.
 
 use std::path::Path;

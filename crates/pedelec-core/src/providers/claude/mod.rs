@@ -1,24 +1,28 @@
-//! `claude`: Claude Code, one `claude -p` process per turn.
+//! `claude`: Claude Code, one `claude -p --input-format stream-json`
+//! process per session runtime, kept across turns (`live`): each turn is a
+//! user message on its stdin, a cancel its `interrupt` control request.
 //!
-//! Command line (prompt on stdin):
-//! `claude -p --output-format stream-json --verbose --include-partial-messages
+//! Command line (messages on stdin):
+//! `claude -p --output-format stream-json --verbose --include-partial-messages --input-format stream-json
 //!  --mcp-config <runtime>/.pedelec-mcp.json --strict-mcp-config --allowedTools mcp__pedelec
 //!  [--disallowedTools Read(//<state>/**) Edit(//<state>/**) …] [--model MODEL] [--effort low|high] [--resume <session id> [--fork-session]]`
 //!
 //! The MCP config (with the tool token in the bridge's `env`) is a 0600 file
 //! in the session's runtime directory, not inline JSON, so the token never
 //! appears on a command line. `system/init` and `result` carry the session
-//! id (re-read every run: a resumed run may fork a new id). Deltas come from
+//! id (re-read every turn: a resumed or forked process may name a new id). Deltas come from
 //! `stream_event` text deltas; `assistant` messages are the complete
 //! messages (subagent messages, with a `parent_tool_use_id`, are activity,
-//! not chat). Usage: each run's `result.usage` counts only that run, so the
-//! session total adds every run's input + cache + output tokens.
+//! not chat). Usage: each turn's `result.usage` counts only that turn, so the
+//! session total adds every turn's input + cache + output tokens.
 
 use std::io::Write;
 use std::path::PathBuf;
 
 use pedelec_protocol::{ErrorCode, pb};
 use serde_json::Value;
+
+mod live;
 
 use super::cli_turn::{self, LineParser, skipped, str_field as text};
 use super::events::content_text;
@@ -55,6 +59,8 @@ impl Provider for Claude {
             total: setup.usage_total.unwrap_or(0),
             setup,
             mcp_config,
+            live: None,
+            fresh: false,
         }))
     }
 }
@@ -101,6 +107,11 @@ struct ClaudeSession {
     session_id: Option<String>,
     total: u64,
     mcp_config: PathBuf,
+    /// The session's CLI, kept across turns (started at the first).
+    live: Option<live::Live>,
+    /// The live CLI began a new conversation and has not been sent a
+    /// message yet: the first carries the guidance.
+    fresh: bool,
 }
 
 /// The argv (after the program) for one turn.
@@ -144,6 +155,31 @@ pub fn conversation_file(config: &ProviderConfig, id: &str) -> Option<PathBuf> {
         .flatten()
         .map(|project| project.path().join(&file))
         .find(|path| path.symlink_metadata().is_ok_and(|m| m.is_file()))
+}
+
+/// How long [`settled_conversation_file`] waits for the file at most.
+const SETTLE_WAIT: std::time::Duration = std::time::Duration::from_secs(3);
+/// A conversation file unchanged this long counts as written.
+const SETTLE_QUIET: std::time::Duration = std::time::Duration::from_millis(150);
+
+/// [`conversation_file`], once it exists and its size stopped changing
+/// (bounded by [`SETTLE_WAIT`]): a CLI writes its conversation shortly
+/// after it answers, and one resumed or forked before that would miss it
+/// (or its last turn).
+pub async fn settled_conversation_file(config: &ProviderConfig, id: &str) -> Option<PathBuf> {
+    let deadline = tokio::time::Instant::now() + SETTLE_WAIT;
+    let mut last: Option<(PathBuf, u64)> = None;
+    loop {
+        let found = conversation_file(config, id).and_then(|f| Some((f.clone(), f.metadata().ok()?.len())));
+        match (&last, found) {
+            (Some(seen), Some(now)) if *seen == now => return Some(now.0),
+            (_, found) => last = found,
+        }
+        if tokio::time::Instant::now() >= deadline {
+            return last.map(|(file, _)| file);
+        }
+        tokio::time::sleep(SETTLE_QUIET).await;
+    }
 }
 
 /// Which conversation a `claude -p` run continues.
@@ -268,6 +304,38 @@ pub async fn ask_permission(
     }
 }
 
+impl ClaudeSession {
+    /// Starts the session's CLI: resuming its conversation, forking the
+    /// parent's for a fork's first runtime, or a new one.
+    async fn start(&mut self) -> Result<(), ProviderFailure> {
+        let mcp_config = self.mcp_config.display().to_string();
+        // The CLI that last held the conversation (this runtime's previous
+        // one, or the parent's, still running) writes it to disk a moment
+        // after it answered: wait for the file to settle first.
+        let continued = self.session_id.as_ref().or(self.setup.fork_from.as_ref());
+        let file = match continued {
+            Some(id) => settled_conversation_file(&self.config, id).await,
+            None => None,
+        };
+        let parent_file = match (&self.session_id, &self.setup.fork_from) {
+            (None, Some(_)) => file.map(|f| f.display().to_string()),
+            _ => None,
+        };
+        let conversation = match (&self.session_id, &self.setup.fork_from) {
+            (Some(id), _) => Conversation::Resume(id),
+            (None, Some(parent)) => Conversation::Fork(parent_file.as_deref().unwrap_or(parent)),
+            (None, None) => Conversation::New,
+        };
+        let mut args = turn_args(&self.config, &self.setup, &mcp_config, conversation);
+        args.extend(["--input-format".to_owned(), "stream-json".to_owned()]);
+        let command = cli_turn::agent_command(&self.config, args, &self.setup.bridge);
+        self.live = Some(live::Live::spawn(&command, &self.setup.workspace)?);
+        // A resumed or forked conversation already has the guidance.
+        self.fresh = conversation == Conversation::New;
+        Ok(())
+    }
+}
+
 impl ProviderSession for ClaudeSession {
     fn run_turn<'a>(
         &'a mut self,
@@ -275,48 +343,44 @@ impl ProviderSession for ClaudeSession {
         sink: &'a dyn TurnSink,
     ) -> BoxFuture<'a, Result<(), ProviderFailure>> {
         Box::pin(async move {
-            let mcp_config = self.mcp_config.display().to_string();
-            let parent_file = match (&self.session_id, &self.setup.fork_from) {
-                (None, Some(parent)) => conversation_file(&self.config, parent).map(|f| f.display().to_string()),
-                _ => None,
-            };
-            let conversation = match (&self.session_id, &self.setup.fork_from) {
-                (Some(id), _) => Conversation::Resume(id),
-                (None, Some(parent)) => Conversation::Fork(parent_file.as_deref().unwrap_or(parent)),
-                (None, None) => Conversation::New,
-            };
-            let mut args = turn_args(&self.config, &self.setup, &mcp_config, conversation);
-            // Other files as paths in the workspace (Claude Code reads them).
+            if self.live.is_none() {
+                self.start().await?;
+            }
+            // Other files as paths in the workspace (Claude Code reads them);
+            // images as image content of the message.
             let (images, files): (Vec<&super::Attachment>, Vec<&super::Attachment>) =
                 turn.attachments.iter().partition(|a| a.is_image());
             let text = super::with_attachment_paths(&turn.text, &files);
-            // A resumed or forked conversation already has the guidance.
-            let text = match conversation {
-                Conversation::New => with_guidance(&self.setup.guidance, &text),
-                Conversation::Resume(_) | Conversation::Fork(_) => text,
-            };
-            // Images as image content: the prompt then goes as one
-            // stream-json user message (the text and the images) instead of
-            // plain text on stdin.
-            let prompt = if images.is_empty() {
-                text
-            } else {
-                args.extend(["--input-format".to_owned(), "stream-json".to_owned()]);
-                stream_json_prompt(&text, &images).await?
-            };
-            let command = cli_turn::agent_command(&self.config, args, &self.setup.bridge);
+            let text = if self.fresh { with_guidance(&self.setup.guidance, &text) } else { text };
+            let message = stream_json_prompt(&text, &images).await?;
+            self.fresh = false;
             let mut parser = ClaudeParser::new(self.total);
-            let outcome =
-                cli_turn::run(&command, &self.setup.workspace, &prompt, &mut parser, sink, &turn.cancel).await;
+            let live = self.live.as_mut().expect("started above");
+            let ended = live.turn(&message, &mut parser, sink, &turn.cancel).await;
             if let Some(id) = parser.session_id {
                 self.session_id = Some(id);
             }
             self.total = parser.total;
-            outcome
+            match ended {
+                live::Ended::Answered(result) => result,
+                live::Ended::Cancelled => Err(ProviderFailure::cancelled()),
+                live::Ended::Lost(failure) => {
+                    // The next turn starts a new process that resumes the conversation.
+                    self.live = None;
+                    Err(failure)
+                }
+            }
         })
     }
 
     fn shutdown(&mut self) {
+        // Closed in the background: the runtime restarts at once, and its
+        // new CLI waits for the conversation file to settle.
+        if let Some(live) = self.live.take()
+            && let Ok(runtime) = tokio::runtime::Handle::try_current()
+        {
+            runtime.spawn(live.close());
+        }
         let _ = std::fs::remove_file(&self.mcp_config);
     }
 }

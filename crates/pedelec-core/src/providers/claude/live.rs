@@ -1,0 +1,187 @@
+//! One long-lived `claude -p --input-format stream-json` process per
+//! session runtime, kept across turns: each turn is one user message
+//! written to its stdin, and ends at the `result` line the CLI prints for
+//! it. The process starts at the runtime's first turn (`--resume` of the
+//! session's conversation when it has one, `--fork-session` for a fork's
+//! first), so a second turn pays no start-up.
+//!
+//! A cancel is the CLI's own control request (`interrupt`), not a signal:
+//! the CLI stops the model and its tools, answers the request, and ends the
+//! turn with a `result`; the process lives on for the next turn. One that
+//! does not end the turn within [`INTERRUPT_WAIT`] is ended and the next
+//! turn starts a new one, resuming the conversation.
+//!
+//! Lines are read by a task of their own into a bounded channel: between
+//! turns they wait there (a turn drops what an earlier one left), and a
+//! reader that stops taking them stops the CLI at its pipe.
+
+use std::time::Duration;
+
+use tokio::io::AsyncWriteExt;
+use tokio::process::ChildStdin;
+use tokio::sync::mpsc;
+
+use super::super::process::{AgentProcess, CommandLine, Line, LineReader, MAX_LINE_BYTES};
+use super::super::{AgentEvent, ProviderFailure, TurnOutcome, TurnSink};
+use super::ClaudeParser;
+use crate::providers::cli_turn::LineParser;
+
+/// How long an interrupted turn may take to end before the process is ended.
+pub const INTERRUPT_WAIT: Duration = Duration::from_millis(1500);
+/// How long a closed CLI gets to save its conversation and exit.
+const CLOSE_WAIT: Duration = Duration::from_secs(3);
+/// Lines read ahead of the turn that takes them.
+const LINE_BUFFER: usize = 256;
+
+/// A running CLI and the lines it printed that no turn took yet.
+pub struct Live {
+    process: AgentProcess,
+    /// `None` once closed ([`Live::close`]).
+    stdin: Option<ChildStdin>,
+    lines: mpsc::Receiver<Line>,
+    reader: tokio::task::JoinHandle<()>,
+    /// Control requests sent so far (their ids).
+    requests: u64,
+}
+
+/// How a turn on a live process ended.
+pub enum Ended {
+    /// The CLI answered it with a `result`; the process goes on.
+    Answered(Result<(), ProviderFailure>),
+    /// Interrupted by a cancel, and the CLI ended the turn.
+    Cancelled,
+    /// The process is gone or no longer trusted: the runtime drops it.
+    Lost(ProviderFailure),
+}
+
+impl Live {
+    pub fn spawn(command: &CommandLine, cwd: &std::path::Path) -> Result<Live, ProviderFailure> {
+        let mut process = AgentProcess::spawn(command, cwd)?;
+        let (Some(stdin), Some(stdout)) = (process.take_stdin(), process.take_stdout()) else {
+            return Err(ProviderFailure::crashed("claude's stdio could not be piped"));
+        };
+        let (tx, lines) = mpsc::channel(LINE_BUFFER);
+        let reader = tokio::spawn(async move {
+            let mut reader = LineReader::new(stdout, MAX_LINE_BYTES);
+            while let Ok(Some(line)) = reader.next_line().await {
+                if tx.send(line).await.is_err() {
+                    break;
+                }
+            }
+        });
+        Ok(Live { process, stdin: Some(stdin), lines, reader, requests: 0 })
+    }
+
+    /// Writes one JSON line to the CLI.
+    async fn send(&mut self, line: &str) -> std::io::Result<()> {
+        let stdin = self.stdin.as_mut().ok_or_else(|| std::io::Error::from(std::io::ErrorKind::BrokenPipe))?;
+        stdin.write_all(line.as_bytes()).await?;
+        if !line.ends_with('\n') {
+            stdin.write_all(b"\n").await?;
+        }
+        stdin.flush().await
+    }
+
+    /// Ends the CLI the way it saves its conversation: its input closes and
+    /// it exits on its own (a signal can cut the last turn from its
+    /// transcript, which the next process would resume); ended after
+    /// [`CLOSE_WAIT`] regardless.
+    pub async fn close(mut self) {
+        self.stdin.take();
+        if tokio::time::timeout(CLOSE_WAIT, self.process.wait()).await.is_err() {
+            tracing::debug!("claude did not exit after its input closed; ending it");
+        }
+    }
+
+    /// Runs one turn: `message` (a stream-json user message line) in, the
+    /// CLI's lines through `parser` to `sink` until its `result`.
+    pub async fn turn(
+        &mut self,
+        message: &str,
+        parser: &mut ClaudeParser,
+        sink: &dyn TurnSink,
+        cancel: &tokio_util::sync::CancellationToken,
+    ) -> Ended {
+        // What an abandoned turn left behind is not this turn's.
+        while self.lines.try_recv().is_ok() {}
+        if let Err(e) = self.send(message).await {
+            return Ended::Lost(self.gone(&format!("claude did not take the message ({e})")).await);
+        }
+        let mut outcome = TurnOutcome::default();
+        let mut interrupted: Option<tokio::time::Instant> = None;
+        let cancelled = cancel.cancelled();
+        tokio::pin!(cancelled);
+        loop {
+            let deadline = interrupted.unwrap_or_else(|| tokio::time::Instant::now() + Duration::from_secs(86_400));
+            let line = tokio::select! {
+                line = self.lines.recv() => line,
+                () = &mut cancelled, if interrupted.is_none() => {
+                    self.requests += 1;
+                    let request = serde_json::json!({
+                        "type": "control_request",
+                        "request_id": format!("pedelec-{}", self.requests),
+                        "request": { "subtype": "interrupt" },
+                    });
+                    if self.send(&request.to_string()).await.is_err() {
+                        return Ended::Lost(ProviderFailure::cancelled());
+                    }
+                    interrupted = Some(tokio::time::Instant::now() + INTERRUPT_WAIT);
+                    continue;
+                }
+                () = tokio::time::sleep_until(deadline), if interrupted.is_some() => {
+                    tracing::debug!("claude did not end an interrupted turn in time; ending the process");
+                    return Ended::Lost(ProviderFailure::cancelled());
+                }
+            };
+            let Some(line) = line else {
+                return Ended::Lost(self.gone("the agent stopped mid-turn").await);
+            };
+            let events = match line {
+                Line::Text(text) if text.trim().is_empty() => continue,
+                Line::Text(text) => parser.line(&text),
+                Line::TooLong(n) => {
+                    vec![AgentEvent::Skipped { reason: format!("a {n}-byte line exceeds the line limit") }]
+                }
+                Line::NotUtf8 => vec![AgentEvent::Skipped { reason: "a line is not UTF-8".into() }],
+            };
+            let mut ended = false;
+            for event in events {
+                ended |= matches!(event, AgentEvent::TurnDone | AgentEvent::Failed { .. });
+                // After an interrupt only the end matters: what the CLI
+                // says while it stops is not the user's.
+                if interrupted.is_none() {
+                    outcome.apply(sink, event);
+                } else if let AgentEvent::SessionId { id } = event {
+                    sink.provider_session(&id);
+                }
+            }
+            if ended {
+                break;
+            }
+            sink.ready().await;
+        }
+        if interrupted.is_some() {
+            return Ended::Cancelled;
+        }
+        Ended::Answered(match outcome.failure {
+            Some(message) => Err(ProviderFailure::turn(message)),
+            None => Ok(()),
+        })
+    }
+
+    /// The process ended (or will not read): its exit, as a fatal failure.
+    async fn gone(&mut self, context: &str) -> ProviderFailure {
+        let exit = tokio::time::timeout(Duration::from_secs(2), self.process.wait()).await;
+        match exit {
+            Ok(exit) => exit.crashed(context),
+            Err(_) => ProviderFailure::crashed(format!("{context}: claude stopped answering")),
+        }
+    }
+}
+
+impl Drop for Live {
+    fn drop(&mut self) {
+        self.reader.abort();
+        self.process.terminate_group();
+    }
+}
