@@ -34,6 +34,28 @@ fn fake_agent(dir: &Path, name: &str, body: &str) -> PathBuf {
     path
 }
 
+/// [`fake_agent`] for claude, which keeps its process across turns: it
+/// records its argv once, then runs `body` for each line (one user message
+/// per turn) it reads on stdin, appending the line to the stdin record.
+fn fake_claude(dir: &Path, body: &str) -> PathBuf {
+    let path = dir.join("claude");
+    let log = dir.join("claude.log");
+    let core = pedelec_sdk::daemon::find_core_binary();
+    let script = format!(
+        "#!/bin/sh\nLOG='{log}'\nCORE='{core}'\n\
+         printf '%s\\n' \"$@\" > \"$LOG.argv\"\n\
+         echo $$ >> \"$LOG.pids\"\n\
+         env | grep '^PEDELEC_' | cut -d= -f1 | sort > \"$LOG.env\"\n\
+         pwd > \"$LOG.cwd\"\n\
+         while IFS= read -r line; do\nprintf '%s\\n' \"$line\" >> \"$LOG.stdin\"\n{body}\ndone\n",
+        log = log.display(),
+        core = core.display(),
+    );
+    std::fs::write(&path, script).unwrap();
+    std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o755)).unwrap();
+    path
+}
+
 fn recorded(dir: &Path, name: &str, what: &str) -> String {
     std::fs::read_to_string(dir.join(format!("{name}.log.{what}"))).unwrap_or_default()
 }
@@ -143,7 +165,7 @@ echo "{\"type\":\"result\",\"subtype\":\"success\",\"is_error\":false,\"result\"
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn claude_streams_deltas_and_gets_the_bridge_in_a_private_mcp_config() {
     let bin = tempfile::tempdir().unwrap();
-    let claude = fake_agent(bin.path(), "claude", CLAUDE_TURN);
+    let claude = fake_claude(bin.path(), CLAUDE_TURN);
     let h = Harness::with_config(Via::Grpc, &config("claude", &claude, ""));
     let client = h.client().await;
     let session = client
@@ -194,7 +216,15 @@ async fn claude_streams_deltas_and_gets_the_bridge_in_a_private_mcp_config() {
             "sonnet",
             "--effort",
             "low",
+            "--input-format",
+            "stream-json",
         ]
+    );
+    // The message is a stream-json user message on stdin.
+    let message: serde_json::Value = serde_json::from_str(recorded(bin.path(), "claude", "stdin").trim()).unwrap();
+    assert_eq!(
+        message,
+        json!({ "type": "user", "message": { "role": "user", "content": [{ "type": "text", "text": "hi" }] } })
     );
     assert_eq!(recorded(bin.path(), "claude", "mode").trim(), "600");
     let mcp: serde_json::Value = serde_json::from_str(&recorded(bin.path(), "claude", "mcp")).unwrap();
@@ -204,9 +234,19 @@ async fn claude_streams_deltas_and_gets_the_bridge_in_a_private_mcp_config() {
     assert_eq!(server["env"]["PEDELEC_TOOL_TOKEN"], json!(token));
     assert!(!argv.contains(&token));
 
+    // The next turn goes to the same process; each turn's usage adds up.
     session.send_text("more").await.unwrap();
-    assert!(recorded(bin.path(), "claude", "argv").ends_with("--resume\n8f1c2a3e-5b6d-4e7f-9a0b-1c2d3e4f5a6b\n"));
-    assert_eq!(session.usage().total_tokens, Some(44), "each run's usage adds up");
+    assert_eq!(recorded(bin.path(), "claude", "argv"), argv, "the same CLI");
+    assert_eq!(recorded(bin.path(), "claude", "pids").lines().count(), 1);
+    assert_eq!(recorded(bin.path(), "claude", "stdin").lines().count(), 2);
+    assert_eq!(session.usage().total_tokens, Some(44), "each turn's usage adds up");
+    // After end + resume, a new CLI resumes the conversation.
+    session.end().await.unwrap();
+    session.resume().await.unwrap();
+    session.send_text("after resume").await.unwrap();
+    let argv = recorded(bin.path(), "claude", "argv");
+    assert!(argv.ends_with("--resume\n8f1c2a3e-5b6d-4e7f-9a0b-1c2d3e4f5a6b\n--input-format\nstream-json\n"), "{argv}");
+    assert_eq!(recorded(bin.path(), "claude", "pids").lines().count(), 2);
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -316,9 +356,8 @@ async fn a_hang_past_the_turn_timeout_fails_the_turn_and_kills_the_process_group
 async fn ending_mid_turn_ends_the_agents_whole_process_tree() {
     let bin = tempfile::tempdir().unwrap();
     let pids = bin.path().join("pids");
-    let claude = fake_agent(
+    let claude = fake_claude(
         bin.path(),
-        "claude",
         &format!(
             "sh -c 'sleep 60' &\nsleep 60 &\necho $$ $! > '{}.partial'\nmv '{0}.partial' '{0}'\nwait",
             pids.display()

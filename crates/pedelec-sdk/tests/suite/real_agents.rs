@@ -1443,6 +1443,85 @@ async fn codex_app_server_killed_mid_turn() {
     session.end().await.unwrap();
 }
 
+/// `kill -9` of the session's persistent claude CLI while a turn waits on a
+/// frontend tool: the turn fails promptly with `PROVIDER_CRASHED`, the
+/// session stays usable, and the next turn starts a new CLI that resumes
+/// the conversation.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn claude_cli_killed_mid_turn() {
+    let Some(program) = agent("claude") else { return };
+    let server = ModelServer::start(standard_script()).await.unwrap();
+    let rig = Rig::claude(&program, &server);
+    let h = AgentHarness::start(&rig.settings);
+    let client = h.client().await;
+    let core_pid = h.core.pid().expect("Core runs");
+    let session = client
+        .create_session(SessionOptions { tools: vec![stalling_tool()], auto_end_on_disconnect: false, ..rig.options() })
+        .await
+        .unwrap();
+    session.send_text("remember the word osprey").await.unwrap();
+    let stalled = session.clone();
+    let turn = tokio::spawn(async move { stalled.send_text("call stall {}").await });
+    waits_for_tool(&session).await;
+    let claude: Vec<u32> =
+        descendants(core_pid).into_iter().filter(|pid| command_line(*pid).contains("--input-format")).collect();
+    assert_eq!(claude.len(), 1, "one claude CLI serves the session's turns");
+    let killed = Instant::now();
+    let _ = std::process::Command::new("kill").args(["-KILL", &claude[0].to_string()]).status();
+    let settled = tokio::time::timeout(Duration::from_secs(10), turn).await.expect("the turn settles");
+    let error = settled.unwrap().expect_err("the turn fails");
+    let to_failure = killed.elapsed();
+    eprintln!("PEDELEC_AGENT_CRASH claude: kill -9 → failed turn {} ms", to_failure.as_millis());
+    let provider_code = error.details.as_ref().and_then(|d| d["providerCode"].as_str()).unwrap_or_default();
+    assert_eq!((error.code.as_str(), provider_code), ("SEND_TEXT_FAILED", "PROVIDER_CRASHED"), "{error:?}");
+    assert!(to_failure < Duration::from_secs(5), "promptly: {to_failure:?}");
+    assert_eq!(session.get_status(), pedelec_sdk::SessionStatus::Idle, "the session stays usable");
+
+    let before = server.generations().len();
+    session.send_text("after the crash").await.unwrap_or_else(|e| panic!("the turn after the crash: {e:?}"));
+    let texts: Vec<String> =
+        generations_since(&server, before).iter().flat_map(|r| r.request.history()).map(|(_, _, t)| t).collect();
+    assert!(texts.iter().any(|t| t.contains("osprey")), "the new CLI resumed the conversation: {texts:?}");
+    session.end().await.unwrap();
+}
+
+/// A claude session's turns share one CLI: the second turn starts no
+/// process, so its first delta comes about as soon as the model's.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn claude_turns_share_one_cli() {
+    let Some(program) = agent("claude") else { return };
+    let server = ModelServer::start(standard_script()).await.unwrap();
+    let rig = Rig::claude(&program, &server);
+    let h = AgentHarness::start(&rig.settings);
+    let core_pid = h.core.pid().expect("Core runs");
+    let session = h
+        .client()
+        .await
+        .create_session::<String>(SessionOptions { auto_end_on_disconnect: false, ..rig.options() })
+        .await
+        .unwrap();
+    let clis = || {
+        descendants(core_pid)
+            .into_iter()
+            .filter(|pid| command_line(*pid).contains("--input-format"))
+            .collect::<Vec<_>>()
+    };
+    session.send_text("first").await.unwrap();
+    let first = clis();
+    let first_delta = Arc::new(Mutex::new(None::<Instant>));
+    let seen = first_delta.clone();
+    let _off = session.on_chat_delta(move |_, _| {
+        seen.lock().unwrap().get_or_insert_with(Instant::now);
+    });
+    let sent = Instant::now();
+    session.send_text("second").await.unwrap();
+    let to_delta = first_delta.lock().unwrap().map(|at| at - sent);
+    assert_eq!(clis(), first, "the second turn ran on the same CLI");
+    assert_eq!(first.len(), 1);
+    eprintln!("PEDELEC_AGENT_SECOND_TURN claude: first delta {to_delta:?} after send");
+    session.end().await.unwrap();
+}
+
 /// A codex turn that outlives Core's turn timeout (a model that does not
 /// answer for a minute): the turn fails `PROVIDER_TIMEOUT`, Core ends that
 /// app-server (the turn interrupted first), and the next turn's app-server

@@ -169,13 +169,17 @@ impl Live {
         })
     }
 
-    /// The process ended (or will not read): its exit, as a fatal failure.
+    /// The process ended (or will not read): its exit status and stderr
+    /// tail. Not fatal: the conversation is on disk, and the next turn
+    /// starts a new CLI that resumes it.
     async fn gone(&mut self, context: &str) -> ProviderFailure {
         let exit = tokio::time::timeout(Duration::from_secs(2), self.process.wait()).await;
-        match exit {
+        let mut failure = match exit {
             Ok(exit) => exit.crashed(context),
             Err(_) => ProviderFailure::crashed(format!("{context}: claude stopped answering")),
-        }
+        };
+        failure.fatal = false;
+        failure
     }
 }
 

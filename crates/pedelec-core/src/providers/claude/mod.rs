@@ -162,11 +162,31 @@ const SETTLE_WAIT: std::time::Duration = std::time::Duration::from_secs(3);
 /// A conversation file unchanged this long counts as written.
 const SETTLE_QUIET: std::time::Duration = std::time::Duration::from_millis(150);
 
+/// How long after a CLI of this Core answered in a conversation its file
+/// may still be being written.
+const WRITING: std::time::Duration = std::time::Duration::from_secs(30);
+
+/// Conversations a CLI of this Core answered in lately, and when.
+static ANSWERED: std::sync::LazyLock<std::sync::Mutex<std::collections::HashMap<String, std::time::Instant>>> =
+    std::sync::LazyLock::new(Default::default);
+
+/// A CLI answered a turn of conversation `id` (see [`settled_conversation_file`]).
+fn answered(id: &str) {
+    let mut answered = ANSWERED.lock().unwrap_or_else(|p| p.into_inner());
+    answered.retain(|_, at| at.elapsed() < WRITING);
+    answered.insert(id.to_owned(), std::time::Instant::now());
+}
+
 /// [`conversation_file`], once it exists and its size stopped changing
-/// (bounded by [`SETTLE_WAIT`]): a CLI writes its conversation shortly
-/// after it answers, and one resumed or forked before that would miss it
-/// (or its last turn).
+/// (bounded by [`SETTLE_WAIT`]) when a CLI of this Core answered in it
+/// lately: a CLI writes its conversation shortly after it answers, and one
+/// resumed or forked before that would miss it (or its last turn). Any
+/// other conversation is looked up once, without waiting.
 pub async fn settled_conversation_file(config: &ProviderConfig, id: &str) -> Option<PathBuf> {
+    let recent = ANSWERED.lock().unwrap_or_else(|p| p.into_inner()).get(id).is_some_and(|at| at.elapsed() < WRITING);
+    if !recent {
+        return conversation_file(config, id);
+    }
     let deadline = tokio::time::Instant::now() + SETTLE_WAIT;
     let mut last: Option<(PathBuf, u64)> = None;
     loop {
@@ -358,6 +378,7 @@ impl ProviderSession for ClaudeSession {
             let live = self.live.as_mut().expect("started above");
             let ended = live.turn(&message, &mut parser, sink, &turn.cancel).await;
             if let Some(id) = parser.session_id {
+                answered(&id);
                 self.session_id = Some(id);
             }
             self.total = parser.total;
