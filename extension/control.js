@@ -1,10 +1,11 @@
 // The control center: every site's live sessions (Cancel, End, End all for
 // a site), a live event monitor of one session, the requests only the user
 // may answer, every site's consent (folder grants, may approve commands,
-// revoke), the agents Core detects and the activity log. Everything it shows
+// revoke), the agents Core detects (the default agent and models, written to
+// config.toml) and the activity log. Everything it shows
 // and does is an owner call to Core (core.proto: ListLiveSessions, EndSessions,
 // WatchSession, GetSessionHistory, CancelTurn, ListUserPermissions,
-// AnswerUserPermission, GetConsent, SetConsent, RevokeOrigin, ListAgents,
+// AnswerUserPermission, GetConsent, SetConsent, RevokeOrigin, ListAgents, SetSettings,
 // ListActivity, ExportActivity)
 // over a native host of this page's own, with the caller origin
 // `app:pedelec-extension`; closing the page closes the host and ends its
@@ -884,6 +885,23 @@ function agentRow(agent, fallback) {
     mark.textContent = " (default)";
     name.append(mark);
   }
+  // The default model, edited in place and written to Core's config.toml.
+  const modelCell = document.createElement("td");
+  const modelInput = document.createElement("input");
+  modelInput.className = "agent-model";
+  modelInput.value = agent.defaultModel || "";
+  modelInput.placeholder = "the agent's own";
+  modelInput.setAttribute("aria-label", `Default model for ${p.name || p.code}`);
+  const saveModel = button("Save", "save-model", `Save the default model for ${p.name || p.code}`, () =>
+    saveSettings({ models: { [p.code]: modelInput.value.trim() } }, `${p.name || p.code}'s default model saved`),
+  );
+  modelCell.append(modelInput, " ", saveModel);
+  if (p.code !== fallback) {
+    const makeDefault = button("Make default", "make-default", `Make ${p.name || p.code} the default agent`, () =>
+      saveSettings({ defaultProvider: p.code }, `${p.name || p.code} is now the default agent`),
+    );
+    name.append(" ", makeDefault);
+  }
   const why = document.createElement("td");
   why.className = "why";
   if (!p.available) why.append(p.reason || "unavailable");
@@ -909,8 +927,23 @@ function agentRow(agent, fallback) {
   result.setAttribute("aria-live", "polite");
   result.textContent = checked.get(p.code) || "";
   check.append(run, " ", result);
-  row.append(name, cell(p.code || ""), cell(p.available ? "available" : "unavailable"), cell(agent.version || ""), cell(agent.defaultModel || ""), why, check);
+  row.append(name, cell(p.code || ""), cell(p.available ? "available" : "unavailable"), cell(agent.version || ""), modelCell, why, check);
   return row;
+}
+
+/**
+ * Writes a settings change into Core's config.toml (Core.SetSettings: the
+ * file's other lines and comments stay; Core checks it as at start) and shows
+ * the agents as they now stand.
+ */
+async function saveSettings(change, done) {
+  const reply = await host.call("setSettings", change);
+  if (reply.error) {
+    say("agents-outcome", `Not saved: ${reply.error.code} ${reply.error.message}`);
+    return;
+  }
+  await refreshAgents();
+  say("agents-outcome", `${done}.`);
 }
 
 /** Provider code -> what its last Check said. */

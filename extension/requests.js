@@ -116,6 +116,7 @@ globalThis.PedelecRequests = (() => {
     "getSessionHistory",
     "cancelTurn",
     "listAgents",
+    "setSettings",
     "listActivity",
     "exportActivity",
   ]);

@@ -227,6 +227,7 @@ impl Transport for GrpcTransport {
                 Call::Ping(r) => Reply::Ping(c.ping(r).await.map_err(status)?.into_inner()),
                 Call::ListProviders(r) => Reply::ListProviders(c.list_providers(r).await.map_err(status)?.into_inner()),
                 Call::GetSettings(r) => Reply::GetSettings(c.get_settings(r).await.map_err(status)?.into_inner()),
+                Call::SetSettings(r) => Reply::SetSettings(c.set_settings(r).await.map_err(status)?.into_inner()),
                 Call::CreateSession(r) => Reply::CreateSession(c.create_session(r).await.map_err(status)?.into_inner()),
                 Call::Prepare(r) => Reply::Prepare(c.prepare(r).await.map_err(status)?.into_inner()),
                 Call::SendText(r) => Reply::SendText(c.send_text(r).await.map_err(status)?.into_inner()),

@@ -27,6 +27,7 @@ pub mod registry;
 pub mod service;
 pub mod session;
 pub mod settings;
+pub mod settings_file;
 pub mod store;
 pub mod tool_socket;
 pub mod tool_token;

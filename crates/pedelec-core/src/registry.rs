@@ -41,6 +41,8 @@ pub struct Registry {
     /// counted with the live ones so that concurrent requests cannot all
     /// pass the per-origin check at once.
     admitting: std::sync::Mutex<HashMap<String, usize>>,
+    /// Held while `SetSettings` rewrites config.toml: one writer at a time.
+    pub settings_writer: tokio::sync::Mutex<()>,
     /// Tests only (`serve --tool-token-witness`): where each minted token is
     /// written, since the store no longer holds one a test could read.
     token_witness: Option<PathBuf>,
@@ -84,6 +86,7 @@ impl Registry {
             sessions: RwLock::default(),
             tokens: RwLock::default(),
             admitting: std::sync::Mutex::default(),
+            settings_writer: tokio::sync::Mutex::default(),
             token_witness: None,
             legacy_managed_root: None,
             evictions: AtomicU64::new(0),
@@ -404,9 +407,10 @@ impl Registry {
     pub async fn create(&self, request: pb::CreateSessionRequest) -> CoreResult<pb::SessionInfo> {
         check_origin(&request.caller_origin)?;
         let admission = self.admit(&request.caller_origin)?;
+        let providers = self.shared.providers.now();
         let provider_code =
-            if request.provider.is_empty() { self.shared.providers.default_code() } else { request.provider.clone() };
-        let provider = self.shared.providers.get(&provider_code).ok_or_else(|| {
+            if request.provider.is_empty() { providers.default_code() } else { request.provider.clone() };
+        let provider = providers.get(&provider_code).ok_or_else(|| {
             CoreError::with_details(
                 ErrorCode::ProviderNotFound,
                 format!("no provider {provider_code:?}"),
@@ -532,7 +536,7 @@ impl Registry {
         let parent = self.get(&request.session_id, &request.caller_origin).await?;
         let origin = request.caller_origin.as_str();
         let point = parent.fork_point()?;
-        let provider = self.shared.providers.get(&point.info.provider).ok_or_else(|| {
+        let provider = self.shared.providers.now().get(&point.info.provider).ok_or_else(|| {
             CoreError::new(ErrorCode::ProviderNotFound, format!("no provider {:?}", point.info.provider))
         })?;
         if !provider.forks().await {

@@ -30,7 +30,7 @@ impl Core for CoreService {
 
     async fn list_providers(&self, _: Request<pb::ListProvidersRequest>) -> RpcReply<pb::ListProvidersResponse> {
         // Availability checks stat binaries and probe endpoints: keep them off the async workers.
-        let providers = self.registry.shared.providers.clone();
+        let providers = self.registry.shared.providers.now();
         let providers = tokio::task::spawn_blocking(move || providers.list())
             .await
             .map_err(|e| CoreError::new(ErrorCode::Internal, format!("listing providers failed: {e}")))?;
@@ -38,11 +38,41 @@ impl Core for CoreService {
     }
 
     async fn get_settings(&self, _: Request<pb::GetSettingsRequest>) -> RpcReply<pb::GetSettingsResponse> {
-        let providers = &self.registry.shared.providers;
+        let providers = self.registry.shared.providers.now();
         Ok(Response::new(pb::GetSettingsResponse {
             default_provider: providers.default_code(),
             default_models: providers.default_models(),
         }))
+    }
+
+    async fn set_settings(&self, request: Request<pb::SetSettingsRequest>) -> RpcReply<pb::GetSettingsResponse> {
+        let request = request.into_inner();
+        crate::consent::check_owner(&request.caller_origin)?;
+        let change = crate::settings::SettingsChange {
+            default_provider: Some(request.default_provider).filter(|d| !d.is_empty()),
+            models: request
+                .models
+                .into_iter()
+                .map(|(code, model)| (code, Some(model).filter(|m| !m.is_empty())))
+                .collect(),
+        };
+        let shared = &self.registry.shared;
+        crate::settings_file::check(&change, &shared.providers.now())?;
+        let Some(path) = shared.config_file.clone() else {
+            return Err(CoreError::new(ErrorCode::ConfigInvalid, "this Core runs without a config directory").into());
+        };
+        // One writer at a time: each change reads the file the last one wrote.
+        let _writing = self.registry.settings_writer.lock().await;
+        let providers = tokio::task::spawn_blocking(move || crate::settings_file::apply(&path, &change))
+            .await
+            .map_err(|e| CoreError::new(ErrorCode::Internal, format!("writing the settings failed: {e}")))??;
+        tracing::info!(default = %providers.default_code(), "settings changed from the control center");
+        let reply = pb::GetSettingsResponse {
+            default_provider: providers.default_code(),
+            default_models: providers.default_models(),
+        };
+        shared.providers.replace(providers);
+        Ok(Response::new(reply))
     }
 
     async fn create_session(&self, request: Request<pb::CreateSessionRequest>) -> RpcReply<pb::CreateSessionResponse> {
@@ -287,7 +317,7 @@ impl Core for CoreService {
     async fn list_agents(&self, request: Request<pb::ListAgentsRequest>) -> RpcReply<pb::ListAgentsResponse> {
         crate::consent::check_owner(&request.into_inner().caller_origin)?;
         // Detection stats programs and may probe a loopback endpoint: off the async workers.
-        let providers = self.registry.shared.providers.clone();
+        let providers = self.registry.shared.providers.now();
         let agents = tokio::task::spawn_blocking(move || providers.agents())
             .await
             .map_err(|e| CoreError::new(ErrorCode::Internal, format!("detecting agents failed: {e}")))?;
@@ -415,6 +445,7 @@ impl CoreService {
             Call::Ping(q) => NativeReply::Ping(self.ping(r(q)).await?.into_inner()),
             Call::ListProviders(q) => NativeReply::ListProviders(self.list_providers(r(q)).await?.into_inner()),
             Call::GetSettings(q) => NativeReply::GetSettings(self.get_settings(r(q)).await?.into_inner()),
+            Call::SetSettings(q) => NativeReply::SetSettings(self.set_settings(r(q)).await?.into_inner()),
             Call::CreateSession(q) => NativeReply::CreateSession(self.create_session(r(q)).await?.into_inner()),
             Call::Prepare(q) => NativeReply::Prepare(self.prepare(r(q)).await?.into_inner()),
             Call::SendText(q) => NativeReply::SendText(self.send_text(r(q)).await?.into_inner()),

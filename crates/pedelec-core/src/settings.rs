@@ -67,6 +67,16 @@ pub enum ProviderKind {
     Openai,
 }
 
+/// What the user changes from the control center (`Core.SetSettings`).
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct SettingsChange {
+    /// `default_provider`, when given.
+    pub default_provider: Option<String>,
+    /// Provider code → its default model (`providers.<code>.model`);
+    /// `None` removes the setting (back to the preset's).
+    pub models: BTreeMap<String, Option<String>>,
+}
+
 /// One `[providers.<code>]` table; every field is optional over the preset.
 #[derive(Debug, Clone, Default, Deserialize)]
 #[serde(deny_unknown_fields)]
@@ -154,6 +164,42 @@ impl Settings {
         };
         Self::parse(&text)
             .map_err(|message| CoreError::new(ErrorCode::ConfigInvalid, format!("{}: {message}", path.display())))
+    }
+
+    /// `text` (a config.toml) with `change` made, every other line and
+    /// comment kept as written; `Err` for a file that is not TOML. The
+    /// result is checked by [`Settings::parse`] like any config.toml.
+    pub fn edited(text: &str, change: &SettingsChange) -> Result<String, String> {
+        use toml_edit::{DocumentMut, Item, Table, value};
+        let mut document: DocumentMut = text.parse().map_err(|e: toml_edit::TomlError| e.to_string())?;
+        if let Some(default) = &change.default_provider {
+            document["default_provider"] = value(default.as_str());
+        }
+        if !change.models.is_empty() {
+            if !document.contains_key("providers") {
+                let mut providers = Table::new();
+                providers.set_implicit(true);
+                document.insert("providers", Item::Table(providers));
+            }
+            let providers = document["providers"].as_table_mut().ok_or("`providers` in config.toml is not a table")?;
+            for (code, model) in &change.models {
+                if !providers.contains_key(code) {
+                    providers.insert(code, Item::Table(Table::new()));
+                }
+                let table = providers[code.as_str()]
+                    .as_table_like_mut()
+                    .ok_or_else(|| format!("providers.{code} in config.toml is not a table"))?;
+                match model {
+                    Some(model) => {
+                        table.insert("model", value(model.as_str()));
+                    }
+                    None => {
+                        table.remove("model");
+                    }
+                }
+            }
+        }
+        Ok(document.to_string())
     }
 
     pub fn parse(text: &str) -> Result<Self, String> {

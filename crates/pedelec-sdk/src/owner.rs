@@ -146,6 +146,42 @@ impl Owner {
         }
     }
 
+    /// Changes the default provider (when `default_provider` is given) and
+    /// providers' default models (an empty model removes the setting) in
+    /// Core's config.toml, keeping the file's other lines and comments
+    /// (Core's `SetSettings`); effective at once for new sessions. Answers
+    /// the settings as they now stand. `PROVIDER_NOT_FOUND`,
+    /// `INVALID_ARGUMENT` or `CONFIG_INVALID` change nothing.
+    ///
+    /// # Examples
+    ///
+    /// ```no_run
+    /// # async fn example() -> Result<(), pedelec_sdk::PedelecError> {
+    /// use pedelec_sdk::Pedelec;
+    ///
+    /// let owner = Pedelec::discover("app:my-tray").await?.owner()?;
+    /// let models = [("codex".to_owned(), "gpt-5.4".to_owned())].into();
+    /// let settings = owner.set_settings(Some("codex"), models).await?;
+    /// assert_eq!(settings.default_provider, "codex");
+    /// # Ok(())
+    /// # }
+    /// ```
+    pub async fn set_settings(
+        &self,
+        default_provider: Option<&str>,
+        models: std::collections::HashMap<String, String>,
+    ) -> Result<pb::GetSettingsResponse, PedelecError> {
+        let request = pb::SetSettingsRequest {
+            caller_origin: self.origin.clone(),
+            default_provider: default_provider.unwrap_or_default().to_owned(),
+            models,
+        };
+        match self.call(Call::SetSettings(request)).await? {
+            Reply::SetSettings(settings) => Ok(settings),
+            other => Err(unexpected(&other)),
+        }
+    }
+
     /// A page of the activity log (Core's `ListActivity`): what sessions
     /// did — started, ended, commands run, files edited, frontend tools
     /// called, permissions answered — newest first. `origin` keeps one

@@ -80,7 +80,7 @@ test("every call of NativeRequest has a valid body here, and only those", () => 
 
 test("a page cannot make an owner call, in any spelling", () => {
   // The control center's views: the agents Core detects, consent (Sites) and the activity log.
-  for (const call of ["listAgents", "getConsent", "setConsent", "revokeOrigin", "listActivity", "exportActivity"]) {
+  for (const call of ["listAgents", "setSettings", "getConsent", "setConsent", "revokeOrigin", "listActivity", "exportActivity"]) {
     assert.ok(OWNER_CALLS.includes(call), call);
   }
   const consent = { origin: ORIGIN, approved: true, folders: [{ path: "/", mayApproveCommands: true }] };

@@ -27,6 +27,10 @@ use crate::server::StaticServer;
 /// The id the extension's manifest key fixes (extension/README.md).
 pub const EXTENSION_ID: &str = "ighbaanpnpjegfpbhfnaekbncchadgfe";
 
+/// The rig's Core config.toml: the defaults, and a comment the control
+/// center's settings must keep when it writes the file.
+pub const CORE_CONFIG: &str = "# The browser tests' Core (pedelec-web-e2e).\nturn_timeout_secs = 600 # the default\n";
+
 #[derive(Debug, thiserror::Error)]
 pub enum E2eError {
     #[error("io: {0}")]
@@ -105,7 +109,19 @@ impl Rig {
         let dir = tempfile::tempdir()?;
         let socket = dir.path().join("run/core.sock");
         let state = dir.path().join("state");
-        let core = CoreProcess::spawn(&socket, &state, disconnect_grace)?;
+        // Core's own config directory: the control center writes its
+        // settings there, never into the developer's.
+        let core_config = dir.path().join("core-config");
+        std::fs::create_dir_all(&core_config)?;
+        std::fs::write(core_config.join("config.toml"), CORE_CONFIG)?;
+        let core_config = core_config.to_str().ok_or_else(|| E2eError::Setup("a temp dir that is not UTF-8".into()))?;
+        let core = CoreProcess::spawn_with_args(
+            &pedelec_sdk::daemon::find_core_binary(),
+            &socket,
+            &state,
+            disconnect_grace,
+            &["--config-dir", core_config],
+        )?;
         let profile = dir.path().join("profile");
         let config = dir.path().join("config");
         std::fs::create_dir_all(&profile)?;

@@ -1572,10 +1572,9 @@ fn the_control_center_grants_a_folder_revokes_a_site_and_lists_the_agents() {
     control.wait_until(scripted, Duration::from_secs(10)).expect("the agents are listed");
     let cells = control.eval(&format!("[...{scripted}.children].map((c) => c.textContent)")).unwrap();
     assert_eq!(cells[0], json!("Scripted (default)"), "{cells}");
-    assert_eq!(
-        (cells[1].clone(), cells[2].clone(), cells[4].clone()),
-        (json!("scripted"), json!("available"), json!("scripted-1"))
-    );
+    assert_eq!((cells[1].clone(), cells[2].clone()), (json!("scripted"), json!("available")));
+    let model = control.eval(&format!("{scripted}.querySelector('input.agent-model').value")).unwrap();
+    assert_eq!(model, json!("scripted-1"));
     assert!(cells[3].as_str().is_some_and(|v| !v.is_empty()), "a version: {cells}");
     let default = control.eval("document.getElementById('default-agent').textContent").unwrap();
     assert_eq!(default, json!("The default is Scripted (scripted), model scripted-1."));
@@ -1614,6 +1613,57 @@ fn the_control_center_grants_a_folder_revokes_a_site_and_lists_the_agents() {
             panic!("an unavailable agent's check fails: {e} {:?}", control.eval(&said));
         });
     }
+
+    // Settings from the window: a default model and the default agent are
+    // written into Core's config.toml (its comment kept) and take effect at once.
+    let config_file = rig.dir.path().join("core-config/config.toml");
+    control
+        .eval(&format!(
+            "(() => {{ const i = {scripted}.querySelector('input.agent-model'); i.value = 'scripted-text-only'; return true; }})()"
+        ))
+        .unwrap();
+    control.click("#agents tr[data-code=\"scripted\"] button.save-model").expect("click Save");
+    control
+        .wait_until("document.getElementById('agents-outcome').textContent.endsWith('default model saved.')", TURN)
+        .expect("the model is saved");
+    let written = std::fs::read_to_string(&config_file).expect("config.toml");
+    assert!(written.starts_with(pedelec_web_e2e::CORE_CONFIG), "the comment stays: {written}");
+    assert!(written.contains("[providers.scripted]\nmodel = \"scripted-text-only\""), "{written}");
+    let settings = |runtime: &tokio::runtime::Runtime, transport: &GrpcTransport| {
+        let Ok(Reply::GetSettings(settings)) =
+            runtime.block_on(transport.call(Call::GetSettings(pb::GetSettingsRequest {})))
+        else {
+            panic!("Core answers GetSettings");
+        };
+        settings
+    };
+    assert_eq!(settings(&runtime, &transport).default_models["scripted"], "scripted-text-only", "at once");
+    let other = "document.querySelector('#agents tr:not([data-code=\"scripted\"]) button.make-default')";
+    let other_code = control.eval(&format!("{other}.closest('tr').dataset.code")).unwrap();
+    control.eval(&format!("({other}.click(), true)")).unwrap();
+    control
+        .wait_until("document.getElementById('agents-outcome').textContent.endsWith('is now the default agent.')", TURN)
+        .expect("the default agent is saved");
+    assert_eq!(json!(settings(&runtime, &transport).default_provider), other_code);
+    let written = std::fs::read_to_string(&config_file).expect("config.toml");
+    assert!(written.contains(&format!("default_provider = {other_code}")), "{written}");
+    // And back: the scripted agent is the default again, with its own model.
+    control
+        .eval(&format!(
+            "(() => {{ const i = {scripted}.querySelector('input.agent-model'); i.value = ''; return true; }})()"
+        ))
+        .unwrap();
+    control.click("#agents tr[data-code=\"scripted\"] button.save-model").expect("click Save");
+    control
+        .wait_until(&format!("!!{scripted}.querySelector('button.make-default')"), TURN)
+        .expect("offered as default");
+    control.click("#agents tr[data-code=\"scripted\"] button.make-default").expect("make scripted the default");
+    control.wait_until(&format!("!{scripted}.querySelector('button.make-default')"), TURN).expect("the default again");
+    let settings = settings(&runtime, &transport);
+    assert_eq!(
+        (settings.default_provider.as_str(), settings.default_models["scripted"].as_str()),
+        ("scripted", "scripted-1")
+    );
 
     // Every control of the views has a name and is reachable by keyboard.
     let unlabelled = control

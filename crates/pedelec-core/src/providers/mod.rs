@@ -352,6 +352,26 @@ pub trait Provider: Send + Sync {
     fn start(&self, setup: ProviderSetup) -> Result<Box<dyn ProviderSession>, ProviderFailure>;
 }
 
+/// The providers as the settings say now: read whole for each create and
+/// runtime start, replaced whole when the user changes the settings
+/// (`Core.SetSettings`). A running runtime keeps the provider it started with.
+pub struct LiveProviders(std::sync::RwLock<Providers>);
+
+impl LiveProviders {
+    pub fn new(providers: Providers) -> Self {
+        LiveProviders(std::sync::RwLock::new(providers))
+    }
+
+    /// The providers now (cheap: a list of shared handles).
+    pub fn now(&self) -> Providers {
+        self.0.read().unwrap_or_else(|p| p.into_inner()).clone()
+    }
+
+    pub fn replace(&self, providers: Providers) {
+        *self.0.write().unwrap_or_else(|p| p.into_inner()) = providers;
+    }
+}
+
 /// The providers this Core offers.
 #[derive(Clone)]
 pub struct Providers {

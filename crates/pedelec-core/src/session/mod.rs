@@ -33,8 +33,8 @@ use crate::changes;
 use crate::error::CoreResult;
 use crate::output::OutputSchema;
 use crate::providers::{
-    PREPARE_PROMPT, PermissionAnswer, ProviderFailure, ProviderSession, ProviderSetup, Providers, SteerInbox,
-    SteerInput, ToolBridge, TurnRequest,
+    PREPARE_PROMPT, PermissionAnswer, ProviderFailure, ProviderSession, ProviderSetup, SteerInbox, SteerInput,
+    ToolBridge, TurnRequest,
 };
 use crate::store::{SessionRecord, Store};
 use crate::tool_token::ToolToken;
@@ -85,7 +85,10 @@ pub struct Shared {
     /// every call that works in a workspace, and by permission routing.
     pub consent: Arc<crate::consent::Consent>,
     pub assets: Arc<crate::assets::AssetServer>,
-    pub providers: Providers,
+    pub providers: crate::providers::LiveProviders,
+    /// Core's config.toml, which `SetSettings` rewrites; `None` where Core
+    /// was started without one to write (tests).
+    pub config_file: Option<std::path::PathBuf>,
     pub disconnect_grace: Duration,
     /// A turn running longer fails with `PROVIDER_TIMEOUT` and its runtime is stopped.
     pub turn_timeout: Duration,
@@ -119,7 +122,10 @@ impl Shared {
             assets: crate::assets::AssetServer::start(Duration::from_secs(60), Default::default())
                 .await
                 .expect("asset server"),
-            providers: Providers::from_settings(&settings).expect("default providers"),
+            providers: crate::providers::LiveProviders::new(
+                crate::providers::Providers::from_settings(&settings).expect("default providers"),
+            ),
+            config_file: None,
             disconnect_grace: Duration::from_secs(60),
             turn_timeout: Duration::from_secs(30),
             permission_timeout: Duration::from_secs(30),
@@ -821,7 +827,7 @@ impl Session {
                 old.shutdown();
             }
             if runtime.is_none() {
-                let started = match self.shared.providers.get(&self.info.provider) {
+                let started = match self.shared.providers.now().get(&self.info.provider) {
                     Some(provider) => provider.start(self.provider_setup()),
                     None => Err(ProviderFailure::coded(
                         ErrorCode::ProviderNotFound,
@@ -1179,7 +1185,7 @@ impl Session {
         }
         machine::check_text_size(&text)?;
         self.check_transcript_quota(&text)?;
-        let steers = match self.shared.providers.get(&self.info.provider) {
+        let steers = match self.shared.providers.now().get(&self.info.provider) {
             Some(provider) => provider.steers().await,
             None => false,
         };

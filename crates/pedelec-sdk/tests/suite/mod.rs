@@ -26,6 +26,7 @@ mod providers_openai;
 mod readme;
 mod real_agents;
 mod set_model;
+mod settings;
 mod status_and_events;
 mod steer;
 mod tool_socket;
