@@ -873,16 +873,55 @@ async function pollUserPermissions() {
     userPermissions.set(id, waiting);
     if (!promptedPermissions.has(id)) {
       promptedPermissions.add(id);
+      notifyUser(id, waiting);
       enqueuePrompt({ kind: "permission", origin: waiting.origin, id });
     }
   }
-  // Settled without the user (its deadline, a cancel, the turn's end): its prompt goes.
+  // Settled (by the user, its deadline, a cancel, the turn's end): its prompt and notification go.
   for (const id of [...userPermissions.keys()]) {
     if (now.has(id)) continue;
     userPermissions.delete(id);
     promptedPermissions.delete(id);
+    clearNotice(id);
     if (permissionPrompt && permissionPrompt.id === id) closePermissionPrompt();
   }
+}
+
+// ---- notifications: a request only the user may answer ----
+
+const NOTICE_PREFIX = "pedelec-permission-";
+
+/**
+ * A system notification for a request routed to the user (besides its tab
+ * and the control center's Requests): which site, which agent, what it
+ * wants to do. Clicking it opens the control center's Requests.
+ */
+function notifyUser(id, waiting) {
+  const api = globalThis.chrome && chrome.notifications;
+  if (!api || typeof api.create !== "function") return;
+  const activity = (waiting.request && waiting.request.activity) || {};
+  const what = activity.command || (activity.paths || []).join(", ") || activity.title || "an action";
+  const agent = waiting.provider ? `${waiting.provider} wants: ` : "";
+  const options = {
+    type: "basic",
+    iconUrl: chrome.runtime.getURL("icon-48.png"),
+    title: `${waiting.origin || "A site"}'s agent asks you`,
+    message: `${agent}${what}`.slice(0, 300),
+  };
+  Promise.resolve(api.create(`${NOTICE_PREFIX}${id}`, options)).catch((e) => console.error("pedelec: a notification failed", e));
+}
+
+function clearNotice(id) {
+  const api = globalThis.chrome && chrome.notifications;
+  if (api && typeof api.clear === "function") Promise.resolve(api.clear(`${NOTICE_PREFIX}${id}`)).catch(() => {});
+}
+
+if (globalThis.chrome && chrome.notifications && chrome.notifications.onClicked) {
+  chrome.notifications.onClicked.addListener((noticeId) => {
+    if (!noticeId.startsWith(NOTICE_PREFIX)) return;
+    chrome.tabs.create({ url: chrome.runtime.getURL(`${CONTROL_PAGE}#requests`), active: true }).catch(() => {});
+    clearNotice(noticeId.slice(NOTICE_PREFIX.length));
+  });
 }
 
 /** Updates the badge through a host a page already has (as the requests' poll does). */

@@ -1273,6 +1273,31 @@ fn the_control_center_follows_cancels_and_stops_two_sites_sessions() {
         assert!(Instant::now() < deadline, "the worker opens the request's tab");
         std::thread::sleep(Duration::from_millis(50));
     }
+    // And a system notification names the site and the command.
+    let worker_url = format!("chrome-extension://{EXTENSION_ID}/background.js");
+    let worker = rig
+        .browser
+        .wait_for_target("the service worker", |t| {
+            t["type"] == json!("service_worker") && t["url"].as_str() == Some(worker_url.as_str())
+        })
+        .unwrap();
+    let worker = Page::attach(&rig.browser, worker["targetId"].as_str().unwrap()).expect("attach to the worker");
+    let notices = "chrome.notifications.getAll().then((all) => Object.keys(all))";
+    // Created beside the tab, each on its own time: wait for it.
+    let deadline = Instant::now() + Duration::from_secs(10);
+    let shown = loop {
+        let shown = worker.eval(notices).unwrap();
+        if shown.as_array().is_some_and(|n| !n.is_empty()) || Instant::now() > deadline {
+            break shown;
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    };
+    assert!(
+        shown
+            .as_array()
+            .is_some_and(|n| n.len() == 1 && n[0].as_str().is_some_and(|id| id.starts_with("pedelec-permission-"))),
+        "{shown}"
+    );
     control.click("#tab-requests").expect("open Requests");
     let request = "document.querySelector('#requests li')";
     control.wait_until(request, Duration::from_secs(10)).expect("the request is listed");
@@ -1296,6 +1321,12 @@ fn the_control_center_follows_cancels_and_stops_two_sites_sessions() {
     let reply = first.eval("demo.state.chats[demo.state.chats.length - 1]").unwrap();
     assert_eq!(reply, json!("Permission to run make deploy: answered allow."));
     control.wait_until(&format!("!{request}"), Duration::from_secs(10)).expect("the answered request leaves");
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while worker.eval(notices).unwrap() != json!([]) {
+        assert!(Instant::now() < deadline, "the answered request's notification goes");
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    worker.detach().expect("detach from the worker");
     // The watch saw the request and its answer too.
     control.click("#tab-sessions").expect("back to Sessions");
     control
