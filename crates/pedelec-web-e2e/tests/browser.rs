@@ -1522,7 +1522,10 @@ fn the_control_center_grants_a_folder_revokes_a_site_and_lists_the_agents() {
     let row = format!("{site} tr[data-path=\"{folder}\"]");
     control.wait_until(&format!("document.querySelector('{row}')"), Duration::from_secs(10)).expect("the grant shows");
     let grant = owner_consent(&rig, &origin).unwrap().folders;
-    assert_eq!(grant, vec![pb::FolderGrant { path: folder.clone(), may_approve_commands: false }]);
+    assert_eq!(
+        grant,
+        vec![pb::FolderGrant { path: folder.clone(), may_approve_commands: false, ..Default::default() }]
+    );
     assert_eq!(control.eval(&format!("{}.value", in_site("input.folder-path"))).unwrap(), json!(""));
     let opened = ok_value(attempt(
         &page,
