@@ -12,6 +12,8 @@ const pick = new URLSearchParams(location.search).get("pick") || "";
 const $ = (id) => document.getElementById(id);
 /** The folder listed now (Core's answer). */
 let current = null;
+/** Bumped per listing asked for: only the latest one asked is shown. */
+let asked = 0;
 
 function send(message) {
   return chrome.runtime.sendMessage({ pick, ...message });
@@ -27,8 +29,10 @@ function child(folder, name) {
 }
 
 async function list(path, focusFirst = false) {
+  const mine = ++asked;
   say("Reading…");
   const reply = await send({ type: "listFolders", path, includeHidden: $("hidden").checked });
+  if (mine !== asked) return;
   if (!reply || !reply.ok) {
     say(`Cannot open ${path || "your home folder"}: ${(reply && reply.error && reply.error.message) || "Core did not answer"}`);
     return;
@@ -104,8 +108,9 @@ $("cancel").addEventListener("click", () => send({ type: "cancel" }));
     for (const id of ["pick", "go-button", "up", "home"]) $(id).disabled = true;
     return;
   }
-  $("origin").textContent = info.origin;
   document.title = `Pedelec — pick a folder for ${info.origin}`;
   await list("");
+  // Named once the first listing is in: the picker is ready.
+  $("origin").textContent = info.origin;
   $("path").focus();
 })();
