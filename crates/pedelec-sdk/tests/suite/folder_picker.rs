@@ -100,7 +100,7 @@ async fn a_picked_folder_opens_by_its_handle_for_its_origin_only(via: Via) {
     // Picking it again keeps the grant and its handle.
     assert_eq!(owner.pick_folder(SITE, app.to_str().unwrap()).await.unwrap().handle, picked.handle);
     let stored = h.raw().await.get_consent(consent_of(SITE)).await.unwrap().into_inner().origins;
-    assert_eq!(stored[0].folders, [grant.clone()]);
+    assert_eq!(stored[0].folders, vec![grant]);
     assert!(stored[0].approved, "the approval is untouched");
 
     // Never-allowed folders and bad input are refused, changing nothing.
