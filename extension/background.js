@@ -129,6 +129,8 @@ class PageLink {
     this.hostEpoch = 0;
     /** Frames waiting for this origin's approval. */
     this.queue = [];
+    /** `pickWorkspace` ids waiting for this origin's approval. */
+    this.pickQueue = [];
     /** requestId -> { call, sessionId } of requests the host has not answered. */
     this.pending = new Map();
     /** requestId -> Subscribe frame of live subscriptions (re-sent after a host reconnect). */
@@ -174,6 +176,10 @@ class PageLink {
       this.toPage(await this.status());
       return;
     }
+    if (message.type === "pickWorkspace") {
+      this.pickWorkspace(message.id);
+      return;
+    }
     if (message.type !== "frame") return;
     const id = message.frame && message.frame.requestId;
     if (!Number.isInteger(id) || id <= 0 || id >= INTERNAL_IDS) return;
@@ -202,6 +208,33 @@ class PageLink {
       return;
     }
     this.forward(frame);
+  }
+
+  /**
+   * `pickWorkspace()`: once the origin is approved, the user picks a
+   * folder in the picker page; the answer is `{ type: "picked", id,
+   * handle, name }` or `{ type: "picked", id, error }`.
+   */
+  pickWorkspace(id) {
+    if (!Number.isInteger(id)) return;
+    if (this.refused) {
+      this.toPage({ type: "picked", id, error: this.refusal(0).error });
+      return;
+    }
+    if (!isApproved(this.origin)) {
+      if (promptCoolingDown(this.origin)) {
+        this.toPage({ type: "picked", id, error: this.refusal(0, "cooldown").error });
+        return;
+      }
+      this.pickQueue.push(id);
+      this.toPage({ type: "approval", origin: this.origin, state: "pending" });
+      requestApproval(this.origin);
+      return;
+    }
+    openPicker(this, id).catch((e) => {
+      console.error("pedelec: opening the folder picker failed", e);
+      this.toPage({ type: "picked", id, ...pickCancelled("unavailable", String(e)) });
+    });
   }
 
   /** Holds a createSession for a workspace the user has not granted, and asks. */
@@ -462,12 +495,15 @@ class PageLink {
 
   approvalDecided(approved, reason) {
     const queued = this.queue.splice(0);
+    const picks = this.pickQueue.splice(0);
     if (approved) {
       this.refused = null;
       this.toPage({ type: "approval", origin: this.origin, state: "approved" });
       for (const frame of queued) this.forward(frame);
+      for (const id of picks) this.pickWorkspace(id);
       return;
     }
+    for (const id of picks) this.toPage({ type: "picked", id, error: this.refusal(0, reason).error });
     // Remembered for this port, so a refused page cannot reopen the prompt in
     // a loop. A cooldown is not: it ends, and the site's own cooldown holds meanwhile.
     if (reason !== "cooldown") this.refused = reason;
@@ -490,6 +526,8 @@ class PageLink {
     if (this.closed) return;
     this.closed = true;
     pages.delete(this);
+    // A picker opened for this page has no one to answer any more.
+    for (const [pick, entry] of pickers) if (entry.page === this) settlePick(pick, null);
     clearTimeout(this.reconnectTimer);
     // The host sees EOF and exits; Core sees this page's subscriptions end.
     if (this.host) {
@@ -787,7 +825,9 @@ async function openNextPrompt() {
       continue;
     }
     const waiting = [...pages].filter((p) =>
-      kind === "origin" ? p.origin === origin && p.queue.length > 0 : p.origin === origin && p.grantQueue && p.grantQueue.has(`${origin}\n${path}`),
+      kind === "origin"
+        ? p.origin === origin && (p.queue.length > 0 || p.pickQueue.length > 0)
+        : p.origin === origin && p.grantQueue && p.grantQueue.has(`${origin}\n${path}`),
     );
     if (waiting.length === 0) continue;
     if (kind === "origin" && promptCoolingDown(origin)) {
@@ -1019,6 +1059,99 @@ function acceptPage(port, origin) {
   });
   port.onDisconnect.addListener(() => page.close());
 }
+
+// ---- the folder picker (issue 42) ----
+//
+// `pedelec.pickWorkspace()` in a page: the worker opens picker.html in a
+// tab, where the user browses the folders Core lists (ListFolders, an
+// owner call the worker makes for it) and picks one. Core grants it to the
+// page's origin and mints an opaque handle (PickFolder); the page gets the
+// handle and the folder's name, never a path. Closing the tab, Cancel, or
+// PICK_TIMEOUT_MS without a pick answers PICK_CANCELLED. One picker per
+// origin at a time: another call meanwhile is PICK_CANCELLED, reason
+// "already_open", and brings the open one to the front.
+
+const PICKER_PAGE = "picker.html";
+const PICK_TIMEOUT_MS = 10 * 60 * 1000;
+/** pick id (random) -> { page, id, origin, tabId, timer } of open pickers. */
+const pickers = new Map();
+
+function pickCancelled(reason, message) {
+  return { error: { code: "PICK_CANCELLED", message, detailsJson: JSON.stringify({ reason }) } };
+}
+
+async function openPicker(page, id) {
+  for (const entry of pickers.values()) {
+    if (entry.origin !== page.origin) continue;
+    if (entry.tabId != null) chrome.tabs.update(entry.tabId, { active: true }).catch(() => {});
+    page.toPage({ type: "picked", id, ...pickCancelled("already_open", "a folder picker is already open for this site") });
+    return;
+  }
+  const pick = crypto.randomUUID();
+  const timer = setTimeout(() => settlePick(pick, pickCancelled("timeout", "no folder was picked in time")), PICK_TIMEOUT_MS);
+  const entry = { page, id, origin: page.origin, tabId: null, timer };
+  pickers.set(pick, entry);
+  const tab = await chrome.tabs.create({ url: chrome.runtime.getURL(`${PICKER_PAGE}?pick=${pick}`), active: true });
+  if (pickers.get(pick) === entry) entry.tabId = tab.id;
+  else chrome.tabs.remove(tab.id).catch(() => {});
+}
+
+/** Answers the page that asked (`answer` null: nobody to answer) and closes the picker. */
+function settlePick(pick, answer) {
+  const entry = pickers.get(pick);
+  if (!entry) return false;
+  pickers.delete(pick);
+  clearTimeout(entry.timer);
+  if (entry.tabId != null) chrome.tabs.remove(entry.tabId).catch(() => {});
+  if (answer) entry.page.toPage({ type: "picked", id: entry.id, ...answer });
+  return true;
+}
+
+chrome.tabs.onRemoved.addListener((tabId) => {
+  for (const [pick, entry] of pickers) {
+    if (entry.tabId !== tabId) continue;
+    entry.tabId = null;
+    settlePick(pick, pickCancelled("closed", "the folder picker was closed"));
+  }
+});
+
+chrome.runtime.onMessage.addListener((message, sender, sendResponse) => {
+  if (sender.id !== chrome.runtime.id || !sender.url || !sender.url.startsWith(chrome.runtime.getURL(PICKER_PAGE))) {
+    return false;
+  }
+  const pick = message && typeof message.pick === "string" ? message.pick : "";
+  ready
+    .then(async () => {
+      const entry = pickers.get(pick);
+      if (!entry) return { ok: false, error: { code: "PICK_CANCELLED", message: "this picker is no longer open" } };
+      switch (message.type) {
+        case "pickInfo":
+          return { ok: true, origin: entry.origin };
+        case "listFolders": {
+          const path = typeof message.path === "string" ? message.path : "";
+          const reply = await owner.call("listFolders", { path, includeHidden: message.includeHidden === true });
+          return reply.error ? { ok: false, error: reply.error } : { ok: true, listing: reply.response || {} };
+        }
+        case "pick": {
+          if (typeof message.path !== "string" || message.path === "") return { ok: false, error: { message: "no folder named" } };
+          const reply = await owner.call("pickFolder", { origin: entry.origin, path: message.path });
+          if (reply.error) return { ok: false, error: reply.error };
+          const picked = reply.response || {};
+          await refreshConsent();
+          // The tab closes a moment later, once this answer reached it.
+          setTimeout(() => settlePick(pick, { handle: picked.handle, name: picked.name }), 0);
+          return { ok: true, name: picked.name };
+        }
+        case "cancel":
+          setTimeout(() => settlePick(pick, pickCancelled("cancelled", "the user closed the folder picker")), 0);
+          return { ok: true };
+        default:
+          return { ok: false, error: { message: "unknown message" } };
+      }
+    })
+    .then(sendResponse, (e) => sendResponse({ ok: false, error: { message: String(e) } }));
+  return true;
+});
 
 // ---- the toolbar: badge and popup ----
 

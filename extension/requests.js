@@ -51,7 +51,9 @@ globalThis.PedelecRequests = (() => {
   });
   const SKILLS = message({ guidance: STRING, tools: repeated(TOOL_DEFINITION) });
   // `grantedRoots` once carried grants; now reserved: grants live in Core.
-  const WORKSPACE_SPEC = message({ path: STRING, grantedRoots: FORBIDDEN });
+  // `handle`: the opaque workspace handle of a folder the user picked for
+  // this origin (pickWorkspace); Core resolves it for this origin only.
+  const WORKSPACE_SPEC = message({ path: STRING, handle: STRING, grantedRoots: FORBIDDEN });
 
   // `callerOrigin` in every request: the worker writes the browser's origin
   // of the port into it. The wasm SDK states its own origin there, which is
@@ -98,8 +100,9 @@ globalThis.PedelecRequests = (() => {
   /**
    * The owner calls of NativeRequest: the user's decisions (consent), the
    * agent's requests only the user may answer, every site's sessions
-   * (list, end, watch, read, cancel), the agents Core detects, and the
-   * activity log (list, export). Only the extension's own pages make
+   * (list, end, watch, read, cancel), the agents Core detects, the
+   * activity log (list, export), and the folder picker (list folders,
+   * pick one: a page asks the worker with `pickWorkspace`). Only the extension's own pages make
    * them (the worker for the approval page and the popup, the control
    * center on a host of its own); a page that names one is refused like
    * any unknown call.
@@ -119,6 +122,8 @@ globalThis.PedelecRequests = (() => {
     "setSettings",
     "listActivity",
     "exportActivity",
+    "listFolders",
+    "pickFolder",
   ]);
 
   class Refusal extends Error {

@@ -273,6 +273,8 @@ impl Transport for GrpcTransport {
                 Call::CancelTurn(r) => Reply::CancelTurn(c.cancel_turn(r).await.map_err(status)?.into_inner()),
                 Call::ListAgents(r) => Reply::ListAgents(c.list_agents(r).await.map_err(status)?.into_inner()),
                 Call::ListActivity(r) => Reply::ListActivity(c.list_activity(r).await.map_err(status)?.into_inner()),
+                Call::ListFolders(r) => Reply::ListFolders(c.list_folders(r).await.map_err(status)?.into_inner()),
+                Call::PickFolder(r) => Reply::PickFolder(c.pick_folder(r).await.map_err(status)?.into_inner()),
                 Call::ExportActivity(r) => {
                     Reply::ExportActivity(c.export_activity(r).await.map_err(status)?.into_inner())
                 }

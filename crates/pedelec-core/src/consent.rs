@@ -38,11 +38,21 @@ pub fn check_owner(caller_origin: &str) -> CoreResult<()> {
     Ok(())
 }
 
+/// One folder granted to an origin, resolved.
+#[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord)]
+struct Folder {
+    path: PathBuf,
+    may_approve_commands: bool,
+    /// The workspace handle a pick minted for it (`Core.PickFolder`); empty
+    /// for a folder granted only by `SetConsent`.
+    handle: String,
+}
+
 /// One origin's consent as Core checks it: folders already resolved.
 #[derive(Debug, Clone, Default)]
 struct Entry {
     approved_at_ms: i64,
-    folders: Vec<(PathBuf, bool)>,
+    folders: Vec<Folder>,
 }
 
 impl Entry {
@@ -52,7 +62,15 @@ impl Entry {
     fn of(consent: &pb::OriginConsent) -> Self {
         Entry {
             approved_at_ms: if consent.approved { consent.approved_at_ms.max(1) } else { 0 },
-            folders: consent.folders.iter().map(|f| (PathBuf::from(&f.path), f.may_approve_commands)).collect(),
+            folders: consent
+                .folders
+                .iter()
+                .map(|f| Folder {
+                    path: PathBuf::from(&f.path),
+                    may_approve_commands: f.may_approve_commands,
+                    handle: f.handle.clone(),
+                })
+                .collect(),
         }
     }
 
@@ -64,7 +82,11 @@ impl Entry {
             folders: self
                 .folders
                 .iter()
-                .map(|(path, may)| pb::FolderGrant { path: path.display().to_string(), may_approve_commands: *may })
+                .map(|f| pb::FolderGrant {
+                    path: f.path.display().to_string(),
+                    may_approve_commands: f.may_approve_commands,
+                    handle: f.handle.clone(),
+                })
                 .collect(),
         }
     }
@@ -119,7 +141,7 @@ impl Consent {
     pub fn granted_roots(&self, origin: &str) -> Vec<String> {
         self.read()
             .get(origin)
-            .map(|e| e.folders.iter().map(|(p, _)| p.display().to_string()).collect())
+            .map(|e| e.folders.iter().map(|f| f.path.display().to_string()).collect())
             .unwrap_or_default()
     }
 
@@ -137,9 +159,71 @@ impl Consent {
         entry
             .folders
             .iter()
-            .filter(|(root, _)| workspace.starts_with(root))
-            .max_by_key(|(root, _)| root.components().count())
-            .map_or(WorkspaceGrant::Withdrawn, |(_, may)| WorkspaceGrant::Granted { may_approve_commands: *may })
+            .filter(|f| workspace.starts_with(&f.path))
+            .max_by_key(|f| f.path.components().count())
+            .map_or(WorkspaceGrant::Withdrawn, |f| WorkspaceGrant::Granted {
+                may_approve_commands: f.may_approve_commands,
+            })
+    }
+
+    /// The folder `handle` names for `origin`: one the user picked for
+    /// that origin (`Core.PickFolder`) and still grants it. Another
+    /// origin's handle, an unknown one, or one whose folder was removed
+    /// names nothing.
+    pub fn resolve_handle(&self, origin: &str, handle: &str) -> Option<PathBuf> {
+        if !crate::folder_picker::well_formed_handle(handle) {
+            return None;
+        }
+        let origins = self.read();
+        let entry = origins.get(origin)?;
+        entry.folders.iter().find(|f| f.handle == handle).map(|f| f.path.clone())
+    }
+
+    /// The deepest folder the user picked for `origin` that holds
+    /// `workspace`: a page is shown its session's workspace from that
+    /// folder's name down, never what lies above it.
+    pub fn picked_root(&self, origin: &str, workspace: &Path) -> Option<PathBuf> {
+        let origins = self.read();
+        let entry = origins.get(origin)?;
+        entry
+            .folders
+            .iter()
+            .filter(|f| !f.handle.is_empty() && workspace.starts_with(&f.path))
+            .max_by_key(|f| f.path.components().count())
+            .map(|f| f.path.clone())
+    }
+
+    /// Checks and resolves the grant of `path` (see `Core.PickFolder`):
+    /// the origin's consent with the folder added (or kept) and holding a
+    /// handle, what to store, and that handle.
+    pub fn prepare_pick(
+        &self,
+        origin: &str,
+        path: &str,
+        policy: &WorkspacePolicy,
+    ) -> CoreResult<(pb::OriginConsent, String, PathBuf)> {
+        check_consent_origin(origin)?;
+        let picked = resolve_folder(path)?;
+        let mut consent = self
+            .read()
+            .get(origin)
+            .map(|e| e.to_pb(origin))
+            .unwrap_or_else(|| pb::OriginConsent { origin: origin.to_owned(), ..Default::default() });
+        if !consent.folders.iter().any(|f| Path::new(&f.path) == picked) {
+            consent.folders.push(pb::FolderGrant {
+                path: picked.display().to_string(),
+                may_approve_commands: false,
+                handle: String::new(),
+            });
+        }
+        let prepared = self.prepare_minting(&consent, policy, Some(&picked))?;
+        let handle = prepared
+            .folders
+            .iter()
+            .find(|f| Path::new(&f.path) == picked)
+            .map(|f| f.handle.clone())
+            .unwrap_or_default();
+        Ok((prepared, handle, picked))
     }
 
     /// Refuses work in an explicit workspace the origin no longer holds.
@@ -147,10 +231,12 @@ impl Consent {
         if self.workspace_grant(origin, workspace, managed) != WorkspaceGrant::Withdrawn {
             return Ok(());
         }
+        // No path: a page that opened a picked folder by its handle never
+        // learns where it lies.
         Err(CoreError::with_details(
             ErrorCode::WorkspaceNotAllowed,
-            format!("workspace {} is no longer granted to {origin}", workspace.display()),
-            serde_json::json!({ "path": workspace.display().to_string(), "reason": "not_granted" }),
+            format!("this session's workspace is no longer granted to {origin}"),
+            serde_json::json!({ "reason": "not_granted" }),
         ))
     }
 
@@ -168,6 +254,18 @@ impl Consent {
 
     /// Checks and resolves `consent` (see `Core.SetConsent`); what to store.
     pub fn prepare(&self, consent: &pb::OriginConsent, policy: &WorkspacePolicy) -> CoreResult<pb::OriginConsent> {
+        self.prepare_minting(consent, policy, None)
+    }
+
+    /// `prepare`, giving the folder `mint_for` a new handle if it has none.
+    /// Handles are Core's: those `consent` carries are ignored, and a
+    /// folder that stays granted keeps the one it had.
+    fn prepare_minting(
+        &self,
+        consent: &pb::OriginConsent,
+        policy: &WorkspacePolicy,
+        mint_for: Option<&Path>,
+    ) -> CoreResult<pb::OriginConsent> {
         check_consent_origin(&consent.origin)?;
         if consent.folders.len() > MAX_FOLDERS {
             return Err(CoreError::new(
@@ -175,7 +273,8 @@ impl Consent {
                 format!("an origin may be granted at most {MAX_FOLDERS} folders"),
             ));
         }
-        let mut folders: Vec<(PathBuf, bool)> = Vec::with_capacity(consent.folders.len());
+        let previous: Vec<Folder> = self.read().get(&consent.origin).map(|e| e.folders.clone()).unwrap_or_default();
+        let mut folders: Vec<Folder> = Vec::with_capacity(consent.folders.len());
         for folder in &consent.folders {
             let path = resolve_folder(&folder.path)?;
             if let Err(Refusal::Forbidden(what)) = policy.check(&path, &consent.origin, &[]) {
@@ -185,10 +284,18 @@ impl Consent {
                     serde_json::json!({ "path": path.display().to_string(), "reason": "forbidden" }),
                 ));
             }
-            match folders.iter_mut().find(|(p, _)| *p == path) {
-                Some((_, may)) => *may |= folder.may_approve_commands,
-                None => folders.push((path, folder.may_approve_commands)),
+            match folders.iter_mut().find(|f| f.path == path) {
+                Some(f) => f.may_approve_commands |= folder.may_approve_commands,
+                None => {
+                    let handle = previous.iter().find(|f| f.path == path).map(|f| f.handle.clone()).unwrap_or_default();
+                    folders.push(Folder { path, may_approve_commands: folder.may_approve_commands, handle })
+                }
             }
+        }
+        if let Some(picked) = mint_for
+            && let Some(folder) = folders.iter_mut().find(|f| f.path == picked && f.handle.is_empty())
+        {
+            folder.handle = crate::folder_picker::mint_handle();
         }
         folders.sort();
         let previous = self.read().get(&consent.origin).map_or(0, |e| e.approved_at_ms);
@@ -274,7 +381,11 @@ mod tests {
             approved_at_ms: 0,
             folders: folders
                 .iter()
-                .map(|(p, may)| pb::FolderGrant { path: p.display().to_string(), may_approve_commands: *may })
+                .map(|(p, may)| pb::FolderGrant {
+                    path: p.display().to_string(),
+                    may_approve_commands: *may,
+                    ..Default::default()
+                })
                 .collect(),
         }
     }
@@ -372,13 +483,20 @@ mod tests {
         }
         for folder in ["relative/dir", "/does/not/exist/at/all"] {
             let mut request = consent("https://a.example", true, &[]);
-            request.folders.push(pb::FolderGrant { path: folder.into(), may_approve_commands: false });
+            request.folders.push(pb::FolderGrant {
+                path: folder.into(),
+                may_approve_commands: false,
+                ..Default::default()
+            });
             assert_eq!(c.prepare(&request, &policy).unwrap_err().code(), ErrorCode::WorkspaceInvalid, "{folder}");
         }
         let too_many = pb::OriginConsent {
             origin: "https://a.example".into(),
             approved: true,
-            folders: vec![pb::FolderGrant { path: "/tmp".into(), may_approve_commands: false }; MAX_FOLDERS + 1],
+            folders: vec![
+                pb::FolderGrant { path: "/tmp".into(), may_approve_commands: false, ..Default::default() };
+                MAX_FOLDERS + 1
+            ],
             ..Default::default()
         };
         assert_eq!(c.prepare(&too_many, &policy).unwrap_err().code(), ErrorCode::InvalidArgument);

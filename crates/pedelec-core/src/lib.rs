@@ -16,6 +16,7 @@ pub mod consent;
 pub mod daemon;
 pub mod doctor;
 pub mod error;
+pub mod folder_picker;
 pub mod fork_copy;
 pub mod history;
 pub mod nofollow;

@@ -190,6 +190,25 @@ impl Registry {
         Ok(prepared)
     }
 
+    /// `Core.PickFolder`: grants `path` to `origin` (checked as SetConsent
+    /// checks a folder) and answers the folder's workspace handle and name.
+    pub async fn pick_folder(&self, origin: &str, path: &str) -> CoreResult<pb::PickFolderResponse> {
+        let (prepared, handle, picked) = self.shared.consent.prepare_pick(origin, path, &self.policy)?;
+        self.shared.store.save_consent(prepared.clone()).await?;
+        self.shared.consent.apply(&prepared);
+        let grant = prepared.folders.iter().find(|f| f.handle == handle).cloned();
+        tracing::info!(origin, folder = %picked.display(), "folder picked");
+        Ok(pb::PickFolderResponse { handle, name: crate::folder_picker::base_name(&picked), grant })
+    }
+
+    /// `Core.ListFolders` for the user's picker page.
+    pub async fn list_folders(&self, path: String, include_hidden: bool) -> CoreResult<pb::ListFoldersResponse> {
+        let policy = self.policy.clone();
+        tokio::task::spawn_blocking(move || crate::folder_picker::list(&policy, &path, include_hidden))
+            .await
+            .map_err(|e| CoreError::new(ErrorCode::Internal, format!("listing a folder failed: {e}")))?
+    }
+
     /// Forgets `origin`'s consent, then ends every live session of it.
     /// Forgotten first, so no new session of the origin can start while
     /// the others are ending.
@@ -450,7 +469,7 @@ impl Registry {
         let origin = &request.caller_origin;
         // Only what the user granted, as Core holds it: no request can carry a grant.
         self.shared.consent.check_approved(origin)?;
-        let workspace = self.resolve_workspace(request.workspace.as_ref(), origin, &id)?;
+        let workspace = self.resolve_workspace(request.workspace.as_ref(), origin, &id, false)?;
         // The asset folder exists from the start, made through handles as
         // the manifest is, so a link planted there is refused at once.
         let prepared = workspace
@@ -466,7 +485,7 @@ impl Registry {
             model,
             effort_level: request.effort_level,
             created_at_ms: now_ms(),
-            workspace_path: shown_workspace(origin, &workspace.root.display().to_string(), workspace.managed),
+            workspace_path: self.shown_workspace(origin, &workspace.root, workspace.managed),
             managed_workspace: workspace.managed,
             auto_end_on_disconnect: request.auto_end_on_disconnect.unwrap_or(true),
             permission_mode: request.permission_mode,
@@ -503,7 +522,57 @@ impl Registry {
     /// A new session's workspace as `spec` asks for it (a managed one when
     /// it names no path), judged by the workspace policy against what the
     /// user granted `origin`.
-    fn resolve_workspace(&self, spec: Option<&pb::WorkspaceSpec>, origin: &str, id: &str) -> CoreResult<Workspace> {
+    ///
+    /// A spec naming a handle (`WorkspaceSpec.handle`) opens the folder the
+    /// user picked for `origin`; its refusals, like those of a `quiet` call
+    /// (a web origin's fork), name no path.
+    fn resolve_workspace(
+        &self,
+        spec: Option<&pb::WorkspaceSpec>,
+        origin: &str,
+        id: &str,
+        quiet: bool,
+    ) -> CoreResult<Workspace> {
+        let picked;
+        let (spec, quiet) = match spec {
+            Some(spec) if !spec.handle.is_empty() => {
+                if !spec.path.is_empty() {
+                    return Err(CoreError::with_details(
+                        ErrorCode::InvalidArgument,
+                        "a workspace names a path or a handle, not both",
+                        serde_json::json!({ "field": "workspace.handle" }),
+                    ));
+                }
+                let path = self.shared.consent.resolve_handle(origin, &spec.handle).ok_or_else(|| {
+                    CoreError::with_details(
+                        ErrorCode::WorkspaceNotAllowed,
+                        format!("no folder was picked for {origin} under this handle (pick one again)"),
+                        serde_json::json!({ "reason": "unknown_handle" }),
+                    )
+                })?;
+                picked = pb::WorkspaceSpec { path: path.display().to_string(), ..Default::default() };
+                (Some(&picked), true)
+            }
+            other => (other, quiet),
+        };
+        let resolved = self.resolve_workspace_path(spec, origin, id);
+        match resolved {
+            Err(error) if quiet => Err(CoreError::with_details(
+                error.code(),
+                "the picked folder cannot be opened now (pick one again)",
+                serde_json::json!({ "reason": "picked_folder_unavailable" }),
+            )),
+            other => other,
+        }
+    }
+
+    /// `resolve_workspace` for a spec naming a path (or nothing).
+    fn resolve_workspace_path(
+        &self,
+        spec: Option<&pb::WorkspaceSpec>,
+        origin: &str,
+        id: &str,
+    ) -> CoreResult<Workspace> {
         let granted = self.shared.consent.granted_roots(origin);
         let granted = granted.as_slice();
         Workspace::resolve(spec, &self.managed_root, id, |path| {
@@ -563,8 +632,9 @@ impl Registry {
             workspace
         } else {
             // The user may have withdrawn the folder since the parent began.
-            let spec = pb::WorkspaceSpec { path: parent.workspace.root.display().to_string() };
-            let workspace = self.resolve_workspace(Some(&spec), origin, &id)?;
+            let spec = pb::WorkspaceSpec { path: parent.workspace.root.display().to_string(), ..Default::default() };
+            let quiet = pedelec_protocol::origin::is_web_origin(origin);
+            let workspace = self.resolve_workspace(Some(&spec), origin, &id, quiet)?;
             workspace.adopt_runtime_files(&parent.workspace)?;
             workspace
         };
@@ -579,7 +649,7 @@ impl Registry {
         let info = pb::SessionInfo {
             session_id: id.clone(),
             created_at_ms: now_ms(),
-            workspace_path: shown_workspace(origin, &workspace.root.display().to_string(), workspace.managed),
+            workspace_path: self.shown_workspace(origin, &workspace.root, workspace.managed),
             managed_workspace: workspace.managed,
             auto_end_on_disconnect: request.auto_end_on_disconnect.unwrap_or(point.info.auto_end_on_disconnect),
             forked_from: parent.id.as_str().to_owned(),
@@ -640,7 +710,7 @@ impl Registry {
         let new = NewSession {
             id: record.id.clone(),
             origin: record.origin.clone(),
-            info: info_of(record),
+            info: self.info_of(record),
             workspace,
             tool_token: self.mint_token(record.id.as_str()),
             skills,
@@ -713,7 +783,7 @@ impl Registry {
             .map(|record| match self.in_memory(record.id.as_str()) {
                 Some(session) => session.summary(),
                 None => pb::SessionSummary {
-                    session: Some(info_of(record)),
+                    session: Some(self.info_of(record)),
                     status: record.status.to_pb() as i32,
                     last_activity_at_ms: record.updated_at_ms.max(record.created_at_ms),
                 },
@@ -801,21 +871,47 @@ fn unheld_and_ended(session: &Arc<Session>) -> bool {
     Arc::strong_count(session) == 1 && session.status() == SessionStatus::Ended
 }
 
-/// The workspace path a caller is told: a web page is not told where Core
-/// keeps a managed workspace, since that path names the user's home and
-/// account; an explicit workspace is the path the page itself chose.
-fn shown_workspace(origin: &str, path: &str, managed: bool) -> String {
-    if managed && pedelec_protocol::origin::is_web_origin(origin) { String::new() } else { path.to_owned() }
+impl Registry {
+    /// The workspace path a caller is told: a web page is not told where
+    /// Core keeps a managed workspace, since that path names the user's
+    /// home and account; nor what lies above a folder the user picked for
+    /// it (the path starts at that folder's name); any other explicit
+    /// workspace is the path the page itself chose.
+    fn shown_workspace(&self, origin: &str, path: &std::path::Path, managed: bool) -> String {
+        if !pedelec_protocol::origin::is_web_origin(origin) {
+            return path.display().to_string();
+        }
+        if managed {
+            return String::new();
+        }
+        match self.shared.consent.picked_root(origin, path) {
+            Some(root) => {
+                let name = std::path::Path::new(&crate::folder_picker::base_name(&root)).to_path_buf();
+                match path.strip_prefix(&root) {
+                    Ok(below) if !below.as_os_str().is_empty() => name.join(below).display().to_string(),
+                    _ => name.display().to_string(),
+                }
+            }
+            None => path.display().to_string(),
+        }
+    }
+
+    fn info_of(&self, record: &SessionRecord) -> pb::SessionInfo {
+        info_of(
+            record,
+            self.shown_workspace(&record.origin, std::path::Path::new(&record.workspace), record.managed_workspace),
+        )
+    }
 }
 
-fn info_of(record: &SessionRecord) -> pb::SessionInfo {
+fn info_of(record: &SessionRecord, workspace_path: String) -> pb::SessionInfo {
     pb::SessionInfo {
         session_id: record.id.as_str().to_owned(),
         provider: record.provider.clone(),
         model: record.model.clone(),
         effort_level: record.effort_level as i32,
         created_at_ms: record.created_at_ms,
-        workspace_path: shown_workspace(&record.origin, &record.workspace, record.managed_workspace),
+        workspace_path,
         managed_workspace: record.managed_workspace,
         auto_end_on_disconnect: record.auto_end_on_disconnect,
         permission_mode: record.permission_mode as i32,

@@ -360,6 +360,18 @@ impl Core for CoreService {
         Ok(Response::new(pb::ExportActivityResponse { jsonl, entries: entries.len() as u32, has_more, next_cursor }))
     }
 
+    async fn list_folders(&self, request: Request<pb::ListFoldersRequest>) -> RpcReply<pb::ListFoldersResponse> {
+        let request = request.into_inner();
+        crate::consent::check_owner(&request.caller_origin)?;
+        Ok(Response::new(self.registry.list_folders(request.path, request.include_hidden).await?))
+    }
+
+    async fn pick_folder(&self, request: Request<pb::PickFolderRequest>) -> RpcReply<pb::PickFolderResponse> {
+        let request = request.into_inner();
+        crate::consent::check_owner(&request.caller_origin)?;
+        Ok(Response::new(self.registry.pick_folder(&request.origin, &request.path).await?))
+    }
+
     async fn list_user_permissions(
         &self,
         request: Request<pb::ListUserPermissionsRequest>,
@@ -492,6 +504,8 @@ impl CoreService {
             Call::ListAgents(q) => NativeReply::ListAgents(self.list_agents(r(q)).await?.into_inner()),
             Call::ListActivity(q) => NativeReply::ListActivity(self.list_activity(r(q)).await?.into_inner()),
             Call::ExportActivity(q) => NativeReply::ExportActivity(self.export_activity(r(q)).await?.into_inner()),
+            Call::ListFolders(q) => NativeReply::ListFolders(self.list_folders(r(q)).await?.into_inner()),
+            Call::PickFolder(q) => NativeReply::PickFolder(self.pick_folder(r(q)).await?.into_inner()),
             Call::Subscribe(_) | Call::WatchSession(_) | Call::Unsubscribe(_) => {
                 return Err(CoreError::new(
                     ErrorCode::InvalidArgument,

@@ -111,18 +111,8 @@ impl WorkspacePolicy {
     /// Checks a resolved (canonical) workspace path for `origin`, a web
     /// origin bringing `granted` roots or an `app:` origin.
     pub fn check(&self, canonical: &Path, origin: &str, granted: &[String]) -> Result<(), Refusal> {
-        for protected in &self.protected {
-            // Inside a protected directory, or around one (so that it would
-            // be inside the workspace).
-            if canonical.starts_with(protected) || protected.starts_with(canonical) {
-                return Err(Refusal::Forbidden(protected.display().to_string()));
-            }
-        }
-        // The home directory itself, `/` and whatever else holds it.
-        if let Some(home) = &self.home
-            && home.starts_with(canonical)
-        {
-            return Err(Refusal::Forbidden(format!("the home directory {}", home.display())));
+        if let Some(what) = self.never(canonical) {
+            return Err(Refusal::Forbidden(what));
         }
         let allowed = if origin.starts_with("app:") {
             self.app_roots.iter().any(|root| canonical.starts_with(root))
@@ -136,6 +126,36 @@ impl WorkspacePolicy {
                 .any(|root| canonical.starts_with(root))
         };
         if allowed { Ok(()) } else { Err(Refusal::NotGranted) }
+    }
+
+    /// What makes a resolved path never a workspace, whatever is granted:
+    /// the protected directory it is, holds or lies in, or the home
+    /// directory it is or holds.
+    pub fn never(&self, canonical: &Path) -> Option<String> {
+        for protected in &self.protected {
+            // Inside a protected directory, or around one (so that it would
+            // be inside the workspace).
+            if canonical.starts_with(protected) || protected.starts_with(canonical) {
+                return Some(protected.display().to_string());
+            }
+        }
+        // The home directory itself, `/` and whatever else holds it.
+        match &self.home {
+            Some(home) if home.starts_with(canonical) => Some(format!("the home directory {}", home.display())),
+            _ => None,
+        }
+    }
+
+    /// The protected directory a resolved path lies in (or is), if any:
+    /// the folder picker never lists inside one. Holding one is fine
+    /// there (the home directory is where browsing starts).
+    pub fn inside_protected(&self, canonical: &Path) -> Option<&Path> {
+        self.protected.iter().find(|p| canonical.starts_with(p)).map(PathBuf::as_path)
+    }
+
+    /// The user's home directory, resolved.
+    pub fn home(&self) -> Option<&Path> {
+        self.home.as_deref()
     }
 }
 

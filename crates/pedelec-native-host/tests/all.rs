@@ -52,7 +52,11 @@ impl Env {
             approved: true,
             folders: folders
                 .iter()
-                .map(|f| pb::FolderGrant { path: f.display().to_string(), may_approve_commands: false })
+                .map(|f| pb::FolderGrant {
+                    path: f.display().to_string(),
+                    may_approve_commands: false,
+                    ..Default::default()
+                })
                 .collect(),
             ..Default::default()
         };

@@ -194,6 +194,9 @@ error_codes! {
     /// context (`document.modelContext`, `navigator.modelContext`), or one
     /// that cannot list its tools (`getTools`).
     ModelContextUnavailable = "MODEL_CONTEXT_UNAVAILABLE",
+    /// `pickWorkspace` (browser SDK): the user closed the folder picker, or
+    /// chose nothing, so no folder was granted.
+    PickCancelled = "PICK_CANCELLED",
     /// The transport failed to deliver a request.
     TransportError = "TRANSPORT_ERROR",
     /// A native-messaging frame exceeds its direction's limit.

@@ -73,7 +73,7 @@ fn requests() {
                 model: String::new(),
                 effort_level: pb::EffortLevel::Low as i32,
                 skills: Some(pb::Skills { guidance: "Be brief.".into(), tools: vec![tool] }),
-                workspace: Some(pb::WorkspaceSpec { path: "/home/u/project".into() }),
+                workspace: Some(pb::WorkspaceSpec { path: "/home/u/project".into(), ..Default::default() }),
                 auto_end_on_disconnect: Some(false),
                 caller_origin: "https://app.example".into(),
                 permission_mode: pb::PermissionMode::App as i32,

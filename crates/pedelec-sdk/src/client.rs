@@ -60,6 +60,10 @@ pub struct SessionOptions<T: ToolName = String> {
     pub tools: Vec<ToolSpec<T>>,
     /// Application-managed absolute workspace; `None` lets Core manage one.
     pub workspace_path: Option<PathBuf>,
+    /// An opaque workspace handle the user gave this origin by picking a
+    /// folder (Core's `PickFolder`; `pedelec.pickWorkspace()` in a page):
+    /// the session opens in that folder. Exclusive with `workspace_path`.
+    pub workspace_handle: Option<String>,
     /// Core ends the session when its last subscriber leaves (default true).
     pub auto_end_on_disconnect: bool,
     /// Who answers the agent's permission requests: Core's policy (the
@@ -77,6 +81,7 @@ impl<T: ToolName> Default for SessionOptions<T> {
             guidance: String::new(),
             tools: Vec::new(),
             workspace_path: None,
+            workspace_handle: None,
             auto_end_on_disconnect: true,
             permission_mode: pb::PermissionMode::Policy,
         }
@@ -362,14 +367,19 @@ impl Pedelec {
         &self,
         options: SessionOptions<T>,
     ) -> Result<PedelecSession<T>, PedelecError> {
-        let workspace = match &options.workspace_path {
-            Some(path) => Some(pb::WorkspaceSpec {
-                path: path
-                    .to_str()
+        let path = match &options.workspace_path {
+            Some(path) => Some(
+                path.to_str()
                     .ok_or_else(|| PedelecError::new(ErrorCode::WorkspaceInvalid, "workspace path is not UTF-8"))?
                     .to_owned(),
-            }),
+            ),
             None => None,
+        };
+        let workspace = match (path, &options.workspace_handle) {
+            (None, None) => None,
+            (path, handle) => {
+                Some(pb::WorkspaceSpec { path: path.unwrap_or_default(), handle: handle.clone().unwrap_or_default() })
+            }
         };
         let request = pb::CreateSessionRequest {
             provider: options.provider.clone().unwrap_or_default(),

@@ -1,6 +1,6 @@
 //! The user's own calls: every origin's live sessions, ending or cancelling
 //! any of them, reading any session's history, the requests only the user
-//! answers, consent, the agents Core detects and the activity log. They reach past every
+//! answers, consent, the folder picker, the agents Core detects and the activity log. They reach past every
 //! origin's boundary, so a program gets them only by asking explicitly
 //! ([`Pedelec::owner`]) — a tray app, a CLI acting for the user — never by
 //! default. Core refuses them from a web origin whatever the SDK does.
@@ -246,6 +246,55 @@ impl Owner {
         };
         match self.call(Call::ExportActivity(request)).await? {
             Reply::ExportActivity(r) => Ok(r),
+            other => Err(unexpected(&other)),
+        }
+    }
+
+    /// The sub-folders of `path` for a folder picker (Core's
+    /// `ListFolders`; empty `path`: the user's home directory): names
+    /// only, sorted, at most 1000, each marked whether it may be picked;
+    /// links are listed as links and never followed.
+    ///
+    /// # Examples
+    ///
+    /// ```no_run
+    /// # async fn example() -> Result<(), pedelec_sdk::PedelecError> {
+    /// use pedelec_sdk::Pedelec;
+    ///
+    /// let owner = Pedelec::discover("app:my-tray").await?.owner()?;
+    /// let home = owner.list_folders("", false).await?;
+    /// for folder in home.folders.iter().filter(|f| f.pickable) {
+    ///     println!("{}/{}", home.path, folder.name);
+    /// }
+    /// # Ok(())
+    /// # }
+    /// ```
+    pub async fn list_folders(
+        &self,
+        path: &str,
+        include_hidden: bool,
+    ) -> Result<pb::ListFoldersResponse, PedelecError> {
+        let request =
+            pb::ListFoldersRequest { caller_origin: self.origin.clone(), path: path.to_owned(), include_hidden };
+        match self.call(Call::ListFolders(request)).await? {
+            Reply::ListFolders(r) => Ok(r),
+            other => Err(unexpected(&other)),
+        }
+    }
+
+    /// The user picked `path` for the web origin `origin` (Core's
+    /// `PickFolder`): Core grants it and answers an opaque workspace
+    /// handle, good for that origin only (`SessionOptions::workspace_handle`
+    /// or a page's `createSession({ workspace: { handle } })`), and the
+    /// folder's name.
+    pub async fn pick_folder(&self, origin: &str, path: &str) -> Result<pb::PickFolderResponse, PedelecError> {
+        let request = pb::PickFolderRequest {
+            caller_origin: self.origin.clone(),
+            origin: origin.to_owned(),
+            path: path.to_owned(),
+        };
+        match self.call(Call::PickFolder(request)).await? {
+            Reply::PickFolder(r) => Ok(r),
             other => Err(unexpected(&other)),
         }
     }

@@ -194,6 +194,14 @@ export interface ToolDefinition<TName extends string = string> {
   annotations?: { readOnlyHint?: boolean; [hint: string]: unknown };
 }
 
+/** The folder the user picked (`pickWorkspace()`). */
+export interface PickedWorkspace {
+  /** Opaque: pass it as `createSession({ workspace: { handle } })`. */
+  handle: string;
+  /** The folder's base name (e.g. "my-project"). */
+  name: string;
+}
+
 export interface CreateSessionOptions<TName extends string = string> {
   provider?: string;
   model?: string;
@@ -201,7 +209,13 @@ export interface CreateSessionOptions<TName extends string = string> {
   skills?: { guidance?: string; tools?: readonly ToolDefinition<TName>[] };
   /** Same as `skills.tools`. */
   tools?: readonly ToolDefinition<TName>[];
-  workspace?: { path?: string };
+  /**
+   * Where the agent works. `path`: an absolute folder inside one the user
+   * granted this origin (else the user is asked). `handle`: a folder the user
+   * picked for this origin (`pickWorkspace()`); never both. Omitted: a
+   * folder Core manages.
+   */
+  workspace?: { path?: string; handle?: string };
   /** Core ends the session when its last subscriber leaves (default true). */
   autoEndOnDisconnect?: boolean;
   /** Who answers the agent's permission requests: Core's policy (default) or the page (`onPermission`). */
@@ -392,6 +406,20 @@ export declare class Pedelec {
   getSettings(): Promise<Settings>;
   getApprovalStatus(): Promise<ApprovalStatus>;
   checkAvailability(): Promise<Availability>;
+  /**
+   * Lets the user pick a folder for this page in the extension's folder
+   * picker (asking first to approve the origin if it is not yet). The user
+   * browses their own folders, listed by Pedelec Core, never by the page;
+   * the folder picked is granted to this origin, and the page gets an opaque
+   * `handle` for `createSession({ workspace: { handle } })` (good for this
+   * origin only, as long as the user keeps the grant) and the folder's
+   * `name` — never its path. Rejects with `PICK_CANCELLED` when the user
+   * closes the picker or cancels (`details.reason`: "cancelled", "closed",
+   * "timeout" after 10 minutes, or "already_open" when a picker is already
+   * open for this origin), `ORIGIN_NOT_ALLOWED` when the user refuses the
+   * origin.
+   */
+  pickWorkspace(): Promise<PickedWorkspace>;
   /**
    * Mirrors the tools the page registered with WebMCP (`document.modelContext`,
    * else the older `navigator.modelContext`, or `options.modelContext`) into

@@ -30,7 +30,7 @@ const VALID = {
       guidance: "be brief",
       tools: [{ name: "t", description: "d", inputSchemaJson: '{"type":"object"}', timeoutMs: 1000 }],
     },
-    workspace: { path: "/srv/project" },
+    workspace: { path: "/srv/project", handle: "" },
     autoEndOnDisconnect: false,
     callerOrigin: ORIGIN,
     permissionMode: "PERMISSION_MODE_APP",
@@ -79,8 +79,11 @@ test("every call of NativeRequest has a valid body here, and only those", () => 
 });
 
 test("a page cannot make an owner call, in any spelling", () => {
-  // The control center's views: the agents Core detects, consent (Sites) and the activity log.
-  for (const call of ["listAgents", "setSettings", "getConsent", "setConsent", "revokeOrigin", "listActivity", "exportActivity"]) {
+  // The control center's views: the agents Core detects (and the settings
+  // written from them), consent (Sites) and the activity log; and the folder
+  // picker (a page asks the worker instead).
+  const views = ["listAgents", "setSettings", "getConsent", "setConsent", "revokeOrigin", "listActivity", "exportActivity"];
+  for (const call of [...views, "listFolders", "pickFolder"]) {
     assert.ok(OWNER_CALLS.includes(call), call);
   }
   const consent = { origin: ORIGIN, approved: true, folders: [{ path: "/", mayApproveCommands: true }] };
@@ -121,6 +124,12 @@ test("the spelling attack and its mixed variants are refused, naming the field",
     reason: "forbidden_field",
   });
   assert.deepEqual(refused(frame("createSession", { workspace: { path: "/etc", grantedRoots: [] } })).reason, "forbidden_field");
+  // A picked folder's handle is a string; Core alone resolves it, for this origin only.
+  assert.ok(buildFrame(frame("createSession", { workspace: { handle: "wsh-0123" } }), ORIGIN).frame);
+  assert.deepEqual(refused(frame("createSession", { workspace: { handle: ["wsh-0123"] } })), {
+    field: "request.createSession.workspace.handle",
+    reason: "wrong_type",
+  });
   assert.deepEqual(refused({ request_id: 7, request: { ping: {} }, requestId: 7 }).field, "frame.request_id");
   assert.deepEqual(refused(frame("sendText", { session_id: "s" })).field, "request.sendText.session_id");
 });

@@ -1553,7 +1553,10 @@ fn the_control_center_grants_a_folder_revokes_a_site_and_lists_the_agents() {
     let row = format!("{site} tr[data-path=\"{folder}\"]");
     control.wait_until(&format!("document.querySelector('{row}')"), Duration::from_secs(10)).expect("the grant shows");
     let grant = owner_consent(&rig, &origin).unwrap().folders;
-    assert_eq!(grant, vec![pb::FolderGrant { path: folder.clone(), may_approve_commands: false }]);
+    assert_eq!(
+        grant,
+        vec![pb::FolderGrant { path: folder.clone(), may_approve_commands: false, ..Default::default() }]
+    );
     assert_eq!(control.eval(&format!("{}.value", in_site("input.folder-path"))).unwrap(), json!(""));
     let opened = ok_value(attempt(
         &page,
@@ -1729,4 +1732,114 @@ fn the_control_center_grants_a_folder_revokes_a_site_and_lists_the_agents() {
     control.bring_to_front().expect("the control center in front");
     control.wait_until(&listed, Duration::from_secs(5)).expect("read again once shown");
     other.close().unwrap();
+}
+
+/// The folder picker (issue 42, "A folder is picked and the session opens
+/// there"): a page of an origin not yet approved calls `pickWorkspace()`; the
+/// user approves the origin, then browses in the extension's picker (a typed
+/// folder, then a sub-folder from Core's list) and picks one. The page gets an
+/// opaque handle and the folder's name, never its path; a session created
+/// with the handle works in that folder. Closing the picker with Cancel
+/// rejects with `PICK_CANCELLED`.
+#[test]
+fn a_folder_is_picked_and_the_session_opens_there() {
+    if !prerequisites_or_skip() {
+        return;
+    }
+    let rig = Rig::start(GRACE).expect("Core, native host, pages and Chromium start");
+    let origin = rig.site.origin();
+    let area = tempfile::tempdir().expect("tempdir");
+    let parent = area.path().canonicalize().unwrap();
+    let folder = parent.join("project");
+    std::fs::create_dir_all(folder.join("src")).unwrap();
+    std::fs::create_dir_all(parent.join("other")).unwrap();
+
+    let page = rig.open_demo(&rig.site).expect("the site's page");
+    let picking = page.eval_later("demo.attempt(() => demo.pickFolder())").expect("pickWorkspace");
+    // Not approved yet: the user is asked about the origin first.
+    rig.answer_approval(&origin, "#approve").expect("approve the site");
+    let picker = open_picker(&rig);
+    picker
+        .wait_until(&format!("document.getElementById('origin').textContent === {}", json!(origin)), TURN)
+        .expect("the picker names the site");
+    // Every control is labelled.
+    let unlabelled = picker
+        .eval(
+            "[...document.querySelectorAll('input, button')].filter((c) => !(c.labels && c.labels.length) \
+             && !c.getAttribute('aria-label') && !c.textContent.trim()).map((c) => c.id)",
+        )
+        .unwrap();
+    assert_eq!(unlabelled, json!([]), "every control has a label");
+    // A typed folder, then a sub-folder from Core's list.
+    picker.eval(&format!("document.getElementById('path').value = {}", json!(parent.display().to_string()))).unwrap();
+    picker.click("#go-button").expect("click Open");
+    let entry = "#folders button[data-name=\"project\"]";
+    picker.wait_until(&format!("document.querySelector('{entry}')"), TURN).expect("Core lists the folder");
+    let listed =
+        picker.eval("[...document.querySelectorAll('#folders button.folder')].map((b) => b.dataset.name)").unwrap();
+    assert_eq!(listed, json!(["other", "project"]));
+    picker.click(entry).expect("open project");
+    let shown = json!(folder.display().to_string());
+    picker
+        .wait_until(
+            &format!("document.getElementById('path').value === {shown} && !document.getElementById('pick').disabled"),
+            TURN,
+        )
+        .expect("the project folder is open and pickable");
+    picker.click("#pick").expect("click Pick this folder");
+
+    let picked = ok_value(picking.wait(TURN).expect("pickWorkspace settles")["result"]["value"].clone());
+    assert_eq!(picked["name"], json!("project"), "{picked}");
+    let handle = picked["handle"].as_str().expect("a handle").to_owned();
+    assert!(handle.starts_with("wsh-") && !handle.contains('/'), "opaque: {handle}");
+    assert!(!picked.to_string().contains(&parent.display().to_string()), "no path reaches the page: {picked}");
+    wait_for_consent(&rig, &origin, "the picked folder granted", |c| {
+        c.is_some_and(|c| c.folders.iter().any(|f| f.path == folder.display().to_string() && f.handle == handle))
+    });
+    let closed =
+        rig.browser.targets().unwrap().iter().all(|t| !t["url"].as_str().unwrap_or("").contains("/picker.html"));
+    assert!(closed, "the picker closed once the folder was picked");
+
+    // The session opens there, and its agent writes there.
+    let written = ok_value(attempt(
+        &page,
+        &format!(
+            "const s = await demo.pedelec.createSession({{ provider: 'scripted', workspace: {{ handle: '{handle}' }}, \
+             autoEndOnDisconnect: false }}); \
+             await s.sendText('/write picked.txt written in the picked folder'); return s.sessionId;"
+        ),
+    ));
+    assert!(written.as_str().is_some_and(|id| id.starts_with("sess-")), "{written}");
+    assert_eq!(std::fs::read_to_string(folder.join("picked.txt")).unwrap(), "written in the picked folder");
+    // What the site is told of the session's workspace: the folder's name.
+    let runtime = tokio::runtime::Builder::new_current_thread().enable_all().build().expect("runtime");
+    let transport = runtime.block_on(GrpcTransport::connect(rig.socket())).expect("gRPC to Core");
+    let request = pb::ListSessionsRequest { caller_origin: origin.clone(), ..Default::default() };
+    let Ok(Reply::ListSessions(listed)) = runtime.block_on(transport.call(Call::ListSessions(request))) else {
+        panic!("Core answers ListSessions");
+    };
+    let shown: Vec<String> =
+        listed.sessions.iter().map(|s| s.session.clone().unwrap_or_default().workspace_path).collect();
+    assert_eq!(shown, ["project"], "no path above the picked folder");
+
+    // Cancel: the page is told the user closed the picker.
+    let cancelled = page.eval_later("demo.attempt(() => demo.pedelec.pickWorkspace())").expect("pickWorkspace again");
+    let picker = open_picker(&rig);
+    picker.wait_until("document.getElementById('origin').textContent !== '…'", TURN).expect("the picker is ready");
+    picker.click("#cancel").expect("click Cancel");
+    let refused = cancelled.wait(TURN).expect("pickWorkspace settles")["result"]["value"].clone();
+    assert_eq!((refused["ok"].clone(), refused["code"].clone()), (json!(false), json!("PICK_CANCELLED")), "{refused}");
+    assert_eq!(refused["details"]["reason"], json!("cancelled"), "{refused}");
+}
+
+/// Attaches to the folder picker tab the extension opened.
+fn open_picker(rig: &Rig) -> Page<'_> {
+    let prefix = format!("chrome-extension://{EXTENSION_ID}/picker.html?pick=");
+    let target = rig
+        .browser
+        .wait_for_target("the folder picker", |t| {
+            t["type"].as_str() == Some("page") && t["url"].as_str().is_some_and(|u| u.starts_with(&prefix))
+        })
+        .expect("the extension opens its folder picker");
+    Page::attach(&rig.browser, target["targetId"].as_str().unwrap_or_default()).expect("attach to the picker")
 }

@@ -179,6 +179,48 @@ fn firefox_end_to_end() {
     ff.call("browsingContext.close", json!({ "context": control }), TURN).unwrap();
 
     // An asset uploaded from the page and read back (Core's loopback server, CORS for this origin).
+    // The folder picker (issue 42) in Firefox: the page's pickWorkspace()
+    // opens picker.html, the user opens a typed folder and picks it, and a
+    // session created with the handle works there.
+    let picked_area = tempfile::tempdir().unwrap();
+    let project = picked_area.path().canonicalize().unwrap().join("picked");
+    std::fs::create_dir_all(&project).unwrap();
+    let picking = ff.eval_later(&page, "demo.attempt(() => demo.pedelec.pickWorkspace())").unwrap();
+    let picker = ff.wait_for_context("the folder picker", |url| url.contains("/picker.html?pick=")).unwrap();
+    ff.wait_until(&picker, "document.getElementById('origin').textContent !== '…'", Duration::from_secs(10))
+        .expect("the picker is ready");
+    let path = json!(project.display().to_string());
+    ff.eval(
+        &picker,
+        &format!(
+            "(document.getElementById('path').value = {path}, document.getElementById('go-button').click(), true)"
+        ),
+    )
+    .unwrap();
+    ff.wait_until(
+        &picker,
+        &format!("document.getElementById('path').value === {path} && !document.getElementById('pick').disabled"),
+        Duration::from_secs(10),
+    )
+    .expect("the typed folder is open and pickable");
+    ff.eval(&picker, "(document.getElementById('pick').click(), true)").unwrap();
+    let picked = ff.value(picking, TURN).unwrap();
+    assert_eq!((picked["ok"].clone(), picked["value"]["name"].clone()), (json!(true), json!("picked")), "{picked}");
+    let handle = picked["value"]["handle"].as_str().unwrap_or_default().to_owned();
+    assert!(handle.starts_with("wsh-"), "{picked}");
+    let written = ff
+        .eval(
+            &page,
+            &format!(
+                "demo.attempt(async () => {{ const s = await demo.pedelec.createSession({{ provider: 'scripted', \
+                 workspace: {{ handle: '{handle}' }}, autoEndOnDisconnect: false }}); \
+                 await s.sendText('/write from-firefox.txt picked in firefox'); return s.sessionId; }})"
+            ),
+        )
+        .unwrap();
+    assert_eq!(written["ok"], json!(true), "{written}");
+    assert_eq!(std::fs::read_to_string(project.join("from-firefox.txt")).unwrap(), "picked in firefox");
+
     let asset = ff
         .eval(
             &page,

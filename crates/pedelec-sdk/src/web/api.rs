@@ -96,6 +96,8 @@ fn session_options(options: &JsValue) -> Result<SessionOptions<String>, JsValue>
     tools.extend(tool_specs(&get(options, "tools"))?);
     out.tools = tools;
     out.workspace_path = get_string(&get(options, "workspace"), "path").map(Into::into);
+    // A folder the user picked (`pickWorkspace()`): Core resolves the handle.
+    out.workspace_handle = get_string(&get(options, "workspace"), "handle");
     if let Some(auto) = get(options, "autoEndOnDisconnect").as_bool() {
         out.auto_end_on_disconnect = auto;
     }
@@ -255,6 +257,21 @@ impl JsPedelec {
             set(&o, "origin", if status.installed { status.origin } else { page_origin() });
             set(&o, "appConnected", status.app_connected);
             set(&o, "pending", status.pending);
+            Ok(o.into())
+        }))
+    }
+
+    /// `pickWorkspace()` → `{ handle, name }`: the user picks a folder in the
+    /// extension's picker; Core grants it to this origin. Rejects with
+    /// `PICK_CANCELLED` when the user closes the picker without a pick.
+    #[wasm_bindgen(js_name = pickWorkspace)]
+    pub fn pick_workspace(&self) -> Promise {
+        let link = self.link.clone();
+        future_to_promise(Local(async move {
+            let picked = link.pick_workspace().await.map_err(reject)?;
+            let o = Object::new();
+            set(&o, "handle", picked.handle);
+            set(&o, "name", picked.name);
             Ok(o.into())
         }))
     }

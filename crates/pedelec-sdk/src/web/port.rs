@@ -159,7 +159,19 @@ pub(crate) struct Link {
     /// Requests and subscriptions; a borrow never spans a call into JS.
     router: RefCell<FrameRouter<EventSender>>,
     status_waiters: RefCell<Vec<oneshot::Sender<ExtensionStatus>>>,
+    /// `pickWorkspace` calls waiting for the user's pick, by their id.
+    pick_waiters: RefCell<std::collections::HashMap<u32, oneshot::Sender<Result<PickedWorkspace, PedelecError>>>>,
+    next_pick: Cell<u32>,
     assembler: RefCell<ChunkAssembler>,
+}
+
+/// The folder the user picked for this page (`{ type: "picked", ... }`).
+#[derive(Debug, Clone, PartialEq, Default)]
+pub struct PickedWorkspace {
+    /// The opaque workspace handle (`createSession({ workspace: { handle } })`).
+    pub handle: String,
+    /// The folder's name: all the page learns of where it is.
+    pub name: String,
 }
 
 fn detached(message: &str) -> PedelecError {
@@ -191,6 +203,8 @@ impl Link {
             heard: Cell::new(false),
             router: RefCell::new(FrameRouter::new()),
             status_waiters: RefCell::default(),
+            pick_waiters: RefCell::default(),
+            next_pick: Cell::new(0),
             assembler: RefCell::new(ChunkAssembler::new(limits::NATIVE_BROWSER_TO_HOST_MAX)),
         })
     }
@@ -305,6 +319,24 @@ impl Link {
                     let _ = waiter.send(status.clone());
                 }
             }
+            Some("picked") => {
+                let id = js::get(message, "id").as_f64().unwrap_or(-1.0);
+                let Some(waiter) = self.pick_waiters.borrow_mut().remove(&(id as u32)) else { return };
+                let error = js::get(message, "error");
+                let answer = if error.is_object() {
+                    let code = js::get_string(&error, "code").unwrap_or_default();
+                    let code = ErrorCode::parse(&code).unwrap_or(ErrorCode::PickCancelled);
+                    let mut e = PedelecError::new(code, js::get_string(&error, "message").unwrap_or_default());
+                    e.details = js::get_string(&error, "detailsJson").and_then(|d| serde_json::from_str(&d).ok());
+                    Err(e)
+                } else {
+                    Ok(PickedWorkspace {
+                        handle: js::get_string(message, "handle").unwrap_or_default(),
+                        name: js::get_string(message, "name").unwrap_or_default(),
+                    })
+                };
+                let _ = waiter.send(answer);
+            }
             // Revocation: the extension has ended this origin's sessions and
             // closes the port next, so Core's `Ended` may not get through.
             // Each subscription ends here as ended (not detached), and none
@@ -337,6 +369,9 @@ impl Link {
         });
         for waiter in self.status_waiters.borrow_mut().drain(..) {
             let _ = waiter.send(ExtensionStatus::default());
+        }
+        for (_, waiter) in self.pick_waiters.borrow_mut().drain() {
+            let _ = waiter.send(Err(detached("the port to the extension closed before a folder was picked")));
         }
         if self.router.borrow().has_subscriptions() {
             let link = self.clone();
@@ -412,6 +447,25 @@ impl Link {
             item
         });
         Ok(Box::pin(futures::stream::once(async move { Ok(snapshot) }).chain(live)) as EventStream)
+    }
+
+    /// Asks the extension to let the user pick a folder for this page
+    /// (approving the origin first if need be); waits as long as the user
+    /// takes (the extension gives up after 10 minutes: `PICK_CANCELLED`).
+    pub(crate) async fn pick_workspace(self: Rc<Self>) -> Result<PickedWorkspace, PedelecError> {
+        self.ensure_connected()?;
+        let id = self.next_pick.get().wrapping_add(1);
+        self.next_pick.set(id);
+        let (tx, rx) = oneshot::channel();
+        self.pick_waiters.borrow_mut().insert(id, tx);
+        let message = Object::new();
+        js::set(&message, "type", "pickWorkspace");
+        js::set(&message, "id", id);
+        if let Err(error) = self.post(&message.into()) {
+            self.pick_waiters.borrow_mut().remove(&id);
+            return Err(error);
+        }
+        rx.await.unwrap_or_else(|_| Err(detached("the port to the extension closed before a folder was picked")))
     }
 
     /// Asks the extension about this page without ever prompting.

@@ -16,7 +16,7 @@ fn code(status: tonic::Status) -> String {
 fn create(tools: Vec<pb::ToolDefinition>, workspace: &str) -> pb::CreateSessionRequest {
     pb::CreateSessionRequest {
         skills: Some(pb::Skills { guidance: String::new(), tools }),
-        workspace: Some(pb::WorkspaceSpec { path: workspace.into() }),
+        workspace: Some(pb::WorkspaceSpec { path: workspace.into(), ..Default::default() }),
         caller_origin: ORIGIN.into(),
         ..Default::default()
     }

@@ -14,6 +14,7 @@ mod changes;
 mod consent;
 mod daemon;
 mod durability;
+mod folder_picker;
 mod fork;
 mod history;
 mod interop;
@@ -179,8 +180,13 @@ impl Harness {
         if origin.starts_with("http") {
             self.approve(origin, &[]).await;
         }
+        Pedelec::with_transport(self.transport().await, origin)
+    }
+
+    /// A transport to Core over this harness's `via`, for raw calls.
+    pub async fn transport(&self) -> Arc<dyn pedelec_sdk::transport::Transport> {
         match self.via {
-            Via::Grpc => Pedelec::connect(self.socket(), origin).await.expect("connect"),
+            Via::Grpc => Arc::new(pedelec_sdk::grpc::GrpcTransport::connect(self.socket()).await.expect("connect")),
             Via::Native => {
                 let socket = self.socket().display().to_string();
                 let transport = NativeMessagingTransport::spawn(
@@ -189,7 +195,7 @@ impl Harness {
                     &[("PEDELEC_CORE_SOCKET", &socket), ("PEDELEC_ALLOWED_EXTENSIONS", EXTENSION_ID)],
                 )
                 .expect("the native host starts");
-                Pedelec::with_transport(Arc::new(transport), origin)
+                Arc::new(transport)
             }
         }
     }
@@ -199,7 +205,11 @@ impl Harness {
     pub async fn approve(&self, origin: &str, folders: &[&std::path::Path]) -> pb::OriginConsent {
         let folders = folders
             .iter()
-            .map(|f| pb::FolderGrant { path: f.display().to_string(), may_approve_commands: false })
+            .map(|f| pb::FolderGrant {
+                path: f.display().to_string(),
+                may_approve_commands: false,
+                ..Default::default()
+            })
             .collect();
         let consent = pb::OriginConsent { origin: origin.into(), approved: true, folders, ..Default::default() };
         self.set_consent(consent).await

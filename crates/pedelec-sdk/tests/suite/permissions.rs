@@ -223,7 +223,8 @@ async fn a_page_cannot_approve_its_agents_commands_only_the_user_can(via: Via) {
     assert_eq!(*asked.lock().unwrap(), 1, "the page was not asked about a path outside");
 
     // Where the user let the site approve commands, the page answers.
-    let grant = pb::FolderGrant { path: trusted.display().to_string(), may_approve_commands: true };
+    let grant =
+        pb::FolderGrant { path: trusted.display().to_string(), may_approve_commands: true, ..Default::default() };
     h.set_consent(pb::OriginConsent {
         origin: SITE.into(),
         approved: true,

@@ -14,7 +14,7 @@ const SITE: &str = "https://approved.example";
 
 fn create(origin: &str, path: &Path) -> pb::CreateSessionRequest {
     pb::CreateSessionRequest {
-        workspace: Some(pb::WorkspaceSpec { path: path.display().to_string() }),
+        workspace: Some(pb::WorkspaceSpec { path: path.display().to_string(), ..Default::default() }),
         caller_origin: origin.into(),
         auto_end_on_disconnect: Some(false),
         ..Default::default()
@@ -103,7 +103,7 @@ async fn consent_lives_in_core_and_only_the_owner_changes_it() {
     let forged = pb::OriginConsent {
         origin: SITE.into(),
         approved: true,
-        folders: vec![pb::FolderGrant { path: "/".into(), may_approve_commands: true }],
+        folders: vec![pb::FolderGrant { path: "/".into(), may_approve_commands: true, ..Default::default() }],
         ..Default::default()
     };
     for caller in [SITE, "http://localhost:8080", ""] {

@@ -111,15 +111,29 @@ function paintStatusSoon() {
   statusTimer = setTimeout(() => requestAnimationFrame(paintStatus), wait);
 }
 
+/** The folder picked with "Pick folder": `{ handle, name }`, or null. */
+let picked = null;
+
+/** The user picks a folder in the extension; the next session opens there. */
+async function pickFolder() {
+  picked = await pedelec.pickWorkspace();
+  $("folder").value = "";
+  $("picked").textContent = `Picked: ${picked.name}`;
+  return picked;
+}
+
 async function start(options = {}) {
   // A folder of the user's instead of a managed workspace: the extension asks
   // the user to grant it to this origin, and Core checks it (SECURITY.md).
+  // Or one picked in the extension's folder picker: only its opaque handle
+  // and name are known here, never where it is.
   const folder = $("folder").value.trim();
+  const workspace = folder ? { path: folder } : picked ? { handle: picked.handle } : null;
   session = await pedelec.createSession({
     provider: "scripted",
     permissions: "app",
     skills: { guidance: "You are the Pedelec demo agent.", tools },
-    ...(folder ? { workspace: { path: folder } } : {}),
+    ...(workspace ? { workspace } : {}),
     ...options,
   });
   listen(session);
@@ -312,6 +326,9 @@ async function attempt(action) {
 }
 
 $("start").addEventListener("click", () => attempt(start));
+$("pick-folder").addEventListener("click", () =>
+  attempt(pickFolder).then((r) => r.ok || log(`${r.code}: ${r.message}`, "error")),
+);
 $("composer").addEventListener("submit", (e) => {
   e.preventDefault();
   const text = $("text").value;
@@ -368,6 +385,7 @@ window.demo = {
   pedelec,
   state,
   attempt,
+  pickFolder,
   start,
   send,
   sendTyped,

@@ -11,6 +11,7 @@ import init, {
   type PedelecSession,
   type PedelecSessionStatus,
   type PermissionRequest,
+  type PickedWorkspace,
   type SessionSummary,
   type ToolDefinition,
 } from "pedelec";
@@ -56,6 +57,9 @@ export async function everyMethod(file: File): Promise<void> {
   const settings = await pedelec.getSettings();
   const approval = await pedelec.getApprovalStatus();
   const availability = await pedelec.checkAvailability();
+  const picked: PickedWorkspace = await pedelec.pickWorkspace();
+  const inPicked = await pedelec.createSession({ workspace: { handle: picked.handle } });
+  console.log(picked.name, inPicked.sessionId);
   console.log(sessions.length, providers[0]?.available, settings.defaultProvider, approval.approved, availability.reason);
 
   const fields: [string, string, number, number | undefined] = [
