@@ -871,7 +871,10 @@ async fn edges(rig: Rig, server: &ModelServer) {
 /// backoff and tells the client nothing, so for it only Core's turn timeout
 /// (10 s here) ends the turn (`providerCode` `PROVIDER_TIMEOUT`).
 async fn model_refusal_fails_the_turn(rig: Rig, _server: &ModelServer) {
-    let settings = format!("turn_timeout_secs = 10\n{}", rig.settings);
+    // Short, so an agent that retries the refusal for ever (opencode) is
+    // settled by Core; yet long enough for the next turn's cold start of
+    // that agent on a loaded 2-core machine (10 s was cut once there).
+    let settings = format!("turn_timeout_secs = 15\n{}", rig.settings);
     let h = AgentHarness::start(&settings);
     let client = h.client().await;
     let session = client.create_session(SessionOptions { ..rig.options() }).await.unwrap();
