@@ -380,7 +380,7 @@ pub const MAX_WORKSPACE_PATH_BYTES: usize = 4096;
 /// use pedelec_protocol::limits::MAX_WORKSPACE_GRANTS;
 /// use pedelec_protocol::pb::{FolderGrant, OriginConsent};
 ///
-/// let folder = FolderGrant { path: "/home/ada/site".into(), may_approve_commands: false };
+/// let folder = FolderGrant { path: "/home/ada/site".into(), may_approve_commands: false, ..Default::default() };
 /// let consent = OriginConsent { origin: "https://ada.example".into(), approved: true, folders: vec![folder], ..Default::default() };
 /// assert!(consent.folders.len() <= MAX_WORKSPACE_GRANTS);
 /// ```

@@ -863,7 +863,7 @@ impl SessionMachine {
     /// let failed = pb::Error::new(pedelec_sdk::ErrorCode::CoreRestarted, "Core restarted");
     /// let snapshot = pb::Snapshot {
     ///     status: pb::SessionStatus::Idle as i32,
-    ///     recent_outcomes: vec![pb::OperationOutcome { operation_id: "op-1".into(), kind: 2, error: Some(failed) }],
+    ///     recent_outcomes: vec![pb::OperationOutcome { operation_id: "op-1".into(), kind: 2, error: Some(failed), ..Default::default() }],
     ///     ..Default::default()
     /// };
     /// machine.on_event(&event("s", 9, "", Kind::Snapshot(snapshot)), 0, no_handlers);
