@@ -59,6 +59,9 @@ enum Task {
         #[arg(long, default_value_t = 400)]
         calls: u32,
     },
+    /// A PNG of each view of the control center (docs/screenshots/), made from the real pages in headless
+    /// Chromium against a real Core given a few sites' sessions.
+    Screenshots,
     /// The conformance matrix: install the pinned real agents (agents/package.json) into target/agents and run them
     /// through Core and the SDK against the test model server; prints each agent's figures.
     Agents,
@@ -87,6 +90,7 @@ fn main() -> Result<()> {
         Task::Web => web::build().map(|_| ()),
         Task::WebBench { calls } => web::bench(calls),
         Task::Agents => agents_matrix(),
+        Task::Screenshots => web::screenshots(),
         Task::Install { extension_id, browser } => install(&extension_id, &browser),
     }
 }

@@ -223,6 +223,13 @@ pub fn bench(calls: u32) -> Result<()> {
     cargo(&["run", "--release", "--quiet", "-p", "pedelec-web-e2e", "--bin", "web-bench", "--", &calls.to_string()])
 }
 
+/// `cargo xtask screenshots`: the extension's pages need Core and the native
+/// host (dev builds), and Chromium.
+pub fn screenshots() -> Result<()> {
+    cargo(&["build", "--quiet", "-p", "pedelec-core", "-p", "pedelec-native-host", "--bins"])?;
+    cargo(&["run", "--quiet", "-p", "pedelec-web-e2e", "--bin", "screenshots"])
+}
+
 /// Mozilla's `web-ext lint` (pinned by `xtask/npm/web-ext`'s lock, `npm ci`
 /// into `target/web-ext`) over `extension/`: the manifest and scripts as
 /// Firefox reads them. Any error fails, and so does any warning but the one
