@@ -22,6 +22,8 @@
 //!   deltas (a batching figure that does not depend on the machine's speed);
 //! - page memory (V8 heap after a collection, plus the SDK's wasm memory)
 //!   before the first delta turn and after the last;
+//! - the control center's first listing of 1 000 live sessions (its first
+//!   page of rows), in ms from navigation (median of three opens);
 //! - a page that is slow but live (its handler blocks 50 ms per 1 000
 //!   deltas): how many deltas of a 100 000-delta turn it still receives.
 //!
@@ -39,6 +41,8 @@ use pedelec_web_e2e::{E2eError, EXTENSION_ID, Rig, parse_round_trip, web_dir};
 use serde_json::{Value, json};
 
 const ROUNDS: usize = 3;
+/// Live sessions the control center lists for its first-paint figure.
+const CONTROL_SESSIONS: usize = 1000;
 const DELTAS: u64 = 100_000;
 /// A round's tool calls and floor requests are measured in this many
 /// alternating chunks.
@@ -192,6 +196,13 @@ fn main() -> Result<(), E2eError> {
         slow["blocked"],
         slow["ms"].as_f64().unwrap_or(f64::NAN) / 1000.0
     );
+    let listed = control_center_first_listing(&rig)?;
+    println!(
+        "  control center, first listing of {CONTROL_SESSIONS} live sessions (page 1 of 50 rows): {:.0} ms after navigation \
+         (target < 200 ms; median of {ROUNDS} opens: {})",
+        median(listed.clone()),
+        listed.iter().map(|ms| format!("{ms:.0}")).collect::<Vec<_>>().join(" / ")
+    );
     for (i, r) in rounds.iter().enumerate() {
         println!(
             "  round {}: tool p50 {:.0} µs, floor p50 {:.0} µs, paired ratio {:.2}×, {:.0} deltas/s, {:.1} messages per 1 000 deltas",
@@ -328,4 +339,47 @@ fn page_memory(rig: &Rig, page: &Page<'_>) -> Result<(f64, f64), E2eError> {
     let heap = rig.browser.call("Runtime.getHeapUsage", json!({}), Some(&page.session))?;
     let wasm = page.eval("demo.wasmMemoryBytes()")?;
     Ok((heap["usedSize"].as_f64().unwrap_or(f64::NAN), wasm.as_f64().unwrap_or(f64::NAN)))
+}
+
+/// The control center's first listing with [`CONTROL_SESSIONS`] live
+/// sessions in Core: ms from the page's navigation to its
+/// `pedelec-sessions-listed` mark (the first page of rows rendered), for
+/// each of [`ROUNDS`] fresh opens.
+fn control_center_first_listing(rig: &Rig) -> Result<Vec<f64>, E2eError> {
+    use pedelec_sdk::grpc::GrpcTransport;
+    use pedelec_sdk::transport::{Call, Transport};
+    let runtime = tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()
+        .map_err(|e| E2eError::Setup(format!("a runtime: {e}")))?;
+    let core = runtime.block_on(GrpcTransport::connect(rig.socket())).map_err(|e| E2eError::Setup(e.to_string()))?;
+    let created = runtime.block_on(async {
+        let mut calls = tokio::task::JoinSet::new();
+        for _ in 0..CONTROL_SESSIONS {
+            // A local app's origin: the per-site quota is for web origins.
+            let request = pedelec_protocol::pb::CreateSessionRequest {
+                caller_origin: "app:pedelec-web-bench".into(),
+                auto_end_on_disconnect: Some(false),
+                ..Default::default()
+            };
+            let core = core.clone();
+            calls.spawn(async move { core.call(Call::CreateSession(request)).await });
+        }
+        calls.join_all().await
+    });
+    if let Some(Err(error)) = created.into_iter().find(Result::is_err) {
+        return Err(E2eError::Setup(format!("creating the sessions: {}", error.message)));
+    }
+    let url = format!("chrome-extension://{EXTENSION_ID}/control.html");
+    let mut listed = Vec::with_capacity(ROUNDS);
+    for _ in 0..ROUNDS {
+        let control = Page::open(&rig.browser, &url)?;
+        control.wait_until("document.querySelectorAll('#sessions tbody tr').length === 50", Duration::from_secs(30))?;
+        control
+            .wait_until("performance.getEntriesByName('pedelec-sessions-listed').length > 0", Duration::from_secs(5))?;
+        let at = control.eval("performance.getEntriesByName('pedelec-sessions-listed')[0].startTime")?;
+        listed.push(at.as_f64().unwrap_or(f64::NAN));
+        control.close()?;
+    }
+    Ok(listed)
 }
