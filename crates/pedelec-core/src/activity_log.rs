@@ -100,17 +100,19 @@ pub fn kind_name(kind: pb::ActivityLogKind) -> &'static str {
     }
 }
 
+/// Every kind an entry may have (not `Unspecified`).
+const KINDS: [pb::ActivityLogKind; 7] = [
+    pb::ActivityLogKind::SessionStarted,
+    pb::ActivityLogKind::SessionEnded,
+    pb::ActivityLogKind::CommandRun,
+    pb::ActivityLogKind::FileEdited,
+    pb::ActivityLogKind::ToolCalled,
+    pb::ActivityLogKind::PermissionAnswered,
+    pb::ActivityLogKind::SessionResumed,
+];
+
 /// The kind a stored spelling names (unspecified for one a newer Core wrote).
 pub fn parse_kind(stored: &str) -> pb::ActivityLogKind {
-    const KINDS: [pb::ActivityLogKind; 7] = [
-        pb::ActivityLogKind::SessionStarted,
-        pb::ActivityLogKind::SessionEnded,
-        pb::ActivityLogKind::CommandRun,
-        pb::ActivityLogKind::FileEdited,
-        pb::ActivityLogKind::ToolCalled,
-        pb::ActivityLogKind::PermissionAnswered,
-        pb::ActivityLogKind::SessionResumed,
-    ];
     KINDS.into_iter().find(|k| kind_name(*k) == stored).unwrap_or(pb::ActivityLogKind::Unspecified)
 }
 
@@ -522,15 +524,7 @@ mod tests {
 
     #[test]
     fn every_kind_reads_back_as_stored() {
-        for kind in [
-            pb::ActivityLogKind::SessionStarted,
-            pb::ActivityLogKind::SessionEnded,
-            pb::ActivityLogKind::CommandRun,
-            pb::ActivityLogKind::FileEdited,
-            pb::ActivityLogKind::ToolCalled,
-            pb::ActivityLogKind::PermissionAnswered,
-            pb::ActivityLogKind::SessionResumed,
-        ] {
+        for kind in KINDS {
             assert_eq!(parse_kind(kind_name(kind)), kind);
         }
         assert_eq!(parse_kind("from_a_newer_core"), pb::ActivityLogKind::Unspecified);

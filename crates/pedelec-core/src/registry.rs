@@ -505,18 +505,35 @@ impl Registry {
                 fork_of: None,
             },
         );
+        self.register(session, skills_json, admission).await?;
+        tracing::info!(session = %id, provider = %info.provider, "session created");
+        Ok(info)
+    }
+
+    /// Stores a new session (created or forked) durably with Core's copy of
+    /// its skills, logs its start for the user, and makes it live. A
+    /// session that cannot be stored leaves no managed workspace behind.
+    async fn register(
+        &self,
+        session: Arc<Session>,
+        skills_json: String,
+        admission: Option<Admission<'_>>,
+    ) -> CoreResult<()> {
         let mut record = session.initial_record();
         record.skills_json = Some(skills_json);
-        self.shared.store.save_durably(record).await?;
-        tracing::info!(session = %id, provider = %info.provider, "session created");
+        if let Err(error) = self.shared.store.save_durably(record).await {
+            session.workspace.remove_if_managed();
+            return Err(error);
+        }
         let workspace = session.workspace.root.display().to_string();
-        self.shared.store.append_activity(crate::activity_log::session_started(&session.origin, &info, &workspace));
+        let started = crate::activity_log::session_started(&session.origin, &session.info, &workspace);
+        self.shared.store.append_activity(started);
         session.read_workspace_ahead();
         match admission {
             Some(admission) => admission.settle(|| self.insert(session)),
             None => self.insert(session),
         }
-        Ok(info)
+        Ok(())
     }
 
     /// A new session's workspace as `spec` asks for it (a managed one when
@@ -670,20 +687,8 @@ impl Registry {
                 fork_of: point.provider_session_id,
             },
         );
-        let mut record = session.initial_record();
-        record.skills_json = Some(skills_json);
-        if let Err(error) = self.shared.store.save_durably(record).await {
-            session.workspace.remove_if_managed();
-            return Err(error);
-        }
+        self.register(session, skills_json, admission).await?;
         tracing::info!(session = %id, parent = %parent.id, provider = %info.provider, "session forked");
-        let workspace = session.workspace.root.display().to_string();
-        self.shared.store.append_activity(crate::activity_log::session_started(&session.origin, &info, &workspace));
-        session.read_workspace_ahead();
-        match admission {
-            Some(admission) => admission.settle(|| self.insert(session)),
-            None => self.insert(session),
-        }
         Ok(info)
     }
 

@@ -144,6 +144,19 @@ fn attempt(page: &Page<'_>, body: &str) -> Value {
     page.eval_for(&format!("demo.attempt(async () => {{ {body} }})"), TURN).expect("the page evaluates")
 }
 
+/// The extension's service worker, for what only it sees (its message
+/// counts, its notifications).
+fn attach_worker(rig: &Rig) -> Page<'_> {
+    let worker_url = format!("chrome-extension://{EXTENSION_ID}/background.js");
+    let worker = rig
+        .browser
+        .wait_for_target("the service worker", |t| {
+            t["type"] == json!("service_worker") && t["url"].as_str() == Some(worker_url.as_str())
+        })
+        .unwrap();
+    Page::attach(&rig.browser, worker["targetId"].as_str().unwrap()).expect("attach to the worker")
+}
+
 fn ok_value(result: Value) -> Value {
     assert_eq!(result["ok"], json!(true), "the page action failed: {result}");
     result["value"].clone()
@@ -529,14 +542,7 @@ fn browser_end_to_end() {
 
     // Events ready together travel as batches, and a batch changes nothing
     // the page sees: every delta once and in order, one onChat per message.
-    let worker_url = format!("chrome-extension://{EXTENSION_ID}/background.js");
-    let worker = rig
-        .browser
-        .wait_for_target("the service worker", |t| {
-            t["type"] == json!("service_worker") && t["url"].as_str() == Some(worker_url.as_str())
-        })
-        .unwrap();
-    let worker = Page::attach(&rig.browser, worker["targetId"].as_str().unwrap()).expect("attach to the worker");
+    let worker = attach_worker(&rig);
     let messages_before = worker.eval("pedelecStats.hostMessages").unwrap().as_u64().unwrap();
     let streamed = ok_value(attempt(
         &page,
@@ -1274,14 +1280,7 @@ fn the_control_center_follows_cancels_and_stops_two_sites_sessions() {
         std::thread::sleep(Duration::from_millis(50));
     }
     // And a system notification names the site and the command.
-    let worker_url = format!("chrome-extension://{EXTENSION_ID}/background.js");
-    let worker = rig
-        .browser
-        .wait_for_target("the service worker", |t| {
-            t["type"] == json!("service_worker") && t["url"].as_str() == Some(worker_url.as_str())
-        })
-        .unwrap();
-    let worker = Page::attach(&rig.browser, worker["targetId"].as_str().unwrap()).expect("attach to the worker");
+    let worker = attach_worker(&rig);
     let notices = "chrome.notifications.getAll().then((all) => Object.keys(all))";
     // Created beside the tab, each on its own time: wait for it.
     let deadline = Instant::now() + Duration::from_secs(10);

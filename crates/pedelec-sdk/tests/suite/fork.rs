@@ -2,8 +2,8 @@
 //! in a copy of its managed workspace or the same folder, answering with the
 //! same handlers, and going on independently of it; refusals create nothing.
 
-use pedelec_protocol::pb::{self, history_entry::Kind};
-use pedelec_sdk::{HistoryQuery, Pedelec, PedelecSession, SessionOptions, SessionStatus};
+use pedelec_protocol::pb;
+use pedelec_sdk::{Pedelec, SessionOptions, SessionStatus};
 
 use super::{Harness, ORIGIN, Via};
 
@@ -14,17 +14,6 @@ async fn listed(client: &Pedelec, session_id: &str) -> pb::SessionInfo {
         .into_iter()
         .find_map(|s| s.session.filter(|i| i.session_id == session_id))
         .unwrap_or_else(|| panic!("{session_id} is listed"))
-}
-
-async fn user_texts(session: &PedelecSession) -> Vec<String> {
-    let history = session.history(HistoryQuery::default()).await.unwrap().entries;
-    history
-        .into_iter()
-        .filter_map(|e| match e.kind {
-            Some(Kind::UserText(t)) => Some(t.text),
-            _ => None,
-        })
-        .collect()
 }
 
 /// A fork of a session with a managed workspace: its own id and a copy of
@@ -66,8 +55,11 @@ async fn a_fork_goes_on_from_the_same_point_on_its_own(via: Via) {
 
     // Each history is its own from the fork on.
     parent.send_text("only the parent").await.unwrap();
-    assert_eq!(user_texts(&parent).await, ["/write notes.txt from the parent", "only the parent"]);
-    assert_eq!(user_texts(&fork).await, [r#"/tool update_counter {"delta": 2}"#, "/write notes.txt from the fork"]);
+    assert_eq!(super::user_texts(&parent).await, ["/write notes.txt from the parent", "only the parent"]);
+    assert_eq!(
+        super::user_texts(&fork).await,
+        [r#"/tool update_counter {"delta": 2}"#, "/write notes.txt from the fork"]
+    );
 
     // Ending one leaves the other.
     parent.end().await.unwrap();
@@ -135,20 +127,7 @@ async fn forks_are_refused_and_create_nothing(via: Via) {
     assert_eq!(code(raw.fork(request("sess-nobody", ORIGIN)).await.unwrap_err()), "THREAD_NOT_FOUND");
 
     // During a turn.
-    let running = {
-        let session = session.clone();
-        tokio::spawn(async move { session.send_text("/wait-steer 20000").await })
-    };
-    let mut in_core = false;
-    for _ in 0..500 {
-        // Core answers the running turn's changes so far once it runs it.
-        if session.changes(None).await.is_ok_and(|c| c.in_progress) {
-            in_core = true;
-            break;
-        }
-        tokio::time::sleep(std::time::Duration::from_millis(10)).await;
-    }
-    assert!(in_core, "the turn runs in Core");
+    let running = super::a_turn_waiting_for_steer(&session).await;
     assert_eq!(session.fork().await.unwrap_err().code, "SESSION_BUSY");
     session.steer("go on").await.unwrap();
     running.await.unwrap().unwrap();
@@ -156,6 +135,38 @@ async fn forks_are_refused_and_create_nothing(via: Via) {
     session.end().await.unwrap();
     assert_eq!(session.fork().await.unwrap_err().code, "SESSION_ENDED");
     assert_eq!(count().await, before, "no refused fork made a session");
+}
+
+/// A fork is a new session as far as consent goes: once the user withdrew
+/// the folder, a fork of a session there is refused like a new session in
+/// it, and nothing is made.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_fork_cannot_outlive_a_withdrawn_folder_grant() {
+    const SITE: &str = "https://fork.example";
+    let h = Harness::start();
+    let area = tempfile::tempdir().unwrap();
+    let project = area.path().join("project");
+    std::fs::create_dir_all(&project).unwrap();
+    let project = project.canonicalize().unwrap();
+    // (client_for approves the origin with no folder: grant after it.)
+    let site = h.client_for(SITE).await;
+    h.approve(SITE, &[&project]).await;
+    let session = site
+        .create_session::<String>(SessionOptions {
+            workspace_path: Some(project.clone()),
+            auto_end_on_disconnect: false,
+            ..Default::default()
+        })
+        .await
+        .unwrap();
+    let count = || async { site.list_sessions().await.unwrap().len() };
+    let before = count().await;
+    h.approve(SITE, &[]).await;
+    let error = session.fork().await.expect_err("the folder is no longer granted");
+    assert_eq!(error.code, "WORKSPACE_NOT_ALLOWED", "{error:?}");
+    assert_eq!(count().await, before, "no fork was made");
+    h.approve(SITE, &[&project]).await;
+    session.fork().await.expect("granted again, the fork is made");
 }
 
 super::over_both_transports!(

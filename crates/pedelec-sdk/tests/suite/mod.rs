@@ -243,6 +243,37 @@ pub async fn kept_session(client: &Pedelec) -> PedelecSession {
     client.create_session(SessionOptions { auto_end_on_disconnect: false, ..Default::default() }).await.expect("create")
 }
 
+/// The user's texts in `session`'s history, oldest first.
+pub async fn user_texts(session: &PedelecSession) -> Vec<String> {
+    let history = session.history(pedelec_sdk::HistoryQuery::default()).await.expect("history").entries;
+    history
+        .into_iter()
+        .filter_map(|e| match e.kind {
+            Some(pb::history_entry::Kind::UserText(t)) => Some(t.text),
+            _ => None,
+        })
+        .collect()
+}
+
+/// Starts a scripted turn that waits up to 20 s for steered text, and
+/// returns once Core runs it: the handle says running as soon as it sends,
+/// Core answers the turn's changes so far only once the turn runs.
+pub async fn a_turn_waiting_for_steer(
+    session: &PedelecSession,
+) -> tokio::task::JoinHandle<Result<(), pedelec_sdk::PedelecError>> {
+    let running = {
+        let session = session.clone();
+        tokio::spawn(async move { session.send_text("/wait-steer 20000").await })
+    };
+    for _ in 0..500 {
+        if session.changes(None).await.is_ok_and(|c| c.in_progress) {
+            return running;
+        }
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    panic!("the turn never ran in Core");
+}
+
 /// A session with the `update_counter` tool (inline handler) on the scripted provider.
 pub async fn counter_session(client: &Pedelec) -> (PedelecSession, Arc<Mutex<i64>>) {
     let counter = Arc::new(Mutex::new(0));

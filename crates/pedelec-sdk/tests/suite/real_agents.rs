@@ -1027,15 +1027,7 @@ async fn steer_during_a_turn(rig: Rig, server: &ModelServer) {
     if rig.steers {
         steered.unwrap_or_else(|e| panic!("{}: steer: {e:?}", rig.provider));
         assert!(seen, "{}: a model request of the turn carries the steered text: {texts:?}", rig.provider);
-        let history = session.history(pedelec_sdk::HistoryQuery::default()).await.unwrap().entries;
-        let users: Vec<String> = history
-            .into_iter()
-            .filter_map(|e| match e.kind {
-                Some(pedelec_protocol::pb::history_entry::Kind::UserText(t)) => Some(t.text),
-                _ => None,
-            })
-            .collect();
-        assert_eq!(users, ["call hold {}", STEERED], "{}", rig.provider);
+        assert_eq!(super::user_texts(&session).await, ["call hold {}", STEERED], "{}", rig.provider);
     } else {
         let error = steered.expect_err("an agent that cannot be steered refuses");
         assert_eq!(error.code, "STEER_UNSUPPORTED", "{}: {error:?}", rig.provider);
@@ -1397,15 +1389,12 @@ fn command_line(pid: u32) -> String {
         .unwrap_or_default()
 }
 
-/// `codex app-server` killed (SIGKILL) while its turn waits on a frontend
-/// tool: the awaited turn fails promptly with `PROVIDER_CRASHED`, the
-/// session stays usable, and the next turn starts codex again and resumes
-/// its thread.
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn codex_app_server_killed_mid_turn() {
-    let Some(program) = agent("codex") else { return };
-    let server = ModelServer::start(standard_script()).await.unwrap();
-    let rig = Rig::codex(&program, &server);
+/// `kill -9` of a session's persistent agent process (the processes under
+/// Core whose command line holds `marker`) while its turn waits on a
+/// frontend tool: the awaited turn fails promptly with `PROVIDER_CRASHED`,
+/// the session stays usable, the next turn starts the agent again and
+/// resumes the conversation, and the killed processes are reaped.
+async fn killed_mid_turn(rig: Rig, server: &ModelServer, marker: &str, one_process: bool) {
     let h = AgentHarness::start(&rig.settings);
     let client = h.client().await;
     let core_pid = h.core.pid().expect("Core runs");
@@ -1417,64 +1406,19 @@ async fn codex_app_server_killed_mid_turn() {
     let stalled = session.clone();
     let turn = tokio::spawn(async move { stalled.send_text("call stall {}").await });
     waits_for_tool(&session).await;
-    let codex: Vec<u32> =
-        descendants(core_pid).into_iter().filter(|pid| command_line(*pid).contains("app-server")).collect();
-    assert!(!codex.is_empty(), "codex app-server runs under Core");
+    let agent: Vec<u32> = descendants(core_pid).into_iter().filter(|pid| command_line(*pid).contains(marker)).collect();
+    assert!(!agent.is_empty(), "{}: the agent runs under Core", rig.provider);
+    if one_process {
+        assert_eq!(agent.len(), 1, "{}: one process serves the session's turns", rig.provider);
+    }
     let killed = Instant::now();
-    for pid in &codex {
+    for pid in &agent {
         let _ = std::process::Command::new("kill").args(["-KILL", &pid.to_string()]).status();
     }
     let settled = tokio::time::timeout(Duration::from_secs(10), turn).await.expect("the turn settles");
     let error = settled.unwrap().expect_err("the turn fails");
     let to_failure = killed.elapsed();
-    eprintln!("PEDELEC_AGENT_CRASH codex: kill -9 → failed turn {} ms", to_failure.as_millis());
-    assert_eq!(error.code, "SEND_TEXT_FAILED", "{error:?}");
-    let provider_code = error.details.as_ref().and_then(|d| d["providerCode"].as_str()).unwrap_or_default();
-    assert_eq!(provider_code, "PROVIDER_CRASHED", "{error:?}");
-    assert!(to_failure < Duration::from_secs(5), "promptly: {to_failure:?}");
-    assert_eq!(session.get_status(), pedelec_sdk::SessionStatus::Idle, "the session stays usable");
-
-    let before = server.generations().len();
-    session.send_text("after the crash").await.unwrap_or_else(|e| panic!("the turn after the crash: {e:?}"));
-    let texts: Vec<String> =
-        generations_since(&server, before).iter().flat_map(|r| r.request.history()).map(|(_, _, t)| t).collect();
-    assert!(texts.iter().any(|t| t.contains("osprey")), "the restarted codex resumed the thread: {texts:?}");
-    assert!(
-        survivors_after_a_while(&codex).await.is_empty(),
-        "the killed processes are gone (reaped by the runtime that replaced them)"
-    );
-    session.end().await.unwrap();
-}
-
-/// `kill -9` of the session's persistent claude CLI while a turn waits on a
-/// frontend tool: the turn fails promptly with `PROVIDER_CRASHED`, the
-/// session stays usable, and the next turn starts a new CLI that resumes
-/// the conversation.
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn claude_cli_killed_mid_turn() {
-    let Some(program) = agent("claude") else { return };
-    let server = ModelServer::start(standard_script()).await.unwrap();
-    let rig = Rig::claude(&program, &server);
-    let h = AgentHarness::start(&rig.settings);
-    let client = h.client().await;
-    let core_pid = h.core.pid().expect("Core runs");
-    let session = client
-        .create_session(SessionOptions { tools: vec![stalling_tool()], auto_end_on_disconnect: false, ..rig.options() })
-        .await
-        .unwrap();
-    session.send_text("remember the word osprey").await.unwrap();
-    let stalled = session.clone();
-    let turn = tokio::spawn(async move { stalled.send_text("call stall {}").await });
-    waits_for_tool(&session).await;
-    let claude: Vec<u32> =
-        descendants(core_pid).into_iter().filter(|pid| command_line(*pid).contains("--input-format")).collect();
-    assert_eq!(claude.len(), 1, "one claude CLI serves the session's turns");
-    let killed = Instant::now();
-    let _ = std::process::Command::new("kill").args(["-KILL", &claude[0].to_string()]).status();
-    let settled = tokio::time::timeout(Duration::from_secs(10), turn).await.expect("the turn settles");
-    let error = settled.unwrap().expect_err("the turn fails");
-    let to_failure = killed.elapsed();
-    eprintln!("PEDELEC_AGENT_CRASH claude: kill -9 → failed turn {} ms", to_failure.as_millis());
+    eprintln!("PEDELEC_AGENT_CRASH {}: kill -9 → failed turn {} ms", rig.provider, to_failure.as_millis());
     let provider_code = error.details.as_ref().and_then(|d| d["providerCode"].as_str()).unwrap_or_default();
     assert_eq!((error.code.as_str(), provider_code), ("SEND_TEXT_FAILED", "PROVIDER_CRASHED"), "{error:?}");
     assert!(to_failure < Duration::from_secs(5), "promptly: {to_failure:?}");
@@ -1483,9 +1427,29 @@ async fn claude_cli_killed_mid_turn() {
     let before = server.generations().len();
     session.send_text("after the crash").await.unwrap_or_else(|e| panic!("the turn after the crash: {e:?}"));
     let texts: Vec<String> =
-        generations_since(&server, before).iter().flat_map(|r| r.request.history()).map(|(_, _, t)| t).collect();
-    assert!(texts.iter().any(|t| t.contains("osprey")), "the new CLI resumed the conversation: {texts:?}");
+        generations_since(server, before).iter().flat_map(|r| r.request.history()).map(|(_, _, t)| t).collect();
+    assert!(texts.iter().any(|t| t.contains("osprey")), "{}: the conversation resumed: {texts:?}", rig.provider);
+    assert!(
+        survivors_after_a_while(&agent).await.is_empty(),
+        "the killed processes are gone (reaped by the runtime that replaced them)"
+    );
     session.end().await.unwrap();
+}
+
+/// `codex app-server` (its node shim and binary) killed mid-turn.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn codex_app_server_killed_mid_turn() {
+    let Some(program) = agent("codex") else { return };
+    let server = ModelServer::start(standard_script()).await.unwrap();
+    killed_mid_turn(Rig::codex(&program, &server), &server, "app-server", false).await;
+}
+
+/// The session's one persistent claude CLI killed mid-turn.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn claude_cli_killed_mid_turn() {
+    let Some(program) = agent("claude") else { return };
+    let server = ModelServer::start(standard_script()).await.unwrap();
+    killed_mid_turn(Rig::claude(&program, &server), &server, "--input-format", true).await;
 }
 
 /// A claude session's turns share one CLI: the second turn starts no

@@ -121,21 +121,7 @@ async fn tools_change_between_turns(via: Via) {
     session.send_text("/tool page_title {}").await.unwrap();
 
     // During a turn: refused.
-    let running = {
-        let session = session.clone();
-        tokio::spawn(async move { session.send_text("/wait-steer 20000").await })
-    };
-    // The handle says running as it sends; wait until Core runs the turn
-    // (it then answers the turn's changes so far).
-    let mut in_core = false;
-    for _ in 0..500 {
-        if session.changes(None).await.is_ok_and(|c| c.in_progress) {
-            in_core = true;
-            break;
-        }
-        tokio::time::sleep(std::time::Duration::from_millis(10)).await;
-    }
-    assert!(in_core, "the turn runs in Core");
+    let running = super::a_turn_waiting_for_steer(&session).await;
     let busy = session.set_tools(Vec::new()).await.unwrap_err();
     assert_eq!(busy.code, "SESSION_BUSY");
     session.steer("go on").await.unwrap();

@@ -53,18 +53,7 @@ async fn an_answer_that_fits_resolves_with_its_value(via: Via) {
     assert_eq!(kept.len(), 3);
     assert_eq!(serde_json::from_str::<serde_json::Value>(&kept[0]).unwrap(), json!({ "title": "Pedelec", "words": 3 }));
     assert_eq!(kept[2], "", "no schema, no output");
-    let users: Vec<String> = session
-        .history(HistoryQuery::default())
-        .await
-        .unwrap()
-        .entries
-        .into_iter()
-        .filter_map(|e| match e.kind {
-            Some(Kind::UserText(t)) => Some(t.text),
-            _ => None,
-        })
-        .collect();
-    assert_eq!(users[0], answer);
+    assert_eq!(super::user_texts(&session).await[0], answer);
     session.end().await.unwrap();
 }
 
@@ -109,7 +98,17 @@ async fn bad_schemas_start_nothing(via: Via) {
     let client = h.client().await;
     let session = super::kept_session(&client).await;
     let options = |schema| SendOptions { output_schema: Some(schema), ..Default::default() };
-    for bad in [json!([1, 2]), json!("string"), json!({ "type": 12 }), json!({ "description": "x".repeat(70_000) })] {
+    // A `$ref` to elsewhere would have Core fetch it: it never resolves one.
+    let remote = json!({ "$ref": "http://127.0.0.1:9/schema.json" });
+    let file = json!({ "$ref": "file:///etc/passwd" });
+    for bad in [
+        json!([1, 2]),
+        json!("string"),
+        json!({ "type": 12 }),
+        json!({ "description": "x".repeat(70_000) }),
+        remote,
+        file,
+    ] {
         let error = session.send_text_with("/answer {}", options(bad.clone())).await.unwrap_err();
         assert_eq!(error.code, "INVALID_ARGUMENT", "{bad:.40}: {error:?}");
     }

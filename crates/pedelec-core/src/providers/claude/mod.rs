@@ -658,3 +658,31 @@ impl LineParser for ClaudeParser {
         events
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn config_at(dir: &std::path::Path) -> ProviderConfig {
+        let mut config =
+            crate::providers::Providers::builtin().get("claude").expect("a claude preset").config().clone();
+        config.env.insert("CLAUDE_CONFIG_DIR".into(), dir.display().to_string());
+        config
+    }
+
+    #[test]
+    fn a_conversation_file_is_found_by_its_uuid_only() {
+        let dir = tempfile::tempdir().unwrap();
+        let id = "8f1c2a3e-5b6d-4e7f-9a0b-1c2d3e4f5a6b";
+        let project = dir.path().join("projects/-tmp-work");
+        std::fs::create_dir_all(&project).unwrap();
+        std::fs::write(project.join(format!("{id}.jsonl")), "{}\n").unwrap();
+        std::fs::write(dir.path().join("secret.jsonl"), "{}\n").unwrap();
+        let config = config_at(dir.path());
+        assert_eq!(conversation_file(&config, id), Some(project.join(format!("{id}.jsonl"))));
+        // The id comes from the agent's output: anything but a UUID finds nothing.
+        for forged in ["../../secret", "../secret", "/etc/passwd", "", "8f1c2a3e"] {
+            assert_eq!(conversation_file(&config, forged), None, "{forged:?}");
+        }
+    }
+}
