@@ -166,7 +166,14 @@ echo "{\"type\":\"result\",\"subtype\":\"success\",\"is_error\":false,\"result\"
 async fn claude_streams_deltas_and_gets_the_bridge_in_a_private_mcp_config() {
     let bin = tempfile::tempdir().unwrap();
     let claude = fake_claude(bin.path(), CLAUDE_TURN);
-    let h = Harness::with_config(Via::Grpc, &config("claude", &claude, ""));
+    // Claude's config dir, holding the conversation the fake names (Core
+    // resumes a conversation only where Claude saved it).
+    let claude_config = bin.path().join("claude-config");
+    let saved = claude_config.join("projects/-fake");
+    std::fs::create_dir_all(&saved).unwrap();
+    std::fs::write(saved.join("8f1c2a3e-5b6d-4e7f-9a0b-1c2d3e4f5a6b.jsonl"), "{}\n").unwrap();
+    let env = format!("env = {{ CLAUDE_CONFIG_DIR = \"{}\" }}\n", claude_config.display());
+    let h = Harness::with_config(Via::Grpc, &config("claude", &claude, &env));
     let client = h.client().await;
     let session = client
         .create_session(SessionOptions {
@@ -381,4 +388,40 @@ async fn ending_mid_turn_ends_the_agents_whole_process_tree() {
         })
         .await;
     }
+}
+
+/// A claude CLI that ended before it saved the conversation (a `kill -9`
+/// soon after a turn) left nothing to resume: where Claude's projects
+/// folder holds no such conversation, the next CLI starts a new one, and
+/// the transcript says so, instead of every later turn failing `--resume`.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_claude_conversation_that_was_never_saved_starts_anew() {
+    let bin = tempfile::tempdir().unwrap();
+    let claude = fake_claude(bin.path(), CLAUDE_TURN);
+    let claude_config = bin.path().join("claude-config");
+    std::fs::create_dir_all(claude_config.join("projects")).unwrap();
+    let env = format!("env = {{ CLAUDE_CONFIG_DIR = \"{}\" }}\n", claude_config.display());
+    let h = Harness::with_config(Via::Grpc, &config("claude", &claude, &env));
+    let client = h.client().await;
+    let session = client
+        .create_session::<String>(SessionOptions {
+            provider: Some("claude".into()),
+            auto_end_on_disconnect: false,
+            ..Default::default()
+        })
+        .await
+        .unwrap();
+    session.send_text("hi").await.unwrap();
+    session.end().await.unwrap();
+    session.resume().await.unwrap();
+    session.send_text("again").await.expect("a new conversation, not a failed --resume");
+    let argv = recorded(bin.path(), "claude", "argv");
+    assert!(!argv.contains("--resume"), "{argv}");
+    let notes: Vec<String> = pedelec_core::store::read_transcript(&h.database(), session.session_id())
+        .unwrap()
+        .into_iter()
+        .filter(|e| e.kind.as_str() == "agent_activity")
+        .map(|e| e.body.json()["summary"].as_str().unwrap_or_default().to_owned())
+        .collect();
+    assert!(notes.iter().any(|n| n.contains("was not saved")), "{notes:?}");
 }

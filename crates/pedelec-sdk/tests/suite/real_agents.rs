@@ -1394,7 +1394,7 @@ fn command_line(pid: u32) -> String {
 /// frontend tool: the awaited turn fails promptly with `PROVIDER_CRASHED`,
 /// the session stays usable, the next turn starts the agent again and
 /// resumes the conversation, and the killed processes are reaped.
-async fn killed_mid_turn(rig: Rig, server: &ModelServer, marker: &str, one_process: bool) {
+async fn killed_mid_turn(rig: Rig, server: &ModelServer, marker: &str, one_process: bool, saved_in: Option<PathBuf>) {
     let h = AgentHarness::start(&rig.settings);
     let client = h.client().await;
     let core_pid = h.core.pid().expect("Core runs");
@@ -1406,6 +1406,24 @@ async fn killed_mid_turn(rig: Rig, server: &ModelServer, marker: &str, one_proce
     let stalled = session.clone();
     let turn = tokio::spawn(async move { stalled.send_text("call stall {}").await });
     waits_for_tool(&session).await;
+    // An agent that saves its conversation lazily (claude) must have saved
+    // the first turn before the kill, or there is nothing to resume.
+    if let Some(dir) = saved_in {
+        let saved = || {
+            std::fs::read_dir(&dir).into_iter().flatten().flatten().any(|project| {
+                std::fs::read_dir(project.path()).into_iter().flatten().flatten().any(|f| {
+                    f.path().extension().is_some_and(|e| e == "jsonl") && f.metadata().is_ok_and(|m| m.len() > 0)
+                })
+            })
+        };
+        for _ in 0..200 {
+            if saved() {
+                break;
+            }
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+        assert!(saved(), "{}: the conversation was saved before the kill", rig.provider);
+    }
     let agent: Vec<u32> = descendants(core_pid).into_iter().filter(|pid| command_line(*pid).contains(marker)).collect();
     assert!(!agent.is_empty(), "{}: the agent runs under Core", rig.provider);
     if one_process {
@@ -1441,7 +1459,7 @@ async fn killed_mid_turn(rig: Rig, server: &ModelServer, marker: &str, one_proce
 async fn codex_app_server_killed_mid_turn() {
     let Some(program) = agent("codex") else { return };
     let server = ModelServer::start(standard_script()).await.unwrap();
-    killed_mid_turn(Rig::codex(&program, &server), &server, "app-server", false).await;
+    killed_mid_turn(Rig::codex(&program, &server), &server, "app-server", false, None).await;
 }
 
 /// The session's one persistent claude CLI killed mid-turn.
@@ -1449,7 +1467,9 @@ async fn codex_app_server_killed_mid_turn() {
 async fn claude_cli_killed_mid_turn() {
     let Some(program) = agent("claude") else { return };
     let server = ModelServer::start(standard_script()).await.unwrap();
-    killed_mid_turn(Rig::claude(&program, &server), &server, "--input-format", true).await;
+    let rig = Rig::claude(&program, &server);
+    let saved_in = rig._home.path().join("claude/projects");
+    killed_mid_turn(rig, &server, "--input-format", true, Some(saved_in)).await;
 }
 
 /// A claude session's turns share one CLI: the second turn starts no

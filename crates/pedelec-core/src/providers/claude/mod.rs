@@ -143,13 +143,8 @@ const MAX_PROJECTS: usize = 10_000;
 /// for an id that is not a UUID (it came from the agent) or no such file.
 pub fn conversation_file(config: &ProviderConfig, id: &str) -> Option<PathBuf> {
     uuid::Uuid::parse_str(id).ok()?;
-    let var = |name: &str| config.env.get(name).cloned().or_else(|| std::env::var(name).ok());
-    let root = match var("CLAUDE_CONFIG_DIR") {
-        Some(dir) => PathBuf::from(dir),
-        None => PathBuf::from(var("HOME")?).join(".claude"),
-    };
     let file = format!("{id}.jsonl");
-    std::fs::read_dir(root.join("projects"))
+    std::fs::read_dir(projects_dir(config)?)
         .ok()?
         .take(MAX_PROJECTS)
         .flatten()
@@ -200,6 +195,17 @@ pub async fn settled_conversation_file(config: &ProviderConfig, id: &str) -> Opt
         }
         tokio::time::sleep(SETTLE_QUIET).await;
     }
+}
+
+/// Claude Code's `projects` folder, as the agent's environment names its
+/// config dir (`CLAUDE_CONFIG_DIR`, else `~/.claude`).
+fn projects_dir(config: &ProviderConfig) -> Option<PathBuf> {
+    let var = |name: &str| config.env.get(name).cloned().or_else(|| std::env::var(name).ok());
+    let root = match var("CLAUDE_CONFIG_DIR") {
+        Some(dir) => PathBuf::from(dir),
+        None => PathBuf::from(var("HOME")?).join(".claude"),
+    };
+    Some(root.join("projects"))
 }
 
 /// Which conversation a `claude -p` run continues.
@@ -327,7 +333,7 @@ pub async fn ask_permission(
 impl ClaudeSession {
     /// Starts the session's CLI: resuming its conversation, forking the
     /// parent's for a fork's first runtime, or a new one.
-    async fn start(&mut self) -> Result<(), ProviderFailure> {
+    async fn start(&mut self, sink: &dyn TurnSink) -> Result<(), ProviderFailure> {
         let mcp_config = self.mcp_config.display().to_string();
         // The CLI that last held the conversation (this runtime's previous
         // one, or the parent's, still running) writes it to disk a moment
@@ -337,6 +343,19 @@ impl ClaudeSession {
             Some(id) => settled_conversation_file(&self.config, id).await,
             None => None,
         };
+        // A CLI killed before it wrote the conversation left nothing to
+        // resume: where Claude's projects folder can be read and holds no
+        // such conversation, a new one starts (said in the transcript)
+        // rather than every turn failing on `--resume`.
+        if let Some(id) = self.session_id.clone().filter(|_| file.is_none())
+            && projects_dir(&self.config).is_some_and(|dir| dir.is_dir())
+        {
+            tracing::warn!(session = %self.setup.session_id, conversation = %id, "claude's conversation is not on disk");
+            sink.activity(crate::providers::note(format!(
+                "claude's conversation {id} was not saved (its CLI ended first); starting a new conversation"
+            )));
+            self.session_id = None;
+        }
         let parent_file = match (&self.session_id, &self.setup.fork_from) {
             (None, Some(_)) => file.map(|f| f.display().to_string()),
             _ => None,
@@ -364,7 +383,7 @@ impl ProviderSession for ClaudeSession {
     ) -> BoxFuture<'a, Result<(), ProviderFailure>> {
         Box::pin(async move {
             if self.live.is_none() {
-                self.start().await?;
+                self.start(sink).await?;
             }
             // Other files as paths in the workspace (Claude Code reads them);
             // images as image content of the message.
