@@ -878,6 +878,20 @@ async function refreshAgents() {
   $("agents").querySelector("tbody").replaceChildren(...listed.map((a) => agentRow(a, fallback)));
 }
 
+/** What the agent's warm process (kept started for the next session) is doing. */
+function warmWords(warm) {
+  const state = enumWord(warm && warm.state, "WARM_STATE_");
+  const mib = warm && Number(warm.rssBytes || 0) > 0 ? `, ${Math.round(Number(warm.rssBytes) / 1048576)} MiB` : "";
+  switch (state) {
+    case "idle": return "kept warm; none running yet";
+    case "starting": return "starting";
+    case "ready": return `ready (pid ${warm.pid}${mib})`;
+    case "reaped": return `ended: ${warm.reason || "idle"}`;
+    case "failed": return `not kept: ${warm.reason || ""}`;
+    default: return "off";
+  }
+}
+
 function agentRow(agent, fallback) {
   const p = agent.provider || {};
   const row = document.createElement("tr");
@@ -932,7 +946,10 @@ function agentRow(agent, fallback) {
   result.setAttribute("aria-live", "polite");
   result.textContent = checked.get(p.code) || "";
   check.append(run, " ", result);
-  row.append(name, cell(p.code || ""), cell(p.available ? "available" : "unavailable"), cell(agent.version || ""), modelCell, why, check);
+  const warmCell = cell(warmWords(agent.warm));
+  warmCell.className = "warm";
+  warmCell.dataset.state = enumWord(agent.warm && agent.warm.state, "WARM_STATE_") || "off";
+  row.append(name, cell(p.code || ""), cell(p.available ? "available" : "unavailable"), cell(agent.version || ""), modelCell, warmCell, why, check);
   return row;
 }
 

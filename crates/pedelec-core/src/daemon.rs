@@ -96,6 +96,8 @@ pub async fn serve(config: CoreConfig) -> CoreResult<()> {
         log_budget: crate::session::log::Budget::new(settings.event_log_bytes().1),
     });
     crate::quota::AGENT_PROCESSES.set_max(settings.quotas().max_agent_processes);
+    // Once the process limit is known: a warm process leaves room below it.
+    shared.providers.now().warm_up();
     use pedelec_protocol::discovery::{Platform, home_dir_for};
     let home = home_dir_for(Platform::current(), |k| std::env::var(k).ok());
     let policy = crate::workspace_policy::WorkspacePolicy::new(

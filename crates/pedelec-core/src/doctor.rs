@@ -133,7 +133,26 @@ fn agent_line(agent: &pb::AgentInfo, default_provider: &str) -> String {
     if !agent.install_command.is_empty() {
         let _ = write!(line, " (install: {})", agent.install_command);
     }
+    if let Some(warm) = agent.warm.as_ref().and_then(warm_words) {
+        let _ = write!(line, " · {warm}");
+    }
     line
+}
+
+/// What the agent's warm process is doing, in words; `None` when it keeps none.
+fn warm_words(warm: &pb::WarmProcess) -> Option<String> {
+    use pb::WarmState;
+    Some(match warm.state() {
+        WarmState::Off | WarmState::Unspecified => return None,
+        WarmState::Idle => "warm: none running yet".to_owned(),
+        WarmState::Starting => "warm: starting".to_owned(),
+        WarmState::Ready if warm.rss_bytes > 0 => {
+            format!("warm: ready (pid {}, {} MiB)", warm.pid, warm.rss_bytes >> 20)
+        }
+        WarmState::Ready => format!("warm: ready (pid {})", warm.pid),
+        WarmState::Reaped => format!("warm: ended — {}", warm.reason),
+        WarmState::Failed => format!("warm: not kept — {}", warm.reason),
+    })
 }
 
 fn mark(ok: bool) -> &'static str {

@@ -108,6 +108,12 @@ impl ProcessSlots {
         self.running.load(Ordering::SeqCst)
     }
 
+    /// Whether a warm process (`providers::warm`) may take a place: it
+    /// leaves at least one free for a session.
+    pub fn has_room_for_warm(&self) -> bool {
+        self.running() + 2 <= self.max.load(Ordering::SeqCst)
+    }
+
     /// A place for one more process, or the refusal when all are taken.
     pub fn take(&'static self) -> Result<ProcessSlot, Exceeded> {
         let max = self.max.load(Ordering::SeqCst);

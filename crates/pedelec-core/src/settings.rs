@@ -14,10 +14,15 @@
 //! max_transcript_bytes = 268435456    # stored transcript per session (256 MiB); a turn starting past it is refused
 //! event_log_session_mib = 128         # unread events kept per session for slow subscribers (a 200 000-delta turn)
 //! event_log_total_mib = 512           # the same across all sessions
+//! warm_idle_timeout_secs = 600        # a warm agent process no session took for this long is ended; 0 keeps it
+//! warm_max_rss_mib = 1024             # a warm agent process larger than this is ended, not kept
 //!
 //! [providers.codex]                   # override a built-in provider…
 //! command = ["/opt/codex/bin/codex"]
 //! model = "gpt-5.1"
+//!
+//! [providers.gemini]
+//! warm = true                         # keep one started for the next session (default: the default provider only)
 //!
 //! [providers.my-agent]                # …or add one of your own
 //! kind = "acp"                        # acp | codex | claude | openai
@@ -97,6 +102,10 @@ pub struct ProviderOverride {
     pub stream_idle_timeout_secs: Option<u64>,
     /// A PEM file of CA certificates to trust besides the system's (https endpoints).
     pub ca_file: Option<String>,
+    /// Keep one agent process started and initialised for the next session
+    /// (agents that can take a session's workspace after start: ACP). Unset:
+    /// on for the default provider, off for the others.
+    pub warm: Option<bool>,
 }
 
 #[derive(Debug, Clone, Default, Deserialize)]
@@ -129,6 +138,11 @@ pub struct Settings {
     // reader further behind is re-synchronised from a snapshot.
     pub event_log_session_mib: Option<u64>,
     pub event_log_total_mib: Option<u64>,
+    /// The warm agent processes (`providers::warm`): how long one waits
+    /// for a session before it is ended (0: for ever), and the resident
+    /// memory above which one is not kept.
+    pub warm_idle_timeout_secs: Option<u64>,
+    pub warm_max_rss_mib: Option<u64>,
 }
 
 /// A permission request nobody answers is rejected after this.
@@ -229,6 +243,9 @@ impl Settings {
         if settings.event_log_session_mib == Some(0) || settings.event_log_total_mib == Some(0) {
             return Err("event_log_session_mib and event_log_total_mib must be at least 1".into());
         }
+        if settings.warm_max_rss_mib == Some(0) {
+            return Err("warm_max_rss_mib must be at least 1".into());
+        }
         Ok(settings)
     }
 
@@ -275,6 +292,19 @@ impl Settings {
             mib(self.event_log_session_mib, crate::session::log::DEFAULT_SESSION_BYTES),
             mib(self.event_log_total_mib, crate::session::log::DEFAULT_TOTAL_BYTES),
         )
+    }
+
+    /// How warm agent processes are kept (`providers::warm`).
+    pub fn warm_limits(&self) -> crate::providers::warm::WarmLimits {
+        let defaults = crate::providers::warm::WarmLimits::default();
+        crate::providers::warm::WarmLimits {
+            idle: match self.warm_idle_timeout_secs {
+                Some(0) => None,
+                Some(secs) => Some(Duration::from_secs(secs)),
+                None => defaults.idle,
+            },
+            max_rss: self.warm_max_rss_mib.map_or(defaults.max_rss, |mib| mib.saturating_mul(1 << 20)),
+        }
     }
 
     pub fn permission_timeout(&self) -> Duration {

@@ -26,6 +26,9 @@ pub struct ProviderConfig {
     pub stream_idle_timeout: std::time::Duration,
     /// Extra CA certificates (PEM) an https endpoint's certificate may chain to.
     pub ca_file: Option<std::path::PathBuf>,
+    /// Keep one process started for the next session (`providers::warm`),
+    /// where the kind can; `None`: not kept.
+    pub warm: Option<super::warm::WarmLimits>,
 }
 
 /// Tool-calling rounds per turn for the openai loop, unless configured.
@@ -46,6 +49,7 @@ fn preset(code: &str, name: &str, kind: ProviderKind, command: &[&str]) -> Provi
         max_rounds: DEFAULT_MAX_ROUNDS,
         stream_idle_timeout: DEFAULT_STREAM_IDLE_TIMEOUT,
         ca_file: None,
+        warm: None,
     }
 }
 
@@ -134,6 +138,14 @@ pub fn resolve(settings: &Settings) -> CoreResult<Vec<ProviderConfig>> {
             format!("default_provider {default:?} is not a provider"),
         ));
     }
+    // Warm: as configured, else the default provider alone.
+    let default = settings.default_provider.as_deref().unwrap_or("scripted");
+    for config in &mut all {
+        let asked = settings.providers.get(&config.code).and_then(|over| over.warm);
+        if asked.unwrap_or(config.code == default) && super::warm::can_warm(config.kind) {
+            config.warm = Some(settings.warm_limits());
+        }
+    }
     Ok(all)
 }
 
@@ -203,6 +215,32 @@ mod tests {
         let mine = all.iter().find(|p| p.code == "mine").unwrap();
         assert_eq!(mine.kind, ProviderKind::Openai);
         assert_eq!(all.iter().filter(|p| p.code == "codex").count(), 1);
+    }
+
+    #[test]
+    fn the_default_agent_is_kept_warm_unless_told_otherwise() {
+        let warm = |text: &str| -> Vec<String> {
+            let all = resolve(&Settings::parse(text).unwrap()).unwrap();
+            all.into_iter().filter(|p| p.warm.is_some()).map(|p| p.code).collect()
+        };
+        assert!(warm("").is_empty(), "scripted, the default, starts nothing");
+        assert_eq!(warm("default_provider = \"gemini\""), ["gemini"]);
+        assert!(warm("default_provider = \"gemini\"\n[providers.gemini]\nwarm = false").is_empty());
+        assert_eq!(
+            warm("[providers.opencode]\nwarm = true\n[providers.codex]\nwarm = true"),
+            ["opencode"],
+            "codex cannot be"
+        );
+        let limits = resolve(
+            &Settings::parse("default_provider = \"gemini\"\nwarm_idle_timeout_secs = 0\nwarm_max_rss_mib = 5")
+                .unwrap(),
+        )
+        .unwrap()
+        .into_iter()
+        .find_map(|p| p.warm)
+        .unwrap();
+        assert_eq!(limits, crate::providers::warm::WarmLimits { idle: None, max_rss: 5 << 20 });
+        assert!(Settings::parse("warm_max_rss_mib = 0").is_err());
     }
 
     #[test]

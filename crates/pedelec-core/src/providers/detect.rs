@@ -64,6 +64,7 @@ fn agent(provider: &dyn Provider) -> pb::AgentInfo {
         provider: Some(info),
         version,
         default_model: provider.default_model(),
+        warm: Some(provider.warm()),
     }
 }
 

@@ -12,6 +12,7 @@ pub mod process;
 #[cfg(unix)]
 pub mod reaper;
 mod scripted;
+pub mod warm;
 
 use std::path::PathBuf;
 use std::sync::Arc;
@@ -350,6 +351,13 @@ pub trait Provider: Send + Sync {
         Box::pin(std::future::ready(false))
     }
     fn start(&self, setup: ProviderSetup) -> Result<Box<dyn ProviderSession>, ProviderFailure>;
+    /// Its warm process (`warm`): what it is doing; OFF when it keeps none.
+    fn warm(&self) -> pb::WarmProcess {
+        pb::WarmProcess { state: pb::WarmState::Off as i32, ..Default::default() }
+    }
+    /// Starts its warm process if it keeps one and none is ready (Core's
+    /// start, a settings change).
+    fn warm_up(&self) {}
 }
 
 /// The providers as the settings say now: read whole for each create and
@@ -367,7 +375,9 @@ impl LiveProviders {
         self.0.read().unwrap_or_else(|p| p.into_inner()).clone()
     }
 
+    /// The new providers' warm processes start; the old ones' end with them.
     pub fn replace(&self, providers: Providers) {
+        providers.warm_up();
         *self.0.write().unwrap_or_else(|p| p.into_inner()) = providers;
     }
 }
@@ -407,6 +417,11 @@ impl Providers {
     /// What Core detects of each provider (`ListAgents`, `doctor`): see [`detect`].
     pub fn agents(&self) -> pb::ListAgentsResponse {
         detect::agents(self)
+    }
+
+    /// Starts the warm processes of the providers that keep one.
+    pub fn warm_up(&self) {
+        self.all.iter().for_each(|p| p.warm_up());
     }
 
     pub fn default_models(&self) -> std::collections::HashMap<String, String> {

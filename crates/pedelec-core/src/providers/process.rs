@@ -125,7 +125,11 @@ impl AgentProcess {
     /// Refused with `QUOTA_EXCEEDED` (not fatal: the session stays usable)
     /// while `max_agent_processes` are running.
     pub fn spawn(command: &CommandLine, cwd: &Path) -> Result<Self, ProviderFailure> {
-        let slot = crate::quota::AGENT_PROCESSES.take().map_err(|refused| {
+        // A warm process waiting for a session gives its place up first.
+        let slot = crate::quota::AGENT_PROCESSES.take().or_else(|refused| {
+            if super::warm::evict_one() { crate::quota::AGENT_PROCESSES.take() } else { Err(refused) }
+        });
+        let slot = slot.map_err(|refused| {
             tracing::debug!(program = %command.program, "agent process refused: max_agent_processes reached");
             let details = refused.details();
             ProviderFailure { code: ErrorCode::QuotaExceeded, message: refused.to_string(), fatal: false, details }
@@ -171,6 +175,16 @@ impl AgentProcess {
             });
         }
         Ok(AgentProcess { child, tree, stderr_tail, program: command.program.clone(), _slot: slot })
+    }
+
+    /// Its process id, while it runs.
+    pub fn id(&self) -> Option<u32> {
+        self.child.id()
+    }
+
+    /// Whether it still runs (it has not been reaped as exited).
+    pub fn running(&mut self) -> bool {
+        matches!(self.child.try_wait(), Ok(None))
     }
 
     pub fn take_stdin(&mut self) -> Option<ChildStdin> {

@@ -33,6 +33,7 @@ mod steer;
 mod tool_socket;
 mod tools;
 mod typed;
+mod warm;
 mod workspace_grants;
 
 use std::path::PathBuf;

@@ -123,6 +123,8 @@ struct Rig {
     /// Whether the agent writes a file in its workspace when the model asks
     /// (in Core's default permission policy, on this machine).
     writes: bool,
+    /// Whether Core can keep one started for the next session (ACP agents).
+    warms: bool,
     /// Kept alive for the agent's home/config dirs.
     _home: tempfile::TempDir,
 }
@@ -233,6 +235,7 @@ impl Rig {
             steers: false,
             forks: true,
             writes: true,
+            warms: true,
             _home: home,
         }
     }
@@ -252,6 +255,7 @@ impl Rig {
             streams_long_answers: true,
             reads_outside: ReadsOutside::Allowed,
             steers: true,
+            warms: false,
             ..Rig::new("codex", CODEX_MODEL, settings, home)
         }
     }
@@ -261,7 +265,7 @@ impl Rig {
         let settings = provider_settings("claude", program, &[], &claude_env(home.path(), server));
         // claude 2.1's own permission mode refuses the write ("you haven't
         // granted it yet"): nothing asks Core.
-        Rig { writes: false, ..Rig::new("claude", MODEL, settings, home) }
+        Rig { writes: false, warms: false, ..Rig::new("claude", MODEL, settings, home) }
     }
 
     fn codex_acp(program: &Path, server: &ModelServer) -> Rig {
@@ -1587,3 +1591,99 @@ async fn codex_cancel_while_an_approval_waits_for_the_app() {
     session.send_text("after the cancel").await.expect("the next turn");
     session.end().await.unwrap();
 }
+
+/// A new session's first turn, from `send_text` to its first delta, and
+/// the model server's own time over that turn's requests (the floor: from
+/// each request's arrival to its answer's last byte, the longest).
+async fn first_delta_of_a_new_session(rig: &Rig, h: &AgentHarness, server: &ModelServer) -> (Duration, Duration) {
+    let session = h
+        .client()
+        .await
+        .create_session::<String>(SessionOptions { auto_end_on_disconnect: false, ..rig.options() })
+        .await
+        .unwrap();
+    let first: Arc<Mutex<Option<Instant>>> = Arc::default();
+    let at = first.clone();
+    let _off = session.on_chat_delta(move |_, _| {
+        at.lock().unwrap().get_or_insert_with(Instant::now);
+    });
+    let before = server.generations().len();
+    let sent = Instant::now();
+    session.send_text("hello").await.unwrap_or_else(|e| panic!("{}: first turn: {e:?}", rig.provider));
+    let first = first.lock().unwrap().unwrap_or_else(|| panic!("{}: the first turn streamed no delta", rig.provider));
+    let floor = generations_since(server, before).iter().map(|r| r.answered - r.received).max().unwrap_or_default();
+    session.end().await.unwrap();
+    (first - sent, floor)
+}
+
+/// What `provider`'s warm process is doing (ListAgents, as the user's window reads it).
+async fn warm_state(h: &AgentHarness, provider: &str) -> pb::WarmProcess {
+    let mut raw = h.raw().await;
+    let listed = raw.list_agents(pb::ListAgentsRequest { caller_origin: OWNER.into() }).await.unwrap().into_inner();
+    let agent = listed.agents.into_iter().find(|a| a.provider.as_ref().is_some_and(|p| p.code == provider));
+    agent.and_then(|a| a.warm).unwrap_or_default()
+}
+
+/// Warm start (issue 41): the same first turn of a new session with the
+/// agent started cold and with it kept warm (`warm = true`), against the
+/// model server's own time. An agent that can be kept warm (ACP) is ready
+/// before the session exists, its session's turn works, and the next warm
+/// one starts; codex and claude take their workspace at spawn and say OFF.
+/// `cargo xtask agents` prints the figures.
+async fn warm_start(rig: Rig, server: &ModelServer) {
+    let cold = {
+        let h = AgentHarness::start(&rig.settings);
+        first_delta_of_a_new_session(&rig, &h, server).await
+    };
+    let h = AgentHarness::start(&format!("{}warm = true\n", rig.settings));
+    if !rig.warms {
+        assert_eq!(
+            warm_state(&h, rig.provider).await.state(),
+            pb::WarmState::Off,
+            "{}: cannot be kept warm",
+            rig.provider
+        );
+        eprintln!(
+            "PEDELEC_AGENT_FIGURES {}: new session → first delta cold {} ms (model server {} ms); not kept warm (takes its workspace at spawn)",
+            rig.provider,
+            cold.0.as_millis(),
+            cold.1.as_millis()
+        );
+        return;
+    }
+    let mut ready = None;
+    for _ in 0..600 {
+        let warm = warm_state(&h, rig.provider).await;
+        match warm.state() {
+            pb::WarmState::Ready => {
+                ready = Some(warm);
+                break;
+            }
+            pb::WarmState::Failed => panic!("{}: the warm agent failed: {}", rig.provider, warm.reason),
+            _ => tokio::time::sleep(Duration::from_millis(50)).await,
+        }
+    }
+    let ready = ready.unwrap_or_else(|| panic!("{}: no warm agent within 30 s", rig.provider));
+    let warm = first_delta_of_a_new_session(&rig, &h, server).await;
+    let mut next = warm_state(&h, rig.provider).await;
+    for _ in 0..600 {
+        if next.state() == pb::WarmState::Ready {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+        next = warm_state(&h, rig.provider).await;
+    }
+    assert_eq!(next.state(), pb::WarmState::Ready, "{}: the next warm agent: {next:?}", rig.provider);
+    assert_ne!(next.pid, ready.pid, "{}: the session took the first", rig.provider);
+    eprintln!(
+        "PEDELEC_AGENT_FIGURES {}: new session → first delta warm {} ms, cold {} ms; model server {} ms; warm − model server = {} ms (target ≤ 100); warm process {} MiB",
+        rig.provider,
+        warm.0.as_millis(),
+        cold.0.as_millis(),
+        warm.1.as_millis(),
+        warm.0.saturating_sub(warm.1).as_millis(),
+        ready.rss_bytes >> 20
+    );
+}
+
+per_agent!(warm => super::warm_start);

@@ -91,6 +91,7 @@ use std::sync::Arc;
 use pedelec_protocol::ErrorCode;
 
 use super::process::CommandLine;
+use super::warm::WarmPool;
 use super::{
     AgentEvent, BoxFuture, MCP_SERVER_NAME, Provider, ProviderConfig, ProviderFailure, ProviderSession, ProviderSetup,
     TurnOutcome, TurnRequest, TurnSink, with_guidance,
@@ -107,17 +108,41 @@ pub struct Acp {
     /// Whether the agent advertises `sessionCapabilities.fork`: learnt from
     /// a session's `initialize`, or probed once when `Fork` asks first.
     forks: Arc<tokio::sync::OnceCell<bool>>,
+    /// The agent kept started for the next session (`warm = true`).
+    warm: Option<Arc<WarmPool<Warm>>>,
+}
+
+/// A warm agent: started in an empty folder of its own and initialised; a
+/// session binds it to its policy and opens its ACP session in the workspace.
+struct Warm {
+    runtime: Runtime,
+    init: InitializeResponse,
+}
+
+impl super::warm::Warmable for Warm {
+    fn pid(&self) -> Option<u32> {
+        self.runtime.pid()
+    }
+    fn alive(&mut self) -> bool {
+        self.runtime.running()
+    }
 }
 
 impl Acp {
     pub fn new(config: ProviderConfig) -> Self {
-        Acp { config, forks: Arc::default() }
+        let warm = config.warm.map(|limits| {
+            let command = command_of(&config);
+            let code = config.code.clone();
+            WarmPool::new(limits, move || {
+                let (command, code) = (command.clone(), code.clone());
+                Box::pin(async move { start_warm(&command, &code).await })
+            })
+        });
+        Acp { config, forks: Arc::default(), warm }
     }
 
     fn command(&self) -> CommandLine {
-        let mut command = CommandLine::new(&self.config.command);
-        command.env.extend(self.config.env.iter().map(|(k, v)| (k.clone(), v.clone())));
-        command
+        command_of(&self.config)
     }
 
     /// Starts the agent in the temporary folder only to read its
@@ -133,6 +158,50 @@ impl Acp {
         runtime.close();
         matches!(answer, Ok(Ok(init)) if advertises_fork(&init))
     }
+}
+
+fn command_of(config: &ProviderConfig) -> CommandLine {
+    let mut command = CommandLine::new(&config.command);
+    command.env.extend(config.env.iter().map(|(k, v)| (k.clone(), v.clone())));
+    command
+}
+
+/// How long a warm agent may take to start and answer `initialize`.
+const WARM_START: std::time::Duration = std::time::Duration::from_secs(60);
+
+/// Starts a warm agent: in an empty folder of its own (the agent works in
+/// the workspace `session/new` names; its process cwd is never a folder
+/// of the user's), bound to a policy that allows nothing but the
+/// workspace-less folder until a session binds it.
+async fn start_warm(command: &CommandLine, code: &str) -> Result<Warm, String> {
+    let folder = warm_folder(code).map_err(|e| format!("cannot make the warm agent's folder: {e}"))?;
+    let policy = PermissionPolicy { workspace: folder.clone(), tools: Vec::new() };
+    let started = async {
+        let mut runtime = Runtime::spawn(command, &folder, policy, None).await.map_err(|f| f.message)?;
+        let init = initialize(&mut runtime).await.map_err(|f| f.message)?;
+        if init.protocol_version != ProtocolVersion::V1 {
+            return Err(format!("the agent speaks ACP version {:?}", init.protocol_version));
+        }
+        Ok(Warm { runtime, init })
+    };
+    let result = tokio::time::timeout(WARM_START, started)
+        .await
+        .unwrap_or_else(|_| Err(format!("it did not answer initialize within {} s", WARM_START.as_secs())));
+    // Empty unless the agent wrote there; then it stays for the user to see.
+    let _ = std::fs::remove_dir(&folder);
+    result
+}
+
+/// A new, private, empty folder for a warm agent's process to start in: a
+/// fresh random name (never one another user could have made first), mode
+/// 0700 where the system has modes.
+fn warm_folder(code: &str) -> std::io::Result<std::path::PathBuf> {
+    let folder = std::env::temp_dir().join(format!("pedelec-warm-{code}-{}", uuid::Uuid::new_v4().simple()));
+    let mut builder = std::fs::DirBuilder::new();
+    #[cfg(unix)]
+    std::os::unix::fs::DirBuilderExt::mode(&mut builder, 0o700);
+    builder.create(&folder)?;
+    Ok(folder)
 }
 
 /// `initialize` with protocol version 1 and no client capabilities.
@@ -157,6 +226,24 @@ impl Provider for Acp {
         Box::pin(async { *self.forks.get_or_init(|| self.probe_forks()).await })
     }
 
+    fn warm(&self) -> pedelec_protocol::pb::WarmProcess {
+        match &self.warm {
+            Some(pool) => pool.status(),
+            None => pedelec_protocol::pb::WarmProcess {
+                state: pedelec_protocol::pb::WarmState::Off as i32,
+                ..Default::default()
+            },
+        }
+    }
+
+    fn warm_up(&self) {
+        if let Some(pool) = &self.warm
+            && self.info().available
+        {
+            pool.refill();
+        }
+    }
+
     fn start(&self, setup: ProviderSetup) -> Result<Box<dyn ProviderSession>, ProviderFailure> {
         let info = self.info();
         if !info.available {
@@ -171,6 +258,7 @@ impl Provider for Acp {
             config: self.config.clone(),
             command: self.command(),
             forks: self.forks.clone(),
+            warm: self.warm.as_ref().map(Arc::downgrade),
             identity: setup.provider_session_id.clone(),
             total: setup.usage_total,
             setup,
@@ -203,6 +291,10 @@ struct AcpSession {
     /// The provider's knowledge of the agent's fork capability, filled
     /// from this session's `initialize` when nobody probed it yet.
     forks: Arc<tokio::sync::OnceCell<bool>>,
+    /// The provider's warm agent, while the provider is Core's (a settings
+    /// change replaces it): the first runtime takes it, and every start asks
+    /// for the next one.
+    warm: Option<std::sync::Weak<WarmPool<Warm>>>,
     setup: ProviderSetup,
     runtime: Option<Live>,
     /// The ACP session to continue in the next runtime.
@@ -258,9 +350,25 @@ impl AcpSession {
 
     /// Starts the agent and opens (or continues) the ACP session.
     async fn open(&mut self, sink: &dyn TurnSink) -> Result<Live, ProviderFailure> {
-        let mut runtime =
-            Runtime::spawn(&self.command, &self.setup.workspace, self.policy(), self.setup.permissions.clone()).await?;
-        let init = initialize(&mut runtime).await?;
+        let pool = self.warm.as_ref().and_then(std::sync::Weak::upgrade);
+        let (mut runtime, init) = match pool.as_ref().and_then(|pool| pool.take()) {
+            Some(Warm { runtime, init }) => {
+                tracing::debug!(session = %self.setup.session_id, "took the warm agent process");
+                runtime.bind(self.policy(), self.setup.permissions.clone());
+                (runtime, init)
+            }
+            None => {
+                // Started cold: the next session should not be.
+                if let Some(pool) = &pool {
+                    pool.refill();
+                }
+                let mut runtime =
+                    Runtime::spawn(&self.command, &self.setup.workspace, self.policy(), self.setup.permissions.clone())
+                        .await?;
+                let init = initialize(&mut runtime).await?;
+                (runtime, init)
+            }
+        };
         let _ = self.forks.set(advertises_fork(&init));
         if init.protocol_version != ProtocolVersion::V1 {
             return Err(ProviderFailure::coded(

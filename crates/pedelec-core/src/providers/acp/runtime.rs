@@ -45,6 +45,7 @@ pub struct Runtime {
     /// Ends the connection future (which closes the agent's stdin).
     stop: Option<oneshot::Sender<()>>,
     driver: tokio::task::JoinHandle<()>,
+    binding: Binding,
 }
 
 /// How many `session/update`s read from the agent may wait for a turn to
@@ -112,6 +113,14 @@ fn session_update(line: &str) -> Option<Inbound> {
     Some(Inbound::Update(message.remove("params").unwrap_or(serde_json::Value::Null)))
 }
 
+/// Who answers the agent's permission requests: the session's policy, and
+/// its application when that answers them. Shared with the connection's
+/// handler and replaced whole by [`Runtime::bind`]: a warm runtime is
+/// started before the session that takes it exists.
+type Binding = std::sync::Arc<
+    std::sync::RwLock<(PermissionPolicy, Option<std::sync::Arc<dyn crate::providers::PermissionAsker>>)>,
+>;
+
 impl Runtime {
     /// Starts the agent in `cwd` and connects to it (no ACP traffic yet).
     pub async fn spawn(
@@ -120,6 +129,7 @@ impl Runtime {
         policy: PermissionPolicy,
         asker: Option<std::sync::Arc<dyn crate::providers::PermissionAsker>>,
     ) -> Result<Self, ProviderFailure> {
+        let binding: Binding = std::sync::Arc::new(std::sync::RwLock::new((policy, asker)));
         let mut process = AgentProcess::spawn(command, cwd)?;
         let (Some(stdin), Some(stdout)) = (process.take_stdin(), process.take_stdout()) else {
             return Err(ProviderFailure::crashed("the ACP agent's stdio could not be piped"));
@@ -137,6 +147,7 @@ impl Runtime {
         let (stop, stopped) = oneshot::channel::<()>();
         let updates = tx.clone();
         let decisions = tx;
+        let bound = binding.clone();
         let driver = tokio::spawn(async move {
             let result = Client
                 .v1()
@@ -156,8 +167,11 @@ impl Runtime {
                 )
                 .on_receive_request(
                     async move |request: RequestPermissionRequest, responder, cx| {
-                        let decision = policy.decide(&request);
-                        let Some(asker) = asker.clone() else {
+                        let (decision, asker) = {
+                            let bound = bound.read().unwrap_or_else(|p| p.into_inner());
+                            (bound.0.decide(&request), bound.1.clone())
+                        };
+                        let Some(asker) = asker else {
                             tracing::info!(title = %decision.title, outcome = %decision.outcome, "answered an ACP permission request");
                             let _ = decisions.send((Inbound::Permission { title: decision.title, outcome: decision.outcome }, None));
                             return responder.respond(decision.response);
@@ -193,7 +207,22 @@ impl Runtime {
                 return Err(report.crashed("the ACP connection did not start"));
             }
         };
-        Ok(Runtime { process, cx, inbound, stop: Some(stop), driver })
+        Ok(Runtime { process, cx, inbound, stop: Some(stop), driver, binding })
+    }
+
+    /// Answers permission requests for `policy` and `asker` from now on.
+    pub fn bind(&self, policy: PermissionPolicy, asker: Option<std::sync::Arc<dyn crate::providers::PermissionAsker>>) {
+        *self.binding.write().unwrap_or_else(|p| p.into_inner()) = (policy, asker);
+    }
+
+    /// The agent's process id, while it runs.
+    pub fn pid(&self) -> Option<u32> {
+        self.process.id()
+    }
+
+    /// Whether the agent still runs.
+    pub fn running(&mut self) -> bool {
+        self.process.running() && !self.driver.is_finished()
     }
 
     /// Everything received and not yet taken.
