@@ -46,12 +46,31 @@ impl Default for WarmLimits {
 
 /// Whether a provider of this kind can be kept warm: its process must take
 /// the session's workspace, tools and identity after it started. An ACP
-/// agent does (`session/new` carries cwd and MCP servers). codex
-/// app-server and the claude CLI take the workspace and the tool token at
-/// spawn; scripted and openai start nothing.
+/// agent does (`session/new` carries cwd and MCP servers), and so does
+/// codex app-server (`thread/start` carries cwd and the MCP server with
+/// its environment). The claude CLI takes them on its command line;
+/// scripted and openai start nothing.
 pub fn can_warm(kind: ProviderKind) -> bool {
-    kind == ProviderKind::Acp
+    matches!(kind, ProviderKind::Acp | ProviderKind::Codex)
 }
+
+/// A new, private, empty folder for a warm agent's process to start in
+/// (the agent works where its session later says; its process cwd is never
+/// a folder of the user's): a fresh random name, never one another user
+/// could have made first, mode 0700 where the system has modes. The
+/// caller removes it once the agent started (it stays if the agent wrote
+/// there, for the user to see).
+pub fn private_folder(code: &str) -> std::io::Result<std::path::PathBuf> {
+    let folder = std::env::temp_dir().join(format!("pedelec-warm-{code}-{}", uuid::Uuid::new_v4().simple()));
+    let mut builder = std::fs::DirBuilder::new();
+    #[cfg(unix)]
+    std::os::unix::fs::DirBuilderExt::mode(&mut builder, 0o700);
+    builder.create(&folder)?;
+    Ok(folder)
+}
+
+/// How long a warm agent may take to start and initialise.
+pub const START_WAIT: Duration = Duration::from_secs(60);
 
 /// A process a pool keeps.
 pub trait Warmable: Send + 'static {

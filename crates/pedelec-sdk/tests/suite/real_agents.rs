@@ -255,7 +255,6 @@ impl Rig {
             streams_long_answers: true,
             reads_outside: ReadsOutside::Allowed,
             steers: true,
-            warms: false,
             ..Rig::new("codex", CODEX_MODEL, settings, home)
         }
     }
@@ -1458,6 +1457,56 @@ async fn killed_mid_turn(rig: Rig, server: &ModelServer, marker: &str, one_proce
     session.end().await.unwrap();
 }
 
+/// The defence for a codex started before its session: the session's tool
+/// token reaches the MCP bridge alone (the thread's MCP server config), so
+/// it is in no codex process's environment — nor in the shells codex runs —
+/// and codex keeps it nowhere in its home (thread config is not saved).
+/// Passing it through codex's environment, as before the warm start, fails
+/// the first check.
+#[cfg(target_os = "linux")]
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn codex_keeps_the_tool_token_out_of_its_environment_and_home() {
+    let Some(program) = agent("codex") else { return };
+    let server = ModelServer::start(standard_script()).await.unwrap();
+    let rig = Rig::codex(&program, &server);
+    let h = AgentHarness::start(&format!("{}warm = true\n", rig.settings));
+    let core_pid = h.core.pid().expect("Core runs");
+    let counter = Arc::new(Mutex::new(0));
+    let session = h
+        .client()
+        .await
+        .create_session(SessionOptions {
+            tools: vec![counter_tool(counter.clone())],
+            auto_end_on_disconnect: false,
+            ..rig.options()
+        })
+        .await
+        .unwrap();
+    session.send_text(r#"call update_counter {"delta":2}"#).await.unwrap();
+    assert_eq!(*counter.lock().unwrap(), 2, "the tool worked through the bridge");
+    let token = h.tool_token(session.session_id());
+    let codex: Vec<u32> =
+        descendants(core_pid).into_iter().filter(|pid| command_line(*pid).contains("app-server")).collect();
+    assert!(!codex.is_empty(), "codex runs under Core");
+    for pid in codex {
+        let environ = std::fs::read(format!("/proc/{pid}/environ")).unwrap_or_default();
+        assert!(!String::from_utf8_lossy(&environ).contains(&token), "the token is not in codex's environment ({pid})");
+    }
+    let home = rig._home.path().to_path_buf();
+    let mut stack = vec![home];
+    while let Some(dir) = stack.pop() {
+        for entry in std::fs::read_dir(&dir).into_iter().flatten().flatten() {
+            let path = entry.path();
+            if path.is_dir() {
+                stack.push(path);
+            } else if let Ok(bytes) = std::fs::read(&path) {
+                assert!(!String::from_utf8_lossy(&bytes).contains(&token), "codex saved the token in {path:?}");
+            }
+        }
+    }
+    session.end().await.unwrap();
+}
+
 /// `codex app-server` (its node shim and binary) killed mid-turn.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn codex_app_server_killed_mid_turn() {
@@ -1626,9 +1675,10 @@ async fn warm_state(h: &AgentHarness, provider: &str) -> pb::WarmProcess {
 
 /// Warm start (issue 41): the same first turn of a new session with the
 /// agent started cold and with it kept warm (`warm = true`), against the
-/// model server's own time. An agent that can be kept warm (ACP) is ready
-/// before the session exists, its session's turn works, and the next warm
-/// one starts; codex and claude take their workspace at spawn and say OFF.
+/// model server's own time. An agent that can be kept warm (ACP, codex
+/// app-server) is ready before the session exists, its session's turn
+/// works, and the next warm one starts; the claude CLI takes its workspace
+/// at spawn and says OFF.
 /// `cargo xtask agents` prints the figures.
 async fn warm_start(rig: Rig, server: &ModelServer) {
     let cold = {

@@ -166,15 +166,11 @@ fn command_of(config: &ProviderConfig) -> CommandLine {
     command
 }
 
-/// How long a warm agent may take to start and answer `initialize`.
-const WARM_START: std::time::Duration = std::time::Duration::from_secs(60);
-
-/// Starts a warm agent: in an empty folder of its own (the agent works in
-/// the workspace `session/new` names; its process cwd is never a folder
-/// of the user's), bound to a policy that allows nothing but the
-/// workspace-less folder until a session binds it.
+/// Starts a warm agent in a private folder of its own (`warm::private_folder`),
+/// bound to a policy that allows nothing but that folder until a session
+/// binds it.
 async fn start_warm(command: &CommandLine, code: &str) -> Result<Warm, String> {
-    let folder = warm_folder(code).map_err(|e| format!("cannot make the warm agent's folder: {e}"))?;
+    let folder = super::warm::private_folder(code).map_err(|e| format!("cannot make the warm agent's folder: {e}"))?;
     let policy = PermissionPolicy { workspace: folder.clone(), tools: Vec::new() };
     let started = async {
         let mut runtime = Runtime::spawn(command, &folder, policy, None).await.map_err(|f| f.message)?;
@@ -184,24 +180,13 @@ async fn start_warm(command: &CommandLine, code: &str) -> Result<Warm, String> {
         }
         Ok(Warm { runtime, init })
     };
-    let result = tokio::time::timeout(WARM_START, started)
+    let wait = super::warm::START_WAIT;
+    let result = tokio::time::timeout(wait, started)
         .await
-        .unwrap_or_else(|_| Err(format!("it did not answer initialize within {} s", WARM_START.as_secs())));
+        .unwrap_or_else(|_| Err(format!("it did not answer initialize within {} s", wait.as_secs())));
     // Empty unless the agent wrote there; then it stays for the user to see.
     let _ = std::fs::remove_dir(&folder);
     result
-}
-
-/// A new, private, empty folder for a warm agent's process to start in: a
-/// fresh random name (never one another user could have made first), mode
-/// 0700 where the system has modes.
-fn warm_folder(code: &str) -> std::io::Result<std::path::PathBuf> {
-    let folder = std::env::temp_dir().join(format!("pedelec-warm-{code}-{}", uuid::Uuid::new_v4().simple()));
-    let mut builder = std::fs::DirBuilder::new();
-    #[cfg(unix)]
-    std::os::unix::fs::DirBuilderExt::mode(&mut builder, 0o700);
-    builder.create(&folder)?;
-    Ok(folder)
 }
 
 /// `initialize` with protocol version 1 and no client capabilities.

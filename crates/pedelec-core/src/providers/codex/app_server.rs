@@ -21,8 +21,8 @@ use super::wire::{self, Incoming, RpcError, TurnEnd, TurnMapper};
 use crate::providers::process::{AgentProcess, CommandLine, ExitReport, Line, LineReader, MAX_LINE_BYTES};
 use crate::providers::{
     AgentEvent, BoxFuture, MCP_SERVER_NAME, PermissionAsker, ProviderConfig, ProviderFailure, ProviderSession,
-    ProviderSetup, SOCKET_ENV, SteerInbox, SteerInput, TOOL_TOKEN_ENV, TurnOutcome, TurnRequest, TurnSink, effort_name,
-    with_attachment_paths, with_guidance,
+    ProviderSetup, SteerInbox, SteerInput, TurnOutcome, TurnRequest, TurnSink, effort_name, with_attachment_paths,
+    with_guidance,
 };
 
 /// Messages read from codex that may wait for the turn's task.
@@ -42,6 +42,9 @@ const RESUME_RETRY: Duration = Duration::from_millis(100);
 
 pub(super) struct AppServerSession {
     config: ProviderConfig,
+    /// The provider's warm codex, while the provider is Core's: the first
+    /// runtime takes it, and a cold start asks for the next.
+    warm: Option<std::sync::Weak<crate::providers::warm::WarmPool<Warm>>>,
     setup: ProviderSetup,
     /// The codex thread to continue (the session's provider identity).
     thread_id: Option<String>,
@@ -49,8 +52,12 @@ pub(super) struct AppServerSession {
 }
 
 impl AppServerSession {
-    pub(super) fn new(config: ProviderConfig, setup: ProviderSetup) -> Self {
-        AppServerSession { config, thread_id: setup.provider_session_id.clone(), setup, runtime: None }
+    pub(super) fn new(
+        config: ProviderConfig,
+        setup: ProviderSetup,
+        warm: Option<std::sync::Weak<crate::providers::warm::WarmPool<Warm>>>,
+    ) -> Self {
+        AppServerSession { config, warm, thread_id: setup.provider_session_id.clone(), setup, runtime: None }
     }
 }
 
@@ -94,8 +101,11 @@ fn thread_params(setup: &ProviderSetup, asks: bool) -> serde_json::Map<String, V
     let mut config = serde_json::Map::new();
     config.insert(format!("{server}.command"), json!(setup.bridge.command.display().to_string()));
     config.insert(format!("{server}.args"), json!(["mcp"]));
-    // The token is in codex's environment, passed through by name.
-    config.insert(format!("{server}.env_vars"), json!([TOOL_TOKEN_ENV, SOCKET_ENV]));
+    // The token goes to the bridge alone: never in codex's own environment
+    // (a warm codex started before the session; its shells never see it).
+    let env: serde_json::Map<String, Value> =
+        setup.bridge.env().into_iter().map(|(name, value)| (name, Value::String(value))).collect();
+    config.insert(format!("{server}.env"), Value::Object(env));
     config.insert(format!("{server}.tool_timeout_sec"), json!(setup.longest_tool_timeout().as_secs() + 5));
     // Our tools are validated by Core and decided by the application's
     // handler: codex must not hold them for approval.
@@ -502,34 +512,84 @@ impl Runtime {
     }
 }
 
-impl AppServerSession {
-    fn command(&self) -> CommandLine {
-        let mut command = CommandLine::new(&self.config.command).arg("app-server");
-        command.env.extend(self.config.env.iter().map(|(k, v)| (k.clone(), v.clone())));
-        command.env.extend(self.setup.bridge.env());
-        command
-    }
+/// `codex app-server` with the configured environment (no session's token:
+/// that goes in the thread's MCP server config).
+fn command(config: &ProviderConfig) -> CommandLine {
+    let mut command = CommandLine::new(&config.command).arg("app-server");
+    command.env.extend(config.env.iter().map(|(k, v)| (k.clone(), v.clone())));
+    command
+}
 
-    /// Starts codex and opens the thread: `thread/resume` of the session's
-    /// thread when it has one; for a fork's first runtime, `thread/fork` of
-    /// the parent's; else (or when codex cannot resume) `thread/start`.
+/// Failing to come up is the runtime being unusable: fatal, as for ACP.
+fn fatal(mut failure: ProviderFailure) -> ProviderFailure {
+    failure.fatal = true;
+    failure
+}
+
+/// `initialize`, then `initialized`.
+async fn handshake(runtime: &mut Runtime) -> Result<(), ProviderFailure> {
+    let initialize = json!({
+        "clientInfo": { "name": "pedelec-core", "title": "Pedelec", "version": env!("CARGO_PKG_VERSION") },
+        "capabilities": { "experimentalApi": false, "requestAttestation": false },
+    });
+    runtime.request("initialize", initialize).await.map_err(fatal)?.map_err(|e| fatal(refused("initialize", &e)))?;
+    runtime.send(wire::notification("initialized"));
+    Ok(())
+}
+
+/// A warm codex: app-server started in a private folder of its own and
+/// initialised; a session gives it its workspace and opens its thread.
+pub(super) struct Warm(Runtime);
+
+impl crate::providers::warm::Warmable for Warm {
+    fn pid(&self) -> Option<u32> {
+        self.0.process.id()
+    }
+    fn alive(&mut self) -> bool {
+        self.0.process.running() && !self.0.tasks[0].is_finished()
+    }
+}
+
+/// Starts a warm codex (`warm::WarmPool`'s start).
+pub(super) async fn start_warm(config: ProviderConfig) -> Result<Warm, String> {
+    let folder = crate::providers::warm::private_folder(&config.code)
+        .map_err(|e| format!("cannot make the warm agent's folder: {e}"))?;
+    let started = async {
+        let mut runtime = Runtime::spawn(&command(&config), &folder).await.map_err(|f| f.message)?;
+        handshake(&mut runtime).await.map_err(|f| f.message)?;
+        Ok(Warm(runtime))
+    };
+    let wait = crate::providers::warm::START_WAIT;
+    let result = tokio::time::timeout(wait, started)
+        .await
+        .unwrap_or_else(|_| Err(format!("it did not answer initialize within {} s", wait.as_secs())));
+    let _ = std::fs::remove_dir(&folder);
+    result
+}
+
+impl AppServerSession {
+    /// Starts codex (or takes the warm one) and opens the thread:
+    /// `thread/resume` of the session's thread when it has one; for a
+    /// fork's first runtime, `thread/fork` of the parent's; else (or when
+    /// codex cannot resume) `thread/start`.
     async fn open(&mut self, sink: &dyn TurnSink) -> Result<Runtime, ProviderFailure> {
-        let mut runtime = Runtime::spawn(&self.command(), &self.setup.workspace).await?;
-        // Failing to come up is the runtime being unusable: fatal, as for ACP.
-        let fatal = |mut failure: ProviderFailure| {
-            failure.fatal = true;
-            failure
+        let pool = self.warm.as_ref().and_then(std::sync::Weak::upgrade);
+        let mut runtime = match pool.as_ref().and_then(|pool| pool.take()) {
+            Some(Warm(mut runtime)) => {
+                tracing::debug!(session = %self.setup.session_id, "took the warm codex app-server");
+                runtime.workspace = self.setup.workspace.clone();
+                runtime
+            }
+            None => {
+                // Started cold: the next session should not be.
+                if let Some(pool) = &pool {
+                    pool.refill();
+                }
+                let mut runtime = Runtime::spawn(&command(&self.config), &self.setup.workspace).await?;
+                handshake(&mut runtime).await?;
+                runtime
+            }
         };
-        let initialize = json!({
-            "clientInfo": { "name": "pedelec-core", "title": "Pedelec", "version": env!("CARGO_PKG_VERSION") },
-            "capabilities": { "experimentalApi": false, "requestAttestation": false },
-        });
-        runtime
-            .request("initialize", initialize)
-            .await
-            .map_err(fatal)?
-            .map_err(|e| fatal(refused("initialize", &e)))?;
-        runtime.send(wire::notification("initialized"));
         let params = thread_params(&self.setup, self.setup.permissions.is_some());
         let mut opened = None;
         if let Some(thread) = self.thread_id.clone() {

@@ -8,22 +8,23 @@
 //! adapter follows) and exec for anything older or unreadable.
 //!
 //! **Runtime** ([`app_server`]). `codex app-server` starts at the session's
-//! first turn with the workspace as cwd, the configured environment, and the
-//! tool token and Core socket in its environment (never on a command line);
-//! its process group is ours, so `end()` ends codex and what it started (the
-//! MCP bridge, shells). It lives across turns. `initialize` (client
-//! `pedelec-core`, no experimental API), then `thread/resume` of the
-//! session's thread (its provider identity) or, without one or when codex
-//! cannot resume it (an activity says so), `thread/start`. A thread is
-//! written by one app-server at a time, so while the previous runtime's
-//! process is still ending ("already has an active writer") the resume is
-//! retried for up to 5 s. Both carry cwd =
-//! workspace, sandbox `workspace-write` (without /tmp and $TMPDIR), the
-//! model, and our MCP server as dotted config keys (`mcp_servers.pedelec.*`:
-//! `pedelec-core mcp`, `env_vars` naming the token and socket variables, a
-//! tool timeout above the session's longest, `default_tools_approval_mode =
-//! "approve"`). The guidance is prepended to the first turn of a started
-//! thread only.
+//! first turn with the workspace as cwd and the configured environment —
+//! or, for a provider kept warm (`warm`), was started before the session in
+//! a private folder of its own and is taken. Its process group is ours, so
+//! `end()` ends codex and what it started (the MCP bridge, shells). It
+//! lives across turns. `initialize` (client `pedelec-core`, no experimental
+//! API), then `thread/resume` of the session's thread (its provider
+//! identity) or, without one or when codex cannot resume it (an activity
+//! says so), `thread/start`. A thread is written by one app-server at a
+//! time, so while the previous runtime's process is still ending ("already
+//! has an active writer") the resume is retried for up to 5 s. Both carry
+//! cwd = workspace, sandbox `workspace-write` (without /tmp and $TMPDIR),
+//! the model, and our MCP server as dotted config keys
+//! (`mcp_servers.pedelec.*`: `pedelec-core mcp`, an `env` table with the
+//! tool token and Core socket — for the bridge alone, never in codex's own
+//! environment or on a command line — a tool timeout above the session's
+//! longest, `default_tools_approval_mode = "approve"`). The guidance is
+//! prepended to the first turn of a started thread only.
 //!
 //! **Turns.** `turn/start` with the text (attached files as paths in it,
 //! images as `localImage` inputs) and the effort (`low`/`high`); the turn
@@ -55,8 +56,8 @@
 //! starts codex again and resumes the thread. Failing to come up at all
 //! (`initialize`, `thread/start`) is fatal.
 //!
-//! **Not yet.** One app-server per session, not one per Core shared by its
-//! sessions.
+//! **Not yet.** One app-server per session (a warm one taken, or one
+//! started), not one per Core shared by its sessions.
 
 mod app_server;
 mod approval;
@@ -68,6 +69,7 @@ use std::time::Duration;
 
 pub use exec::{CodexParser, turn_args};
 
+use super::warm::WarmPool;
 use super::{
     BoxFuture, Provider, ProviderConfig, ProviderFailure, ProviderSession, ProviderSetup, TurnRequest, TurnSink,
 };
@@ -135,13 +137,29 @@ async fn probe(config: &ProviderConfig) -> Backend {
 
 pub struct Codex {
     config: ProviderConfig,
-    /// Probed at the first turn of the first session, then kept.
+    /// Probed at the first turn of the first session (or by the warm
+    /// start), then kept.
     backend: Arc<tokio::sync::OnceCell<Backend>>,
+    /// The app-server kept started for the next session (`warm = true`).
+    warm: Option<Arc<WarmPool<app_server::Warm>>>,
 }
 
 impl Codex {
     pub fn new(config: ProviderConfig) -> Self {
-        Codex { config, backend: Arc::default() }
+        let backend: Arc<tokio::sync::OnceCell<Backend>> = Arc::default();
+        let warm = config.warm.map(|limits| {
+            let (config, backend) = (config.clone(), backend.clone());
+            WarmPool::new(limits, move || {
+                let (config, backend) = (config.clone(), backend.clone());
+                Box::pin(async move {
+                    if *backend.get_or_init(|| probe(&config)).await != Backend::AppServer {
+                        return Err("this codex is too old for app-server (codex exec starts per turn)".to_owned());
+                    }
+                    app_server::start_warm(config).await
+                })
+            })
+        });
+        Codex { config, backend, warm }
     }
 }
 
@@ -160,10 +178,29 @@ impl Provider for Codex {
         Box::pin(async { *self.backend.get_or_init(|| probe(&self.config)).await == Backend::AppServer })
     }
 
+    fn warm(&self) -> pedelec_protocol::pb::WarmProcess {
+        match &self.warm {
+            Some(pool) => pool.status(),
+            None => pedelec_protocol::pb::WarmProcess {
+                state: pedelec_protocol::pb::WarmState::Off as i32,
+                ..Default::default()
+            },
+        }
+    }
+
+    fn warm_up(&self) {
+        if let Some(pool) = &self.warm
+            && self.info().available
+        {
+            pool.refill();
+        }
+    }
+
     fn start(&self, setup: ProviderSetup) -> Result<Box<dyn ProviderSession>, ProviderFailure> {
         Ok(Box::new(CodexSession {
             config: self.config.clone(),
             backend: self.backend.clone(),
+            warm: self.warm.as_ref().map(Arc::downgrade),
             setup: Some(setup),
             inner: None,
         }))
@@ -174,6 +211,7 @@ impl Provider for Codex {
 struct CodexSession {
     config: ProviderConfig,
     backend: Arc<tokio::sync::OnceCell<Backend>>,
+    warm: Option<std::sync::Weak<WarmPool<app_server::Warm>>>,
     setup: Option<ProviderSetup>,
     inner: Option<Box<dyn ProviderSession>>,
 }
@@ -190,7 +228,9 @@ impl ProviderSession for CodexSession {
                 let backend = *self.backend.get_or_init(|| probe(config)).await;
                 let setup = self.setup.take().expect("a session without a backend keeps its setup");
                 self.inner = Some(match backend {
-                    Backend::AppServer => Box::new(app_server::AppServerSession::new(config.clone(), setup)),
+                    Backend::AppServer => {
+                        Box::new(app_server::AppServerSession::new(config.clone(), setup, self.warm.clone()))
+                    }
                     Backend::Exec => Box::new(exec::ExecSession {
                         config: config.clone(),
                         thread_id: setup.provider_session_id.clone(),
