@@ -265,7 +265,27 @@ fn bench() -> Result<()> {
     cargo_with_env(&["run", "--release", "--quiet", "-p", "pedelec-sdk", "--example", "readers_bench"], &envs)?;
     cargo_with_env(&["run", "--release", "--quiet", "-p", "pedelec-core", "--example", "provider_bench"], &envs)?;
     cargo_with_env(&["run", "--release", "--quiet", "-p", "pedelec-core", "--example", "changes_bench"], &envs)?;
-    cargo_with_env(&["run", "--release", "--quiet", "-p", "pedelec-native-host", "--example", "host_bench"], &envs)
+    cargo_with_env(&["run", "--release", "--quiet", "-p", "pedelec-native-host", "--example", "host_bench"], &envs)?;
+    warm_agents()
+}
+
+/// Issue 41's memory and warm-start figures: each real agent's warm process
+/// and persistent process tree (RSS), and a new session's first delta warm
+/// and cold, from the matrix's `real_agents::warm` tests (the agents and
+/// their model server are set up there). Skipped without the agents.
+fn warm_agents() -> Result<()> {
+    if std::process::Command::new("npm").arg("--version").output().is_err() {
+        eprintln!("warning: npm is missing: the agents' memory figures are skipped");
+        return Ok(());
+    }
+    agents::install()?;
+    cargo(&["build", "--quiet", "-p", "pedelec-core", "-p", "pedelec-native-host", "--bins"])?;
+    let filter = "test(/real_agents::warm::/)";
+    if has_nextest() {
+        cargo(&["nextest", "run", "-p", "pedelec-sdk", "--no-fail-fast", "--no-capture", "-E", filter])
+    } else {
+        cargo(&["test", "-p", "pedelec-sdk", "--test", "all", "real_agents::warm::", "--", "--nocapture"])
+    }
 }
 
 /// The release native host as shipped (see [`release_static`]).

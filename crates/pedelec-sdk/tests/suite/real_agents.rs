@@ -1641,10 +1641,22 @@ async fn codex_cancel_while_an_approval_waits_for_the_app() {
     session.end().await.unwrap();
 }
 
-/// A new session's first turn, from `send_text` to its first delta, and
-/// the model server's own time over that turn's requests (the floor: from
-/// each request's arrival to its answer's last byte, the longest).
-async fn first_delta_of_a_new_session(rig: &Rig, h: &AgentHarness, server: &ModelServer) -> (Duration, Duration) {
+/// The resident memory of `pids` together (from /proc), in bytes.
+fn resident(pids: &[u32]) -> u64 {
+    let page = 4096;
+    pids.iter()
+        .filter_map(|pid| std::fs::read_to_string(format!("/proc/{pid}/statm")).ok())
+        .filter_map(|statm| statm.split_whitespace().nth(1).and_then(|p| p.parse::<u64>().ok()))
+        .sum::<u64>()
+        * page
+}
+
+/// A new session's first turn, from `send_text` to its first delta, the
+/// model server's own time over that turn's requests (the floor: from each
+/// request's arrival to its answer's last byte, the longest), and the
+/// resident memory of the agent's processes after the turn (every process
+/// under Core: the persistent agent and what it started).
+async fn first_delta_of_a_new_session(rig: &Rig, h: &AgentHarness, server: &ModelServer) -> (Duration, Duration, u64) {
     let session = h
         .client()
         .await
@@ -1661,8 +1673,14 @@ async fn first_delta_of_a_new_session(rig: &Rig, h: &AgentHarness, server: &Mode
     session.send_text("hello").await.unwrap_or_else(|e| panic!("{}: first turn: {e:?}", rig.provider));
     let first = first.lock().unwrap().unwrap_or_else(|| panic!("{}: the first turn streamed no delta", rig.provider));
     let floor = generations_since(server, before).iter().map(|r| r.answered - r.received).max().unwrap_or_default();
+    // A warm agent for the next session runs under Core too: not this one's.
+    let next = warm_state(h, rig.provider).await.pid;
+    let warm: Vec<u32> = if next == 0 { Vec::new() } else { descendants(next).into_iter().chain([next]).collect() };
+    let agent: Vec<u32> =
+        descendants(h.core.pid().expect("Core runs")).into_iter().filter(|pid| !warm.contains(pid)).collect();
+    let rss = resident(&agent);
     session.end().await.unwrap();
-    (first - sent, floor)
+    (first - sent, floor, rss)
 }
 
 /// What `provider`'s warm process is doing (ListAgents, as the user's window reads it).
@@ -1694,10 +1712,11 @@ async fn warm_start(rig: Rig, server: &ModelServer) {
             rig.provider
         );
         eprintln!(
-            "PEDELEC_AGENT_FIGURES {}: new session → first delta cold {} ms (model server {} ms); not kept warm (takes its workspace at spawn)",
+            "PEDELEC_AGENT_FIGURES {}: new session → first delta cold {} ms (model server {} ms); not kept warm (takes its workspace at spawn); persistent agent {} MiB",
             rig.provider,
             cold.0.as_millis(),
-            cold.1.as_millis()
+            cold.1.as_millis(),
+            cold.2 >> 20
         );
         return;
     }
@@ -1726,13 +1745,14 @@ async fn warm_start(rig: Rig, server: &ModelServer) {
     assert_eq!(next.state(), pb::WarmState::Ready, "{}: the next warm agent: {next:?}", rig.provider);
     assert_ne!(next.pid, ready.pid, "{}: the session took the first", rig.provider);
     eprintln!(
-        "PEDELEC_AGENT_FIGURES {}: new session → first delta warm {} ms, cold {} ms; model server {} ms; warm − model server = {} ms (target ≤ 100); warm process {} MiB",
+        "PEDELEC_AGENT_FIGURES {}: new session → first delta warm {} ms, cold {} ms; model server {} ms; warm − model server = {} ms (target ≤ 100); warm process {} MiB; persistent agent after a turn {} MiB",
         rig.provider,
         warm.0.as_millis(),
         cold.0.as_millis(),
         warm.1.as_millis(),
         warm.0.saturating_sub(warm.1).as_millis(),
-        ready.rss_bytes >> 20
+        ready.rss_bytes >> 20,
+        warm.2 >> 20
     );
 }
 
