@@ -84,6 +84,7 @@ pub async fn serve(config: CoreConfig) -> CoreResult<()> {
         disconnect_grace: config.disconnect_grace,
         turn_timeout: settings.turn_timeout(),
         permission_timeout: settings.permission_timeout(),
+        agent_idle_timeout: settings.agent_idle_timeout(),
         core_exe: std::env::current_exe().map_err(|e| CoreError::io("locating the pedelec-core executable", e))?,
         socket: config.socket.clone(),
         released: released_tx,

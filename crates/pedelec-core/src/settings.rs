@@ -14,6 +14,7 @@
 //! max_transcript_bytes = 268435456    # stored transcript per session (256 MiB); a turn starting past it is refused
 //! event_log_session_mib = 128         # unread events kept per session for slow subscribers (a 200 000-delta turn)
 //! event_log_total_mib = 512           # the same across all sessions
+//! agent_idle_timeout_secs = 600       # a session's agent process idle this long is ended (the next turn starts it again); 0 keeps it
 //! warm_idle_timeout_secs = 600        # a warm agent process no session took for this long is ended; 0 keeps it
 //! warm_max_rss_mib = 1024             # a warm agent process larger than this is ended, not kept
 //!
@@ -143,7 +144,14 @@ pub struct Settings {
     /// memory above which one is not kept.
     pub warm_idle_timeout_secs: Option<u64>,
     pub warm_max_rss_mib: Option<u64>,
+    /// Seconds a session's agent process may sit idle before it is ended
+    /// (the next turn starts it again); 0: kept until the session ends.
+    pub agent_idle_timeout_secs: Option<u64>,
 }
+
+/// Ten minutes, like the warm processes: a session paused this long pays
+/// one agent start-up at its next turn, and holds no process meanwhile.
+pub const DEFAULT_AGENT_IDLE_TIMEOUT: Duration = Duration::from_secs(600);
 
 /// A permission request nobody answers is rejected after this.
 pub const DEFAULT_PERMISSION_TIMEOUT: Duration = Duration::from_secs(60);
@@ -292,6 +300,15 @@ impl Settings {
             mib(self.event_log_session_mib, crate::session::log::DEFAULT_SESSION_BYTES),
             mib(self.event_log_total_mib, crate::session::log::DEFAULT_TOTAL_BYTES),
         )
+    }
+
+    /// How long a session's agent process may be idle; `None`: for ever.
+    pub fn agent_idle_timeout(&self) -> Option<Duration> {
+        match self.agent_idle_timeout_secs {
+            Some(0) => None,
+            Some(secs) => Some(Duration::from_secs(secs)),
+            None => Some(DEFAULT_AGENT_IDLE_TIMEOUT),
+        }
     }
 
     /// How warm agent processes are kept (`providers::warm`).

@@ -317,6 +317,13 @@ pub trait ProviderSession: Send {
     ) -> BoxFuture<'a, Result<(), ProviderFailure>>;
     /// Stops the runtime (process tree, connections).
     fn shutdown(&mut self) {}
+    /// Whether it holds an agent process that could be ended between turns
+    /// at no loss: a new runtime continues the same conversation (the agent
+    /// resumes its own session). Core then ends an idle one
+    /// (`agent_idle_timeout_secs`).
+    fn idle_process_resumable(&self) -> bool {
+        false
+    }
 }
 
 /// A provider Core can start sessions with.

@@ -94,6 +94,10 @@ pub struct Shared {
     pub turn_timeout: Duration,
     /// A permission request the application does not answer in this time is rejected.
     pub permission_timeout: Duration,
+    /// A session's agent process idle (no turn) this long is ended; its
+    /// next turn starts the agent again and continues its conversation.
+    /// `None`: kept until the session ends.
+    pub agent_idle_timeout: Option<Duration>,
     /// What agent processes need to reach the MCP bridge: Core's executable and socket.
     pub core_exe: std::path::PathBuf,
     pub socket: std::path::PathBuf,
@@ -129,6 +133,7 @@ impl Shared {
             disconnect_grace: Duration::from_secs(60),
             turn_timeout: Duration::from_secs(30),
             permission_timeout: Duration::from_secs(30),
+            agent_idle_timeout: None,
             core_exe: "/nonexistent/pedelec-core".into(),
             socket: dir.join("core.sock"),
             released: tokio::sync::mpsc::unbounded_channel().0,
@@ -204,6 +209,9 @@ pub struct Session {
     /// `SetModel` or `SetTools` changed what the agent runs with: the next
     /// turn starts a fresh runtime.
     runtime_stale: std::sync::atomic::AtomicBool,
+    /// Counts turns started, so an idle timer armed after one turn ends
+    /// the runtime only if no turn ran since.
+    turns_started: std::sync::atomic::AtomicU64,
     /// For a fork: the parent's provider conversation, which the first
     /// runtime continues a copy of (until the agent names its own).
     fork_of: Option<String>,
@@ -328,6 +336,7 @@ impl Session {
             fence: fence::ToolFence::default(),
             changes: Mutex::default(),
             runtime_stale: std::sync::atomic::AtomicBool::new(false),
+            turns_started: std::sync::atomic::AtomicU64::new(0),
         })
     }
 
@@ -818,6 +827,7 @@ impl Session {
         (cancel, steering): (CancellationToken, SteerInbox),
     ) {
         let sink = sink::OperationSink { session: self.clone(), operation: operation.clone() };
+        let turn_number = self.turns_started.fetch_add(1, std::sync::atomic::Ordering::AcqRel) + 1;
         let result = {
             let mut runtime = self.runtime.lock().await;
             // A new model: the runtime restarts with it and resumes the agent's thread.
@@ -927,6 +937,36 @@ impl Session {
             self.record_turn_changes(&operation).await;
         }
         self.finish_operation(&operation, result).await;
+        self.end_runtime_when_idle(turn_number);
+    }
+
+    /// After `agent_idle_timeout` with no turn after turn `turn_number`,
+    /// ends the session's runtime (its agent process) where that loses
+    /// nothing (`ProviderSession::idle_process_resumable`): an idle session
+    /// holds no process and no place under `max_agent_processes`. The next
+    /// turn starts the agent again and continues its conversation, as after
+    /// any restart.
+    fn end_runtime_when_idle(self: &Arc<Self>, turn_number: u64) {
+        let Some(idle) = self.shared.agent_idle_timeout else { return };
+        let session = Arc::downgrade(self);
+        tokio::spawn(async move {
+            tokio::time::sleep(idle).await;
+            let Some(session) = session.upgrade() else { return };
+            if session.turns_started.load(std::sync::atomic::Ordering::Acquire) != turn_number {
+                return;
+            }
+            // A turn holding the runtime is not idle (it also bumped the count).
+            let Ok(mut runtime) = session.runtime.try_lock() else { return };
+            if session.turns_started.load(std::sync::atomic::Ordering::Acquire) != turn_number {
+                return;
+            }
+            if runtime.as_ref().is_some_and(|r| r.idle_process_resumable())
+                && let Some(mut idle_runtime) = runtime.take()
+            {
+                tracing::info!(session = %session.id, idle_secs = idle.as_secs(), "ended an idle session's agent");
+                idle_runtime.shutdown();
+            }
+        });
     }
 
     /// Reads a typed turn's answer against its schema; on a mismatch the

@@ -1673,8 +1673,17 @@ async fn first_delta_of_a_new_session(rig: &Rig, h: &AgentHarness, server: &Mode
     session.send_text("hello").await.unwrap_or_else(|e| panic!("{}: first turn: {e:?}", rig.provider));
     let first = first.lock().unwrap().unwrap_or_else(|| panic!("{}: the first turn streamed no delta", rig.provider));
     let floor = generations_since(server, before).iter().map(|r| r.answered - r.received).max().unwrap_or_default();
-    // A warm agent for the next session runs under Core too: not this one's.
-    let next = warm_state(h, rig.provider).await.pid;
+    // A warm agent for the next session runs under Core too: not this
+    // one's. Once it is up (or the provider keeps none), its pid is known.
+    let mut next = warm_state(h, rig.provider).await;
+    for _ in 0..600 {
+        if !matches!(next.state(), pb::WarmState::Starting | pb::WarmState::Idle) {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+        next = warm_state(h, rig.provider).await;
+    }
+    let next = next.pid;
     let warm: Vec<u32> = if next == 0 { Vec::new() } else { descendants(next).into_iter().chain([next]).collect() };
     let agent: Vec<u32> =
         descendants(h.core.pid().expect("Core runs")).into_iter().filter(|pid| !warm.contains(pid)).collect();
@@ -1703,7 +1712,8 @@ async fn warm_start(rig: Rig, server: &ModelServer) {
         let h = AgentHarness::start(&rig.settings);
         first_delta_of_a_new_session(&rig, &h, server).await
     };
-    let h = AgentHarness::start(&format!("{}warm = true\n", rig.settings));
+    // Ready warm agents are ended 3 s after nobody took them.
+    let h = AgentHarness::start(&format!("warm_idle_timeout_secs = 3\n{}warm = true\n", rig.settings));
     if !rig.warms {
         assert_eq!(
             warm_state(&h, rig.provider).await.state(),
@@ -1744,6 +1754,17 @@ async fn warm_start(rig: Rig, server: &ModelServer) {
     }
     assert_eq!(next.state(), pb::WarmState::Ready, "{}: the next warm agent: {next:?}", rig.provider);
     assert_ne!(next.pid, ready.pid, "{}: the session took the first", rig.provider);
+    // Nobody takes the next one: it is ended after its idle time.
+    let mut reaped = warm_state(&h, rig.provider).await;
+    for _ in 0..200 {
+        if reaped.state() == pb::WarmState::Reaped {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+        reaped = warm_state(&h, rig.provider).await;
+    }
+    assert_eq!(reaped.state(), pb::WarmState::Reaped, "{}: the idle warm agent: {reaped:?}", rig.provider);
+    assert!(survivors_after_a_while(&[next.pid]).await.is_empty(), "{}: the idle warm agent ended", rig.provider);
     eprintln!(
         "PEDELEC_AGENT_FIGURES {}: new session → first delta warm {} ms, cold {} ms; model server {} ms; warm − model server = {} ms (target ≤ 100); warm process {} MiB; persistent agent after a turn {} MiB",
         rig.provider,

@@ -21,6 +21,11 @@ struct Rig {
 impl Rig {
     /// Core with `fake` (kept warm) and `cold` (not), both the fake agent.
     fn start(extra: &str) -> Rig {
+        Rig::start_with(extra, true)
+    }
+
+    /// The same, with `fake` kept warm or not.
+    fn start_with(extra: &str, warm: bool) -> Rig {
         let dir = tempfile::tempdir().unwrap();
         let bin = pedelec_sdk::daemon::find_binary("pedelec-fake-acp", "PEDELEC_FAKE_ACP_BIN");
         let log = dir.path().join("fake-acp.log");
@@ -32,7 +37,7 @@ impl Rig {
                 log.display()
             )
         };
-        let settings = format!("{extra}{}{}", provider("fake", true), provider("cold", false));
+        let settings = format!("{extra}{}{}", provider("fake", warm), provider("cold", false));
         Rig { dir, harness: Harness::with_config(Via::Grpc, &settings) }
     }
 
@@ -154,4 +159,59 @@ async fn a_warm_agent_that_cannot_start_says_why() {
     let rig = Rig { dir: tempfile::tempdir().unwrap(), harness: Harness::with_config(Via::Grpc, settings) };
     let failed = rig.warm_until("fake", pb::WarmState::Failed).await;
     assert!(!failed.reason.is_empty() && failed.pid == 0, "{failed:?}");
+}
+
+/// An idle session holds no agent process: after `agent_idle_timeout_secs`
+/// without a turn its agent is ended, and the next turn starts the agent
+/// again and continues the same ACP session (`session/load`). A session
+/// that keeps working keeps its agent.
+#[cfg(target_os = "linux")]
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_idle_sessions_agent_is_ended_and_the_next_turn_continues() {
+    let rig = Rig::start_with("agent_idle_timeout_secs = 2\n", false);
+    let session = rig.session("cold").await;
+    let recorder = Recorder::attach(&session);
+    session.send_text("first").await.unwrap();
+    let first = rig.events("start")[0]["pid"].as_u64().unwrap() as u32;
+    // Turns closer together than the idle time keep the same agent.
+    for text in ["second", "third"] {
+        tokio::time::sleep(Duration::from_millis(300)).await;
+        session.send_text(text).await.unwrap();
+    }
+    assert!(!is_gone(first), "busy: the agent stays");
+    eventually("the idle agent ended", || is_gone(first)).await;
+    assert_eq!(session.get_status(), pedelec_sdk::SessionStatus::Idle, "the session itself is untouched");
+
+    session.send_text("after the pause").await.unwrap();
+    let loaded = rig.events("session_load");
+    assert_eq!(loaded.len(), 1, "the next turn continued the ACP session: {loaded:?}");
+    assert_eq!(loaded[0]["sessionId"], rig.events("session_new")[0]["sessionId"]);
+    assert!(recorder.lines().iter().filter(|l| l.starts_with("chat ")).count() >= 4, "{:?}", recorder.lines());
+    assert_eq!(rig.events("start").len(), 2, "one agent for the three close turns, one after the pause");
+    session.end().await.unwrap();
+}
+
+/// An agent that cannot load sessions keeps its process however long the
+/// session is idle: ending it would lose the conversation.
+#[cfg(target_os = "linux")]
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_idle_agent_that_cannot_resume_keeps_its_process() {
+    let dir = tempfile::tempdir().unwrap();
+    let bin = pedelec_sdk::daemon::find_binary("pedelec-fake-acp", "PEDELEC_FAKE_ACP_BIN");
+    let log = dir.path().join("fake-acp.log");
+    let settings = format!(
+        "agent_idle_timeout_secs = 1\n[providers.cold]\nkind = \"acp\"\ncommand = [\"{}\", \"--acp\"]\n\
+         env = {{ PEDELEC_FAKE_ACP_LOG = \"{}\", PEDELEC_FAKE_ACP_NO_LOAD = \"1\" }}\n",
+        bin.display(),
+        log.display()
+    );
+    let rig = Rig { dir, harness: Harness::with_config(Via::Grpc, &settings) };
+    let session = rig.session("cold").await;
+    session.send_text("first").await.unwrap();
+    let pid = rig.events("start")[0]["pid"].as_u64().unwrap() as u32;
+    tokio::time::sleep(Duration::from_millis(2500)).await;
+    assert!(!is_gone(pid), "the agent that cannot resume its session is kept");
+    session.send_text("second").await.unwrap();
+    assert_eq!(rig.events("start").len(), 1, "the same agent took the next turn");
+    session.end().await.unwrap();
 }

@@ -268,6 +268,8 @@ struct Live {
     stale_stop_after_cancel: bool,
     /// The agent takes `image` content blocks (`promptCapabilities.image`).
     takes_images: bool,
+    /// The agent advertises `loadSession`: a new runtime continues this one's session.
+    loads: bool,
 }
 
 struct AcpSession {
@@ -434,7 +436,8 @@ impl AcpSession {
         let agent = init.agent_info.as_ref().map(|info| info.name.as_str()).unwrap_or_default();
         let stale_stop_after_cancel = agent.ends_with("claude-agent-acp") && init.agent_capabilities.load_session;
         let takes_images = init.agent_capabilities.prompt_capabilities.image;
-        Ok(Live { runtime, session_id, fresh, prompting: false, stale_stop_after_cancel, takes_images })
+        let loads = init.agent_capabilities.load_session;
+        Ok(Live { runtime, session_id, fresh, prompting: false, stale_stop_after_cancel, takes_images, loads })
     }
 
     async fn configure(
@@ -545,6 +548,10 @@ impl ProviderSession for AcpSession {
         sink: &'a dyn TurnSink,
     ) -> BoxFuture<'a, Result<(), ProviderFailure>> {
         Box::pin(self.turn(turn, sink))
+    }
+
+    fn idle_process_resumable(&self) -> bool {
+        self.runtime.as_ref().is_some_and(|live| live.loads && !live.prompting)
     }
 
     fn shutdown(&mut self) {

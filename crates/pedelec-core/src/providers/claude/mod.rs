@@ -423,6 +423,11 @@ impl ProviderSession for ClaudeSession {
         }
         let _ = std::fs::remove_file(&self.mcp_config);
     }
+
+    /// The conversation has an id: a new CLI continues it with `--resume`.
+    fn idle_process_resumable(&self) -> bool {
+        self.live.is_some() && self.session_id.is_some()
+    }
 }
 
 /// `claude -p --output-format stream-json` lines → normalised events.

@@ -695,6 +695,11 @@ impl ProviderSession for AppServerSession {
             runtime.close();
         }
     }
+
+    /// The thread is on disk: a new app-server resumes it.
+    fn idle_process_resumable(&self) -> bool {
+        self.runtime.as_ref().is_some_and(|r| !r.broken && r.active_turn.is_none()) && self.thread_id.is_some()
+    }
 }
 
 impl Drop for AppServerSession {

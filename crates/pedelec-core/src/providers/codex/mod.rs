@@ -247,6 +247,10 @@ impl ProviderSession for CodexSession {
             inner.shutdown();
         }
     }
+
+    fn idle_process_resumable(&self) -> bool {
+        self.inner.as_ref().is_some_and(|inner| inner.idle_process_resumable())
+    }
 }
 
 #[cfg(test)]
