@@ -273,6 +273,9 @@ pub trait PermissionAsker: Send + Sync + std::fmt::Debug {
 #[derive(Debug, Clone)]
 pub struct ProviderSetup {
     pub session_id: String,
+    /// The origin that created the session: agents shared between sessions
+    /// are shared within one origin only (`codex::server`).
+    pub origin: String,
     pub model: String,
     pub effort_level: pb::EffortLevel,
     pub workspace: PathBuf,

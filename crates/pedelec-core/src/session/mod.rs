@@ -780,6 +780,7 @@ impl Session {
         let inner = self.lock();
         ProviderSetup {
             session_id: self.id.as_str().to_owned(),
+            origin: self.origin.clone(),
             model: inner.machine.info().model.clone(),
             effort_level: pb::EffortLevel::try_from(inner.machine.info().effort_level).unwrap_or_default(),
             workspace: self.workspace.root.clone(),

@@ -1507,6 +1507,107 @@ async fn codex_keeps_the_tool_token_out_of_its_environment_and_home() {
     session.end().await.unwrap();
 }
 
+/// One site's codex sessions share one `codex app-server` (a thread each),
+/// another site's get their own; each session's tool calls reach its own
+/// handler (the thread's MCP server carries that session's token), and a
+/// kill -9 of the shared process mid-turn settles every turn on it, after
+/// which each session's next turn resumes its own thread.
+#[cfg(target_os = "linux")]
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn codex_sessions_of_a_site_share_one_app_server() {
+    let Some(program) = agent("codex") else { return };
+    let server = ModelServer::start(standard_script()).await.unwrap();
+    let rig = Rig::codex(&program, &server);
+    let h = AgentHarness::start(&rig.settings);
+    let core_pid = h.core.pid().expect("Core runs");
+    let app_servers = || {
+        let all = descendants(core_pid);
+        // The shim's child is the codex binary: count the processes Core started.
+        all.iter()
+            .copied()
+            .filter(|pid| command_line(*pid).contains("app-server") && !all.contains(&parent_of(*pid)))
+            .collect::<Vec<_>>()
+    };
+    let site = h.client().await;
+    let other = h.client_for("app:another-program").await;
+    let counters: Vec<Arc<Mutex<i64>>> = (0..3).map(|_| Arc::default()).collect();
+    let mut sessions = Vec::new();
+    for (client, counter) in [&site, &site, &other].into_iter().zip(&counters) {
+        let session = client
+            .create_session(SessionOptions {
+                tools: vec![counter_tool(counter.clone()), stalling_tool()],
+                auto_end_on_disconnect: false,
+                ..rig.options()
+            })
+            .await
+            .unwrap();
+        sessions.push(session);
+    }
+    for (i, session) in sessions.iter().enumerate() {
+        let word = ["heron", "egret", "stork"][i];
+        session.send_text(&format!("remember the word {word}")).await.unwrap();
+        session.send_text(&format!(r#"call update_counter {{"delta":{}}}"#, i + 1)).await.unwrap();
+    }
+    let counts: Vec<i64> = counters.iter().map(|c| *c.lock().unwrap()).collect();
+    assert_eq!(counts, [1, 2, 3], "each session's tool call reached its own handler");
+    let running = app_servers();
+    assert_eq!(running.len(), 2, "one app-server for the site's two sessions, one for the other site: {running:?}");
+
+    // Both of the site's sessions wait on a tool in the shared process; it is killed.
+    let stalled: Vec<_> = sessions[..2]
+        .iter()
+        .map(|s| {
+            let s = s.clone();
+            tokio::spawn(async move { s.send_text("call stall {}").await })
+        })
+        .collect();
+    for session in &sessions[..2] {
+        waits_for_tool(session).await;
+    }
+    let shared = sessions_process(&running);
+    let group: Vec<u32> = std::iter::once(shared).chain(descendants(shared)).collect();
+    for pid in &group {
+        let _ = std::process::Command::new("kill").args(["-KILL", &pid.to_string()]).status();
+    }
+    for turn in stalled {
+        let settled = tokio::time::timeout(Duration::from_secs(10), turn).await.expect("every turn settles");
+        let error = settled.unwrap().expect_err("the turn fails");
+        let provider_code = error.details.as_ref().and_then(|d| d["providerCode"].as_str()).unwrap_or_default();
+        assert_eq!(provider_code, "PROVIDER_CRASHED", "{error:?}");
+    }
+    for (i, session) in sessions.iter().enumerate() {
+        let before = server.generations().len();
+        session.send_text("which word?").await.unwrap_or_else(|e| panic!("session {i} after the crash: {e:?}"));
+        let texts: Vec<String> =
+            generations_since(&server, before).iter().flat_map(|r| r.request.history()).map(|(_, _, t)| t).collect();
+        let word = ["heron", "egret", "stork"][i];
+        assert!(texts.iter().any(|t| t.contains(word)), "session {i} continued its own thread: {texts:?}");
+        assert!(
+            !texts.iter().any(|t| ["heron", "egret", "stork"].iter().any(|w| *w != word && t.contains(w))),
+            "session {i} sees no other session's conversation: {texts:?}"
+        );
+    }
+    for session in &sessions {
+        session.end().await.unwrap();
+    }
+}
+
+/// The parent of `pid` (0 when unknown).
+fn parent_of(pid: u32) -> u32 {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap_or_default();
+    let rest = stat.rsplit_once(')').map(|(_, r)| r).unwrap_or_default();
+    rest.split_whitespace().nth(1).and_then(|p| p.parse().ok()).unwrap_or(0)
+}
+
+/// Of the top-level app-servers, the one serving the two stalled sessions:
+/// the one with two MCP bridges under it.
+fn sessions_process(running: &[u32]) -> u32 {
+    *running
+        .iter()
+        .max_by_key(|pid| descendants(**pid).iter().filter(|p| command_line(**p).contains(" mcp")).count())
+        .expect("an app-server")
+}
+
 /// `codex app-server` (its node shim and binary) killed mid-turn.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn codex_app_server_killed_mid_turn() {

@@ -1,11 +1,12 @@
-//! A session on `codex app-server`: one long-lived process per session
-//! runtime, JSON-RPC over its stdio, kept across turns.
+//! A session's thread on `codex app-server` (a process its site's sessions
+//! share, `server`), JSON-RPC over its stdio, kept across turns.
 //!
-//! Two tasks move lines: a reader parses stdout into [`Incoming`] messages
-//! into a bounded channel (full, it stops reading, so a fast agent waits in
-//! its pipe, not in Core's memory), and a writer sends our lines, which
-//! permission answers given off the turn's task need. The turn's task reads
-//! the channel, answers server requests, and maps notifications to events.
+//! The server routes the thread's messages and the answers to the
+//! runtime's requests into a bounded channel of the runtime's own (full,
+//! the server stops reading, so a fast agent waits in its pipe, not in
+//! Core's memory). The turn's task reads the channel, answers server
+//! requests, and maps notifications to events; permission answers given
+//! off that task go through the server's writer.
 
 use std::collections::HashMap;
 use std::path::Path;
@@ -13,12 +14,12 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use serde_json::{Value, json};
-use tokio::io::AsyncWriteExt;
 use tokio::sync::mpsc;
 
 use super::approval::{self, Handling};
+use super::server::{Connection, Servers};
 use super::wire::{self, Incoming, RpcError, TurnEnd, TurnMapper};
-use crate::providers::process::{AgentProcess, CommandLine, ExitReport, Line, LineReader, MAX_LINE_BYTES};
+use crate::providers::process::{CommandLine, ExitReport};
 use crate::providers::{
     AgentEvent, BoxFuture, MCP_SERVER_NAME, PermissionAsker, ProviderConfig, ProviderFailure, ProviderSession,
     ProviderSetup, SteerInbox, SteerInput, TurnOutcome, TurnRequest, TurnSink, effort_name, with_attachment_paths,
@@ -45,6 +46,8 @@ pub(super) struct AppServerSession {
     /// The provider's warm codex, while the provider is Core's: the first
     /// runtime takes it, and a cold start asks for the next.
     warm: Option<std::sync::Weak<crate::providers::warm::WarmPool<Warm>>>,
+    /// The provider's running app-servers, per site.
+    servers: Arc<Servers>,
     setup: ProviderSetup,
     /// The codex thread to continue (the session's provider identity).
     thread_id: Option<String>,
@@ -56,20 +59,23 @@ impl AppServerSession {
         config: ProviderConfig,
         setup: ProviderSetup,
         warm: Option<std::sync::Weak<crate::providers::warm::WarmPool<Warm>>>,
+        servers: Arc<Servers>,
     ) -> Self {
-        AppServerSession { config, warm, thread_id: setup.provider_session_id.clone(), setup, runtime: None }
+        AppServerSession { config, warm, servers, thread_id: setup.provider_session_id.clone(), setup, runtime: None }
     }
 }
 
-/// A running app-server with its thread.
+/// A session's thread on a running app-server (shared with other threads
+/// of the same site, see `server`).
 struct Runtime {
-    process: AgentProcess,
-    outgoing: mpsc::UnboundedSender<String>,
+    server: Arc<Connection>,
+    /// What the server routes to this runtime: its thread's messages and
+    /// the answers to its requests.
     inbound: mpsc::Receiver<Incoming>,
+    inbound_tx: mpsc::Sender<Incoming>,
     /// Activities recording permission answers given off the turn's task.
     answered: mpsc::UnboundedReceiver<pedelec_protocol::pb::Activity>,
     answered_tx: mpsc::UnboundedSender<pedelec_protocol::pb::Activity>,
-    next_id: i64,
     thread_id: String,
     /// The thread started in this runtime: its first turn carries the guidance.
     fresh: bool,
@@ -82,14 +88,16 @@ struct Runtime {
     file_paths: HashMap<String, Vec<String>>,
     /// The session's workspace: the policy's confinement root.
     workspace: std::path::PathBuf,
-    tasks: [tokio::task::JoinHandle<()>; 2],
 }
 
 impl Drop for Runtime {
     fn drop(&mut self) {
-        // AgentProcess's own drop ends the group; the tasks would linger on dead pipes.
-        self.process.terminate_group();
-        self.tasks.iter().for_each(tokio::task::JoinHandle::abort);
+        // The server lives on for its other threads (and ends with the last).
+        self.server.unregister(&self.thread_id, &self.inbound_tx);
+        if self.broken {
+            // Its state is unknown: no thread should be trusted to it.
+            self.server.kill();
+        }
     }
 }
 
@@ -158,74 +166,37 @@ struct TurnControls<'a> {
 }
 
 impl Runtime {
-    async fn spawn(command: &CommandLine, cwd: &Path) -> Result<Runtime, ProviderFailure> {
-        let mut process = AgentProcess::spawn(command, cwd)?;
-        let (Some(mut stdin), Some(stdout)) = (process.take_stdin(), process.take_stdout()) else {
-            return Err(ProviderFailure::crashed("codex app-server's stdio could not be piped"));
-        };
-        let (outgoing, mut lines) = mpsc::unbounded_channel::<String>();
-        let writer = tokio::spawn(async move {
-            while let Some(line) = lines.recv().await {
-                let written = async {
-                    stdin.write_all(line.as_bytes()).await?;
-                    stdin.write_all(b"\n").await?;
-                    stdin.flush().await
-                };
-                if let Err(error) = written.await {
-                    tracing::debug!(%error, "codex app-server's stdin closed");
-                    return;
-                }
-            }
-        });
-        let (to_turn, inbound) = mpsc::channel(QUEUED_MESSAGES);
-        let reader = tokio::spawn(async move {
-            let mut reader = LineReader::new(stdout, MAX_LINE_BYTES);
-            loop {
-                let message = match reader.next_line().await {
-                    Ok(Some(Line::Text(text))) if text.trim().is_empty() => continue,
-                    Ok(Some(Line::Text(text))) => wire::parse_line(&text),
-                    Ok(Some(Line::TooLong(len))) => {
-                        Incoming::Invalid(format!("a {len}-byte line exceeds the line limit"))
-                    }
-                    Ok(Some(Line::NotUtf8)) => Incoming::Invalid("a line is not UTF-8".into()),
-                    Ok(None) => return,
-                    Err(error) => {
-                        tracing::debug!(%error, "reading codex app-server's stdout failed");
-                        return;
-                    }
-                };
-                if to_turn.send(message).await.is_err() {
-                    return;
-                }
-            }
-        });
+    /// A runtime on `server`, for a thread not opened yet.
+    fn on(server: Arc<Connection>, workspace: &Path) -> Runtime {
+        let (inbound_tx, inbound) = mpsc::channel(QUEUED_MESSAGES);
         let (answered_tx, answered) = mpsc::unbounded_channel();
-        Ok(Runtime {
-            process,
-            outgoing,
+        Runtime {
+            server,
             inbound,
+            inbound_tx,
             answered,
             answered_tx,
-            next_id: 0,
             thread_id: String::new(),
             fresh: false,
             active_turn: None,
             broken: false,
             file_paths: HashMap::new(),
-            workspace: cwd.to_path_buf(),
-            tasks: [reader, writer],
-        })
+            workspace: workspace.to_path_buf(),
+        }
     }
 
     fn send(&self, line: String) {
-        // A closed writer means codex is gone; the reader says so next.
-        let _ = self.outgoing.send(line);
+        self.server.send(line);
     }
 
     fn start_request(&mut self, method: &str, params: Value) -> i64 {
-        self.next_id += 1;
-        self.send(wire::request(self.next_id, method, params));
-        self.next_id
+        self.server.request(method, params, &self.inbound_tx)
+    }
+
+    /// The thread's messages come to this runtime from now on.
+    fn open_thread(&mut self, thread: String) {
+        self.server.register(&thread, &self.inbound_tx);
+        self.thread_id = thread;
     }
 
     /// Why codex went away: its exit status and stderr tail. Not fatal:
@@ -235,14 +206,7 @@ impl Runtime {
         self.broken = true;
         let report = match report {
             Some(report) => report,
-            None => match tokio::time::timeout(EXIT_WAIT, self.process.wait()).await {
-                Ok(report) => report,
-                Err(_) => {
-                    // Its stdout closed but it lives on: it can no longer speak to us.
-                    self.process.terminate_group();
-                    self.process.wait().await
-                }
-            },
+            None => self.server.exit_report(EXIT_WAIT).await,
         };
         let mut failure = report.crashed(context);
         failure.fatal = false;
@@ -256,7 +220,7 @@ impl Runtime {
         loop {
             let message = tokio::select! {
                 message = self.inbound.recv() => message,
-                report = self.process.wait() => {
+                report = self.server.exited() => {
                     return Err(self.gone(&format!("codex app-server went away during {method}"), Some(report)).await);
                 }
             };
@@ -303,7 +267,7 @@ impl Runtime {
                 Some(asker) => {
                     // Off the turn's task: its other traffic (a cancel among it) flows meanwhile.
                     let answer = asker.ask(approval::to_app(&ask));
-                    let (outgoing, answered) = (self.outgoing.clone(), self.answered_tx.clone());
+                    let (outgoing, answered) = (self.server.outgoing(), self.answered_tx.clone());
                     tokio::spawn(async move {
                         let decision = approval::decision(&ask, answer.await);
                         tracing::info!(title = %ask.activity.title, %decision, "the application answered a codex approval");
@@ -399,7 +363,7 @@ impl Runtime {
                 // What codex wrote before it went is still the turn's.
                 message = self.inbound.recv() => message,
                 // Its stdout may outlive it (a child holding the pipe): the exit says it too.
-                report = self.process.wait() => {
+                report = self.server.exited() => {
                     return Err(self.gone("codex app-server went away mid-turn", Some(report)).await);
                 }
             };
@@ -493,12 +457,15 @@ impl Runtime {
     }
 
     /// Ends the runtime: a running turn is interrupted first (so codex
-    /// records it ended), then the group is ended after a moment.
+    /// records it ended), and the thread is unsubscribed (codex unloads it
+    /// once no one follows it); the server ends with its last thread.
     fn close(mut self) {
-        match self.active_turn.take() {
-            Some(turn) if !turn.is_empty() => self.interrupt(&turn),
-            // Nothing to tell codex: end it now, so the thread is free sooner for the next runtime.
-            _ => return drop(self),
+        if let Some(turn) = self.active_turn.take().filter(|t| !t.is_empty()) {
+            self.interrupt(&turn);
+        }
+        if !self.thread_id.is_empty() {
+            let params = json!({ "threadId": self.thread_id });
+            self.start_request("thread/unsubscribe", params);
         }
         match tokio::runtime::Handle::try_current() {
             Ok(handle) => {
@@ -538,15 +505,15 @@ async fn handshake(runtime: &mut Runtime) -> Result<(), ProviderFailure> {
 }
 
 /// A warm codex: app-server started in a private folder of its own and
-/// initialised; a session gives it its workspace and opens its thread.
-pub(super) struct Warm(Runtime);
+/// initialised; a session opens its thread on it.
+pub(super) struct Warm(Arc<Connection>);
 
 impl crate::providers::warm::Warmable for Warm {
     fn pid(&self) -> Option<u32> {
-        self.0.process.id()
+        self.0.pid()
     }
     fn alive(&mut self) -> bool {
-        self.0.process.running() && !self.0.tasks[0].is_finished()
+        self.0.alive()
     }
 }
 
@@ -555,9 +522,10 @@ pub(super) async fn start_warm(config: ProviderConfig) -> Result<Warm, String> {
     let folder = crate::providers::warm::private_folder(&config.code)
         .map_err(|e| format!("cannot make the warm agent's folder: {e}"))?;
     let started = async {
-        let mut runtime = Runtime::spawn(&command(&config), &folder).await.map_err(|f| f.message)?;
+        let server = Connection::spawn(&command(&config), &folder).map_err(|f| f.message)?;
+        let mut runtime = Runtime::on(server.clone(), &folder);
         handshake(&mut runtime).await.map_err(|f| f.message)?;
-        Ok(Warm(runtime))
+        Ok(Warm(server))
     };
     let wait = crate::providers::warm::START_WAIT;
     let result = tokio::time::timeout(wait, started)
@@ -573,23 +541,34 @@ impl AppServerSession {
     /// fork's first runtime, `thread/fork` of the parent's; else (or when
     /// codex cannot resume) `thread/start`.
     async fn open(&mut self, sink: &dyn TurnSink) -> Result<Runtime, ProviderFailure> {
-        let pool = self.warm.as_ref().and_then(std::sync::Weak::upgrade);
-        let mut runtime = match pool.as_ref().and_then(|pool| pool.take()) {
-            Some(Warm(mut runtime)) => {
-                tracing::debug!(session = %self.setup.session_id, "took the warm codex app-server");
-                runtime.workspace = self.setup.workspace.clone();
-                runtime
+        let origin = self.setup.origin.as_str();
+        let server = match self.servers.find(origin) {
+            Some(server) => {
+                tracing::debug!(session = %self.setup.session_id, "a thread on the site's running codex app-server");
+                server
             }
             None => {
-                // Started cold: the next session should not be.
-                if let Some(pool) = &pool {
-                    pool.refill();
-                }
-                let mut runtime = Runtime::spawn(&command(&self.config), &self.setup.workspace).await?;
-                handshake(&mut runtime).await?;
-                runtime
+                let pool = self.warm.as_ref().and_then(std::sync::Weak::upgrade);
+                let server = match pool.as_ref().and_then(|pool| pool.take()) {
+                    Some(Warm(server)) => {
+                        tracing::debug!(session = %self.setup.session_id, "took the warm codex app-server");
+                        server
+                    }
+                    None => {
+                        // Started cold: the next site should not be.
+                        if let Some(pool) = &pool {
+                            pool.refill();
+                        }
+                        let server = Connection::spawn(&command(&self.config), &self.setup.workspace)?;
+                        handshake(&mut Runtime::on(server.clone(), &self.setup.workspace)).await?;
+                        server
+                    }
+                };
+                self.servers.add(origin, &server);
+                server
             }
         };
+        let mut runtime = Runtime::on(server, &self.setup.workspace);
         let params = thread_params(&self.setup, self.setup.permissions.is_some());
         let mut opened = None;
         if let Some(thread) = self.thread_id.clone() {
@@ -644,7 +623,7 @@ impl AppServerSession {
         tracing::info!(session = %self.setup.session_id, %thread, fresh, "codex app-server thread open");
         sink.provider_session(&thread);
         self.thread_id = Some(thread.clone());
-        runtime.thread_id = thread;
+        runtime.open_thread(thread);
         runtime.fresh = fresh;
         Ok(runtime)
     }

@@ -1,18 +1,21 @@
 //! `codex`: the Codex CLI through `codex app-server` (JSON-RPC over stdio),
-//! one long-lived process per session runtime; `codex exec --json` (one
-//! process per turn, [`exec`]) for a codex too old for it.
+//! one long-lived process per site serving its sessions' threads; `codex
+//! exec --json` (one process per turn, [`exec`]) for a codex too old for it.
 //!
 //! **Which.** `codex --version` (the configured command, once per provider)
 //! picks the backend: [`backend_for`] takes app-server from
 //! [`APP_SERVER_SINCE`] (0.171.0, the version whose generated schema this
 //! adapter follows) and exec for anything older or unreadable.
 //!
-//! **Runtime** ([`app_server`]). `codex app-server` starts at the session's
-//! first turn with the workspace as cwd and the configured environment —
-//! or, for a provider kept warm (`warm`), was started before the session in
-//! a private folder of its own and is taken. Its process group is ours, so
-//! `end()` ends codex and what it started (the MCP bridge, shells). It
-//! lives across turns. `initialize` (client `pedelec-core`, no experimental
+//! **Runtime** ([`app_server`], [`server`]). One `codex app-server` serves
+//! the threads of one site's sessions (at most 16; another site's sessions
+//! never share it, so a slow reader or a crash stays within the site). The
+//! first session of a site without one takes the warm one (`warm`) or
+//! starts it, in its workspace, with the configured environment. Its
+//! process group is ours: it ends with the last thread's runtime, and takes
+//! what it started (MCP bridges, shells) with it. A runtime lives across
+//! its session's turns; closing it interrupts a running turn and sends
+//! `thread/unsubscribe`, so codex unloads the thread. `initialize` (client `pedelec-core`, no experimental
 //! API), then `thread/resume` of the session's thread (its provider
 //! identity) or, without one or when codex cannot resume it (an activity
 //! says so), `thread/start`. A thread is written by one app-server at a
@@ -56,12 +59,16 @@
 //! starts codex again and resumes the thread. Failing to come up at all
 //! (`initialize`, `thread/start`) is fatal.
 //!
-//! **Not yet.** One app-server per session (a warm one taken, or one
-//! started), not one per Core shared by its sessions.
+//! **Crash.** codex exiting fails the running turn of every thread on it
+//! (non-fatal `PROVIDER_CRASHED`); each session's next turn starts a new
+//! app-server for the site and resumes its own thread. A runtime found
+//! broken (codex deaf to `turn/interrupt`) ends its app-server, and with it
+//! the turns of the site's other threads there, which resume the same way.
 
 mod app_server;
 mod approval;
 mod exec;
+mod server;
 pub mod wire;
 
 use std::sync::Arc;
@@ -142,6 +149,8 @@ pub struct Codex {
     backend: Arc<tokio::sync::OnceCell<Backend>>,
     /// The app-server kept started for the next session (`warm = true`).
     warm: Option<Arc<WarmPool<app_server::Warm>>>,
+    /// The running app-servers, per site (`server`).
+    servers: Arc<server::Servers>,
 }
 
 impl Codex {
@@ -159,7 +168,7 @@ impl Codex {
                 })
             })
         });
-        Codex { config, backend, warm }
+        Codex { config, backend, warm, servers: Arc::default() }
     }
 }
 
@@ -201,6 +210,7 @@ impl Provider for Codex {
             config: self.config.clone(),
             backend: self.backend.clone(),
             warm: self.warm.as_ref().map(Arc::downgrade),
+            servers: self.servers.clone(),
             setup: Some(setup),
             inner: None,
         }))
@@ -212,6 +222,7 @@ struct CodexSession {
     config: ProviderConfig,
     backend: Arc<tokio::sync::OnceCell<Backend>>,
     warm: Option<std::sync::Weak<WarmPool<app_server::Warm>>>,
+    servers: Arc<server::Servers>,
     setup: Option<ProviderSetup>,
     inner: Option<Box<dyn ProviderSession>>,
 }
@@ -228,9 +239,12 @@ impl ProviderSession for CodexSession {
                 let backend = *self.backend.get_or_init(|| probe(config)).await;
                 let setup = self.setup.take().expect("a session without a backend keeps its setup");
                 self.inner = Some(match backend {
-                    Backend::AppServer => {
-                        Box::new(app_server::AppServerSession::new(config.clone(), setup, self.warm.clone()))
-                    }
+                    Backend::AppServer => Box::new(app_server::AppServerSession::new(
+                        config.clone(),
+                        setup,
+                        self.warm.clone(),
+                        self.servers.clone(),
+                    )),
                     Backend::Exec => Box::new(exec::ExecSession {
                         config: config.clone(),
                         thread_id: setup.provider_session_id.clone(),
