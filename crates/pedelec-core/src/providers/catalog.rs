@@ -227,9 +227,9 @@ mod tests {
         assert_eq!(warm("default_provider = \"gemini\""), ["gemini"]);
         assert!(warm("default_provider = \"gemini\"\n[providers.gemini]\nwarm = false").is_empty());
         assert_eq!(
-            warm("[providers.opencode]\nwarm = true\n[providers.codex]\nwarm = true"),
+            warm("[providers.opencode]\nwarm = true\n[providers.claude]\nwarm = true"),
             ["opencode"],
-            "codex cannot be"
+            "the claude CLI cannot be"
         );
         let limits = resolve(
             &Settings::parse("default_provider = \"gemini\"\nwarm_idle_timeout_secs = 0\nwarm_max_rss_mib = 5")

@@ -12,6 +12,7 @@ pub mod process;
 #[cfg(unix)]
 pub mod reaper;
 mod scripted;
+pub mod share;
 pub mod warm;
 
 use std::path::PathBuf;

@@ -116,8 +116,9 @@ pub struct AgentProcess {
     tree: Option<crate::platform::process_tree::Tree>,
     stderr_tail: Arc<Mutex<VecDeque<u8>>>,
     program: String,
-    /// Its place under `max_agent_processes`, held until the tree is ended.
-    _slot: crate::quota::ProcessSlot,
+    /// Its place under `max_agent_processes`, held until the tree is ended
+    /// (or by whoever took it: [`AgentProcess::take_slot`]).
+    slot: Option<crate::quota::ProcessSlot>,
 }
 
 impl AgentProcess {
@@ -174,7 +175,14 @@ impl AgentProcess {
                 }
             });
         }
-        Ok(AgentProcess { child, tree, stderr_tail, program: command.program.clone(), _slot: slot })
+        Ok(AgentProcess { child, tree, stderr_tail, program: command.program.clone(), slot: Some(slot) })
+    }
+
+    /// Its place under `max_agent_processes`, for an owner that ends the
+    /// process when it drops it (a shared agent's connection): the place is
+    /// free the moment the owner lets go, not once the exit was reaped.
+    pub fn take_slot(&mut self) -> Option<crate::quota::ProcessSlot> {
+        self.slot.take()
     }
 
     /// Its process id, while it runs.

@@ -54,19 +54,41 @@ pub fn can_warm(kind: ProviderKind) -> bool {
     matches!(kind, ProviderKind::Acp | ProviderKind::Codex)
 }
 
-/// A new, private, empty folder for a warm agent's process to start in
-/// (the agent works where its session later says; its process cwd is never
-/// a folder of the user's): a fresh random name, never one another user
-/// could have made first, mode 0700 where the system has modes. The
-/// caller removes it once the agent started (it stays if the agent wrote
-/// there, for the user to see).
-pub fn private_folder(code: &str) -> std::io::Result<std::path::PathBuf> {
-    let folder = std::env::temp_dir().join(format!("pedelec-warm-{code}-{}", uuid::Uuid::new_v4().simple()));
-    let mut builder = std::fs::DirBuilder::new();
-    #[cfg(unix)]
-    std::os::unix::fs::DirBuilderExt::mode(&mut builder, 0o700);
-    builder.create(&folder)?;
-    Ok(folder)
+/// A new, private, empty folder for a shared or warm agent process to run
+/// in: the agent works where each session says (`session/new`,
+/// `thread/start`), so its process cwd is never a folder of the user's, nor
+/// one session's workspace another session could reach through it. A
+/// fresh random name, never one another user could have made first, mode
+/// 0700 where the system has modes. It goes when the process's owner drops
+/// it (if the agent left nothing there).
+#[derive(Debug)]
+pub struct PrivateFolder(std::path::PathBuf);
+
+impl PrivateFolder {
+    pub fn new(code: &str) -> std::io::Result<PrivateFolder> {
+        let folder = std::env::temp_dir().join(format!("pedelec-agent-{code}-{}", uuid::Uuid::new_v4().simple()));
+        let mut builder = std::fs::DirBuilder::new();
+        #[cfg(unix)]
+        std::os::unix::fs::DirBuilderExt::mode(&mut builder, 0o700);
+        builder.create(&folder)?;
+        Ok(PrivateFolder(folder))
+    }
+
+    pub fn path(&self) -> &std::path::Path {
+        &self.0
+    }
+
+    /// The refusal of an agent that cannot get one.
+    pub fn failure(error: std::io::Error) -> super::ProviderFailure {
+        super::ProviderFailure::crashed(format!("cannot make the agent's private folder: {error}"))
+    }
+}
+
+impl Drop for PrivateFolder {
+    fn drop(&mut self) {
+        // Only if empty: what an agent wrote there stays for the user to see.
+        let _ = std::fs::remove_dir(&self.0);
+    }
 }
 
 /// How long a warm agent may take to start and initialise.

@@ -263,11 +263,12 @@ async fn agent_processes_past_the_limit_are_refused_while_another_origin_works()
         fake_acp().display()
     );
     let h = Harness::with_config(Via::Grpc, &settings);
-    // An `app:` origin: not limited per origin, so only the process limit is met.
-    let client = h.client().await;
+    // `app:` origins: not limited per origin, so only the process limit is
+    // met. Three of them: one origin's sessions would share one agent.
     let fake = || SessionOptions::<String> { provider: Some("fake".into()), ..Default::default() };
     let mut sessions = Vec::new();
-    for _ in 0..3 {
+    for i in 0..3 {
+        let client = h.client_for(&format!("app:program-{i}")).await;
         sessions.push(client.create_session(fake()).await.unwrap());
     }
     sessions[0].send_text("hello").await.unwrap();

@@ -126,7 +126,16 @@ async fn acp_tool_call_goes_through_the_mcp_bridge_to_the_sdk_handler() {
     assert_eq!(init["clientCapabilities"]["fs"], serde_json::json!({"readTextFile": false, "writeTextFile": false}));
     assert_eq!(init["clientCapabilities"]["terminal"], false);
     let new = &fake.events("session_new")[0];
-    assert_eq!(new["cwd"], start["cwd"], "session/new cwd is the process cwd, the workspace");
+    let workspace = fake.harness.raw().await;
+    let mut raw = workspace;
+    let live = pb::ListLiveSessionsRequest { caller_origin: OWNER.into(), ..Default::default() };
+    let listed = raw.list_live_sessions(live).await.unwrap().into_inner().sessions;
+    assert_eq!(new["cwd"], Value::from(listed[0].workspace_path.clone()), "session/new's cwd is the workspace");
+    let folder = std::path::Path::new(start["cwd"].as_str().unwrap());
+    assert!(
+        folder.file_name().unwrap().to_string_lossy().starts_with("pedelec-agent-fake-"),
+        "the agent process runs in a private folder of its own, never a session's workspace: {folder:?}"
+    );
     let core = pedelec_sdk::daemon::find_core_binary();
     assert_eq!(
         new["mcpServers"],
@@ -235,20 +244,44 @@ async fn acp_without_load_session_starts_a_new_conversation_after_resume() {
     assert!(activities.iter().any(|a| a.contains("cannot load sessions")), "{activities:?}");
 }
 
+/// An agent that keeps its sessions (`loadSession`) crashing mid-turn fails
+/// that turn with its exit status and stderr; the session stays usable and
+/// its next turn loads the conversation on a new agent.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn acp_crash_mid_turn_moves_the_session_to_error_with_exit_status_and_stderr() {
+async fn acp_crash_mid_turn_fails_the_turn_with_exit_status_and_stderr_and_the_next_turn_loads() {
     let fake = Fake::start("");
     let session = fake.session(vec![], "").await;
     let recorder = Recorder::attach(&session);
+    session.send_text("remember the heron").await.unwrap();
+    let error =
+        tokio::time::timeout(Duration::from_secs(20), session.send_text("crash")).await.expect("no hang").unwrap_err();
+    assert_eq!(error.code, "SEND_TEXT_FAILED", "{error:?}");
+    let details = error.details.clone().unwrap_or_default();
+    assert_eq!(details["providerCode"], "PROVIDER_CRASHED", "{details}");
+    assert_eq!(details["exitCode"], 3, "{details}");
+    assert!(details["stderrTail"].as_str().unwrap_or("").contains("crashing on purpose"), "{details}");
+    assert_eq!(session.get_status(), SessionStatus::Idle, "the session goes on");
+    assert!(recorder.lines().iter().any(|l| l.contains("about to crash")), "deltas before the crash streamed");
+    session.send_text("history").await.expect("the turn after the crash");
+    assert_eq!(fake.events("initialize").len(), 2, "a new agent");
+    assert_eq!(fake.events("session_load").len(), 1, "which loaded the conversation");
+    assert!(chats(&recorder).iter().any(|c| c.contains("remember the heron")), "{:?}", recorder.lines());
+}
+
+/// An agent that cannot load sessions crashing mid-turn takes the
+/// conversation with it: the session moves to error, with the exit status
+/// and stderr.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn acp_crash_of_an_agent_without_load_moves_the_session_to_error() {
+    let fake = Fake::start_with_env("PEDELEC_FAKE_ACP_NO_LOAD = \"1\"");
+    let session = fake.session(vec![], "").await;
     let error =
         tokio::time::timeout(Duration::from_secs(20), session.send_text("crash")).await.expect("no hang").unwrap_err();
     assert_eq!(error.code, "SESSION_ERROR", "{error:?}");
     let details = error.details.clone().unwrap_or_default();
     assert_eq!(details["providerCode"], "PROVIDER_CRASHED", "{details}");
     assert_eq!(details["exitCode"], 3, "{details}");
-    assert!(details["stderrTail"].as_str().unwrap_or("").contains("crashing on purpose"), "{details}");
     eventually("error status", || session.get_status() == SessionStatus::Error).await;
-    assert!(recorder.lines().iter().any(|l| l.contains("about to crash")), "deltas before the crash streamed");
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -272,7 +305,7 @@ async fn acp_permission_requests_follow_the_policy() {
     let session = fake.session(vec![], "").await;
     let recorder = Recorder::attach(&session);
     session.send_text("hi").await.unwrap();
-    let workspace = fake.events("start")[0]["cwd"].as_str().unwrap().to_owned();
+    let workspace = fake.events("session_new")[0]["cwd"].as_str().unwrap().to_owned();
     for (ask, chosen) in [
         ("permission execute".to_string(), "reject_once"),
         (format!("permission edit {workspace}/notes.md"), "allow_once"),
@@ -373,8 +406,10 @@ async fn acp_requests_for_capabilities_we_do_not_offer_are_refused_not_hung() {
     assert_eq!(chats(&recorder), vec![r#"chat "ACP fs: error -32601" [user]"#], "method not found");
 }
 
+/// An agent killed between turns: the next turn starts it again and loads
+/// the session (nothing was running, so nothing fails).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn acp_agent_dying_between_turns_is_reported_on_the_next_turn() {
+async fn acp_agent_dying_between_turns_is_started_again_on_the_next_turn() {
     let fake = Fake::start("");
     let session = fake.session(vec![], "").await;
     session.send_text("hi").await.unwrap();
@@ -382,12 +417,9 @@ async fn acp_agent_dying_between_turns_is_reported_on_the_next_turn() {
     let killed = std::process::Command::new("kill").args(["-9", &pid.to_string()]).status().unwrap();
     assert!(killed.success());
     all_gone(&[pid]).await;
-    let error =
-        tokio::time::timeout(Duration::from_secs(20), session.send_text("again")).await.expect("no hang").unwrap_err();
-    assert_eq!(error.code, "SESSION_ERROR", "{error:?}");
-    let details = error.details.clone().unwrap_or_default();
-    assert_eq!(details["providerCode"], "PROVIDER_CRASHED", "{details}");
-    assert_eq!(details["signal"], 9, "{details}");
+    tokio::time::timeout(Duration::from_secs(20), session.send_text("again")).await.expect("no hang").unwrap();
+    assert_eq!(fake.events("initialize").len(), 2, "a new agent");
+    assert_eq!(fake.events("session_load").len(), 1, "which loaded the conversation");
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -94,7 +94,7 @@ async fn a_session_takes_the_warm_agent_the_next_starts_and_an_untaken_one_is_en
     assert_eq!(started.len(), 1, "one agent started, before any session: {started:?}");
     let folder = PathBuf::from(started[0]["cwd"].as_str().unwrap());
     assert!(
-        folder.file_name().unwrap().to_string_lossy().starts_with("pedelec-warm-fake-"),
+        folder.file_name().unwrap().to_string_lossy().starts_with("pedelec-agent-fake-"),
         "it starts in an empty folder of its own, never one of the user's: {folder:?}"
     );
     assert_eq!(rig.events("initialize").len(), 1, "and is initialised");
@@ -111,24 +111,34 @@ async fn a_session_takes_the_warm_agent_the_next_starts_and_an_untaken_one_is_en
     let workspace = listed[0].workspace_path.clone();
     assert_eq!(opened[0]["cwd"], Value::from(workspace.clone()), "its ACP session works in the session's workspace");
     assert!(!is_gone(first.pid), "the warm agent serves the session");
-    assert_eq!(rig.events("initialize").len(), 2, "the session's turn did not initialise an agent of its own");
 
     // The next one started when the first was taken; nobody takes it.
     let second = rig.warm_until("fake", pb::WarmState::Ready).await;
+    assert_eq!(rig.events("initialize").len(), 2, "the session's turn did not initialise an agent of its own");
     assert_ne!(second.pid, first.pid);
     let reaped = rig.warm_until("fake", pb::WarmState::Reaped).await;
     assert!(reaped.reason.contains("warm_idle_timeout_secs"), "{reaped:?}");
     eventually("the idle warm agent ended", || is_gone(second.pid)).await;
     assert!(!is_gone(first.pid), "the session's agent lives on");
 
-    // A new session starts cold, and asks for the next warm one.
-    let other = rig.session("fake").await;
+    // The site's next session shares its agent: nothing starts.
+    let starts = rig.events("start").len();
+    let same_site = rig.session("fake").await;
+    same_site.send_text("hello too").await.unwrap();
+    assert_eq!(rig.events("start").len(), starts, "the site's agent serves its second session");
+    assert_eq!(rig.events("session_new").len(), 2, "in a session of its own");
+    // Another program's session starts cold, and asks for the next warm one.
+    let options: SessionOptions = SessionOptions { provider: Some("fake".into()), ..Default::default() };
+    let other = rig.harness.client_for("app:another-program").await.create_session(options).await.unwrap();
     other.send_text("hello again").await.unwrap();
+    assert!(rig.events("start").len() > starts, "another site never shares the agent");
     let third = rig.warm_until("fake", pb::WarmState::Ready).await;
     assert!(third.pid != first.pid && third.pid != second.pid);
     session.end().await.unwrap();
+    assert!(!is_gone(first.pid), "the agent lives on for the site's other session");
+    same_site.end().await.unwrap();
     other.end().await.unwrap();
-    eventually("the first session's agent ended with it", || is_gone(first.pid)).await;
+    eventually("the site's agent ended with its last session", || is_gone(first.pid)).await;
 }
 
 /// The defence: a warm process never refuses a session. Without the
@@ -140,7 +150,9 @@ async fn a_warm_agent_gives_its_place_to_a_session_that_needs_it() {
     let warm = rig.warm_until("fake", pb::WarmState::Ready).await;
     let one = rig.session("cold").await;
     one.send_text("one").await.unwrap();
-    let two = rig.session("cold").await;
+    // Another program's session: it shares no agent with the first.
+    let options: SessionOptions = SessionOptions { provider: Some("cold".into()), ..Default::default() };
+    let two = rig.harness.client_for("app:another-program").await.create_session(options).await.unwrap();
     two.send_text("two").await.expect("the warm agent made room");
     eventually("the warm agent ended", || is_gone(warm.pid)).await;
     let after = rig.warm("fake").await;

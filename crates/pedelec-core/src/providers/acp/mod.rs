@@ -91,13 +91,14 @@ use std::sync::Arc;
 use pedelec_protocol::ErrorCode;
 
 use super::process::CommandLine;
+use super::share::Shared;
 use super::warm::WarmPool;
 use super::{
     AgentEvent, BoxFuture, MCP_SERVER_NAME, Provider, ProviderConfig, ProviderFailure, ProviderSession, ProviderSetup,
     TurnOutcome, TurnRequest, TurnSink, with_guidance,
 };
 use permission::PermissionPolicy;
-use runtime::Runtime;
+use runtime::{Connection, Runtime};
 use updates::{Inbound, TurnMapper};
 
 /// JSON-RPC code an agent answers with when it needs `authenticate` first.
@@ -108,23 +109,22 @@ pub struct Acp {
     /// Whether the agent advertises `sessionCapabilities.fork`: learnt from
     /// a session's `initialize`, or probed once when `Fork` asks first.
     forks: Arc<tokio::sync::OnceCell<bool>>,
-    /// The agent kept started for the next session (`warm = true`).
+    /// The agent kept started for the next site (`warm = true`).
     warm: Option<Arc<WarmPool<Warm>>>,
+    /// The running agents, each serving one site's sessions (`share`).
+    shared: Arc<Shared<Connection>>,
 }
 
-/// A warm agent: started in an empty folder of its own and initialised; a
-/// session binds it to its policy and opens its ACP session in the workspace.
-struct Warm {
-    runtime: Runtime,
-    init: InitializeResponse,
-}
+/// A warm agent: started in a private folder of its own and initialised;
+/// a site's first session opens its ACP session on it.
+struct Warm(Arc<Connection>);
 
 impl super::warm::Warmable for Warm {
     fn pid(&self) -> Option<u32> {
-        self.runtime.pid()
+        self.0.pid()
     }
     fn alive(&mut self) -> bool {
-        self.runtime.running()
+        self.0.alive()
     }
 }
 
@@ -135,28 +135,35 @@ impl Acp {
             let code = config.code.clone();
             WarmPool::new(limits, move || {
                 let (command, code) = (command.clone(), code.clone());
-                Box::pin(async move { start_warm(&command, &code).await })
+                Box::pin(async move {
+                    let wait = super::warm::START_WAIT;
+                    tokio::time::timeout(wait, connect(&command, &code))
+                        .await
+                        .unwrap_or_else(|_| {
+                            Err(ProviderFailure::crashed(format!(
+                                "it did not answer initialize within {} s",
+                                wait.as_secs()
+                            )))
+                        })
+                        .map(Warm)
+                        .map_err(|f| f.message)
+                })
             })
         });
-        Acp { config, forks: Arc::default(), warm }
+        Acp { config, forks: Arc::default(), warm, shared: Arc::default() }
     }
 
     fn command(&self) -> CommandLine {
         command_of(&self.config)
     }
 
-    /// Starts the agent in the temporary folder only to read its
-    /// capabilities from `initialize` (no session is opened, so it works on
-    /// nothing there); an agent that cannot start cannot fork either.
+    /// Starts the agent only to read its capabilities from `initialize` (no
+    /// session is opened, so it works on nothing); an agent that cannot
+    /// start cannot fork either.
     async fn probe_forks(&self) -> bool {
-        let scratch = std::env::temp_dir();
-        let policy = PermissionPolicy { workspace: scratch.clone(), tools: Vec::new() };
-        let Ok(mut runtime) = Runtime::spawn(&self.command(), &scratch, policy, None).await else {
-            return false;
-        };
-        let answer = tokio::time::timeout(std::time::Duration::from_secs(30), initialize(&mut runtime)).await;
-        runtime.close();
-        matches!(answer, Ok(Ok(init)) if advertises_fork(&init))
+        let command = self.command();
+        let answer = tokio::time::timeout(std::time::Duration::from_secs(30), connect(&command, &self.config.code));
+        matches!(answer.await, Ok(Ok(conn)) if conn.init.get().is_some_and(advertises_fork))
     }
 }
 
@@ -166,27 +173,21 @@ fn command_of(config: &ProviderConfig) -> CommandLine {
     command
 }
 
-/// Starts a warm agent in a private folder of its own (`warm::private_folder`),
-/// bound to a policy that allows nothing but that folder until a session
-/// binds it.
-async fn start_warm(command: &CommandLine, code: &str) -> Result<Warm, String> {
-    let folder = super::warm::private_folder(code).map_err(|e| format!("cannot make the warm agent's folder: {e}"))?;
-    let policy = PermissionPolicy { workspace: folder.clone(), tools: Vec::new() };
-    let started = async {
-        let mut runtime = Runtime::spawn(command, &folder, policy, None).await.map_err(|f| f.message)?;
-        let init = initialize(&mut runtime).await.map_err(|f| f.message)?;
-        if init.protocol_version != ProtocolVersion::V1 {
-            return Err(format!("the agent speaks ACP version {:?}", init.protocol_version));
-        }
-        Ok(Warm { runtime, init })
-    };
-    let wait = super::warm::START_WAIT;
-    let result = tokio::time::timeout(wait, started)
-        .await
-        .unwrap_or_else(|_| Err(format!("it did not answer initialize within {} s", wait.as_secs())));
-    // Empty unless the agent wrote there; then it stays for the user to see.
-    let _ = std::fs::remove_dir(&folder);
-    result
+/// Starts the agent in a private folder of its own and initialises it.
+async fn connect(command: &CommandLine, code: &str) -> Result<Arc<Connection>, ProviderFailure> {
+    let conn = Connection::spawn(command, code).await?;
+    // No session yet: a policy over no workspace answers nothing anyway.
+    let mut runtime = Runtime::on(conn.clone(), PermissionPolicy { workspace: "".into(), tools: Vec::new() }, None);
+    let init = initialize(&mut runtime).await?;
+    if init.protocol_version != ProtocolVersion::V1 {
+        return Err(ProviderFailure::coded(
+            ErrorCode::ProviderUnavailable,
+            format!("the agent speaks ACP version {:?}; Pedelec speaks version 1", init.protocol_version),
+            true,
+        ));
+    }
+    let _ = conn.init.set(init);
+    Ok(conn)
 }
 
 /// `initialize` with protocol version 1 and no client capabilities.
@@ -244,6 +245,8 @@ impl Provider for Acp {
             command: self.command(),
             forks: self.forks.clone(),
             warm: self.warm.as_ref().map(Arc::downgrade),
+            shared: self.shared.clone(),
+            loads: false,
             identity: setup.provider_session_id.clone(),
             total: setup.usage_total,
             setup,
@@ -282,10 +285,14 @@ struct AcpSession {
     /// change replaces it): the first runtime takes it, and every start asks
     /// for the next one.
     warm: Option<std::sync::Weak<WarmPool<Warm>>>,
+    /// The provider's running agents, per site.
+    shared: Arc<Shared<Connection>>,
     setup: ProviderSetup,
     runtime: Option<Live>,
     /// The ACP session to continue in the next runtime.
     identity: Option<String>,
+    /// The last runtime's agent advertised `loadSession`.
+    loads: bool,
     /// The session's token total so far.
     total: Option<u64>,
 }
@@ -337,33 +344,34 @@ impl AcpSession {
 
     /// Starts the agent and opens (or continues) the ACP session.
     async fn open(&mut self, sink: &dyn TurnSink) -> Result<Live, ProviderFailure> {
-        let pool = self.warm.as_ref().and_then(std::sync::Weak::upgrade);
-        let (mut runtime, init) = match pool.as_ref().and_then(|pool| pool.take()) {
-            Some(Warm { runtime, init }) => {
-                tracing::debug!(session = %self.setup.session_id, "took the warm agent process");
-                runtime.bind(self.policy(), self.setup.permissions.clone());
-                (runtime, init)
+        let origin = self.setup.origin.clone();
+        let conn = match self.shared.find(&origin, self.identity.as_deref()) {
+            Some(conn) => {
+                tracing::debug!(session = %self.setup.session_id, "an ACP session on the site's running agent");
+                conn
             }
             None => {
-                // Started cold: the next session should not be.
-                if let Some(pool) = &pool {
-                    pool.refill();
-                }
-                let mut runtime =
-                    Runtime::spawn(&self.command, &self.setup.workspace, self.policy(), self.setup.permissions.clone())
-                        .await?;
-                let init = initialize(&mut runtime).await?;
-                (runtime, init)
+                let pool = self.warm.as_ref().and_then(std::sync::Weak::upgrade);
+                let conn = match pool.as_ref().and_then(|pool| pool.take()) {
+                    Some(Warm(conn)) => {
+                        tracing::debug!(session = %self.setup.session_id, "took the warm agent");
+                        conn
+                    }
+                    None => {
+                        // Started cold: the next site should not be.
+                        if let Some(pool) = &pool {
+                            pool.refill();
+                        }
+                        connect(&self.command, &self.config.code).await?
+                    }
+                };
+                self.shared.add(&origin, &conn);
+                conn
             }
         };
+        let init = conn.init.get().cloned().expect("a connection is shared once initialised");
+        let mut runtime = Runtime::on(conn, self.policy(), self.setup.permissions.clone());
         let _ = self.forks.set(advertises_fork(&init));
-        if init.protocol_version != ProtocolVersion::V1 {
-            return Err(ProviderFailure::coded(
-                ErrorCode::ProviderUnavailable,
-                format!("the agent speaks ACP version {:?}; Pedelec speaks version 1", init.protocol_version),
-                true,
-            ));
-        }
         let cwd = self.setup.workspace.clone();
         let mut loaded = None;
         if let Some(id) = self.identity.clone() {
@@ -400,11 +408,13 @@ impl AcpSession {
                 // conversation by id only in its working directory's project:
                 // a copied workspace names the parent's file instead.
                 let agent = init.agent_info.as_ref().map(|info| info.name.as_str()).unwrap_or_default();
-                let source = agent
-                    .ends_with("claude-agent-acp")
-                    .then(|| super::claude::conversation_file(&self.config, &parent))
-                    .flatten()
-                    .map_or(parent.clone(), |file| file.display().to_string());
+                // Claude Code writes the parent's file shortly after its
+                // turn: wait for it to settle when a turn of it just ended.
+                let file = match agent.ends_with("claude-agent-acp") {
+                    true => super::claude::settled_conversation_file(&self.config, &parent).await,
+                    false => None,
+                };
+                let source = file.map_or(parent.clone(), |file| file.display().to_string());
                 let fork = ForkSessionRequest::new(source, cwd.clone()).mcp_servers(mcp_servers(&self.setup));
                 let response = runtime
                     .request("session/fork", fork, drop)
@@ -430,6 +440,7 @@ impl AcpSession {
             }
         };
         tracing::info!(session = %self.setup.session_id, acp_session = %session_id.0, fresh, "ACP session open");
+        runtime.route(&session_id);
         sink.provider_session(&session_id.0);
         self.identity = Some(session_id.0.to_string());
         self.configure(&mut runtime, &session_id, &config, sink).await?;
@@ -437,6 +448,7 @@ impl AcpSession {
         let stale_stop_after_cancel = agent.ends_with("claude-agent-acp") && init.agent_capabilities.load_session;
         let takes_images = init.agent_capabilities.prompt_capabilities.image;
         let loads = init.agent_capabilities.load_session;
+        self.loads = loads;
         Ok(Live { runtime, session_id, fresh, prompting: false, stale_stop_after_cancel, takes_images, loads })
     }
 
@@ -469,6 +481,54 @@ impl AcpSession {
     }
 
     async fn turn(&mut self, turn: TurnRequest, sink: &dyn TurnSink) -> Result<(), ProviderFailure> {
+        // The site's agent went away between turns (another session's turn
+        // crashed it): this session continues on a new one.
+        if self.runtime.as_ref().is_some_and(|live| !live.runtime.running()) {
+            tracing::debug!(session = %self.setup.session_id, "the ACP agent went away between turns; starting it again");
+            self.runtime = None;
+        }
+        let reused = self.runtime.is_some();
+        let mut heard = false;
+        let mut result = self.prompt(&turn, sink, &mut heard).await;
+        // The agent died between turns and the prompt found it gone before
+        // it said anything of this turn (its exit had not been seen yet):
+        // the turn goes to a new agent, once, as if it had been seen.
+        if reused
+            && !heard
+            && !turn.cancel.is_cancelled()
+            && self.loads_sessions()
+            && matches!(&result, Err(f) if f.code == ErrorCode::ProviderCrashed)
+        {
+            tracing::debug!(session = %self.setup.session_id, "the ACP agent was gone before the turn; starting it again");
+            self.runtime = None;
+            result = self.prompt(&turn, sink, &mut heard).await;
+        }
+        match result {
+            // The agent keeps its sessions (`loadSession`): losing the
+            // process loses no conversation, so the session goes on and the
+            // next turn loads it on a new one.
+            Err(mut failure) if failure.code == ErrorCode::ProviderCrashed && self.loads_sessions() => {
+                self.runtime = None;
+                failure.fatal = false;
+                Err(failure)
+            }
+            other => other,
+        }
+    }
+
+    /// Whether the agent advertised `loadSession` (once a runtime opened).
+    fn loads_sessions(&self) -> bool {
+        self.runtime.as_ref().map_or(self.loads, |live| live.loads)
+    }
+
+    /// One `session/prompt`; `heard` turns true once anything of the turn
+    /// came from the agent.
+    async fn prompt(
+        &mut self,
+        turn: &TurnRequest,
+        sink: &dyn TurnSink,
+        heard: &mut bool,
+    ) -> Result<(), ProviderFailure> {
         if self.runtime.is_none() {
             let live = self.open(sink).await?;
             self.runtime = Some(live);
@@ -487,7 +547,7 @@ impl AcpSession {
         for attachment in &turn.attachments {
             blocks.push(attachment_block(attachment).await?);
         }
-        let text = if live.fresh { with_guidance(&self.setup.guidance, &turn.text) } else { turn.text };
+        let text = if live.fresh { with_guidance(&self.setup.guidance, &turn.text) } else { turn.text.clone() };
         live.fresh = false;
         blocks.insert(0, ContentBlock::Text(TextContent::new(text)));
         let prompt = PromptRequest::new(live.session_id.clone(), blocks);
@@ -502,12 +562,19 @@ impl AcpSession {
             .request_cancellable(
                 "session/prompt",
                 prompt,
-                |item: Inbound| apply(mapper.apply(item), sink, &mut outcome, total),
+                |item: Inbound| {
+                    *heard = true;
+                    apply(mapper.apply(item), sink, &mut outcome, total)
+                },
                 Some((&turn.cancel, &session_id)),
                 Some(sink),
             )
             .await?;
         live.prompting = false;
+        if live.stale_stop_after_cancel {
+            // claude-agent-acp: Claude Code writes this conversation's file soon (see `claude`).
+            super::claude::answered(&live.session_id.0);
+        }
         if turn.cancel.is_cancelled() && live.stale_stop_after_cancel {
             tracing::debug!("restarting the ACP agent after a cancel (its next prompt would answer a stale stop)");
             if let Some(live) = self.runtime.take() {
@@ -559,6 +626,8 @@ impl ProviderSession for AcpSession {
             if live.prompting {
                 // Lets the agent stop its model and tool work before the group is signalled.
                 live.runtime.notify(CancelNotification::new(live.session_id.clone()));
+                // A turn left running (a hang, a timeout): no new session joins that agent.
+                live.runtime.retire();
             }
             live.runtime.close();
         }

@@ -114,6 +114,20 @@ impl PermissionPolicy {
     }
 }
 
+/// The answer to a request for no session of ours: a rejection where the
+/// agent offers one, else cancelled.
+pub fn refuse_all(request: &RequestPermissionRequest) -> RequestPermissionResponse {
+    let reject = [PermissionOptionKind::RejectOnce, PermissionOptionKind::RejectAlways]
+        .iter()
+        .find_map(|kind| request.options.iter().find(|o| o.kind == *kind).map(|o| o.option_id.clone()));
+    match reject {
+        Some(id) => {
+            RequestPermissionResponse::new(RequestPermissionOutcome::Selected(SelectedPermissionOutcome::new(id)))
+        }
+        None => RequestPermissionResponse::new(RequestPermissionOutcome::Cancelled),
+    }
+}
+
 /// The request as the application sees it (`PERMISSION_MODE_APP`): what it
 /// is about as an activity, the agent's options, and the option this policy
 /// would choose (what an SDK without a handler answers).

@@ -16,18 +16,20 @@
 //! at once), so a prompt's response is routed only after every update sent
 //! before it is in the channel.
 
-use std::path::Path;
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use agent_client_protocol::v1::ConnectionTo;
-use agent_client_protocol::v1::schema::{CancelNotification, RequestPermissionRequest, SessionId};
+use agent_client_protocol::v1::schema::{CancelNotification, InitializeResponse, RequestPermissionRequest, SessionId};
 use agent_client_protocol::{Agent, Client, JsonRpcRequest, Lines, UntypedMessage};
 use tokio::io::AsyncWriteExt;
-use tokio::sync::{mpsc, oneshot};
+use tokio::sync::{mpsc, oneshot, watch};
 
 use super::permission::{self, PermissionPolicy};
 use super::updates::Inbound;
-use crate::providers::process::{AgentProcess, CommandLine, Line, LineReader, MAX_LINE_BYTES};
+use crate::providers::process::{AgentProcess, CommandLine, ExitReport, Line, LineReader, MAX_LINE_BYTES};
+use crate::providers::warm::PrivateFolder;
 use crate::providers::{ProviderFailure, TurnSink};
 
 /// How long a process that closed its stdout gets to exit before we end it.
@@ -38,14 +40,54 @@ const CANCEL_FLUSH: Duration = Duration::from_millis(200);
 /// Either the agent answered (possibly with a JSON-RPC error), or it is gone.
 pub type Answer<T> = Result<Result<T, agent_client_protocol::Error>, ProviderFailure>;
 
-pub struct Runtime {
-    process: AgentProcess,
+/// One agent process and its ACP connection, shared by the ACP sessions of
+/// one site (see `share`): updates and permission requests are routed to
+/// each session's [`Runtime`] by their `sessionId`.
+pub struct Connection {
+    pid: Option<u32>,
     cx: ConnectionTo<Agent>,
-    inbound: mpsc::UnboundedReceiver<Routed>,
+    routes: Arc<Mutex<Routes>>,
+    exit: watch::Receiver<Option<ExitReport>>,
+    /// Ends the process group (the waiter does it when this is sent or dropped).
+    kill: Mutex<Option<oneshot::Sender<()>>>,
     /// Ends the connection future (which closes the agent's stdin).
-    stop: Option<oneshot::Sender<()>>,
+    stop: Mutex<Option<oneshot::Sender<()>>>,
     driver: tokio::task::JoinHandle<()>,
+    /// The agent's `initialize` answer, once it gave it.
+    pub init: std::sync::OnceLock<InitializeResponse>,
+    /// Its cwd (each session works in the workspace its `session/new` names).
+    _folder: PrivateFolder,
+    /// The ACP sessions ever opened on it: a session's later runtime (after
+    /// a restart, a model or tool change) gets a fresh process, where its
+    /// `session/load` is a real load, not one of a session still open here.
+    opened: Mutex<std::collections::HashSet<String>>,
+    /// Takes no more sessions (one of its turns ignored a cancel: its state is unknown).
+    retired: std::sync::atomic::AtomicBool,
+    /// Its place under `max_agent_processes`, given back as it is dropped.
+    _slot: Option<crate::quota::ProcessSlot>,
+}
+
+/// Where each ACP session's traffic goes.
+#[derive(Default)]
+struct Routes {
+    sessions: HashMap<String, Route>,
+    /// Sessions opened on this process and not yet closed (routed or not).
+    users: usize,
+}
+
+struct Route {
+    to: mpsc::UnboundedSender<Routed>,
     binding: Binding,
+}
+
+/// A session's view of a [`Connection`]: its own inbound channel and permission binding.
+pub struct Runtime {
+    conn: Arc<Connection>,
+    inbound: mpsc::UnboundedReceiver<Routed>,
+    to: mpsc::UnboundedSender<Routed>,
+    binding: Binding,
+    /// The ACP session routed here, once opened.
+    session: Option<String>,
 }
 
 /// How many `session/update`s read from the agent may wait for a turn to
@@ -69,28 +111,49 @@ type Routed = (Inbound, Option<tokio::sync::OwnedSemaphorePermit>);
 /// [`QUEUED_UPDATES`] of them wait to be taken.
 fn incoming(
     stdout: tokio::process::ChildStdout,
-    updates: mpsc::UnboundedSender<Routed>,
+    routes: Arc<Mutex<Routes>>,
 ) -> impl futures::Stream<Item = std::io::Result<String>> + Send {
     let reader = LineReader::new(stdout, MAX_LINE_BYTES);
     let room = std::sync::Arc::new(tokio::sync::Semaphore::new(QUEUED_UPDATES));
-    futures::stream::unfold((reader, updates, room), |(mut reader, updates, room)| async move {
+    futures::stream::unfold((reader, routes, room), |(mut reader, routes, room)| async move {
         loop {
             match reader.next_line().await {
                 Ok(Some(Line::Text(text))) if text.trim().is_empty() => continue,
                 Ok(Some(Line::Text(text))) => match session_update(&text) {
                     Some(update) => {
                         let Ok(permit) = room.clone().acquire_owned().await else { return None };
-                        let _ = updates.send((update, Some(permit)));
+                        route(&routes, update, Some(permit));
                     }
-                    None => return Some((Ok(text), (reader, updates, room))),
+                    None => return Some((Ok(text), (reader, routes, room))),
                 },
                 Ok(Some(Line::TooLong(len))) => tracing::warn!(len, "skipped an over-long line from the ACP agent"),
                 Ok(Some(Line::NotUtf8)) => tracing::warn!("skipped a non-UTF-8 line from the ACP agent"),
                 Ok(None) => return None,
-                Err(error) => return Some((Err(error), (reader, updates, room))),
+                Err(error) => return Some((Err(error), (reader, routes, room))),
             }
         }
     })
+}
+
+/// The ACP session an update is for.
+fn session_of(update: &Inbound) -> String {
+    match update {
+        Inbound::TextChunk { session_id, .. } => session_id.clone(),
+        Inbound::Update(params) => params.get("sessionId").and_then(serde_json::Value::as_str).unwrap_or("").to_owned(),
+        Inbound::Permission { .. } => String::new(),
+    }
+}
+
+/// Hands an update to its session's runtime; one for no open session (a
+/// `session/new` announcing commands before its answer, a `session/load`
+/// replay) is dropped.
+fn route(routes: &Mutex<Routes>, update: Inbound, room: Option<tokio::sync::OwnedSemaphorePermit>) {
+    let session = session_of(&update);
+    let to = routes.lock().unwrap_or_else(|p| p.into_inner()).sessions.get(&session).map(|r| r.to.clone());
+    match to {
+        Some(to) => drop(to.send((update, room))),
+        None => tracing::trace!(%session, "an ACP update for no open session"),
+    }
 }
 
 /// A JSON-RPC 2.0 `session/update` notification (no `id` member), or
@@ -121,33 +184,30 @@ type Binding = std::sync::Arc<
     std::sync::RwLock<(PermissionPolicy, Option<std::sync::Arc<dyn crate::providers::PermissionAsker>>)>,
 >;
 
-impl Runtime {
-    /// Starts the agent in `cwd` and connects to it (no ACP traffic yet).
-    pub async fn spawn(
-        command: &CommandLine,
-        cwd: &Path,
-        policy: PermissionPolicy,
-        asker: Option<std::sync::Arc<dyn crate::providers::PermissionAsker>>,
-    ) -> Result<Self, ProviderFailure> {
-        let binding: Binding = std::sync::Arc::new(std::sync::RwLock::new((policy, asker)));
-        let mut process = AgentProcess::spawn(command, cwd)?;
+impl Connection {
+    /// Starts the agent in a private folder of its own and connects to it
+    /// (no ACP traffic yet).
+    pub async fn spawn(command: &CommandLine, code: &str) -> Result<Arc<Connection>, ProviderFailure> {
+        let folder = PrivateFolder::new(code).map_err(PrivateFolder::failure)?;
+        let mut process = AgentProcess::spawn(command, folder.path())?;
         let (Some(stdin), Some(stdout)) = (process.take_stdin(), process.take_stdout()) else {
             return Err(ProviderFailure::crashed("the ACP agent's stdio could not be piped"));
         };
+        let pid = process.id();
+        let slot = process.take_slot();
         let outgoing = Box::pin(futures::sink::unfold(stdin, async |mut stdin, line: String| {
             stdin.write_all(line.as_bytes()).await?;
             stdin.write_all(b"\n").await?;
             stdin.flush().await?;
             Ok::<_, std::io::Error>(stdin)
         }));
-        let (tx, inbound) = mpsc::unbounded_channel();
-        let transport = Lines::new(outgoing, Box::pin(incoming(stdout, tx.clone())));
+        let routes = Arc::new(Mutex::new(Routes::default()));
+        let transport = Lines::new(outgoing, Box::pin(incoming(stdout, routes.clone())));
 
         let (cx_tx, cx_rx) = oneshot::channel();
         let (stop, stopped) = oneshot::channel::<()>();
-        let updates = tx.clone();
-        let decisions = tx;
-        let bound = binding.clone();
+        let updates = routes.clone();
+        let asked = routes.clone();
         let driver = tokio::spawn(async move {
             let result = Client
                 .v1()
@@ -157,7 +217,7 @@ impl Runtime {
                 .on_receive_notification(
                     async move |message: UntypedMessage, _cx| {
                         if message.method() == "session/update" {
-                            let _ = updates.send((Inbound::Update(message.params().clone()), None));
+                            route(&updates, Inbound::Update(message.params().clone()), None);
                         } else {
                             tracing::debug!(method = message.method(), "ignored an ACP notification");
                         }
@@ -167,9 +227,15 @@ impl Runtime {
                 )
                 .on_receive_request(
                     async move |request: RequestPermissionRequest, responder, cx| {
-                        let (decision, asker) = {
-                            let bound = bound.read().unwrap_or_else(|p| p.into_inner());
-                            (bound.0.decide(&request), bound.1.clone())
+                        let session = request.session_id.0.to_string();
+                        let found = asked.lock().unwrap_or_else(|p| p.into_inner()).sessions.get(&session).map(|r| {
+                            let bound = r.binding.read().unwrap_or_else(|p| p.into_inner());
+                            (bound.0.decide(&request), bound.1.clone(), r.to.clone())
+                        });
+                        // A request for no open session of ours: nobody's policy allows it.
+                        let Some((decision, asker, decisions)) = found else {
+                            tracing::info!(%session, "refused an ACP permission request for no open session");
+                            return responder.respond(permission::refuse_all(&request));
                         };
                         let Some(asker) = asker else {
                             tracing::info!(title = %decision.title, outcome = %decision.outcome, "answered an ACP permission request");
@@ -179,7 +245,6 @@ impl Runtime {
                         // The application answers: off the dispatch loop, so
                         // other traffic (the cancel among it) flows meanwhile.
                         let ask = permission::to_app(&request, &decision);
-                        let decisions = decisions.clone();
                         cx.spawn(async move {
                             let answer = asker.ask(ask).await;
                             let decision = permission::from_app(&request, answer, decision);
@@ -200,29 +265,137 @@ impl Runtime {
                 tracing::debug!(%error, "the ACP connection ended with an error");
             }
         });
-        let cx = match cx_rx.await {
-            Ok(cx) => cx,
-            Err(_) => {
-                let report = process.wait().await;
-                return Err(report.crashed("the ACP connection did not start"));
-            }
+        let (exit_tx, exit) = watch::channel(None);
+        let (kill, killed) = oneshot::channel::<()>();
+        // Owns the process: ends its group however the connection goes,
+        // and publishes the exit to every session's runtime.
+        tokio::spawn(async move {
+            let report = tokio::select! {
+                report = process.wait() => report,
+                _ = killed => {
+                    process.terminate_group();
+                    process.wait().await
+                }
+            };
+            process.terminate_group();
+            let _ = exit_tx.send(Some(report));
+        });
+        let conn = Connection {
+            pid,
+            cx: match cx_rx.await {
+                Ok(cx) => cx,
+                Err(_) => {
+                    let _ = kill.send(());
+                    let mut exit = exit;
+                    let report = exit.wait_for(Option::is_some).await.ok().and_then(|r| r.clone());
+                    return Err(match report {
+                        Some(report) => report.crashed("the ACP connection did not start"),
+                        None => ProviderFailure::crashed("the ACP connection did not start"),
+                    });
+                }
+            },
+            routes,
+            exit,
+            kill: Mutex::new(Some(kill)),
+            stop: Mutex::new(Some(stop)),
+            driver,
+            init: std::sync::OnceLock::new(),
+            _folder: folder,
+            _slot: slot,
+            opened: Mutex::default(),
+            retired: std::sync::atomic::AtomicBool::new(false),
         };
-        Ok(Runtime { process, cx, inbound, stop: Some(stop), driver, binding })
+        Ok(Arc::new(conn))
     }
 
-    /// Answers permission requests for `policy` and `asker` from now on.
-    pub fn bind(&self, policy: PermissionPolicy, asker: Option<std::sync::Arc<dyn crate::providers::PermissionAsker>>) {
-        *self.binding.write().unwrap_or_else(|p| p.into_inner()) = (policy, asker);
-    }
-
-    /// The agent's process id, while it runs.
     pub fn pid(&self) -> Option<u32> {
-        self.process.id()
+        self.pid
+    }
+
+    /// Whether the agent still runs and its connection is open.
+    pub fn alive(&self) -> bool {
+        self.exit.borrow().is_none() && !self.driver.is_finished()
+    }
+
+    /// Sessions open on it now.
+    pub fn users(&self) -> usize {
+        self.routes.lock().unwrap_or_else(|p| p.into_inner()).users
+    }
+
+    /// Takes no more sessions; it ends with the last it has.
+    pub fn retire(&self) {
+        self.retired.store(true, std::sync::atomic::Ordering::Release);
+    }
+
+    /// Ends the agent (its whole process group) and the connection.
+    pub fn kill(&self) {
+        if let Some(stop) = self.stop.lock().unwrap_or_else(|p| p.into_inner()).take() {
+            let _ = stop.send(());
+        }
+        if let Some(kill) = self.kill.lock().unwrap_or_else(|p| p.into_inner()).take() {
+            let _ = kill.send(());
+        }
+    }
+
+    /// Resolves with the exit report once the agent exited.
+    async fn exited(&self) -> ExitReport {
+        let mut exit = self.exit.clone();
+        match exit.wait_for(Option::is_some).await.ok().and_then(|r| r.clone()) {
+            Some(report) => report,
+            None => std::future::pending().await,
+        }
+    }
+}
+
+impl crate::providers::share::Shareable for Connection {
+    fn alive(&self) -> bool {
+        Connection::alive(self)
+    }
+    fn users(&self) -> usize {
+        Connection::users(self)
+    }
+    fn takes(&self, session: Option<&str>) -> bool {
+        !self.retired.load(std::sync::atomic::Ordering::Acquire)
+            && session.is_none_or(|s| !self.opened.lock().unwrap_or_else(|p| p.into_inner()).contains(s))
+    }
+}
+
+impl Drop for Connection {
+    fn drop(&mut self) {
+        self.kill();
+        self.driver.abort();
+    }
+}
+
+impl Runtime {
+    /// A session's runtime on a running agent (its session not opened yet).
+    pub fn on(
+        conn: Arc<Connection>,
+        policy: PermissionPolicy,
+        asker: Option<Arc<dyn crate::providers::PermissionAsker>>,
+    ) -> Runtime {
+        let (to, inbound) = mpsc::unbounded_channel();
+        conn.routes.lock().unwrap_or_else(|p| p.into_inner()).users += 1;
+        Runtime { conn, inbound, to, binding: Arc::new(std::sync::RwLock::new((policy, asker))), session: None }
+    }
+
+    /// `session`'s updates and permission requests come to this runtime from now on.
+    pub fn route(&mut self, session: &SessionId) {
+        let id = session.0.to_string();
+        let route = Route { to: self.to.clone(), binding: self.binding.clone() };
+        self.conn.routes.lock().unwrap_or_else(|p| p.into_inner()).sessions.insert(id.clone(), route);
+        self.conn.opened.lock().unwrap_or_else(|p| p.into_inner()).insert(id.clone());
+        self.session = Some(id);
+    }
+
+    /// Its agent takes no more sessions (see [`Connection::retire`]).
+    pub fn retire(&self) {
+        self.conn.retire();
     }
 
     /// Whether the agent still runs.
-    pub fn running(&mut self) -> bool {
-        self.process.running() && !self.driver.is_finished()
+    pub fn running(&self) -> bool {
+        self.conn.alive()
     }
 
     /// Everything received and not yet taken.
@@ -279,7 +452,7 @@ impl Runtime {
         cancel: Option<(&tokio_util::sync::CancellationToken, &SessionId)>,
         flow: Option<&dyn TurnSink>,
     ) -> Answer<Req::Response> {
-        let response = self.cx.send_request(request).block_task();
+        let response = self.conn.cx.send_request(request).block_task();
         tokio::pin!(response);
         let mut cancel_sent = cancel.is_none();
         let mut room: Option<futures::future::BoxFuture<'_, ()>> = None;
@@ -317,8 +490,8 @@ impl Runtime {
                     on_inbound(item);
                     room = flow.map(TurnSink::ready);
                 }
-                _ = self.cx.incoming_closed() => break None,
-                report = self.process.wait() => break Some(report),
+                _ = self.conn.cx.incoming_closed() => break None,
+                report = self.conn.exited() => break Some(report),
             }
         };
         self.drain().into_iter().for_each(&mut on_inbound);
@@ -331,29 +504,26 @@ impl Runtime {
 
     /// Sends a notification; the agent being gone is not an error here.
     pub fn notify(&self, notification: impl agent_client_protocol::JsonRpcNotification) {
-        if let Err(error) = self.cx.send_notification(notification) {
+        if let Err(error) = self.conn.cx.send_notification(notification) {
             tracing::debug!(%error, "could not send an ACP notification");
         }
     }
 
     async fn exit_report(&mut self, context: &str) -> ProviderFailure {
-        let report = match tokio::time::timeout(EXIT_WAIT, self.process.wait()).await {
+        let report = match tokio::time::timeout(EXIT_WAIT, self.conn.exited()).await {
             Ok(report) => report,
             Err(_) => {
                 // Its stdout closed but it lives on: it can no longer speak ACP.
-                self.process.terminate_group();
-                self.process.wait().await
+                self.conn.kill();
+                self.conn.exited().await
             }
         };
         report.crashed(context)
     }
 
-    /// Closes the connection, then ends the process group after a moment for
-    /// whatever was just sent (e.g. `session/cancel`) to reach the agent.
-    pub fn close(mut self) {
-        if let Some(stop) = self.stop.take() {
-            let _ = stop.send(());
-        }
+    /// Leaves the agent after a moment for whatever was just sent (e.g.
+    /// `session/cancel`) to reach it; the agent ends with its last session.
+    pub fn close(self) {
         match tokio::runtime::Handle::try_current() {
             Ok(handle) => {
                 handle.spawn(async move {
@@ -368,10 +538,13 @@ impl Runtime {
 
 impl Drop for Runtime {
     fn drop(&mut self) {
-        // AgentProcess's own drop signals the group; the connection task
-        // would otherwise linger on a dead pipe.
-        self.process.terminate_group();
-        self.driver.abort();
+        let mut routes = self.conn.routes.lock().unwrap_or_else(|p| p.into_inner());
+        routes.users = routes.users.saturating_sub(1);
+        if let Some(session) = &self.session
+            && routes.sessions.get(session).is_some_and(|r| r.to.same_channel(&self.to))
+        {
+            routes.sessions.remove(session);
+        }
     }
 }
 

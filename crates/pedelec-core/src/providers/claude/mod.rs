@@ -165,8 +165,9 @@ const WRITING: std::time::Duration = std::time::Duration::from_secs(30);
 static ANSWERED: std::sync::LazyLock<std::sync::Mutex<std::collections::HashMap<String, std::time::Instant>>> =
     std::sync::LazyLock::new(Default::default);
 
-/// A CLI answered a turn of conversation `id` (see [`settled_conversation_file`]).
-fn answered(id: &str) {
+/// A CLI (claude's, or Claude Code under claude-agent-acp) answered a turn
+/// of conversation `id` (see [`settled_conversation_file`]).
+pub(crate) fn answered(id: &str) {
     let mut answered = ANSWERED.lock().unwrap_or_else(|p| p.into_inner());
     answered.retain(|_, at| at.elapsed() < WRITING);
     answered.insert(id.to_owned(), std::time::Instant::now());

@@ -519,20 +519,16 @@ impl crate::providers::warm::Warmable for Warm {
 
 /// Starts a warm codex (`warm::WarmPool`'s start).
 pub(super) async fn start_warm(config: ProviderConfig) -> Result<Warm, String> {
-    let folder = crate::providers::warm::private_folder(&config.code)
-        .map_err(|e| format!("cannot make the warm agent's folder: {e}"))?;
     let started = async {
-        let server = Connection::spawn(&command(&config), &folder).map_err(|f| f.message)?;
-        let mut runtime = Runtime::on(server.clone(), &folder);
+        let server = Connection::spawn(&command(&config), &config.code).map_err(|f| f.message)?;
+        let mut runtime = Runtime::on(server.clone(), Path::new(""));
         handshake(&mut runtime).await.map_err(|f| f.message)?;
         Ok(Warm(server))
     };
     let wait = crate::providers::warm::START_WAIT;
-    let result = tokio::time::timeout(wait, started)
+    tokio::time::timeout(wait, started)
         .await
-        .unwrap_or_else(|_| Err(format!("it did not answer initialize within {} s", wait.as_secs())));
-    let _ = std::fs::remove_dir(&folder);
-    result
+        .unwrap_or_else(|_| Err(format!("it did not answer initialize within {} s", wait.as_secs())))
 }
 
 impl AppServerSession {
@@ -542,7 +538,7 @@ impl AppServerSession {
     /// codex cannot resume) `thread/start`.
     async fn open(&mut self, sink: &dyn TurnSink) -> Result<Runtime, ProviderFailure> {
         let origin = self.setup.origin.as_str();
-        let server = match self.servers.find(origin) {
+        let server = match self.servers.find(origin, None) {
             Some(server) => {
                 tracing::debug!(session = %self.setup.session_id, "a thread on the site's running codex app-server");
                 server
@@ -559,7 +555,7 @@ impl AppServerSession {
                         if let Some(pool) = &pool {
                             pool.refill();
                         }
-                        let server = Connection::spawn(&command(&self.config), &self.setup.workspace)?;
+                        let server = Connection::spawn(&command(&self.config), &self.config.code)?;
                         handshake(&mut Runtime::on(server.clone(), &self.setup.workspace)).await?;
                         server
                     }

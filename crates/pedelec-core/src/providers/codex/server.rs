@@ -18,9 +18,8 @@
 //! runtime's next read says codex went away.
 
 use std::collections::{HashMap, VecDeque};
-use std::path::Path;
 use std::sync::atomic::{AtomicI64, Ordering};
-use std::sync::{Arc, Mutex, Weak};
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use serde_json::Value;
@@ -29,10 +28,9 @@ use tokio::sync::{mpsc, oneshot, watch};
 
 use super::wire::{self, Incoming};
 use crate::providers::process::{AgentProcess, CommandLine, ExitReport, Line, LineReader, MAX_LINE_BYTES};
+use crate::providers::warm::PrivateFolder;
 use crate::providers::{ProviderFailure, cli_turn::str_field};
 
-/// Threads one process serves at once; one more starts another process.
-pub const MAX_THREADS: usize = 16;
 /// Messages for a thread not yet registered, kept until it is (the oldest go).
 const ORPHANS: usize = 64;
 
@@ -45,6 +43,10 @@ pub struct Connection {
     /// Ends the process group (the waiter does it when this is sent or dropped).
     kill: Mutex<Option<oneshot::Sender<()>>>,
     tasks: [tokio::task::JoinHandle<()>; 2],
+    /// Its cwd (each thread works in its own session's workspace).
+    _folder: PrivateFolder,
+    /// Its place under `max_agent_processes`, given back as it is dropped.
+    _slot: Option<crate::quota::ProcessSlot>,
 }
 
 #[derive(Default)]
@@ -57,13 +59,15 @@ struct Routes {
 }
 
 impl Connection {
-    /// Starts `codex app-server` in `cwd`.
-    pub fn spawn(command: &CommandLine, cwd: &Path) -> Result<Arc<Connection>, ProviderFailure> {
-        let mut process = AgentProcess::spawn(command, cwd)?;
+    /// Starts `codex app-server` in a private folder of its own.
+    pub fn spawn(command: &CommandLine, code: &str) -> Result<Arc<Connection>, ProviderFailure> {
+        let folder = PrivateFolder::new(code).map_err(PrivateFolder::failure)?;
+        let mut process = AgentProcess::spawn(command, folder.path())?;
         let (Some(mut stdin), Some(stdout)) = (process.take_stdin(), process.take_stdout()) else {
             return Err(ProviderFailure::crashed("codex app-server's stdio could not be piped"));
         };
         let pid = process.id();
+        let slot = process.take_slot();
         let (outgoing, mut lines) = mpsc::unbounded_channel::<String>();
         let writer = tokio::spawn(async move {
             while let Some(line) = lines.recv().await {
@@ -103,6 +107,8 @@ impl Connection {
             exit,
             kill: Mutex::new(Some(kill)),
             tasks: [reader, writer],
+            _folder: folder,
+            _slot: slot,
         }))
     }
 
@@ -265,25 +271,14 @@ async fn read(stdout: tokio::process::ChildStdout, routes: Arc<Mutex<Routes>>) {
     routes.orphans.clear();
 }
 
-/// The running app-servers of one codex provider, per site.
-#[derive(Default)]
-pub struct Servers(Mutex<HashMap<String, Vec<Weak<Connection>>>>);
-
-impl Servers {
-    /// A running server of `origin` with room for one more thread.
-    pub fn find(&self, origin: &str) -> Option<Arc<Connection>> {
-        let mut all = self.0.lock().unwrap_or_else(|p| p.into_inner());
-        let servers = all.get_mut(origin)?;
-        servers.retain(|s| s.upgrade().is_some_and(|s| s.alive()));
-        servers.iter().filter_map(Weak::upgrade).find(|s| s.threads() < MAX_THREADS)
+impl crate::providers::share::Shareable for Connection {
+    fn alive(&self) -> bool {
+        Connection::alive(self)
     }
-
-    pub fn add(&self, origin: &str, server: &Arc<Connection>) {
-        let mut all = self.0.lock().unwrap_or_else(|p| p.into_inner());
-        all.retain(|_, servers| {
-            servers.retain(|s| s.strong_count() > 0);
-            !servers.is_empty()
-        });
-        all.entry(origin.to_owned()).or_default().push(Arc::downgrade(server));
+    fn users(&self) -> usize {
+        self.threads()
     }
 }
+
+/// The running app-servers of one codex provider, per site.
+pub type Servers = crate::providers::share::Shared<Connection>;
