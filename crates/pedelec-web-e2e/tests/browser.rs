@@ -1633,7 +1633,7 @@ fn the_control_center_grants_a_folder_revokes_a_site_and_lists_the_agents() {
         .expect("Check is offered again once the probe ended");
     let runtime = tokio::runtime::Builder::new_current_thread().enable_all().build().expect("runtime");
     let transport = runtime.block_on(GrpcTransport::connect(rig.socket())).expect("gRPC to Core");
-    let live = pb::ListLiveSessionsRequest { caller_origin: "app:pedelec-extension".into(), origin: String::new() };
+    let live = pb::ListLiveSessionsRequest { caller_origin: "app:pedelec-extension".into(), ..Default::default() };
     let Ok(Reply::ListLiveSessions(live)) = runtime.block_on(transport.call(Call::ListLiveSessions(live))) else {
         panic!("Core lists the live sessions");
     };
