@@ -471,13 +471,13 @@ impl Registry {
 
     pub async fn create(&self, request: pb::CreateSessionRequest) -> CoreResult<pb::SessionInfo> {
         check_origin(&request.caller_origin)?;
-        let admission = self.admit(&request.caller_origin)?;
         let providers = self.shared.providers.now();
         let provider_code =
             if request.provider.is_empty() { providers.default_code() } else { request.provider.clone() };
         // The site's own consent may name the agents it uses: refused
-        // before anything is looked up, made or started.
+        // before anything is counted, looked up, made or started.
         self.shared.consent.check_provider(&request.caller_origin, &provider_code)?;
+        let admission = self.admit(&request.caller_origin)?;
         let provider = providers.get(&provider_code).ok_or_else(|| {
             CoreError::with_details(
                 ErrorCode::ProviderNotFound,
