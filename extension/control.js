@@ -927,7 +927,7 @@ function consentItem(c, index, typed) {
       add.disabled = false;
     });
   });
-  const browse = button("Add folder…", "pick-folder", `Add a folder to ${origin} by browsing your folders`, () =>
+  const browse = button("Add folder…", "pick-folder", `Add folder… to ${origin}: browse your folders`, () =>
     openBrowser(origin, browse),
   );
   browse.dataset.origin = origin;
@@ -1023,7 +1023,7 @@ function limitsForm(c, index) {
   save.className = "save-limits";
   save.dataset.origin = origin;
   save.textContent = "Save agents and limit";
-  save.setAttribute("aria-label", `Save the agents and the session limit of ${origin}`);
+  save.setAttribute("aria-label", `Save agents and limit of ${origin}`);
   outer.append(save);
   form.append(outer);
   form.addEventListener("submit", (e) => {

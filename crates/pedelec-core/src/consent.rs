@@ -617,7 +617,10 @@ mod tests {
         let mut unknown = consent(site, true, &[]);
         unknown.providers = vec!["nope".into()];
         let error = c.prepare(&unknown, &policy, known).unwrap_err().to_pb();
-        assert_eq!((error.code.as_str(), error.details_json.as_str()), ("INVALID_ARGUMENT", r#"{"field":"providers","provider":"nope"}"#));
+        assert_eq!(
+            (error.code.as_str(), error.details_json.as_str()),
+            ("INVALID_ARGUMENT", r#"{"field":"providers","provider":"nope"}"#)
+        );
         let mut too_high = consent(site, true, &[]);
         too_high.max_live_sessions = limits::MAX_SITE_LIVE_SESSIONS + 1;
         assert_eq!(c.prepare(&too_high, &policy, known).unwrap_err().code(), ErrorCode::InvalidArgument);

@@ -1882,14 +1882,18 @@ fn the_control_center_lists_a_recently_ended_session_and_opens_it() {
     let open = format!("#recent button.open-recent[data-session=\"{ended}\"]");
     control.wait_until(&format!("!!document.querySelector('{open}')"), Duration::from_secs(10)).expect("listed");
     let cells = control
-        .eval(&format!("[...document.querySelector('#recent tr[data-session=\"{ended}\"]').children].map((c) => c.textContent)"))
+        .eval(&format!(
+            "[...document.querySelector('#recent tr[data-session=\"{ended}\"]').children].map((c) => c.textContent)"
+        ))
         .unwrap();
     assert_eq!((cells[0].clone(), cells[1].clone()), (json!(origin), json!("scripted")), "{cells}");
     assert!(cells[5].as_str().is_some_and(|t| !t.is_empty()), "when it ended: {cells}");
     // The live one is listed live, not recent; the ended one not live.
-    let live_rows = control.eval("[...document.querySelectorAll('#sessions tbody tr')].map((r) => r.dataset.session)").unwrap();
+    let live_rows =
+        control.eval("[...document.querySelectorAll('#sessions tbody tr')].map((r) => r.dataset.session)").unwrap();
     assert_eq!(live_rows, json!([live]));
-    let recent_rows = control.eval("[...document.querySelectorAll('#recent tbody tr')].map((r) => r.dataset.session)").unwrap();
+    let recent_rows =
+        control.eval("[...document.querySelectorAll('#recent tbody tr')].map((r) => r.dataset.session)").unwrap();
     assert_eq!(recent_rows, json!([ended]));
     assert_labelled(&control, "#view-sessions");
 
@@ -1897,7 +1901,9 @@ fn the_control_center_lists_a_recently_ended_session_and_opens_it() {
     control.eval(&format!("(document.querySelector('{open}').focus(), true)")).unwrap();
     assert_eq!(control.eval("document.activeElement.className").unwrap(), json!("open-recent"));
     control.eval("(document.activeElement.click(), true)").unwrap();
-    control.wait_until("!document.getElementById('monitor').hidden", Duration::from_secs(5)).expect("the monitor opens");
+    control
+        .wait_until("!document.getElementById('monitor').hidden", Duration::from_secs(5))
+        .expect("the monitor opens");
     control
         .wait_until("document.getElementById('monitor-status').textContent === 'ended'", Duration::from_secs(10))
         .expect("the monitor shows the session ended");
@@ -1906,11 +1912,18 @@ fn the_control_center_lists_a_recently_ended_session_and_opens_it() {
         .wait_until(&format!("{said}.some((t) => t.includes('hello before the end'))"), Duration::from_secs(10))
         .unwrap_or_else(|e| panic!("the monitor reads the ended session's history: {e} {:?}", control.eval(said)));
     control
-        .wait_until(&format!("{said}.some((t) => t.includes('You said: hello before the end'))"), Duration::from_secs(10))
+        .wait_until(
+            &format!("{said}.some((t) => t.includes('You said: hello before the end'))"),
+            Duration::from_secs(10),
+        )
         .expect("and the agent's answer");
     assert_eq!(control.eval("document.getElementById('monitor-session').textContent").unwrap(), json!(ended));
     assert_eq!(
-        control.eval("[document.getElementById('monitor-cancel').disabled, document.getElementById('monitor-end').disabled]").unwrap(),
+        control
+            .eval(
+                "[document.getElementById('monitor-cancel').disabled, document.getElementById('monitor-end').disabled]"
+            )
+            .unwrap(),
         json!([true, true]),
         "an ended session has nothing to cancel or end"
     );
@@ -1944,9 +1957,16 @@ fn the_control_center_limits_a_sites_agents_and_sessions_and_adds_a_browsed_fold
         .expect("the control center");
     let site = format!("#consents li[data-origin=\"{origin}\"]");
     let agent = |code: &str| format!("{site} input.site-agent[data-code=\"{code}\"]");
-    control.wait_until(&format!("!!document.querySelector('{}')", agent("scripted")), Duration::from_secs(10)).expect("agents offered");
-    let offered = control.eval(&format!("[...document.querySelectorAll('{site} input.site-agent')].map((b) => b.dataset.code)")).unwrap();
-    assert!(offered.as_array().is_some_and(|o| o.len() > 1 && o.contains(&json!("cursor"))), "every configured agent: {offered}");
+    control
+        .wait_until(&format!("!!document.querySelector('{}')", agent("scripted")), Duration::from_secs(10))
+        .expect("agents offered");
+    let offered = control
+        .eval(&format!("[...document.querySelectorAll('{site} input.site-agent')].map((b) => b.dataset.code)"))
+        .unwrap();
+    assert!(
+        offered.as_array().is_some_and(|o| o.len() > 1 && o.contains(&json!("cursor"))),
+        "every configured agent: {offered}"
+    );
     let now = control.eval(&format!("document.querySelector('{site} .site-agents-now').textContent")).unwrap();
     assert_eq!(now, json!("Every agent."));
     assert_labelled(&control, "#view-sites");
@@ -1959,16 +1979,24 @@ fn the_control_center_limits_a_sites_agents_and_sessions_and_adds_a_browsed_fold
         c.is_some_and(|c| c.providers == ["scripted"] && c.max_live_sessions == 2 && c.approved)
     });
     control
-        .wait_until(&format!("document.querySelector('{site} .site-agents-now').textContent === 'Only: scripted.'"), Duration::from_secs(10))
+        .wait_until(
+            &format!("document.querySelector('{site} .site-agents-now').textContent === 'Only: scripted.'"),
+            Duration::from_secs(10),
+        )
         .expect("the view shows Core's copy");
     assert_eq!(control.eval(&format!("document.querySelector('{site} input.site-max').value")).unwrap(), json!("2"));
     let said = control.eval("document.getElementById('sites-outcome').textContent").unwrap();
     assert_eq!(said, json!(format!("{origin} may use scripted, with at most 2 live sessions.")));
 
     // The page: another agent is refused by the site's consent; a third live session by its limit.
-    let other = attempt(&page, "return await demo.pedelec.createSession({ provider: 'cursor', autoEndOnDisconnect: false });");
+    let other =
+        attempt(&page, "return await demo.pedelec.createSession({ provider: 'cursor', autoEndOnDisconnect: false });");
     assert_eq!((other["ok"].clone(), other["code"].clone()), (json!(false), json!("ORIGIN_NOT_ALLOWED")), "{other}");
-    assert_eq!((other["details"]["reason"].clone(), other["details"]["provider"].clone()), (json!("agent_not_allowed"), json!("cursor")), "{other}");
+    assert_eq!(
+        (other["details"]["reason"].clone(), other["details"]["provider"].clone()),
+        (json!("agent_not_allowed"), json!("cursor")),
+        "{other}"
+    );
     let second = ok_value(attempt(
         &page,
         "window.second = await demo.pedelec.createSession({ provider: 'scripted', autoEndOnDisconnect: false }); return window.second.sessionId;",
@@ -1981,16 +2009,28 @@ fn the_control_center_limits_a_sites_agents_and_sessions_and_adds_a_browsed_fold
 
     // Add folder…: browse to the folder and grant it.
     control.click(&format!("{site} button.pick-folder")).expect("click Add folder…");
-    control.wait_until("!document.getElementById('folder-browser').hidden", Duration::from_secs(5)).expect("the browser opens");
     control
-        .wait_until(&format!("document.getElementById('browser-origin').textContent === {}", json!(origin)), Duration::from_secs(5))
+        .wait_until("!document.getElementById('folder-browser').hidden", Duration::from_secs(5))
+        .expect("the browser opens");
+    control
+        .wait_until(
+            &format!("document.getElementById('browser-origin').textContent === {}", json!(origin)),
+            Duration::from_secs(5),
+        )
         .expect("for the site");
     assert_labelled(&control, "#folder-browser");
-    control.eval(&format!("(document.getElementById('browser-path').value = {}, true)", json!(parent.display().to_string()))).unwrap();
+    control
+        .eval(&format!(
+            "(document.getElementById('browser-path').value = {}, true)",
+            json!(parent.display().to_string())
+        ))
+        .unwrap();
     control.click("#browser-open").expect("click Open");
     let entry = "#browser-folders button[data-name=\"project\"]";
     control.wait_until(&format!("!!document.querySelector('{entry}')"), TURN).expect("Core lists the folder");
-    let listed = control.eval("[...document.querySelectorAll('#browser-folders button.browse-folder')].map((b) => b.dataset.name)").unwrap();
+    let listed = control
+        .eval("[...document.querySelectorAll('#browser-folders button.browse-folder')].map((b) => b.dataset.name)")
+        .unwrap();
     assert_eq!(listed, json!(["other", "project"]));
     control.click(entry).expect("open project");
     control
@@ -2006,9 +2046,15 @@ fn the_control_center_limits_a_sites_agents_and_sessions_and_adds_a_browsed_fold
     control
         .wait_until(&format!("!!document.querySelector('{site} tr[data-path=\"{folder}\"]')"), Duration::from_secs(10))
         .expect("the grant shows");
-    control.wait_until("document.getElementById('folder-browser').hidden", Duration::from_secs(5)).expect("the browser closes");
+    control
+        .wait_until("document.getElementById('folder-browser').hidden", Duration::from_secs(5))
+        .expect("the browser closes");
     let kept = owner_consent(&rig, &origin).unwrap();
-    assert_eq!((kept.providers.as_slice(), kept.max_live_sessions), (["scripted".to_owned()].as_slice(), 2), "the pick kept the limits");
+    assert_eq!(
+        (kept.providers.as_slice(), kept.max_live_sessions),
+        (["scripted".to_owned()].as_slice(), 2),
+        "the pick kept the limits"
+    );
     let written = ok_value(attempt(
         &page,
         &format!(
@@ -2017,15 +2063,40 @@ fn the_control_center_limits_a_sites_agents_and_sessions_and_adds_a_browsed_fold
         ),
     ));
     assert!(written.as_str().is_some_and(|id| id.starts_with("sess-")), "{written}");
-    assert_eq!(std::fs::read_to_string(std::path::Path::new(&folder).join("browsed.txt")).unwrap(), "in the browsed folder");
+    assert_eq!(
+        std::fs::read_to_string(std::path::Path::new(&folder).join("browsed.txt")).unwrap(),
+        "in the browsed folder"
+    );
 
-    // Cleared: every agent and the default limit again (the folder stays).
+    // A folder the page asks for and the user grants on the worker's prompt
+    // (a SetConsent of the worker's own) keeps the site's limits.
+    let other = parent.join("other").display().to_string();
+    let asked = page
+        .eval_later(&format!(
+            "demo.attempt(async () => {{ const s = await demo.pedelec.createSession({{ provider: 'scripted', \
+             workspace: {{ path: '{other}' }}, autoEndOnDisconnect: false }}); await s.end(); return s.sessionId; }})"
+        ))
+        .expect("a session in another folder");
+    rig.answer_grant(&origin, &other, "#grant").expect("grant the other folder");
+    ok_value(asked.wait(TURN).expect("createSession settles")["result"]["value"].clone());
+    let kept = owner_consent(&rig, &origin).unwrap();
+    assert!(kept.folders.iter().any(|f| f.path == other), "{kept:?}");
+    assert_eq!(
+        (kept.providers.as_slice(), kept.max_live_sessions),
+        (["scripted".to_owned()].as_slice(), 2),
+        "the worker's grant kept the limits"
+    );
+
+    // Cleared: every agent and the default limit again (the folders stay).
     control.click(&agent("scripted")).expect("untick scripted");
     control.eval(&format!("(document.querySelector('{site} input.site-max').value = '', true)")).unwrap();
     control.click(&format!("{site} button.save-limits")).expect("click Save");
     wait_for_consent(&rig, &origin, "no limits", |c| {
-        c.is_some_and(|c| c.providers.is_empty() && c.max_live_sessions == 0 && c.folders.iter().any(|f| f.path == folder))
+        c.is_some_and(|c| {
+            c.providers.is_empty() && c.max_live_sessions == 0 && c.folders.iter().any(|f| f.path == folder)
+        })
     });
-    let other = attempt(&page, "return await demo.pedelec.createSession({ provider: 'cursor', autoEndOnDisconnect: false });");
+    let other =
+        attempt(&page, "return await demo.pedelec.createSession({ provider: 'cursor', autoEndOnDisconnect: false });");
     assert_ne!(other["code"], json!("ORIGIN_NOT_ALLOWED"), "the site may use every agent again: {other}");
 }

@@ -190,7 +190,8 @@ fn firefox_end_to_end() {
     let ended_id = ended["value"].as_str().unwrap_or_default().to_owned();
     ff.eval(&control, "(document.getElementById('tab-sessions').click(), true)").unwrap();
     let open = format!("document.querySelector('#recent button.open-recent[data-session=\"{ended_id}\"]')");
-    ff.wait_until(&control, &format!("!!{open}"), Duration::from_secs(10)).expect("the ended session is listed as recent");
+    ff.wait_until(&control, &format!("!!{open}"), Duration::from_secs(10))
+        .expect("the ended session is listed as recent");
     ff.eval(&control, &format!("({open}.click(), true)")).unwrap();
     ff.wait_until(
         &control,
@@ -202,8 +203,12 @@ fn firefox_end_to_end() {
     )
     .expect("the monitor opens the ended session");
     let log = "[...document.querySelectorAll('#monitor-log li')].map((li) => li.textContent)";
-    ff.wait_until(&control, &format!("{log}.some((t) => t.includes('You said: goodbye from firefox'))"), Duration::from_secs(10))
-        .unwrap_or_else(|e| panic!("the ended session's history shows in Firefox: {e} {:?}", ff.eval(&control, log)));
+    ff.wait_until(
+        &control,
+        &format!("{log}.some((t) => t.includes('You said: goodbye from firefox'))"),
+        Duration::from_secs(10),
+    )
+    .unwrap_or_else(|e| panic!("the ended session's history shows in Firefox: {e} {:?}", ff.eval(&control, log)));
 
     // The Sites view: limited to the built-in agent, the page is refused another; then every agent again.
     ff.eval(&control, "(document.getElementById('tab-sites').click(), true)").unwrap();
@@ -219,14 +224,18 @@ fn firefox_end_to_end() {
     )
     .expect("the restriction is saved");
     let refused = ff
-        .eval(&page, "demo.attempt(() => demo.pedelec.createSession({ provider: 'cursor', autoEndOnDisconnect: false }))")
+        .eval(
+            &page,
+            "demo.attempt(() => demo.pedelec.createSession({ provider: 'cursor', autoEndOnDisconnect: false }))",
+        )
         .unwrap();
     assert_eq!(
         (refused["code"].clone(), refused["details"]["reason"].clone()),
         (json!("ORIGIN_NOT_ALLOWED"), json!("agent_not_allowed")),
         "{refused}"
     );
-    ff.wait_until(&control, &format!("{scripted}.checked"), Duration::from_secs(10)).expect("the box shows Core's copy");
+    ff.wait_until(&control, &format!("{scripted}.checked"), Duration::from_secs(10))
+        .expect("the box shows Core's copy");
     ff.eval(&control, &format!("({scripted}.click(), {save}.click(), true)")).unwrap();
     ff.wait_until(
         &control,

@@ -110,9 +110,19 @@ async fn the_user_lists_the_most_recently_ended_sessions_after_the_live_ones() {
     assert_eq!(ended_c.summary.as_ref().unwrap().session.as_ref().unwrap().provider, "scripted");
 
     // One site's; a bound on the ended ones only; without the flag, live only.
-    assert_eq!(listed(&mut raw, listing(SITE, true, 0)).await, [(live.clone(), Idle), (b.clone(), Ended), (a.clone(), Ended)]);
+    assert_eq!(
+        listed(&mut raw, listing(SITE, true, 0)).await,
+        [(live.clone(), Idle), (b.clone(), Ended), (a.clone(), Ended)]
+    );
     assert_eq!(listed(&mut raw, listing("", true, 1)).await, [(live.clone(), Idle), (b.clone(), Ended)]);
     assert_eq!(listed(&mut raw, listing("", false, 0)).await, [(live.clone(), Idle)]);
+    // The Rust SDK's owner asks the same.
+    let owner = h.client().await.owner().expect("an app: origin is the user");
+    let ids = |sessions: Vec<pb::LiveSession>| -> Vec<String> {
+        sessions.into_iter().map(|l| l.summary.unwrap().session.unwrap().session_id).collect()
+    };
+    assert_eq!(ids(owner.live_and_ended_sessions(Some(SITE), 1).await.unwrap()), [live.clone(), b.clone()]);
+    assert_eq!(ids(owner.live_sessions(Some(SITE)).await.unwrap()), [live.as_str()]);
 
     // Resumed, it is live again and not also listed as ended.
     let resume = pb::ResumeRequest { session_id: a.clone(), caller_origin: SITE.into() };
@@ -152,17 +162,16 @@ async fn a_site_limited_to_one_agent_is_refused_every_other_before_anything_is_m
     assert_eq!(stored.providers, ["scripted"]);
     let before = sessions_of(&mut raw, SITE).await;
     let workspaces = std::fs::read_dir(h.workspaces()).map(|d| d.count()).unwrap_or(0);
-    let not_allowed = (
-        "ORIGIN_NOT_ALLOWED".to_owned(),
-        json!({ "reason": "agent_not_allowed", "provider": "scripted2" }),
-    );
+    let not_allowed =
+        ("ORIGIN_NOT_ALLOWED".to_owned(), json!({ "reason": "agent_not_allowed", "provider": "scripted2" }));
 
     let create_refused = raw.create_session(create(SITE, "scripted2")).await.unwrap_err();
     assert_eq!(refusal(&create_refused), not_allowed);
     assert_eq!(create_refused.code(), tonic::Code::PermissionDenied);
     let resume = pb::ResumeRequest { session_id: to_resume.clone(), caller_origin: SITE.into() };
     assert_eq!(refusal(&raw.resume(resume).await.unwrap_err()), not_allowed);
-    let fork = pb::ForkRequest { session_id: to_fork.clone(), caller_origin: SITE.into(), auto_end_on_disconnect: None };
+    let fork =
+        pb::ForkRequest { session_id: to_fork.clone(), caller_origin: SITE.into(), auto_end_on_disconnect: None };
     assert_eq!(refusal(&raw.fork(fork).await.unwrap_err()), not_allowed);
 
     // Nothing was made, and the ended session stayed ended.
@@ -203,10 +212,7 @@ async fn a_sites_own_session_limit_holds_for_it_alone_and_survives_a_restart() {
     h.set_consent(limited(SITE, &["scripted"], 1)).await;
     let mut raw = h.raw().await;
     let first = created(&mut raw, SITE, "").await;
-    let site_quota = (
-        "QUOTA_EXCEEDED".to_owned(),
-        json!({ "limit": "max_live_sessions", "max": 1, "origin": SITE }),
-    );
+    let site_quota = ("QUOTA_EXCEEDED".to_owned(), json!({ "limit": "max_live_sessions", "max": 1, "origin": SITE }));
     let refused = raw.create_session(create(SITE, "")).await.unwrap_err();
     assert_eq!(refusal(&refused), site_quota);
     assert_eq!(sessions_of(&mut raw, SITE).await, 1, "the refused create made nothing");
