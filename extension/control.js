@@ -1057,11 +1057,11 @@ function limitsForm(c, index) {
  * Core lists the folders and marks which may be granted; the pick is
  * PickFolder for the site, which Core checks again. `origin` null: closed.
  */
-const browser = { origin: null, listing: null, asked: 0, opener: null };
+const folderBrowser = { origin: null, listing: null, asked: 0, opener: null };
 
 function openBrowser(origin, opener) {
-  browser.origin = origin;
-  browser.opener = opener;
+  folderBrowser.origin = origin;
+  folderBrowser.opener = opener;
   say("browser-origin", origin);
   $("folder-browser").hidden = false;
   $("folder-browser").scrollIntoView({ block: "nearest" });
@@ -1069,10 +1069,10 @@ function openBrowser(origin, opener) {
 }
 
 function closeBrowser() {
-  const opener = browser.opener;
-  browser.origin = null;
-  browser.listing = null;
-  browser.opener = null;
+  const opener = folderBrowser.opener;
+  folderBrowser.origin = null;
+  folderBrowser.listing = null;
+  folderBrowser.opener = null;
   $("folder-browser").hidden = true;
   // Back where the user was, or to the same site's button if the list was rebuilt.
   const origin = opener && opener.dataset.origin;
@@ -1085,16 +1085,16 @@ function childOf(folder, name) {
 }
 
 async function browse(path, focusFirst = false) {
-  const mine = ++browser.asked;
+  const mine = ++folderBrowser.asked;
   say("browser-status", "Reading…");
   const reply = await host.call("listFolders", { path, includeHidden: $("browser-hidden").checked });
-  if (mine !== browser.asked || browser.origin === null) return;
+  if (mine !== folderBrowser.asked || folderBrowser.origin === null) return;
   if (reply.error) {
     say("browser-status", `Cannot open ${path || "your home folder"}: ${reply.error.message}`);
     return;
   }
   const listing = reply.response || {};
-  browser.listing = listing;
+  folderBrowser.listing = listing;
   $("browser-path").value = listing.path || "";
   $("browser-up").disabled = !listing.parent;
   $("browser-home").disabled = !listing.home;
@@ -1135,16 +1135,16 @@ $("browser-go").addEventListener("submit", (e) => {
   e.preventDefault();
   browse($("browser-path").value.trim()).catch((e) => say("browser-status", String(e)));
 });
-$("browser-up").addEventListener("click", () => browser.listing && browser.listing.parent && browse(browser.listing.parent));
+$("browser-up").addEventListener("click", () => folderBrowser.listing && folderBrowser.listing.parent && browse(folderBrowser.listing.parent));
 $("browser-home").addEventListener("click", () => browse(""));
-$("browser-hidden").addEventListener("change", () => browser.listing && browse(browser.listing.path));
+$("browser-hidden").addEventListener("change", () => folderBrowser.listing && browse(folderBrowser.listing.path));
 $("browser-cancel").addEventListener("click", closeBrowser);
 $("folder-browser").addEventListener("keydown", (e) => {
   if (e.key === "Escape") closeBrowser();
 });
 $("browser-pick").addEventListener("click", async () => {
   const path = $("browser-pick").dataset.path;
-  const origin = browser.origin;
+  const origin = folderBrowser.origin;
   if (!path || !origin) return;
   $("browser-pick").disabled = true;
   say("browser-status", `Granting ${path}…`);
