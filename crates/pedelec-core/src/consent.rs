@@ -604,7 +604,7 @@ mod tests {
         assert!(c.check_provider(site, "scripted").is_ok());
         let refused = c.check_provider(site, "claude").unwrap_err().to_pb();
         assert_eq!(refused.code, "ORIGIN_NOT_ALLOWED");
-        assert_eq!(refused.details_json, r#"{"provider":"claude","reason":"agent_not_allowed"}"#);
+        assert_eq!(refused.details_json, r#"{"reason":"agent_not_allowed","provider":"claude"}"#);
         assert!(c.check_provider("https://other.example", "claude").is_ok(), "no consent names no agent");
         assert!(c.check_provider("app:tool", "claude").is_ok(), "a local program is not limited");
         assert_eq!(c.max_live_sessions(site), 2);
