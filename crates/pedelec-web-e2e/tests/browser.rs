@@ -1687,6 +1687,10 @@ fn the_control_center_grants_a_folder_revokes_a_site_and_lists_the_agents() {
         ))
         .unwrap();
     control.click("#agents tr[data-code=\"scripted\"] button.save-model").expect("click Save");
+    // Once the Save re-drew the table: a click before it could land on the row it replaces.
+    control
+        .wait_until("document.getElementById('agents-outcome').textContent.endsWith('default model saved.')", TURN)
+        .expect("the model is saved");
     control
         .wait_until(&format!("!!{scripted}.querySelector('button.make-default')"), TURN)
         .expect("offered as default");
@@ -1985,8 +1989,13 @@ fn the_control_center_limits_a_sites_agents_and_sessions_and_adds_a_browsed_fold
         )
         .expect("the view shows Core's copy");
     assert_eq!(control.eval(&format!("document.querySelector('{site} input.site-max').value")).unwrap(), json!("2"));
-    let said = control.eval("document.getElementById('sites-outcome').textContent").unwrap();
-    assert_eq!(said, json!(format!("{origin} may use scripted, with at most 2 live sessions.")));
+    let said = json!(format!("{origin} may use scripted, with at most 2 live sessions."));
+    control
+        .wait_until(
+            &format!("document.getElementById('sites-outcome').textContent === {said}"),
+            Duration::from_secs(10),
+        )
+        .expect("the view says what was saved");
 
     // The page: another agent is refused by the site's consent; a third live session by its limit.
     let other =
@@ -2018,6 +2027,10 @@ fn the_control_center_limits_a_sites_agents_and_sessions_and_adds_a_browsed_fold
             Duration::from_secs(5),
         )
         .expect("for the site");
+    // The first listing (the home folder) is in before a path is typed, or it would replace it.
+    control
+        .wait_until("!['', 'Reading…'].includes(document.getElementById('browser-status').textContent)", TURN)
+        .expect("the browser lists the home folder");
     assert_labelled(&control, "#folder-browser");
     control
         .eval(&format!(
