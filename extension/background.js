@@ -766,9 +766,17 @@ async function refreshConsent() {
   return true;
 }
 
-/** Stores one origin's whole consent in Core; true once Core has it. */
+/**
+ * Stores one origin's whole consent in Core; true once Core has it.
+ * SetConsent replaces it as a whole, so the agents and session limit the
+ * user chose in the control center are sent back as Core last gave them.
+ */
 async function setConsent(origin, { approved, folders }) {
-  const reply = await owner.call("setConsent", { consent: { origin, approved, folders } });
+  const known = consent[origin] || {};
+  const limits = {};
+  if (Array.isArray(known.providers) && known.providers.length > 0) limits.providers = known.providers;
+  if (known.maxLiveSessions) limits.maxLiveSessions = known.maxLiveSessions;
+  const reply = await owner.call("setConsent", { consent: { origin, approved, folders, ...limits } });
   if (reply.error) {
     console.warn(`pedelec: Core refused the consent for ${origin}`, reply.error);
     return false;

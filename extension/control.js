@@ -1,12 +1,14 @@
 // The control center: every site's live sessions (Cancel, End, End all for
-// a site), a live event monitor of one session, the requests only the user
-// may answer, every site's consent (folder grants, may approve commands,
-// revoke), the agents Core detects (the default agent and models, written to
+// a site) and its recently ended ones, a live event monitor of one session
+// (or the history of an ended one), the requests only the user may answer,
+// every site's consent (folder grants, typed or browsed, may approve
+// commands, which agents it may use, its live-session limit, revoke), the
+// agents Core detects (the default agent and models, written to
 // config.toml) and the activity log. Everything it shows
 // and does is an owner call to Core (core.proto: ListLiveSessions, EndSessions,
 // WatchSession, GetSessionHistory, CancelTurn, ListUserPermissions,
 // AnswerUserPermission, GetConsent, SetConsent, RevokeOrigin, ListAgents, SetSettings,
-// ListActivity, ExportActivity)
+// ListActivity, ExportActivity, ListFolders, PickFolder)
 // over a native host of this page's own, with the caller origin
 // `app:pedelec-extension`; closing the page closes the host and ends its
 // watch. A page of a site can make none of these calls (requests.js).
@@ -21,6 +23,8 @@ const OWNER_ORIGIN = "app:pedelec-extension";
 const REFRESH_MS = 1000;
 /** Sessions per page of the table: 1 000 live sessions stay usable. */
 const PAGE_SIZE = 50;
+/** Ended sessions read for the Recent list (Core allows 1 000), shown a page at a time. */
+const RECENT_LIMIT = 200;
 /** Entries the monitor keeps; older ones leave (the history has them all). */
 const MONITOR_MAX_ENTRIES = 2000;
 /** Transcript entries read when the monitor opens. */
@@ -213,7 +217,10 @@ function selectTab(name, focus) {
     if (selected && focus) button.focus();
   }
   if (location.hash !== `#${name}`) history.replaceState(null, "", `#${name}`);
-  if (name === "sites") refreshSites().catch((e) => console.error("pedelec control center:", e));
+  if (name === "sites") {
+    siteAgents = null; // agents may have been installed or configured since
+    refreshSites().catch((e) => console.error("pedelec control center:", e));
+  }
   if (name === "agents") refreshAgents().catch((e) => console.error("pedelec control center:", e));
   if (name === "activity") refreshActivity().catch((e) => console.error("pedelec control center:", e));
 }
@@ -237,17 +244,23 @@ for (const [i, tab] of TABS.entries()) {
 /** Every live session as Core last listed it, and the table's page. */
 let sessions = [];
 let page = 0;
-
+/** The most recently ended sessions, newest ended first, and the Recent table's page. */
+let recent = [];
+let recentPage = 0;
 
 async function refreshSessions() {
-  const reply = await host.call("listLiveSessions", {});
+  // Live sessions first, then the newest ended ones (ListLiveSessionsRequest.include_ended).
+  const reply = await host.call("listLiveSessions", { includeEnded: true, endedLimit: RECENT_LIMIT });
   if (reply.error) {
     say("core-state", `Core did not answer: ${reply.error.message}`);
     return;
   }
   say("core-state", "");
-  sessions = ((reply.response && reply.response.sessions) || []).map(PedelecShown.liveSession);
+  const listed = ((reply.response && reply.response.sessions) || []).map(PedelecShown.liveSession);
+  sessions = listed.filter((s) => s.status !== "ended");
+  recent = listed.filter((s) => s.status === "ended");
   renderSessions();
+  renderRecent();
   // When the page first listed Core's sessions (`cargo xtask web-bench` reads it).
   if (performance.getEntriesByName(LISTED_MARK).length === 0) performance.mark(LISTED_MARK);
 }
@@ -373,9 +386,65 @@ async function cancelTurn(sessionId) {
   await refreshSessions();
 }
 
+/** The Recent list: ended sessions of the chosen site, a page at a time, each openable into the monitor. */
+function renderRecent() {
+  const chosen = $("site-filter").value;
+  const listed = chosen ? recent.filter((s) => s.origin === chosen) : recent;
+  const pages = Math.max(1, Math.ceil(listed.length / PAGE_SIZE));
+  recentPage = Math.min(recentPage, pages - 1);
+  const from = recentPage * PAGE_SIZE;
+  const rows = listed.slice(from, from + PAGE_SIZE);
+  $("no-recent").hidden = listed.length > 0;
+  say("recent-caption", `${listed.length} recently ended session${listed.length === 1 ? "" : "s"}, newest first`);
+  say("recent-page-label", listed.length > 0 ? `${from + 1}–${from + rows.length} of ${listed.length}` : "");
+  $("recent-prev").disabled = recentPage === 0;
+  $("recent-next").disabled = recentPage >= pages - 1;
+  const shownNow = JSON.stringify([rows, watched && watched.sessionId]);
+  const body = $("recent").querySelector("tbody");
+  if (shownNow === body.dataset.shown) return;
+  body.dataset.shown = shownNow;
+  const focused = body.contains(document.activeElement) ? document.activeElement.dataset.session : null;
+  body.replaceChildren(...rows.map(recentRow));
+  if (focused) {
+    const again = body.querySelector(`button.open-recent[data-session="${CSS.escape(focused)}"]`);
+    if (again) again.focus();
+  }
+}
+
+function recentRow(s) {
+  const row = document.createElement("tr");
+  row.dataset.session = s.sessionId;
+  if (watched && watched.sessionId === s.sessionId) row.className = "watched";
+  const actions = document.createElement("td");
+  const open = button("Open", "open-recent", `Open the ended session ${s.sessionId} of ${s.origin}`, () => follow(s));
+  open.dataset.session = s.sessionId;
+  actions.append(open);
+  row.append(
+    cell(s.origin),
+    cell(s.provider),
+    cell(s.model),
+    cell(s.workspacePath),
+    cell(clock(s.createdAtMs)),
+    cell(clock(s.lastActivityAtMs)),
+    cell(s.totalTokens ? String(s.totalTokens) : ""),
+    actions,
+  );
+  return row;
+}
+
 $("site-filter").addEventListener("change", () => {
   page = 0;
+  recentPage = 0;
   renderSessions();
+  renderRecent();
+});
+$("recent-prev").addEventListener("click", () => {
+  recentPage = Math.max(0, recentPage - 1);
+  renderRecent();
+});
+$("recent-next").addEventListener("click", () => {
+  recentPage++;
+  renderRecent();
 });
 $("page-prev").addEventListener("click", () => {
   page = Math.max(0, page - 1);
@@ -401,9 +470,12 @@ function follow(s) {
   say("monitor-agent", [s.provider, s.model].filter(Boolean).join(" "));
   say("monitor-status", s.status);
   say("monitor-tokens", s.totalTokens ? `${s.totalTokens} tokens` : "");
+  // An ended session has nothing to cancel or end: its monitor reads what it did.
+  $("monitor-cancel").disabled = s.status === "ended";
+  $("monitor-end").disabled = s.status === "ended";
   const current = { sessionId: s.sessionId, stop: null, lastSeq: null, activities: new Map(), streaming: "" };
   watched = current;
-  for (const row of document.querySelectorAll("#sessions tbody tr")) {
+  for (const row of document.querySelectorAll("#sessions tbody tr, #recent tbody tr")) {
     row.className = row.dataset.session === s.sessionId ? "watched" : "";
   }
   current.stop = host.watch(
@@ -423,7 +495,7 @@ function closeMonitor() {
   watched = null;
   $("monitor").hidden = true;
   $("monitor-streaming").hidden = true;
-  for (const row of document.querySelectorAll("#sessions tbody tr.watched")) row.className = "";
+  for (const row of document.querySelectorAll("#sessions tbody tr.watched, #recent tbody tr.watched")) row.className = "";
 }
 
 $("monitor-close").addEventListener("click", closeMonitor);
@@ -666,10 +738,13 @@ async function changeConsent(origin, change, done, onStored = () => {}) {
     return false;
   }
   const stored = ((read.response && read.response.origins) || [])[0] || { origin };
+  // SetConsent replaces the whole consent: what this change leaves alone is sent back as Core has it.
   const consent = change({
     origin,
     approved: Boolean(stored.approved),
     folders: (stored.folders || []).map((f) => ({ path: f.path, mayApproveCommands: Boolean(f.mayApproveCommands) })),
+    providers: stored.providers || [],
+    maxLiveSessions: Number(stored.maxLiveSessions || 0),
   });
   const set = await host.call("setConsent", { consent });
   if (!set.error) onStored();
@@ -692,9 +767,22 @@ function consentChanged() {
 let sitesAsked = 0;
 let sitesShown = 0;
 
+/** The agents a site may be limited to (ListAgents: code and name), read once per visit of the view. */
+let siteAgents = null;
+
+async function readSiteAgents() {
+  const reply = await host.call("listAgents", {});
+  if (reply.error) return null;
+  return ((reply.response && reply.response.agents) || [])
+    .map((a) => a.provider || {})
+    .filter((p) => p.code)
+    .map((p) => ({ code: p.code, name: p.name || p.code, available: Boolean(p.available) }));
+}
+
 async function refreshSites() {
   const ticket = ++sitesAsked;
-  const reply = await host.call("getConsent", {});
+  const [reply, agents] = await Promise.all([host.call("getConsent", {}), siteAgents ? siteAgents : readSiteAgents()]);
+  if (agents) siteAgents = agents;
   if (ticket < sitesShown) return;
   sitesShown = ticket;
   if (reply.error) {
@@ -704,19 +792,19 @@ async function refreshSites() {
   const origins = ((reply.response && reply.response.origins) || []).slice().sort((a, b) => (a.origin < b.origin ? -1 : 1));
   $("no-consents").hidden = origins.length > 0;
   const list = $("consents");
-  const shownNow = JSON.stringify(origins);
+  const shownNow = JSON.stringify([origins, siteAgents]);
   if (shownNow === list.dataset.shown) return;
   list.dataset.shown = shownNow;
   // Rebuilt only when Core's copy changed; what the user typed and where
   // the keyboard's focus was are kept.
   const typed = new Map([...list.querySelectorAll("input.folder-path")].map((i) => [i.dataset.origin, i.value]));
   const focused = list.contains(document.activeElement) ? document.activeElement : null;
-  const focusKey = focused && [focused.className, focused.dataset.origin, focused.dataset.path || ""];
+  const focusKey = focused && [focused.className, focused.dataset.origin, focused.dataset.path || focused.dataset.code || ""];
   list.replaceChildren(...origins.map((c, i) => consentItem(c, i, typed.get(c.origin) || "")));
   if (focusKey) {
     const [className, origin, path] = focusKey;
     const again = [...list.querySelectorAll(`.${className.split(" ")[0]}`)].find(
-      (e) => e.dataset.origin === origin && (e.dataset.path || "") === path,
+      (e) => e.dataset.origin === origin && (e.dataset.path || e.dataset.code || "") === path,
     );
     if (again) again.focus();
   }
@@ -839,7 +927,13 @@ function consentItem(c, index, typed) {
       add.disabled = false;
     });
   });
+  const browse = button("Add folder…", "pick-folder", `Add folder… to ${origin}: browse your folders`, () =>
+    openBrowser(origin, browse),
+  );
+  browse.dataset.origin = origin;
+  form.append(browse);
   li.append(form);
+  li.append(limitsForm(c, index));
 
   const actions = document.createElement("p");
   actions.className = "actions";
@@ -860,6 +954,211 @@ function consentItem(c, index, typed) {
   li.append(actions);
   return li;
 }
+
+/**
+ * A site's own limits (OriginConsent.providers, max_live_sessions): a
+ * checkbox per agent Core has (none ticked: every agent) and a number of
+ * live sessions (empty: the default), saved together with SetConsent.
+ */
+function limitsForm(c, index) {
+  const origin = c.origin;
+  const chosen = new Set(c.providers || []);
+  const form = document.createElement("form");
+  form.className = "site-limits";
+  form.dataset.origin = origin;
+  const outer = document.createElement("fieldset");
+  const legend = document.createElement("legend");
+  legend.textContent = `What ${origin} may use`;
+  outer.append(legend);
+
+  const agents = document.createElement("fieldset");
+  agents.className = "site-agents";
+  const agentsLegend = document.createElement("legend");
+  agentsLegend.textContent = "Agents (none ticked: every agent)";
+  agents.append(agentsLegend);
+  // Stored codes Core no longer has stay listed, so saving does not drop them unseen.
+  const offered = [...(siteAgents || [])];
+  for (const code of chosen) if (!offered.some((a) => a.code === code)) offered.push({ code, name: `${code} (not configured)` });
+  for (const agent of offered) {
+    const label = document.createElement("label");
+    const box = document.createElement("input");
+    box.type = "checkbox";
+    box.className = "site-agent";
+    box.dataset.origin = origin;
+    box.dataset.code = agent.code;
+    box.checked = chosen.has(agent.code);
+    label.append(box, ` ${agent.name} `);
+    const code = document.createElement("code");
+    code.textContent = agent.code;
+    label.append(code);
+    agents.append(label);
+  }
+  if (offered.length === 0) agents.append("Core did not list its agents.");
+  const now = document.createElement("p");
+  now.className = "site-agents-now";
+  now.textContent = chosen.size === 0 ? "Every agent." : `Only: ${[...chosen].sort().join(", ")}.`;
+  agents.append(now);
+  outer.append(agents);
+
+  const limit = document.createElement("p");
+  const inputId = `site-max-${index}`;
+  const label = document.createElement("label");
+  label.htmlFor = inputId;
+  label.textContent = `Live sessions of ${origin} at most (empty: the default)`;
+  const input = document.createElement("input");
+  input.type = "number";
+  input.id = inputId;
+  input.className = "site-max";
+  input.dataset.origin = origin;
+  input.min = "1";
+  input.max = "1000";
+  input.step = "1";
+  input.value = c.maxLiveSessions ? String(c.maxLiveSessions) : "";
+  input.placeholder = "default";
+  limit.append(label, " ", input);
+  outer.append(limit);
+
+  const save = document.createElement("button");
+  save.type = "submit";
+  save.className = "save-limits";
+  save.dataset.origin = origin;
+  save.textContent = "Save agents and limit";
+  save.setAttribute("aria-label", `Save agents and limit of ${origin}`);
+  outer.append(save);
+  form.append(outer);
+  form.addEventListener("submit", (e) => {
+    e.preventDefault();
+    const typed = input.value.trim();
+    const max = typed === "" ? 0 : Number(typed);
+    if (!Number.isInteger(max) || max < 0 || max > 1000) {
+      say("sites-outcome", "The session limit is a whole number from 1 to 1000, or empty for the default.");
+      input.focus();
+      return;
+    }
+    const providers = [...form.querySelectorAll("input.site-agent")].filter((b) => b.checked).map((b) => b.dataset.code);
+    save.disabled = true;
+    const agentsSaid = providers.length === 0 ? "every agent" : providers.join(", ");
+    const limitSaid = max === 0 ? "the default session limit" : `at most ${max} live session${max === 1 ? "" : "s"}`;
+    changeConsent(
+      origin,
+      (consent) => ({ ...consent, providers, maxLiveSessions: max }),
+      `${origin} may use ${agentsSaid}, with ${limitSaid}.`,
+    ).finally(() => {
+      save.disabled = false;
+    });
+  });
+  return form;
+}
+
+// ---- sites: adding a folder by browsing (ListFolders, PickFolder) ----
+
+/**
+ * The in-page folder browser, as the picker a page's pickWorkspace() opens:
+ * Core lists the folders and marks which may be granted; the pick is
+ * PickFolder for the site, which Core checks again. `origin` null: closed.
+ */
+const folderBrowser = { origin: null, listing: null, asked: 0, opener: null };
+
+function openBrowser(origin, opener) {
+  folderBrowser.origin = origin;
+  folderBrowser.opener = opener;
+  say("browser-origin", origin);
+  $("folder-browser").hidden = false;
+  $("folder-browser").scrollIntoView({ block: "nearest" });
+  browse("", true).catch((e) => say("browser-status", String(e)));
+}
+
+function closeBrowser() {
+  const opener = folderBrowser.opener;
+  folderBrowser.origin = null;
+  folderBrowser.listing = null;
+  folderBrowser.opener = null;
+  $("folder-browser").hidden = true;
+  // Back where the user was, or to the same site's button if the list was rebuilt.
+  const origin = opener && opener.dataset.origin;
+  const again = opener && opener.isConnected ? opener : origin && [...document.querySelectorAll("button.pick-folder")].find((b) => b.dataset.origin === origin);
+  if (again) again.focus();
+}
+
+function childOf(folder, name) {
+  return folder.endsWith("/") ? folder + name : `${folder}/${name}`;
+}
+
+async function browse(path, focusFirst = false) {
+  const mine = ++folderBrowser.asked;
+  say("browser-status", "Reading…");
+  const reply = await host.call("listFolders", { path, includeHidden: $("browser-hidden").checked });
+  if (mine !== folderBrowser.asked || folderBrowser.origin === null) return;
+  if (reply.error) {
+    say("browser-status", `Cannot open ${path || "your home folder"}: ${reply.error.message}`);
+    return;
+  }
+  const listing = reply.response || {};
+  folderBrowser.listing = listing;
+  $("browser-path").value = listing.path || "";
+  $("browser-up").disabled = !listing.parent;
+  $("browser-home").disabled = !listing.home;
+  $("browser-pick").disabled = !listing.pickable;
+  $("browser-pick").dataset.path = listing.path || "";
+  $("browser-truncated").hidden = !listing.truncated;
+  const folders = listing.folders || [];
+  $("browser-folders").replaceChildren(
+    ...folders.map((folder) => {
+      const item = document.createElement("li");
+      if (folder.link) {
+        item.textContent = folder.name;
+        const note = document.createElement("span");
+        note.className = "note";
+        note.textContent = "(a link: open its target by path)";
+        item.append(note);
+        return item;
+      }
+      const label = `Open ${folder.name}${folder.pickable ? "" : ", which can never be granted"}`;
+      const open = button(folder.name, "browse-folder", label, () => browse(childOf(listing.path, folder.name), true));
+      open.dataset.name = folder.name;
+      if (!folder.pickable) {
+        const note = document.createElement("span");
+        note.className = "note";
+        note.textContent = "(can never be granted)";
+        open.append(note);
+      }
+      item.append(open);
+      return item;
+    }),
+  );
+  const where = listing.pickable ? "" : " This folder itself can never be granted.";
+  say("browser-status", `${listing.path}: ${folders.length} folder${folders.length === 1 ? "" : "s"}.${where}`);
+  if (focusFirst) ($("browser-folders").querySelector("button") || $("browser-path")).focus();
+}
+
+$("browser-go").addEventListener("submit", (e) => {
+  e.preventDefault();
+  browse($("browser-path").value.trim()).catch((e) => say("browser-status", String(e)));
+});
+$("browser-up").addEventListener("click", () => folderBrowser.listing && folderBrowser.listing.parent && browse(folderBrowser.listing.parent));
+$("browser-home").addEventListener("click", () => browse(""));
+$("browser-hidden").addEventListener("change", () => folderBrowser.listing && browse(folderBrowser.listing.path));
+$("browser-cancel").addEventListener("click", closeBrowser);
+$("folder-browser").addEventListener("keydown", (e) => {
+  if (e.key === "Escape") closeBrowser();
+});
+$("browser-pick").addEventListener("click", async () => {
+  const path = $("browser-pick").dataset.path;
+  const origin = folderBrowser.origin;
+  if (!path || !origin) return;
+  $("browser-pick").disabled = true;
+  say("browser-status", `Granting ${path}…`);
+  const reply = await host.call("pickFolder", { origin, path });
+  if (reply.error) {
+    $("browser-pick").disabled = false;
+    say("browser-status", `Cannot grant ${path}: ${reply.error.message}`);
+    return;
+  }
+  const granted = (reply.response && reply.response.grant && reply.response.grant.path) || path;
+  closeBrowser();
+  await Promise.all([refreshSites(), consentChanged()]);
+  say("sites-outcome", `${granted} is granted to ${origin}.`);
+});
 
 // ---- agents ----
 

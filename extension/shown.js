@@ -24,6 +24,8 @@ globalThis.PedelecShown = (() => {
       workspacePath: live.workspacePath || "",
       status: enumWord(summary.status, "SESSION_STATUS_"),
       createdAtMs: Number(info.createdAtMs || 0),
+      // For an ended session, about when it ended (its last event).
+      lastActivityAtMs: Number(summary.lastActivityAtMs || 0),
       totalTokens: Number(live.totalTokens || 0),
     };
   }

@@ -1,6 +1,7 @@
 //! The user's decisions about web origins: which are approved, which
-//! folders each may open workspaces in, and where its pages may approve the
-//! agent's commands.
+//! folders each may open workspaces in, where its pages may approve the
+//! agent's commands, which agents it may use, and how many live sessions
+//! it may hold.
 //!
 //! Core holds them so that nothing a page sends can widen them: the browser
 //! extension once stamped grants into each request, and a second spelling
@@ -53,6 +54,10 @@ struct Folder {
 struct Entry {
     approved_at_ms: i64,
     folders: Vec<Folder>,
+    /// Provider codes the origin may use, sorted; empty: every one.
+    providers: Vec<String>,
+    /// The origin's own live-session limit; 0: config.toml's default.
+    max_live_sessions: u32,
 }
 
 impl Entry {
@@ -71,6 +76,8 @@ impl Entry {
                     handle: f.handle.clone(),
                 })
                 .collect(),
+            providers: consent.providers.clone(),
+            max_live_sessions: consent.max_live_sessions,
         }
     }
 
@@ -88,6 +95,8 @@ impl Entry {
                     handle: f.handle.clone(),
                 })
                 .collect(),
+            providers: self.providers.clone(),
+            max_live_sessions: self.max_live_sessions,
         }
     }
 }
@@ -135,6 +144,30 @@ impl Consent {
             format!("origin {origin} is not approved (approve it in the Pedelec extension)"),
             serde_json::json!({ "origin": origin, "reason": "not_approved" }),
         ))
+    }
+
+    /// Refuses a session of a web origin with a provider its consent does
+    /// not list (`OriginConsent.providers`; empty lists every one).
+    pub fn check_provider(&self, origin: &str, provider: &str) -> CoreResult<()> {
+        if !is_web_origin(origin) {
+            return Ok(());
+        }
+        let allowed = self.read().get(origin).is_none_or(|e| may_use(&e.providers, provider));
+        if allowed {
+            return Ok(());
+        }
+        tracing::debug!(%origin, provider, "session refused: the site may not use this agent");
+        Err(CoreError::with_details(
+            ErrorCode::OriginNotAllowed,
+            format!("{origin} may not use the agent {provider:?} (the user chose its agents in the Pedelec extension)"),
+            serde_json::json!({ "reason": "agent_not_allowed", "provider": provider }),
+        ))
+    }
+
+    /// The origin's own live-session limit; 0 when it has none (the
+    /// config.toml default holds).
+    pub fn max_live_sessions(&self, origin: &str) -> u32 {
+        self.read().get(origin).map_or(0, |e| e.max_live_sessions)
     }
 
     /// The folders granted to `origin`, as the workspace policy takes them.
@@ -252,8 +285,15 @@ impl Consent {
         listed
     }
 
-    /// Checks and resolves `consent` (see `Core.SetConsent`); what to store.
-    pub fn prepare(&self, consent: &pb::OriginConsent, policy: &WorkspacePolicy) -> CoreResult<pb::OriginConsent> {
+    /// Checks and resolves `consent` (see `Core.SetConsent`); what to
+    /// store. `is_provider` says whether a code names a configured provider.
+    pub fn prepare(
+        &self,
+        consent: &pb::OriginConsent,
+        policy: &WorkspacePolicy,
+        is_provider: impl Fn(&str) -> bool,
+    ) -> CoreResult<pb::OriginConsent> {
+        check_site_limits(consent, is_provider)?;
         self.prepare_minting(consent, policy, None)
     }
 
@@ -304,7 +344,11 @@ impl Consent {
             (true, 0) => crate::clock::now_ms(),
             (true, at) => at,
         };
-        Ok(Entry { approved_at_ms, folders }.to_pb(&consent.origin))
+        let mut providers = consent.providers.clone();
+        providers.sort();
+        providers.dedup();
+        let max_live_sessions = consent.max_live_sessions;
+        Ok(Entry { approved_at_ms, folders, providers, max_live_sessions }.to_pb(&consent.origin))
     }
 
     /// Takes a stored (prepared) consent into memory; an unapproved origin
@@ -336,6 +380,39 @@ pub fn stays_in_workspace(activity: &pb::Activity, workspace: &Path) -> bool {
         Ok(pb::ActivityKind::FileEdit | pb::ActivityKind::FileRead)
     );
     file_kind && !activity.paths.is_empty() && activity.paths.iter().all(|path| resolves_inside(workspace, path))
+}
+
+/// Whether an origin whose consent lists `providers` may use `provider`.
+fn may_use(providers: &[String], provider: &str) -> bool {
+    providers.is_empty() || providers.iter().any(|p| p == provider)
+}
+
+/// Checks what the user set as a site's own limits (see `OriginConsent`):
+/// known provider codes, few enough, and a session limit within bounds.
+fn check_site_limits(consent: &pb::OriginConsent, is_provider: impl Fn(&str) -> bool) -> CoreResult<()> {
+    let invalid = |message: String, details: serde_json::Value| {
+        Err(CoreError::with_details(ErrorCode::InvalidArgument, message, details))
+    };
+    if consent.providers.len() > limits::MAX_SITE_PROVIDERS {
+        return invalid(
+            format!("a site may be limited to at most {} agents", limits::MAX_SITE_PROVIDERS),
+            serde_json::json!({ "field": "providers" }),
+        );
+    }
+    if let Some(unknown) = consent.providers.iter().find(|code| code.len() > limits::MAX_ID_LEN || !is_provider(code)) {
+        let shown: String = unknown.chars().take(limits::MAX_ID_LEN).collect();
+        return invalid(
+            format!("no provider {shown:?} (ListProviders names them)"),
+            serde_json::json!({ "field": "providers", "provider": shown }),
+        );
+    }
+    if consent.max_live_sessions > limits::MAX_SITE_LIVE_SESSIONS {
+        return invalid(
+            format!("a site's own session limit is at most {}", limits::MAX_SITE_LIVE_SESSIONS),
+            serde_json::json!({ "field": "max_live_sessions" }),
+        );
+    }
+    Ok(())
 }
 
 /// Consent is for web origins only, written as the browser writes them.
@@ -374,11 +451,20 @@ fn resolve_folder(path: &str) -> CoreResult<PathBuf> {
 mod tests {
     use super::*;
 
+    impl Consent {
+        /// `prepare` with every provider code known.
+        fn prepare_any(&self, consent: &pb::OriginConsent, policy: &WorkspacePolicy) -> CoreResult<pb::OriginConsent> {
+            self.prepare(consent, policy, |_| true)
+        }
+    }
+
     fn consent(origin: &str, approved: bool, folders: &[(&Path, bool)]) -> pb::OriginConsent {
         pb::OriginConsent {
             origin: origin.into(),
             approved,
             approved_at_ms: 0,
+            providers: Vec::new(),
+            max_live_sessions: 0,
             folders: folders
                 .iter()
                 .map(|(p, may)| pb::FolderGrant {
@@ -454,7 +540,7 @@ mod tests {
         let policy = WorkspacePolicy::default();
         let c = Consent::default();
         let prepared =
-            c.prepare(&consent("https://a.example", true, &[(&root, false), (&inner, true)]), &policy).unwrap();
+            c.prepare_any(&consent("https://a.example", true, &[(&root, false), (&inner, true)]), &policy).unwrap();
         c.apply(&prepared);
         let site = "https://a.example";
         assert_eq!(
@@ -468,7 +554,7 @@ mod tests {
         assert_eq!(c.workspace_grant(site, Path::new("/elsewhere"), false), WorkspaceGrant::Withdrawn);
         assert_eq!(c.workspace_grant(site, Path::new("/elsewhere"), true), WorkspaceGrant::NotApplicable);
         assert!(c.check_workspace("https://other.example", &inner, false).is_err());
-        let narrowed = c.prepare(&consent(site, true, &[(&inner, false)]), &policy).unwrap();
+        let narrowed = c.prepare_any(&consent(site, true, &[(&inner, false)]), &policy).unwrap();
         c.apply(&narrowed);
         assert!(c.check_workspace(site, &root.join("y"), false).is_err());
         assert!(c.check_workspace(site, &inner, false).is_ok());
@@ -479,7 +565,7 @@ mod tests {
         let c = Consent::default();
         let policy = WorkspacePolicy::default();
         for origin in ["app:x", "https://a.example/path", "https://a .example", "ftp://a.example", ""] {
-            assert!(c.prepare(&consent(origin, true, &[]), &policy).is_err(), "{origin}");
+            assert!(c.prepare_any(&consent(origin, true, &[]), &policy).is_err(), "{origin}");
         }
         for folder in ["relative/dir", "/does/not/exist/at/all"] {
             let mut request = consent("https://a.example", true, &[]);
@@ -488,7 +574,7 @@ mod tests {
                 may_approve_commands: false,
                 ..Default::default()
             });
-            assert_eq!(c.prepare(&request, &policy).unwrap_err().code(), ErrorCode::WorkspaceInvalid, "{folder}");
+            assert_eq!(c.prepare_any(&request, &policy).unwrap_err().code(), ErrorCode::WorkspaceInvalid, "{folder}");
         }
         let too_many = pb::OriginConsent {
             origin: "https://a.example".into(),
@@ -499,7 +585,47 @@ mod tests {
             ],
             ..Default::default()
         };
-        assert_eq!(c.prepare(&too_many, &policy).unwrap_err().code(), ErrorCode::InvalidArgument);
+        assert_eq!(c.prepare_any(&too_many, &policy).unwrap_err().code(), ErrorCode::InvalidArgument);
+    }
+
+    #[test]
+    fn a_sites_agents_and_session_limit_are_checked_stored_and_enforced() {
+        let c = Consent::default();
+        let policy = WorkspacePolicy::default();
+        let site = "https://a.example";
+        let known = |code: &str| ["scripted", "codex"].contains(&code);
+        let mut asked = consent(site, true, &[]);
+        asked.providers = vec!["scripted".into(), "codex".into(), "scripted".into()];
+        asked.max_live_sessions = 2;
+        let prepared = c.prepare(&asked, &policy, known).unwrap();
+        assert_eq!(prepared.providers, ["codex", "scripted"], "sorted, each once");
+        assert_eq!(prepared.max_live_sessions, 2);
+        c.apply(&prepared);
+        assert!(c.check_provider(site, "scripted").is_ok());
+        let refused = c.check_provider(site, "claude").unwrap_err().to_pb();
+        assert_eq!(refused.code, "ORIGIN_NOT_ALLOWED");
+        assert_eq!(refused.details_json, r#"{"reason":"agent_not_allowed","provider":"claude"}"#);
+        assert!(c.check_provider("https://other.example", "claude").is_ok(), "no consent names no agent");
+        assert!(c.check_provider("app:tool", "claude").is_ok(), "a local program is not limited");
+        assert_eq!(c.max_live_sessions(site), 2);
+        assert_eq!(c.max_live_sessions("https://other.example"), 0);
+        // A pick keeps them.
+        let dir = tempfile::tempdir().unwrap();
+        let (picked, _, _) = c.prepare_pick(site, &dir.path().display().to_string(), &policy).unwrap();
+        assert_eq!((picked.providers.clone(), picked.max_live_sessions), (prepared.providers.clone(), 2));
+
+        let mut unknown = consent(site, true, &[]);
+        unknown.providers = vec!["nope".into()];
+        let error = c.prepare(&unknown, &policy, known).unwrap_err().to_pb();
+        assert_eq!(
+            (error.code.as_str(), error.details_json.as_str()),
+            ("INVALID_ARGUMENT", r#"{"field":"providers","provider":"nope"}"#)
+        );
+        let mut too_high = consent(site, true, &[]);
+        too_high.max_live_sessions = limits::MAX_SITE_LIVE_SESSIONS + 1;
+        assert_eq!(c.prepare(&too_high, &policy, known).unwrap_err().code(), ErrorCode::InvalidArgument);
+        too_high.max_live_sessions = limits::MAX_SITE_LIVE_SESSIONS;
+        assert!(c.prepare(&too_high, &policy, known).is_ok());
     }
 
     #[test]
@@ -511,9 +637,9 @@ mod tests {
         let policy = WorkspacePolicy::new(Some(&home), &[], &[]);
         let c = Consent::default();
         for folder in [home.clone(), home.parent().unwrap().to_path_buf(), PathBuf::from("/")] {
-            let error = c.prepare(&consent("https://a.example", true, &[(&folder, false)]), &policy).unwrap_err();
+            let error = c.prepare_any(&consent("https://a.example", true, &[(&folder, false)]), &policy).unwrap_err();
             assert_eq!(error.code(), ErrorCode::WorkspaceNotAllowed, "{}", folder.display());
         }
-        assert!(c.prepare(&consent("https://a.example", true, &[(&home.join("project"), false)]), &policy).is_ok());
+        assert!(c.prepare_any(&consent("https://a.example", true, &[(&home.join("project"), false)]), &policy).is_ok());
     }
 }

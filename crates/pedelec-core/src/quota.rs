@@ -8,7 +8,9 @@
 //!
 //! Three limits live here; each is a key of `config.toml` (`settings.rs`):
 //!
-//! - `max_live_sessions_per_origin`: sessions not yet ended, per web origin.
+//! - `max_live_sessions_per_origin`: sessions not yet ended, per web origin
+//!   (unless the user set that origin's own limit in its consent,
+//!   `OriginConsent.max_live_sessions`: see [`live_session_limit`]).
 //! - `max_agent_processes`: agent processes Core runs at once, in total.
 //! - `max_transcript_bytes`: stored transcript per session.
 
@@ -43,20 +45,67 @@ impl Default for Quotas {
     }
 }
 
-/// A refusal: `QUOTA_EXCEEDED` naming the config key and its value, so
+/// A refusal: `QUOTA_EXCEEDED` naming the limit's key and its value, so
 /// the page (and the user reading its error) knows which setting to raise.
 #[derive(Debug, Clone, thiserror::Error)]
-#[error("{what}: at most {max} ({key} in config.toml)")]
+#[error("{what}: at most {max} ({})", where_set(.key, .site.as_deref()))]
 pub struct Exceeded {
+    /// The config.toml key, or `max_live_sessions` for a site's own limit.
     pub key: &'static str,
     pub max: u64,
     pub what: &'static str,
+    /// The origin whose own limit (its consent) this is; `None` for a
+    /// config.toml limit.
+    pub site: Option<String>,
+}
+
+fn where_set(key: &str, site: Option<&str>) -> String {
+    match site {
+        Some(origin) => format!("the limit you set for {origin} in the Pedelec extension"),
+        None => format!("{key} in config.toml"),
+    }
 }
 
 impl Exceeded {
-    /// The error's details: `{"limit": "<config key>", "max": <value>}`.
+    /// The error's details: `{"limit": "<key>", "max": <value>}`, and
+    /// `"origin"` for a site's own limit.
     pub fn details(&self) -> serde_json::Value {
-        serde_json::json!({ "limit": self.key, "max": self.max })
+        match &self.site {
+            Some(origin) => serde_json::json!({ "limit": self.key, "max": self.max, "origin": origin }),
+            None => serde_json::json!({ "limit": self.key, "max": self.max }),
+        }
+    }
+}
+
+/// The live-session limit that holds for one web origin.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct LiveSessionLimit {
+    pub max: usize,
+    /// The user set it for this origin (its consent), rather than config.toml.
+    pub per_site: bool,
+}
+
+impl LiveSessionLimit {
+    /// The refusal of one more live session of `origin` under this limit.
+    pub fn exceeded(self, origin: &str) -> Exceeded {
+        Exceeded {
+            key: if self.per_site { "max_live_sessions" } else { "max_live_sessions_per_origin" },
+            max: self.max as u64,
+            what: "this origin has too many live sessions",
+            site: self.per_site.then(|| origin.to_owned()),
+        }
+    }
+}
+
+/// Which limit on live sessions holds for an origin: its own
+/// (`OriginConsent.max_live_sessions`, `site_max`) when the user set one,
+/// else config.toml's `max_live_sessions_per_origin` (`configured`). A site
+/// limit may be above the default as well as below it: it is the user's
+/// own choice for that site, bounded by `MAX_SITE_LIVE_SESSIONS` when set.
+pub fn live_session_limit(configured: usize, site_max: u32) -> LiveSessionLimit {
+    match site_max {
+        0 => LiveSessionLimit { max: configured, per_site: false },
+        n => LiveSessionLimit { max: n as usize, per_site: true },
     }
 }
 
@@ -124,6 +173,7 @@ impl ProcessSlots {
                 key: "max_agent_processes",
                 max: max as u64,
                 what: "too many agent processes running",
+                site: None,
             })
     }
 }
@@ -149,6 +199,19 @@ mod tests {
         assert_eq!(SLOTS.running(), 2, "a refusal takes nothing");
         drop(a);
         assert!(SLOTS.take().is_ok());
+    }
+
+    #[test]
+    fn a_sites_own_limit_replaces_the_default_and_says_whose_it_is() {
+        assert_eq!(live_session_limit(8, 0), LiveSessionLimit { max: 8, per_site: false });
+        assert_eq!(live_session_limit(8, 1), LiveSessionLimit { max: 1, per_site: true });
+        assert_eq!(live_session_limit(8, 20), LiveSessionLimit { max: 20, per_site: true });
+        let site = CoreError::from(live_session_limit(8, 1).exceeded("https://a.example")).to_pb();
+        assert_eq!(site.details_json, r#"{"limit":"max_live_sessions","max":1,"origin":"https://a.example"}"#);
+        assert!(site.message.contains("https://a.example"), "{}", site.message);
+        let default = CoreError::from(live_session_limit(8, 0).exceeded("https://a.example")).to_pb();
+        assert_eq!(default.details_json, r#"{"limit":"max_live_sessions_per_origin","max":8}"#);
+        assert!(default.message.contains("max_live_sessions_per_origin in config.toml"), "{}", default.message);
     }
 
     #[test]

@@ -117,14 +117,19 @@ impl Registry {
     }
 
     /// Admits one more live session of `origin`, or refuses with
-    /// `QUOTA_EXCEEDED` (`max_live_sessions_per_origin`). The place is held
+    /// `QUOTA_EXCEEDED` (the origin's own `max_live_sessions` when the user
+    /// set one, else `max_live_sessions_per_origin`). The place is held
     /// until the returned guard drops: by then the session is in `sessions`
     /// (and counted there) or was never made.
     pub fn admit(&self, origin: &str) -> CoreResult<Option<Admission<'_>>> {
         if !crate::quota::limits_sessions_of(origin) {
             return Ok(None);
         }
-        let max = self.shared.quotas.max_live_sessions_per_origin;
+        let limit = crate::quota::live_session_limit(
+            self.shared.quotas.max_live_sessions_per_origin,
+            self.shared.consent.max_live_sessions(origin),
+        );
+        let max = limit.max;
         let mut admitting = self.admitting.lock().expect("admitting lock");
         let pending = admitting.get(origin).copied().unwrap_or(0);
         let live = self
@@ -135,13 +140,8 @@ impl Registry {
             .filter(|s| s.origin == origin && s.status() != SessionStatus::Ended)
             .count();
         if live + pending >= max {
-            tracing::debug!(%origin, live, max, "session refused: max_live_sessions_per_origin reached");
-            return Err(crate::quota::Exceeded {
-                key: "max_live_sessions_per_origin",
-                max: max as u64,
-                what: "this origin has too many live sessions",
-            }
-            .into());
+            tracing::debug!(%origin, live, max, per_site = limit.per_site, "session refused: live session limit reached");
+            return Err(limit.exceeded(origin).into());
         }
         *admitting.entry(origin.to_owned()).or_default() += 1;
         Ok(Some(Admission { registry: self, origin: origin.to_owned(), settled: false }))
@@ -183,10 +183,18 @@ impl Registry {
 
     /// Stores `consent` (checked and resolved first; see `Core.SetConsent`).
     pub async fn set_consent(&self, consent: &pb::OriginConsent) -> CoreResult<pb::OriginConsent> {
-        let prepared = self.shared.consent.prepare(consent, &self.policy)?;
+        let providers = self.shared.providers.now();
+        let prepared = self.shared.consent.prepare(consent, &self.policy, |code| providers.get(code).is_some())?;
         self.shared.store.save_consent(prepared.clone()).await?;
         self.shared.consent.apply(&prepared);
-        tracing::info!(origin = %prepared.origin, approved = prepared.approved, folders = prepared.folders.len(), "consent set");
+        tracing::info!(
+            origin = %prepared.origin,
+            approved = prepared.approved,
+            folders = prepared.folders.len(),
+            providers = ?prepared.providers,
+            max_live_sessions = prepared.max_live_sessions,
+            "consent set"
+        );
         Ok(prepared)
     }
 
@@ -245,6 +253,41 @@ impl Registry {
             self.evict(session.id.as_str());
         }
         count
+    }
+
+    /// `Core.ListLiveSessions`: every live session (or `origin`'s), then,
+    /// when `ended_limit` is `Some`, that many of the most recently ended
+    /// ones, newest ended first (owner calls only: it names every origin).
+    pub async fn live_and_ended_sessions(
+        &self,
+        origin: &str,
+        ended_limit: Option<u32>,
+    ) -> CoreResult<Vec<pb::LiveSession>> {
+        let mut listed = self.live_sessions(origin);
+        let Some(limit) = ended_limit else {
+            return Ok(listed);
+        };
+        // Live sessions the store still holds as ended (a resume it has not
+        // written yet) are read too, then left out: memory is the truth.
+        let live_ids: HashSet<String> =
+            listed.iter().filter_map(|l| l.summary.as_ref()?.session.as_ref()).map(|i| i.session_id.clone()).collect();
+        let records = self.shared.store.ended(origin, limit.saturating_add(live_ids.len() as u32)).await?;
+        let ended = records
+            .iter()
+            .filter(|record| !live_ids.contains(record.id.as_str()))
+            .filter(|record| self.in_memory(record.id.as_str()).is_none_or(|s| s.status() == SessionStatus::Ended))
+            .take(limit as usize)
+            .map(|record| pb::LiveSession {
+                origin: record.origin.clone(),
+                workspace_path: record.workspace.clone(),
+                total_tokens: match self.in_memory(record.id.as_str()) {
+                    Some(session) => session.usage_total().unwrap_or(0),
+                    None => record.usage_total.unwrap_or(0),
+                },
+                summary: Some(self.summary_of(record)),
+            });
+        listed.extend(ended);
+        Ok(listed)
     }
 
     /// Every live session, or `origin`'s when it is not empty, oldest
@@ -425,10 +468,13 @@ impl Registry {
 
     pub async fn create(&self, request: pb::CreateSessionRequest) -> CoreResult<pb::SessionInfo> {
         check_origin(&request.caller_origin)?;
-        let admission = self.admit(&request.caller_origin)?;
         let providers = self.shared.providers.now();
         let provider_code =
             if request.provider.is_empty() { providers.default_code() } else { request.provider.clone() };
+        // The site's own consent may name the agents it uses: refused
+        // before anything is counted, looked up, made or started.
+        self.shared.consent.check_provider(&request.caller_origin, &provider_code)?;
+        let admission = self.admit(&request.caller_origin)?;
         let provider = providers.get(&provider_code).ok_or_else(|| {
             CoreError::with_details(
                 ErrorCode::ProviderNotFound,
@@ -622,6 +668,8 @@ impl Registry {
         let parent = self.get(&request.session_id, &request.caller_origin).await?;
         let origin = request.caller_origin.as_str();
         let point = parent.fork_point()?;
+        // Before the provider is asked whether it forks (that may run it).
+        self.shared.consent.check_provider(origin, &point.info.provider)?;
         let provider = self.shared.providers.now().get(&point.info.provider).ok_or_else(|| {
             CoreError::new(ErrorCode::ProviderNotFound, format!("no provider {:?}", point.info.provider))
         })?;
@@ -782,19 +830,21 @@ impl Registry {
         let mut records = self.shared.store.list(&request.caller_origin, before, limit + 1).await?;
         let more = records.len() > limit as usize;
         records.truncate(limit as usize);
-        // Memory is the truth for a session in it (the store may lag behind its status).
-        let summaries = records
-            .iter()
-            .map(|record| match self.in_memory(record.id.as_str()) {
-                Some(session) => session.summary(),
-                None => pb::SessionSummary {
-                    session: Some(self.info_of(record)),
-                    status: record.status.to_pb() as i32,
-                    last_activity_at_ms: record.updated_at_ms.max(record.created_at_ms),
-                },
-            })
-            .collect();
+        let summaries = records.iter().map(|record| self.summary_of(record)).collect();
         Ok((summaries, more))
+    }
+
+    /// A stored session's summary as a listing shows it. Memory is the
+    /// truth for a session in it (the store may lag behind its status).
+    fn summary_of(&self, record: &SessionRecord) -> pb::SessionSummary {
+        match self.in_memory(record.id.as_str()) {
+            Some(session) => session.summary(),
+            None => pb::SessionSummary {
+                session: Some(self.info_of(record)),
+                status: record.status.to_pb() as i32,
+                last_activity_at_ms: record.updated_at_ms.max(record.created_at_ms),
+            },
+        }
     }
 
     /// Sessions in memory (live ones and ended ones still held).
@@ -938,7 +988,7 @@ mod tests {
             origin: ORIGIN.into(),
             approved: true,
             approved_at_ms: 1,
-            folders: vec![],
+            ..Default::default()
         });
         let registry = Registry::new(shared, state.join("workspaces"), WorkspacePolicy::default());
         registry.restore(records);

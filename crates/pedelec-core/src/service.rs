@@ -130,6 +130,8 @@ impl Core for CoreService {
     async fn resume(&self, request: Request<pb::ResumeRequest>) -> RpcReply<pb::ResumeResponse> {
         let request = request.into_inner();
         let session = self.registry.get_for_work(&request.session_id, &request.caller_origin).await?;
+        // The user may have taken the session's agent away from the site.
+        self.registry.shared.consent.check_provider(&session.origin, &session.info.provider)?;
         // Resuming an ended session makes it live again: it counts against
         // the origin's quota like a new one (a live one is already counted).
         let _admission = match session.status() {
@@ -277,7 +279,16 @@ impl Core for CoreService {
     ) -> RpcReply<pb::ListLiveSessionsResponse> {
         let request = request.into_inner();
         crate::consent::check_owner(&request.caller_origin)?;
-        Ok(Response::new(pb::ListLiveSessionsResponse { sessions: self.registry.live_sessions(&request.origin) }))
+        let ended_limit = pedelec_protocol::limits::ended_listed(request.ended_limit).ok_or_else(|| {
+            CoreError::with_details(
+                ErrorCode::InvalidArgument,
+                format!("ended_limit is at most {}", pedelec_protocol::limits::MAX_ENDED_LISTED),
+                serde_json::json!({ "field": "ended_limit" }),
+            )
+        })?;
+        let ended_limit = request.include_ended.then_some(ended_limit);
+        let sessions = self.registry.live_and_ended_sessions(&request.origin, ended_limit).await?;
+        Ok(Response::new(pb::ListLiveSessionsResponse { sessions }))
     }
 
     async fn end_sessions(&self, request: Request<pb::EndSessionsRequest>) -> RpcReply<pb::EndSessionsResponse> {

@@ -287,6 +287,11 @@ fn migrate(conn: &Connection) -> rusqlite::Result<()> {
     // Start-up reads live sessions only: an index over them alone keeps a
     // restart's cost independent of how many ended sessions are stored.
     conn.execute_batch("CREATE INDEX IF NOT EXISTS sessions_live ON sessions(created_at_ms) WHERE status != 'ended'")?;
+    // The user's Recent list reads the newest ended sessions without
+    // scanning every one kept.
+    conn.execute_batch(
+        "CREATE INDEX IF NOT EXISTS sessions_ended ON sessions(updated_at_ms, id) WHERE status = 'ended'",
+    )?;
     Ok(())
 }
 
@@ -609,6 +614,22 @@ impl Store {
                  ORDER BY created_at_ms DESC, id DESC LIMIT ?4"
             ))?;
             let rows = stmt.query_map(params![origin, before_ms, before_id, i64::from(limit)], record_of)?;
+            rows.collect()
+        })
+        .await
+    }
+
+    /// The `limit` most recently ended sessions, of `origin` or (empty) of
+    /// every origin: newest last written first (an ended session's last
+    /// write is its end), ties by id. `ListLiveSessions` with `include_ended`.
+    pub async fn ended(&self, origin: &str, limit: u32) -> CoreResult<Vec<SessionRecord>> {
+        let origin = origin.to_owned();
+        self.read(move |c| {
+            let mut stmt = c.prepare_cached(&format!(
+                "SELECT {COLUMNS} FROM sessions WHERE status = 'ended' AND (?1 = '' OR origin = ?1)
+                 ORDER BY updated_at_ms DESC, id DESC LIMIT ?2"
+            ))?;
+            let rows = stmt.query_map(params![origin, i64::from(limit)], record_of)?;
             rows.collect()
         })
         .await

@@ -181,6 +181,35 @@ pub const DEFAULT_LISTED_SESSIONS: u32 = 100;
 /// assert_eq!(page(50_000), 1000);
 /// ```
 pub const MAX_LISTED_SESSIONS: u32 = 1000;
+/// Ended sessions `ListLiveSessions` adds with `include_ended` when the
+/// request names no `ended_limit`.
+pub const DEFAULT_ENDED_LISTED: u32 = 50;
+/// The largest `ListLiveSessionsRequest.ended_limit` (a larger one is
+/// refused, not clipped: the user's window asked for something it cannot show).
+pub const MAX_ENDED_LISTED: u32 = 1000;
+
+/// How many ended sessions `ListLiveSessionsRequest.ended_limit` asks for:
+/// 0 is [`DEFAULT_ENDED_LISTED`], over [`MAX_ENDED_LISTED`] is `None`
+/// (`INVALID_ARGUMENT`, details `field` "ended_limit").
+///
+/// # Examples
+///
+/// ```
+/// use pedelec_protocol::limits::ended_listed;
+///
+/// assert_eq!(ended_listed(0), Some(50));
+/// assert_eq!(ended_listed(7), Some(7));
+/// assert_eq!(ended_listed(1000), Some(1000));
+/// assert_eq!(ended_listed(1001), None);
+/// ```
+pub fn ended_listed(limit: u32) -> Option<u32> {
+    match limit {
+        0 => Some(DEFAULT_ENDED_LISTED),
+        n if n <= MAX_ENDED_LISTED => Some(n),
+        _ => None,
+    }
+}
+
 /// Events queued for one subscriber before the provider was made to wait.
 /// No longer Core's rule: subscribers read Core's per-session event log at
 /// their own pace and a provider never waits (see `session::log` in Core);
@@ -385,6 +414,20 @@ pub const MAX_WORKSPACE_PATH_BYTES: usize = 4096;
 /// assert!(consent.folders.len() <= MAX_WORKSPACE_GRANTS);
 /// ```
 pub const MAX_WORKSPACE_GRANTS: usize = 64;
+/// The largest per-site live session limit (`OriginConsent.max_live_sessions`).
+///
+/// # Examples
+///
+/// ```
+/// use pedelec_protocol::limits::MAX_SITE_LIVE_SESSIONS;
+/// use pedelec_protocol::pb::OriginConsent;
+///
+/// let consent = OriginConsent { origin: "https://ada.example".into(), max_live_sessions: 3, ..Default::default() };
+/// assert!(consent.max_live_sessions <= MAX_SITE_LIVE_SESSIONS);
+/// ```
+pub const MAX_SITE_LIVE_SESSIONS: u32 = 1000;
+/// The most provider codes one origin's consent may list (`OriginConsent.providers`).
+pub const MAX_SITE_PROVIDERS: usize = 64;
 /// How long an asset ticket stays valid.
 pub const ASSET_TICKET_TTL: Duration = Duration::from_secs(60);
 

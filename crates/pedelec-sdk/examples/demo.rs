@@ -258,7 +258,7 @@ async fn consent(socket: &std::path::Path) -> Result<(), Box<dyn std::error::Err
             .unwrap_or_default()
     );
     // The user's window (the extension's toolbar popup) reads the same list.
-    let live = pb::ListLiveSessionsRequest { caller_origin: OWNER.into(), origin: String::new() };
+    let live = pb::ListLiveSessionsRequest { caller_origin: OWNER.into(), ..Default::default() };
     if let Reply::ListLiveSessions(live) = owner.call(Call::ListLiveSessions(live)).await? {
         for l in &live.sessions {
             let summary = l.summary.clone().unwrap_or_default();

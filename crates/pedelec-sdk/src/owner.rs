@@ -65,6 +65,28 @@ impl Owner {
         let request = pb::ListLiveSessionsRequest {
             caller_origin: self.origin.clone(),
             origin: origin.unwrap_or_default().to_owned(),
+            ..Default::default()
+        };
+        match self.call(Call::ListLiveSessions(request)).await? {
+            Reply::ListLiveSessions(r) => Ok(r.sessions),
+            other => Err(unexpected(&other)),
+        }
+    }
+
+    /// [`live_sessions`](Self::live_sessions), then the `ended_limit` most
+    /// recently ended sessions (0: 50; at most 1000), newest ended first:
+    /// what the control center's Sessions view lists as Recent. Tell them
+    /// apart by `summary.status`.
+    pub async fn live_and_ended_sessions(
+        &self,
+        origin: Option<&str>,
+        ended_limit: u32,
+    ) -> Result<Vec<pb::LiveSession>, PedelecError> {
+        let request = pb::ListLiveSessionsRequest {
+            caller_origin: self.origin.clone(),
+            origin: origin.unwrap_or_default().to_owned(),
+            include_ended: true,
+            ended_limit,
         };
         match self.call(Call::ListLiveSessions(request)).await? {
             Reply::ListLiveSessions(r) => Ok(r.sessions),

@@ -1633,7 +1633,7 @@ fn the_control_center_grants_a_folder_revokes_a_site_and_lists_the_agents() {
         .expect("Check is offered again once the probe ended");
     let runtime = tokio::runtime::Builder::new_current_thread().enable_all().build().expect("runtime");
     let transport = runtime.block_on(GrpcTransport::connect(rig.socket())).expect("gRPC to Core");
-    let live = pb::ListLiveSessionsRequest { caller_origin: "app:pedelec-extension".into(), origin: String::new() };
+    let live = pb::ListLiveSessionsRequest { caller_origin: "app:pedelec-extension".into(), ..Default::default() };
     let Ok(Reply::ListLiveSessions(live)) = runtime.block_on(transport.call(Call::ListLiveSessions(live))) else {
         panic!("Core lists the live sessions");
     };
@@ -1687,6 +1687,10 @@ fn the_control_center_grants_a_folder_revokes_a_site_and_lists_the_agents() {
         ))
         .unwrap();
     control.click("#agents tr[data-code=\"scripted\"] button.save-model").expect("click Save");
+    // Once the Save re-drew the table: a click before it could land on the row it replaces.
+    control
+        .wait_until("document.getElementById('agents-outcome').textContent.endsWith('default model saved.')", TURN)
+        .expect("the model is saved");
     control
         .wait_until(&format!("!!{scripted}.querySelector('button.make-default')"), TURN)
         .expect("offered as default");
@@ -1841,4 +1845,271 @@ fn open_picker(rig: &Rig) -> Page<'_> {
         })
         .expect("the extension opens its folder picker");
     Page::attach(&rig.browser, target["targetId"].as_str().unwrap_or_default()).expect("attach to the picker")
+}
+
+/// Every input and button in `view` of the control center has a label.
+fn assert_labelled(control: &Page<'_>, view: &str) {
+    let unlabelled = control
+        .eval(&format!(
+            "[...document.querySelectorAll('{view} input, {view} button, {view} select')]\
+             .filter((c) => !(c.labels && c.labels.length) && !c.getAttribute('aria-label') && !c.textContent.trim())\
+             .map((c) => c.id || c.className)"
+        ))
+        .unwrap();
+    assert_eq!(unlabelled, json!([]), "every control of {view} has a label");
+}
+
+/// The control center's Recent list (issue 42): a session the site ended
+/// is listed under the live ones, with its site and agent, and opens into
+/// the monitor, which reads its history and shows it ended (nothing to
+/// cancel or end).
+#[test]
+fn the_control_center_lists_a_recently_ended_session_and_opens_it() {
+    if !prerequisites_or_skip() {
+        return;
+    }
+    let rig = Rig::start(GRACE).expect("Core, native host, pages and Chromium start");
+    let origin = rig.site.origin();
+    let page = rig.open_demo(&rig.site).expect("the site's page");
+    let created = page.eval_later("demo.attempt(() => demo.start({ autoEndOnDisconnect: false }))").expect("start");
+    rig.answer_approval(&origin, "#approve").expect("approve the site");
+    let live = ok_value(created.wait(TURN).expect("createSession settles")["result"]["value"].clone());
+    let ended = ok_value(attempt(
+        &page,
+        "const s = await demo.pedelec.createSession({ provider: 'scripted', autoEndOnDisconnect: false }); \
+         await s.sendText('hello before the end'); await s.end(); return s.sessionId;",
+    ));
+    let ended = ended.as_str().expect("session id").to_owned();
+
+    let control = Page::open(&rig.browser, &format!("chrome-extension://{EXTENSION_ID}/control.html"))
+        .expect("the control center");
+    let open = format!("#recent button.open-recent[data-session=\"{ended}\"]");
+    control.wait_until(&format!("!!document.querySelector('{open}')"), Duration::from_secs(10)).expect("listed");
+    let cells = control
+        .eval(&format!(
+            "[...document.querySelector('#recent tr[data-session=\"{ended}\"]').children].map((c) => c.textContent)"
+        ))
+        .unwrap();
+    assert_eq!((cells[0].clone(), cells[1].clone()), (json!(origin), json!("scripted")), "{cells}");
+    assert!(cells[5].as_str().is_some_and(|t| !t.is_empty()), "when it ended: {cells}");
+    // The live one is listed live, not recent; the ended one not live.
+    let live_rows =
+        control.eval("[...document.querySelectorAll('#sessions tbody tr')].map((r) => r.dataset.session)").unwrap();
+    assert_eq!(live_rows, json!([live]));
+    let recent_rows =
+        control.eval("[...document.querySelectorAll('#recent tbody tr')].map((r) => r.dataset.session)").unwrap();
+    assert_eq!(recent_rows, json!([ended]));
+    assert_labelled(&control, "#view-sessions");
+
+    // It takes the keyboard's focus (a button in the tab order), then opens.
+    control.eval(&format!("(document.querySelector('{open}').focus(), true)")).unwrap();
+    assert_eq!(control.eval("document.activeElement.className").unwrap(), json!("open-recent"));
+    control.eval("(document.activeElement.click(), true)").unwrap();
+    control
+        .wait_until("!document.getElementById('monitor').hidden", Duration::from_secs(5))
+        .expect("the monitor opens");
+    control
+        .wait_until("document.getElementById('monitor-status').textContent === 'ended'", Duration::from_secs(10))
+        .expect("the monitor shows the session ended");
+    let said = "[...document.querySelectorAll('#monitor-log li')].map((li) => li.textContent)";
+    control
+        .wait_until(&format!("{said}.some((t) => t.includes('hello before the end'))"), Duration::from_secs(10))
+        .unwrap_or_else(|e| panic!("the monitor reads the ended session's history: {e} {:?}", control.eval(said)));
+    control
+        .wait_until(
+            &format!("{said}.some((t) => t.includes('You said: hello before the end'))"),
+            Duration::from_secs(10),
+        )
+        .expect("and the agent's answer");
+    assert_eq!(control.eval("document.getElementById('monitor-session').textContent").unwrap(), json!(ended));
+    assert_eq!(
+        control
+            .eval(
+                "[document.getElementById('monitor-cancel').disabled, document.getElementById('monitor-end').disabled]"
+            )
+            .unwrap(),
+        json!([true, true]),
+        "an ended session has nothing to cancel or end"
+    );
+}
+
+/// The control center's Sites view (issue 42): the user limits a site to
+/// one agent and to two live sessions; Core then refuses the page a session
+/// with another agent and a third live one. A folder is added through the
+/// in-page folder browser (ListFolders, PickFolder) and the site opens a
+/// session there; the pick keeps the site's limits. Clearing the limits
+/// lets every agent again.
+#[test]
+fn the_control_center_limits_a_sites_agents_and_sessions_and_adds_a_browsed_folder() {
+    if !prerequisites_or_skip() {
+        return;
+    }
+    let rig = Rig::start(GRACE).expect("Core, native host, pages and Chromium start");
+    let origin = rig.site.origin();
+    let page = rig.open_demo(&rig.site).expect("the site's page");
+    let created = page.eval_later("demo.attempt(() => demo.start({ autoEndOnDisconnect: false }))").expect("start");
+    rig.answer_approval(&origin, "#approve").expect("approve the site");
+    ok_value(created.wait(TURN).expect("createSession settles")["result"]["value"].clone());
+    let area = tempfile::tempdir().expect("tempdir");
+    let parent = area.path().canonicalize().unwrap();
+    let folder = parent.join("project");
+    std::fs::create_dir_all(&folder).unwrap();
+    std::fs::create_dir_all(parent.join("other")).unwrap();
+    let folder = folder.display().to_string();
+
+    let control = Page::open(&rig.browser, &format!("chrome-extension://{EXTENSION_ID}/control.html#sites"))
+        .expect("the control center");
+    let site = format!("#consents li[data-origin=\"{origin}\"]");
+    let agent = |code: &str| format!("{site} input.site-agent[data-code=\"{code}\"]");
+    control
+        .wait_until(&format!("!!document.querySelector('{}')", agent("scripted")), Duration::from_secs(10))
+        .expect("agents offered");
+    let offered = control
+        .eval(&format!("[...document.querySelectorAll('{site} input.site-agent')].map((b) => b.dataset.code)"))
+        .unwrap();
+    assert!(
+        offered.as_array().is_some_and(|o| o.len() > 1 && o.contains(&json!("cursor"))),
+        "every configured agent: {offered}"
+    );
+    let now = control.eval(&format!("document.querySelector('{site} .site-agents-now').textContent")).unwrap();
+    assert_eq!(now, json!("Every agent."));
+    assert_labelled(&control, "#view-sites");
+
+    // Only the built-in agent, two live sessions at most.
+    control.click(&agent("scripted")).expect("tick scripted");
+    control.eval(&format!("(document.querySelector('{site} input.site-max').value = '2', true)")).unwrap();
+    control.click(&format!("{site} button.save-limits")).expect("click Save");
+    wait_for_consent(&rig, &origin, "limited", |c| {
+        c.is_some_and(|c| c.providers == ["scripted"] && c.max_live_sessions == 2 && c.approved)
+    });
+    control
+        .wait_until(
+            &format!("document.querySelector('{site} .site-agents-now').textContent === 'Only: scripted.'"),
+            Duration::from_secs(10),
+        )
+        .expect("the view shows Core's copy");
+    assert_eq!(control.eval(&format!("document.querySelector('{site} input.site-max').value")).unwrap(), json!("2"));
+    let said = json!(format!("{origin} may use scripted, with at most 2 live sessions."));
+    control
+        .wait_until(
+            &format!("document.getElementById('sites-outcome').textContent === {said}"),
+            Duration::from_secs(10),
+        )
+        .expect("the view says what was saved");
+
+    // The page: another agent is refused by the site's consent; a third live session by its limit.
+    let other =
+        attempt(&page, "return await demo.pedelec.createSession({ provider: 'cursor', autoEndOnDisconnect: false });");
+    assert_eq!((other["ok"].clone(), other["code"].clone()), (json!(false), json!("ORIGIN_NOT_ALLOWED")), "{other}");
+    assert_eq!(
+        (other["details"]["reason"].clone(), other["details"]["provider"].clone()),
+        (json!("agent_not_allowed"), json!("cursor")),
+        "{other}"
+    );
+    let second = ok_value(attempt(
+        &page,
+        "window.second = await demo.pedelec.createSession({ provider: 'scripted', autoEndOnDisconnect: false }); return window.second.sessionId;",
+    ));
+    assert!(second.as_str().is_some_and(|id| id.starts_with("sess-")), "{second}");
+    let third = attempt(&page, "return await demo.pedelec.createSession({ autoEndOnDisconnect: false });");
+    assert_eq!(third["code"], json!("QUOTA_EXCEEDED"), "{third}");
+    assert_eq!(third["details"], json!({ "limit": "max_live_sessions", "max": 2, "origin": origin }), "{third}");
+    ok_value(attempt(&page, "await window.second.end(); return true;"));
+
+    // Add folder…: browse to the folder and grant it.
+    control.click(&format!("{site} button.pick-folder")).expect("click Add folder…");
+    control
+        .wait_until("!document.getElementById('folder-browser').hidden", Duration::from_secs(5))
+        .expect("the browser opens");
+    control
+        .wait_until(
+            &format!("document.getElementById('browser-origin').textContent === {}", json!(origin)),
+            Duration::from_secs(5),
+        )
+        .expect("for the site");
+    // The first listing (the home folder) is in before a path is typed, or it would replace it.
+    control
+        .wait_until("!['', 'Reading…'].includes(document.getElementById('browser-status').textContent)", TURN)
+        .expect("the browser lists the home folder");
+    assert_labelled(&control, "#folder-browser");
+    control
+        .eval(&format!(
+            "(document.getElementById('browser-path').value = {}, true)",
+            json!(parent.display().to_string())
+        ))
+        .unwrap();
+    control.click("#browser-open").expect("click Open");
+    let entry = "#browser-folders button[data-name=\"project\"]";
+    control.wait_until(&format!("!!document.querySelector('{entry}')"), TURN).expect("Core lists the folder");
+    let listed = control
+        .eval("[...document.querySelectorAll('#browser-folders button.browse-folder')].map((b) => b.dataset.name)")
+        .unwrap();
+    assert_eq!(listed, json!(["other", "project"]));
+    control.click(entry).expect("open project");
+    control
+        .wait_until(
+            &format!("document.getElementById('browser-path').value === {} && !document.getElementById('browser-pick').disabled", json!(folder)),
+            TURN,
+        )
+        .expect("the project folder is open and may be granted");
+    control.click("#browser-pick").expect("click Grant this folder");
+    wait_for_consent(&rig, &origin, "the browsed folder granted", |c| {
+        c.is_some_and(|c| c.folders.iter().any(|f| f.path == folder && f.handle.starts_with("wsh-")))
+    });
+    control
+        .wait_until(&format!("!!document.querySelector('{site} tr[data-path=\"{folder}\"]')"), Duration::from_secs(10))
+        .expect("the grant shows");
+    control
+        .wait_until("document.getElementById('folder-browser').hidden", Duration::from_secs(5))
+        .expect("the browser closes");
+    let kept = owner_consent(&rig, &origin).unwrap();
+    assert_eq!(
+        (kept.providers.as_slice(), kept.max_live_sessions),
+        (["scripted".to_owned()].as_slice(), 2),
+        "the pick kept the limits"
+    );
+    let written = ok_value(attempt(
+        &page,
+        &format!(
+            "const s = await demo.pedelec.createSession({{ provider: 'scripted', workspace: {{ path: '{folder}' }}, autoEndOnDisconnect: false }}); \
+             await s.sendText('/write browsed.txt in the browsed folder'); await s.end(); return s.sessionId;"
+        ),
+    ));
+    assert!(written.as_str().is_some_and(|id| id.starts_with("sess-")), "{written}");
+    assert_eq!(
+        std::fs::read_to_string(std::path::Path::new(&folder).join("browsed.txt")).unwrap(),
+        "in the browsed folder"
+    );
+
+    // A folder the page asks for and the user grants on the worker's prompt
+    // (a SetConsent of the worker's own) keeps the site's limits.
+    let other = parent.join("other").display().to_string();
+    let asked = page
+        .eval_later(&format!(
+            "demo.attempt(async () => {{ const s = await demo.pedelec.createSession({{ provider: 'scripted', \
+             workspace: {{ path: '{other}' }}, autoEndOnDisconnect: false }}); await s.end(); return s.sessionId; }})"
+        ))
+        .expect("a session in another folder");
+    rig.answer_grant(&origin, &other, "#grant").expect("grant the other folder");
+    ok_value(asked.wait(TURN).expect("createSession settles")["result"]["value"].clone());
+    let kept = owner_consent(&rig, &origin).unwrap();
+    assert!(kept.folders.iter().any(|f| f.path == other), "{kept:?}");
+    assert_eq!(
+        (kept.providers.as_slice(), kept.max_live_sessions),
+        (["scripted".to_owned()].as_slice(), 2),
+        "the worker's grant kept the limits"
+    );
+
+    // Cleared: every agent and the default limit again (the folders stay).
+    control.click(&agent("scripted")).expect("untick scripted");
+    control.eval(&format!("(document.querySelector('{site} input.site-max').value = '', true)")).unwrap();
+    control.click(&format!("{site} button.save-limits")).expect("click Save");
+    wait_for_consent(&rig, &origin, "no limits", |c| {
+        c.is_some_and(|c| {
+            c.providers.is_empty() && c.max_live_sessions == 0 && c.folders.iter().any(|f| f.path == folder)
+        })
+    });
+    let other =
+        attempt(&page, "return await demo.pedelec.createSession({ provider: 'cursor', autoEndOnDisconnect: false });");
+    assert_ne!(other["code"], json!("ORIGIN_NOT_ALLOWED"), "the site may use every agent again: {other}");
 }

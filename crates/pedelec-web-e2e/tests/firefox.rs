@@ -176,6 +176,73 @@ fn firefox_end_to_end() {
         .unwrap_or_else(|e| {
             panic!("the activity log shows the tool call in Firefox: {e} {:?}", ff.eval(&control, &called))
         });
+
+    // The Recent list (issue 42): a session the page ended is listed under
+    // the live ones and opens into the monitor, which reads its history.
+    let ended = ff
+        .eval(
+            &page,
+            "demo.attempt(async () => { const s = await demo.pedelec.createSession({ provider: 'scripted', \
+             autoEndOnDisconnect: false }); await s.sendText('goodbye from firefox'); await s.end(); return s.sessionId; })",
+        )
+        .unwrap();
+    assert_eq!(ended["ok"], json!(true), "{ended}");
+    let ended_id = ended["value"].as_str().unwrap_or_default().to_owned();
+    ff.eval(&control, "(document.getElementById('tab-sessions').click(), true)").unwrap();
+    let open = format!("document.querySelector('#recent button.open-recent[data-session=\"{ended_id}\"]')");
+    ff.wait_until(&control, &format!("!!{open}"), Duration::from_secs(10))
+        .expect("the ended session is listed as recent");
+    ff.eval(&control, &format!("({open}.click(), true)")).unwrap();
+    ff.wait_until(
+        &control,
+        &format!(
+            "document.getElementById('monitor-session').textContent === '{ended_id}' \
+             && document.getElementById('monitor-status').textContent === 'ended'"
+        ),
+        Duration::from_secs(10),
+    )
+    .expect("the monitor opens the ended session");
+    let log = "[...document.querySelectorAll('#monitor-log li')].map((li) => li.textContent)";
+    ff.wait_until(
+        &control,
+        &format!("{log}.some((t) => t.includes('You said: goodbye from firefox'))"),
+        Duration::from_secs(10),
+    )
+    .unwrap_or_else(|e| panic!("the ended session's history shows in Firefox: {e} {:?}", ff.eval(&control, log)));
+
+    // The Sites view: limited to the built-in agent, the page is refused another; then every agent again.
+    ff.eval(&control, "(document.getElementById('tab-sites').click(), true)").unwrap();
+    let site = format!("#consents li[data-origin=\"{origin}\"]");
+    let scripted = format!("document.querySelector('{site} input.site-agent[data-code=\"scripted\"]')");
+    let save = format!("document.querySelector('{site} button.save-limits')");
+    ff.wait_until(&control, &format!("!!{scripted}"), Duration::from_secs(10)).expect("the site's agents are offered");
+    ff.eval(&control, &format!("({scripted}.click(), {save}.click(), true)")).unwrap();
+    ff.wait_until(
+        &control,
+        &format!("document.getElementById('sites-outcome').textContent === '{origin} may use scripted, with the default session limit.'"),
+        Duration::from_secs(10),
+    )
+    .expect("the restriction is saved");
+    let refused = ff
+        .eval(
+            &page,
+            "demo.attempt(() => demo.pedelec.createSession({ provider: 'cursor', autoEndOnDisconnect: false }))",
+        )
+        .unwrap();
+    assert_eq!(
+        (refused["code"].clone(), refused["details"]["reason"].clone()),
+        (json!("ORIGIN_NOT_ALLOWED"), json!("agent_not_allowed")),
+        "{refused}"
+    );
+    ff.wait_until(&control, &format!("{scripted}.checked"), Duration::from_secs(10))
+        .expect("the box shows Core's copy");
+    ff.eval(&control, &format!("({scripted}.click(), {save}.click(), true)")).unwrap();
+    ff.wait_until(
+        &control,
+        &format!("document.getElementById('sites-outcome').textContent === '{origin} may use every agent, with the default session limit.'"),
+        Duration::from_secs(10),
+    )
+    .expect("every agent again");
     ff.call("browsingContext.close", json!({ "context": control }), TURN).unwrap();
 
     // An asset uploaded from the page and read back (Core's loopback server, CORS for this origin).

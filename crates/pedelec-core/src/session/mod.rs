@@ -473,6 +473,7 @@ impl Session {
                 key: "max_transcript_bytes",
                 max,
                 what: "the session's transcript is full",
+                site: None,
             }
             .into());
         }

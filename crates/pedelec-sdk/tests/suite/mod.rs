@@ -28,6 +28,7 @@ mod readme;
 mod real_agents;
 mod set_model;
 mod settings;
+mod site_limits;
 mod status_and_events;
 mod steer;
 mod tool_socket;

@@ -115,7 +115,7 @@ async fn consent_lives_in_core_and_only_the_owner_changes_it() {
         assert_eq!(code(&raw.revoke_origin(revoke).await.unwrap_err()), "ORIGIN_NOT_ALLOWED", "{caller:?}");
         let list = pb::ListUserPermissionsRequest { caller_origin: caller.into() };
         assert_eq!(code(&raw.list_user_permissions(list).await.unwrap_err()), "ORIGIN_NOT_ALLOWED", "{caller:?}");
-        let live = pb::ListLiveSessionsRequest { caller_origin: caller.into(), origin: String::new() };
+        let live = pb::ListLiveSessionsRequest { caller_origin: caller.into(), ..Default::default() };
         assert_eq!(code(&raw.list_live_sessions(live).await.unwrap_err()), "ORIGIN_NOT_ALLOWED", "{caller:?}");
         let stop = pb::EndSessionsRequest {
             caller_origin: caller.into(),
@@ -356,7 +356,11 @@ async fn the_user_sees_every_sites_sessions_and_stops_one_or_a_whole_site() {
         assert_eq!(created.workspace_path, "", "a page is not told where a managed workspace is");
         ids.push(created.session_id);
     }
-    let live = |origin: &str| pb::ListLiveSessionsRequest { caller_origin: OWNER.into(), origin: origin.into() };
+    let live = |origin: &str| pb::ListLiveSessionsRequest {
+        caller_origin: OWNER.into(),
+        origin: origin.into(),
+        ..Default::default()
+    };
     let listed = raw.list_live_sessions(live("")).await.unwrap().into_inner().sessions;
     let shown: Vec<(String, String)> = listed
         .iter()

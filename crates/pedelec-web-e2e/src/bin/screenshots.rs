@@ -43,19 +43,24 @@ fn run() -> Result<(), E2eError> {
     let folder = rig.dir.path().join("projects/handbook");
     std::fs::create_dir_all(&folder)?;
     let folder = folder.canonicalize()?.display().to_string();
-    // The sites, as the user approved them: one with a folder.
-    for (site, folders) in [(SITES[0], vec![folder.clone()]), (SITES[1], Vec::new())] {
+    // The sites, as the user approved them: one with a folder, limited to
+    // the built-in agent and four live sessions.
+    for (site, folders, providers, max) in
+        [(SITES[0], vec![folder.clone()], vec!["scripted".to_owned()], 4), (SITES[1], Vec::new(), Vec::new(), 0)]
+    {
         let consent = pb::OriginConsent {
             origin: site.into(),
             approved: true,
             folders: folders.into_iter().map(|path| pb::FolderGrant { path, ..Default::default() }).collect(),
+            providers,
+            max_live_sessions: max,
             ..Default::default()
         };
         call(Call::SetConsent(pb::SetConsentRequest { caller_origin: OWNER.into(), consent: Some(consent) }))?;
     }
     // Their sessions, with some work done.
     let mut sessions = Vec::new();
-    for (site, workspace) in [(SITES[0], Some(folder.clone())), (SITES[1], None), (SITES[1], None)] {
+    for (site, workspace) in [(SITES[0], Some(folder.clone())), (SITES[1], None), (SITES[1], None), (SITES[0], None)] {
         let request = pb::CreateSessionRequest {
             caller_origin: site.into(),
             auto_end_on_disconnect: Some(false),
@@ -86,6 +91,11 @@ fn run() -> Result<(), E2eError> {
     std::thread::sleep(Duration::from_millis(500));
     // A command only the user may allow: it waits in Requests.
     send(sessions[1].0, &sessions[1].1, "/permission npm run deploy")?;
+    // One that ended, for the Recent list.
+    let (site, done) = (sessions[3].0, sessions[3].1.clone());
+    send(site, &done, "summarise the handbook")?;
+    std::thread::sleep(Duration::from_millis(300));
+    call(Call::End(pb::EndRequest { session_id: done.clone(), caller_origin: site.into() }))?;
 
     let shoot = |page: &Page<'_>, name: &str| -> Result<(), E2eError> {
         std::thread::sleep(Duration::from_millis(300));
@@ -98,6 +108,7 @@ fn run() -> Result<(), E2eError> {
     let control = Page::open(&rig.browser, &format!("{base}#sessions"))?;
     control.wait_until("document.readyState === 'complete'", WAIT)?;
     control.wait_until(&format!("document.querySelector('#sessions tr[data-session=\"{first}\"]')"), WAIT)?;
+    control.wait_until(&format!("document.querySelector('#recent tr[data-session=\"{done}\"]')"), WAIT)?;
     shoot(&control, "control-sessions")?;
     control.click(&format!("button.follow[data-session=\"{first}\"]"))?;
     control.wait_until("document.querySelectorAll('#monitor-log li').length > 3", WAIT)?;
