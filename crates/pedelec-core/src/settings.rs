@@ -333,6 +333,18 @@ impl Settings {
 mod tests {
     use super::*;
 
+    /// The README's config.toml blocks are valid settings, as Core reads them.
+    #[test]
+    fn the_readmes_config_blocks_parse() {
+        let readme = include_str!("../../../README.md");
+        let blocks: Vec<&str> = readme.split("```toml\n").skip(1).filter_map(|b| b.split("```").next()).collect();
+        assert!(!blocks.is_empty(), "the README shows config.toml");
+        for block in blocks {
+            let settings = Settings::parse(block).unwrap_or_else(|e| panic!("{e}:\n{block}"));
+            crate::providers::catalog::resolve(&settings).unwrap_or_else(|e| panic!("{e:?}:\n{block}"));
+        }
+    }
+
     #[test]
     fn parses_overrides_and_custom_providers() {
         let s = Settings::parse(
