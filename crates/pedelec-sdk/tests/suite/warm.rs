@@ -227,3 +227,29 @@ async fn an_idle_agent_that_cannot_resume_keeps_its_process() {
     assert_eq!(rig.events("start").len(), 1, "the same agent took the next turn");
     session.end().await.unwrap();
 }
+
+/// ACP cannot close a session, so a shared agent keeps every session
+/// opened on it: after 64, the site's next session gets a fresh agent, and
+/// the old one ends with its last session.
+#[cfg(target_os = "linux")]
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_shared_agent_takes_a_bounded_number_of_sessions_in_its_life() {
+    let rig = Rig::start_with("", false);
+    let anchor = rig.session("cold").await;
+    anchor.send_text("first").await.unwrap();
+    let first = rig.events("start")[0]["pid"].as_u64().unwrap() as u32;
+    for i in 1..64 {
+        let session = rig.session("cold").await;
+        session.send_text(&format!("session {i}")).await.unwrap();
+        session.end().await.unwrap();
+        assert_eq!(rig.events("start").len(), 1, "session {i} on the first agent");
+    }
+    assert_eq!(rig.events("start").len(), 1, "64 sessions, one after another, on one agent");
+    let next = rig.session("cold").await;
+    next.send_text("the 65th").await.unwrap();
+    assert_eq!(rig.events("start").len(), 2, "the 65th gets a fresh agent");
+    anchor.end().await.unwrap();
+    eventually("the full agent ended with its last session", || is_gone(first)).await;
+    next.send_text("still here").await.unwrap();
+    next.end().await.unwrap();
+}

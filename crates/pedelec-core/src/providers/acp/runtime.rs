@@ -88,7 +88,15 @@ pub struct Runtime {
     binding: Binding,
     /// The ACP session routed here, once opened.
     session: Option<String>,
+    /// No longer counted among the agent's users (closed).
+    released: bool,
 }
+
+/// ACP sessions one agent process opens in its life. ACP v1 cannot close a
+/// session, so an agent keeps every session opened on it until it exits: past
+/// this many, a site's next session gets a fresh process and this one ends
+/// with its last session.
+const MAX_OPENED: usize = 64;
 
 /// How many `session/update`s read from the agent may wait for a turn to
 /// take them. Beyond that Core stops reading the agent's stdout, so an agent
@@ -355,8 +363,10 @@ impl crate::providers::share::Shareable for Connection {
         Connection::users(self)
     }
     fn takes(&self, session: Option<&str>) -> bool {
+        let opened = self.opened.lock().unwrap_or_else(|p| p.into_inner());
         !self.retired.load(std::sync::atomic::Ordering::Acquire)
-            && session.is_none_or(|s| !self.opened.lock().unwrap_or_else(|p| p.into_inner()).contains(s))
+            && opened.len() < MAX_OPENED
+            && session.is_none_or(|s| !opened.contains(s))
     }
 }
 
@@ -376,7 +386,8 @@ impl Runtime {
     ) -> Runtime {
         let (to, inbound) = mpsc::unbounded_channel();
         conn.routes.lock().unwrap_or_else(|p| p.into_inner()).users += 1;
-        Runtime { conn, inbound, to, binding: Arc::new(std::sync::RwLock::new((policy, asker))), session: None }
+        let binding = Arc::new(std::sync::RwLock::new((policy, asker)));
+        Runtime { conn, inbound, to, binding, session: None, released: false }
     }
 
     /// `session`'s updates and permission requests come to this runtime from now on.
@@ -523,7 +534,9 @@ impl Runtime {
 
     /// Leaves the agent after a moment for whatever was just sent (e.g.
     /// `session/cancel`) to reach it; the agent ends with its last session.
-    pub fn close(self) {
+    pub fn close(mut self) {
+        // No longer a user of the agent from now: only the flush waits.
+        self.release();
         match tokio::runtime::Handle::try_current() {
             Ok(handle) => {
                 handle.spawn(async move {
@@ -536,8 +549,14 @@ impl Runtime {
     }
 }
 
-impl Drop for Runtime {
-    fn drop(&mut self) {
+impl Runtime {
+    /// Stops counting as a user of the agent and takes its session's route
+    /// down (a later runtime of the same session may own the route: that one stays). Once.
+    fn release(&mut self) {
+        if self.released {
+            return;
+        }
+        self.released = true;
         let mut routes = self.conn.routes.lock().unwrap_or_else(|p| p.into_inner());
         routes.users = routes.users.saturating_sub(1);
         if let Some(session) = &self.session
@@ -545,6 +564,12 @@ impl Drop for Runtime {
         {
             routes.sessions.remove(session);
         }
+    }
+}
+
+impl Drop for Runtime {
+    fn drop(&mut self) {
+        self.release();
     }
 }
 

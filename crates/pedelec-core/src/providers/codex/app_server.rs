@@ -466,6 +466,8 @@ impl Runtime {
         if !self.thread_id.is_empty() {
             let params = json!({ "threadId": self.thread_id });
             self.start_request("thread/unsubscribe", params);
+            // No longer one of the server's threads: only the flush waits.
+            self.server.unregister(&self.thread_id, &self.inbound_tx);
         }
         match tokio::runtime::Handle::try_current() {
             Ok(handle) => {
