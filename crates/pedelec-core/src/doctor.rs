@@ -201,3 +201,30 @@ async fn ask_core(socket: &Path) -> Result<(pb::PingResponse, Duration, pb::List
         .into_inner();
     Ok((ping, took, agents))
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn an_agents_line_says_what_is_kept_warm() {
+        let agent = |warm: pb::WarmProcess| pb::AgentInfo {
+            provider: Some(pb::ProviderInfo {
+                code: "gemini".into(),
+                name: "Gemini".into(),
+                available: true,
+                ..Default::default()
+            }),
+            warm: Some(warm),
+            ..Default::default()
+        };
+        let ready =
+            pb::WarmProcess { state: pb::WarmState::Ready as i32, pid: 42, rss_bytes: 215 << 20, ..Default::default() };
+        assert!(agent_line(&agent(ready), "gemini").ends_with(" · the default · warm: ready (pid 42, 215 MiB)"));
+        let reaped =
+            pb::WarmProcess { state: pb::WarmState::Reaped as i32, reason: "idle".into(), ..Default::default() };
+        assert!(agent_line(&agent(reaped), "x").ends_with("warm: ended — idle"));
+        let off = pb::WarmProcess { state: pb::WarmState::Off as i32, ..Default::default() };
+        assert!(!agent_line(&agent(off), "x").contains("warm"), "nothing said for an agent not kept warm");
+    }
+}

@@ -103,6 +103,11 @@ pub struct Rig {
 
 impl Rig {
     pub fn start(disconnect_grace: Duration) -> Result<Rig, E2eError> {
+        Rig::start_with(disconnect_grace, "")
+    }
+
+    /// [`Rig::start`] with `extra` appended to Core's config.toml.
+    pub fn start_with(disconnect_grace: Duration, extra: &str) -> Result<Rig, E2eError> {
         if let Some(missing) = missing_prerequisite() {
             return Err(E2eError::Setup(missing));
         }
@@ -113,7 +118,7 @@ impl Rig {
         // settings there, never into the developer's.
         let core_config = dir.path().join("core-config");
         std::fs::create_dir_all(&core_config)?;
-        std::fs::write(core_config.join("config.toml"), CORE_CONFIG)?;
+        std::fs::write(core_config.join("config.toml"), format!("{CORE_CONFIG}{extra}"))?;
         let core_config = core_config.to_str().ok_or_else(|| E2eError::Setup("a temp dir that is not UTF-8".into()))?;
         let core = CoreProcess::spawn_with_args(
             &pedelec_sdk::daemon::find_core_binary(),

@@ -1505,6 +1505,44 @@ fn wait_for_consent(rig: &Rig, origin: &str, what: &str, holds: impl Fn(Option<&
     }
 }
 
+/// The Agents view shows what Core keeps warm (issue 41): an ACP agent
+/// marked `warm` is ready with its pid, the built-in one starts nothing.
+#[test]
+fn the_agents_view_shows_what_is_kept_warm() {
+    if !prerequisites_or_skip() {
+        return;
+    }
+    let fake = pedelec_sdk::daemon::find_binary("pedelec-fake-acp", "PEDELEC_FAKE_ACP_BIN");
+    let extra =
+        format!("[providers.fake]\nkind = \"acp\"\ncommand = [\"{}\", \"--acp\"]\nwarm = true\n", fake.display());
+    let rig = Rig::start_with(GRACE, &extra).expect("Core, native host, pages and Chromium start");
+    let control = Page::open(&rig.browser, &format!("chrome-extension://{EXTENSION_ID}/control.html#agents"))
+        .expect("the control center");
+    let warm = "document.querySelector('#agents tr[data-code=\"fake\"] td.warm')";
+    if control.wait_until(warm, Duration::from_secs(10)).is_err() {
+        let rows = control.eval("[...document.querySelectorAll('#agents tr')].map((r) => r.dataset.code)");
+        panic!("the fake agent is not listed: {rows:?}");
+    }
+    // The view reads what Core says when opened or asked again ("Detect again").
+    let mut state = json!(null);
+    for _ in 0..100 {
+        state = control.eval(&format!("{warm}.dataset.state")).unwrap();
+        if state == json!("ready") {
+            break;
+        }
+        // Once the last listing settled (the button is enabled again).
+        let _ = control.wait_until("!document.getElementById('agents-detect').disabled", Duration::from_secs(10));
+        control.click("#agents-detect").expect("detect again");
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    assert_eq!(state, json!("ready"), "the fake agent is kept warm");
+    let words = control.eval(&format!("{warm}.textContent")).unwrap();
+    assert!(words.as_str().is_some_and(|w| w.starts_with("ready (pid ")), "{words}");
+    let off =
+        control.eval("document.querySelector('#agents tr[data-code=\"scripted\"] td.warm').dataset.state").unwrap();
+    assert_eq!(off, json!("off"), "the built-in agent starts nothing");
+}
+
 /// The control center's Sites and Agents views (issue 42): the user grants a
 /// site a folder (typed, checked by Core as SetConsent checks it) and the
 /// site opens a session there without being asked; lets it approve
