@@ -311,19 +311,6 @@ impl Settings {
         }
     }
 
-    /// How warm agent processes are kept (`providers::warm`).
-    pub fn warm_limits(&self) -> crate::providers::warm::WarmLimits {
-        let defaults = crate::providers::warm::WarmLimits::default();
-        crate::providers::warm::WarmLimits {
-            idle: match self.warm_idle_timeout_secs {
-                Some(0) => None,
-                Some(secs) => Some(Duration::from_secs(secs)),
-                None => defaults.idle,
-            },
-            max_rss: self.warm_max_rss_mib.map_or(defaults.max_rss, |mib| mib.saturating_mul(1 << 20)),
-        }
-    }
-
     pub fn permission_timeout(&self) -> Duration {
         self.permission_timeout_secs.map(Duration::from_secs).unwrap_or(DEFAULT_PERMISSION_TIMEOUT)
     }

@@ -143,10 +143,24 @@ pub fn resolve(settings: &Settings) -> CoreResult<Vec<ProviderConfig>> {
     for config in &mut all {
         let asked = settings.providers.get(&config.code).and_then(|over| over.warm);
         if asked.unwrap_or(config.code == default) && super::warm::can_warm(config.kind) {
-            config.warm = Some(settings.warm_limits());
+            config.warm = Some(warm_limits(settings));
         }
     }
     Ok(all)
+}
+
+/// How warm agent processes are kept: config.toml's `warm_*` keys, the
+/// defaults where it says nothing.
+fn warm_limits(settings: &Settings) -> super::warm::WarmLimits {
+    let defaults = super::warm::WarmLimits::default();
+    super::warm::WarmLimits {
+        idle: match settings.warm_idle_timeout_secs {
+            Some(0) => None,
+            Some(secs) => Some(std::time::Duration::from_secs(secs)),
+            None => defaults.idle,
+        },
+        max_rss: settings.warm_max_rss_mib.map_or(defaults.max_rss, |mib| mib.saturating_mul(1 << 20)),
+    }
 }
 
 fn apply(config: &mut ProviderConfig, over: &ProviderOverride) -> CoreResult<()> {
