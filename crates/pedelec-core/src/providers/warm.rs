@@ -67,9 +67,15 @@ pub struct PrivateFolder(std::path::PathBuf);
 impl PrivateFolder {
     pub fn new(code: &str) -> std::io::Result<PrivateFolder> {
         let folder = std::env::temp_dir().join(format!("pedelec-agent-{code}-{}", uuid::Uuid::new_v4().simple()));
-        let mut builder = std::fs::DirBuilder::new();
         #[cfg(unix)]
-        std::os::unix::fs::DirBuilderExt::mode(&mut builder, 0o700);
+        let builder = {
+            let mut builder = std::fs::DirBuilder::new();
+            std::os::unix::fs::DirBuilderExt::mode(&mut builder, 0o700);
+            builder
+        };
+        // Elsewhere the folder inherits the temp folder's access (the user's own on Windows).
+        #[cfg(not(unix))]
+        let builder = std::fs::DirBuilder::new();
         builder.create(&folder)?;
         Ok(PrivateFolder(folder))
     }
