@@ -314,3 +314,81 @@ mod tests {
         assert!(resolve_program("/nonexistent/x").unwrap_err().contains("not an executable"));
     }
 }
+
+/// An agent process given to a task of its own, for an owner several
+/// sessions share (a shared ACP agent's or codex app-server's connection):
+/// any of them can wait for its exit or end it, and dropping the owner ends
+/// its whole group and gives its place under `max_agent_processes` back at
+/// once.
+#[derive(Debug)]
+pub struct OwnedProcess {
+    pid: Option<u32>,
+    exit: tokio::sync::watch::Receiver<Option<ExitReport>>,
+    kill: Mutex<Option<tokio::sync::oneshot::Sender<()>>>,
+    _slot: Option<crate::quota::ProcessSlot>,
+}
+
+impl OwnedProcess {
+    pub fn new(mut process: AgentProcess) -> OwnedProcess {
+        let pid = process.id();
+        let slot = process.take_slot();
+        let (exit_tx, exit) = tokio::sync::watch::channel(None);
+        let (kill, killed) = tokio::sync::oneshot::channel::<()>();
+        tokio::spawn(async move {
+            let report = tokio::select! {
+                report = process.wait() => report,
+                _ = killed => {
+                    process.terminate_group();
+                    process.wait().await
+                }
+            };
+            process.terminate_group();
+            let _ = exit_tx.send(Some(report));
+        });
+        OwnedProcess { pid, exit, kill: Mutex::new(Some(kill)), _slot: slot }
+    }
+
+    pub fn pid(&self) -> Option<u32> {
+        self.pid
+    }
+
+    /// Whether it exited (as far as its wait has seen).
+    pub fn exited_yet(&self) -> bool {
+        self.exit.borrow().is_some()
+    }
+
+    /// Ends its whole group.
+    pub fn kill(&self) {
+        if let Some(kill) = self.kill.lock().unwrap_or_else(|p| p.into_inner()).take() {
+            let _ = kill.send(());
+        }
+    }
+
+    /// Resolves with the exit report once it exited.
+    pub async fn exited(&self) -> ExitReport {
+        let mut exit = self.exit.clone();
+        match exit.wait_for(Option::is_some).await.ok().and_then(|r| r.clone()) {
+            Some(report) => report,
+            // The waiter went without a report (the runtime is shutting down).
+            None => std::future::pending().await,
+        }
+    }
+
+    /// Its exit report; one that closed its pipes but lives on after
+    /// `grace` is ended first (it can no longer speak to us).
+    pub async fn exit_report(&self, grace: Duration) -> ExitReport {
+        match tokio::time::timeout(grace, self.exited()).await {
+            Ok(report) => report,
+            Err(_) => {
+                self.kill();
+                self.exited().await
+            }
+        }
+    }
+}
+
+impl Drop for OwnedProcess {
+    fn drop(&mut self) {
+        self.kill();
+    }
+}

@@ -8,11 +8,15 @@
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex, Weak};
 
+use super::ProviderFailure;
+use super::warm::{WarmPool, Warmable};
+
 /// Sessions one process serves at once; one more starts another process.
 pub const MAX_SESSIONS: usize = 16;
 
 /// A process sessions can share.
 pub trait Shareable: Send + Sync {
+    fn pid(&self) -> Option<u32>;
     /// Whether it still runs and is read.
     fn alive(&self) -> bool;
     /// Sessions using it now.
@@ -38,7 +42,7 @@ impl<C: Shareable> Shared<C> {
     pub fn find(&self, origin: &str, session: Option<&str>) -> Option<Arc<C>> {
         let mut all = self.0.lock().unwrap_or_else(|p| p.into_inner());
         let processes = all.get_mut(origin)?;
-        processes.retain(|p| p.upgrade().is_some_and(|p| p.alive()));
+        processes.retain(|p| p.upgrade().is_some_and(|p| Shareable::alive(p.as_ref())));
         processes.iter().filter_map(Weak::upgrade).find(|p| p.users() < MAX_SESSIONS && p.takes(session))
     }
 
@@ -53,6 +57,48 @@ impl<C: Shareable> Shared<C> {
     }
 }
 
+/// A shared process kept warm: it is one before any session uses it.
+impl<C: Shareable + 'static> Warmable for Arc<C> {
+    fn pid(&self) -> Option<u32> {
+        Shareable::pid(&**self)
+    }
+    fn alive(&mut self) -> bool {
+        Shareable::alive(&**self)
+    }
+}
+
+/// The process a session of `origin` opens on: the site's running one that
+/// takes `session`; else the provider's warm one; else one `start` makes
+/// (and the pool starts the next warm one, so the next site does not wait).
+/// A process taken or made serves the site from then on.
+pub async fn process_for<C: Shareable + 'static>(
+    shared: &Shared<C>,
+    warm: Option<&Weak<WarmPool<Arc<C>>>>,
+    origin: &str,
+    session: Option<&str>,
+    start: impl std::future::Future<Output = Result<Arc<C>, ProviderFailure>>,
+) -> Result<Arc<C>, ProviderFailure> {
+    if let Some(running) = shared.find(origin, session) {
+        tracing::debug!(%origin, "a session on the site's running agent");
+        return Ok(running);
+    }
+    let pool = warm.and_then(Weak::upgrade);
+    let process = match pool.as_ref().and_then(|pool| pool.take()) {
+        Some(process) => {
+            tracing::debug!(%origin, "took the warm agent");
+            process
+        }
+        None => {
+            if let Some(pool) = &pool {
+                pool.refill();
+            }
+            start.await?
+        }
+    };
+    shared.add(origin, &process);
+    Ok(process)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -65,6 +111,9 @@ mod tests {
     }
 
     impl Shareable for Fake {
+        fn pid(&self) -> Option<u32> {
+            None
+        }
         fn alive(&self) -> bool {
             !self.dead.load(Ordering::SeqCst)
         }

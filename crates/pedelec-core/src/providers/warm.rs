@@ -278,6 +278,23 @@ impl<T: Warmable> WarmPool<T> {
     }
 }
 
+/// What a provider's pool (if it keeps one) is doing: OFF without one.
+pub fn status_of<T: Warmable>(pool: Option<&Arc<WarmPool<T>>>) -> pb::WarmProcess {
+    match pool {
+        Some(pool) => pool.status(),
+        None => pb::WarmProcess { state: pb::WarmState::Off as i32, ..Default::default() },
+    }
+}
+
+/// Starts a provider's warm process, if it keeps one and its program is there.
+pub fn warm_up<T: Warmable>(pool: Option<&Arc<WarmPool<T>>>, available: bool) {
+    if let Some(pool) = pool
+        && available
+    {
+        pool.refill();
+    }
+}
+
 fn failed(reason: &str) -> pb::WarmProcess {
     pb::WarmProcess { state: pb::WarmState::Failed as i32, reason: reason.to_owned(), ..Default::default() }
 }

@@ -110,22 +110,9 @@ pub struct Acp {
     /// a session's `initialize`, or probed once when `Fork` asks first.
     forks: Arc<tokio::sync::OnceCell<bool>>,
     /// The agent kept started for the next site (`warm = true`).
-    warm: Option<Arc<WarmPool<Warm>>>,
+    warm: Option<Arc<WarmPool<Arc<Connection>>>>,
     /// The running agents, each serving one site's sessions (`share`).
     shared: Arc<Shared<Connection>>,
-}
-
-/// A warm agent: started in a private folder of its own and initialised;
-/// a site's first session opens its ACP session on it.
-struct Warm(Arc<Connection>);
-
-impl super::warm::Warmable for Warm {
-    fn pid(&self) -> Option<u32> {
-        self.0.pid()
-    }
-    fn alive(&mut self) -> bool {
-        self.0.alive()
-    }
 }
 
 impl Acp {
@@ -145,7 +132,6 @@ impl Acp {
                                 wait.as_secs()
                             )))
                         })
-                        .map(Warm)
                         .map_err(|f| f.message)
                 })
             })
@@ -213,21 +199,11 @@ impl Provider for Acp {
     }
 
     fn warm(&self) -> pedelec_protocol::pb::WarmProcess {
-        match &self.warm {
-            Some(pool) => pool.status(),
-            None => pedelec_protocol::pb::WarmProcess {
-                state: pedelec_protocol::pb::WarmState::Off as i32,
-                ..Default::default()
-            },
-        }
+        super::warm::status_of(self.warm.as_ref())
     }
 
     fn warm_up(&self) {
-        if let Some(pool) = &self.warm
-            && self.info().available
-        {
-            pool.refill();
-        }
+        super::warm::warm_up(self.warm.as_ref(), self.info().available);
     }
 
     fn start(&self, setup: ProviderSetup) -> Result<Box<dyn ProviderSession>, ProviderFailure> {
@@ -284,7 +260,7 @@ struct AcpSession {
     /// The provider's warm agent, while the provider is Core's (a settings
     /// change replaces it): the first runtime takes it, and every start asks
     /// for the next one.
-    warm: Option<std::sync::Weak<WarmPool<Warm>>>,
+    warm: Option<std::sync::Weak<WarmPool<Arc<Connection>>>>,
     /// The provider's running agents, per site.
     shared: Arc<Shared<Connection>>,
     setup: ProviderSetup,
@@ -344,31 +320,15 @@ impl AcpSession {
 
     /// Starts the agent and opens (or continues) the ACP session.
     async fn open(&mut self, sink: &dyn TurnSink) -> Result<Live, ProviderFailure> {
-        let origin = self.setup.origin.clone();
-        let conn = match self.shared.find(&origin, self.identity.as_deref()) {
-            Some(conn) => {
-                tracing::debug!(session = %self.setup.session_id, "an ACP session on the site's running agent");
-                conn
-            }
-            None => {
-                let pool = self.warm.as_ref().and_then(std::sync::Weak::upgrade);
-                let conn = match pool.as_ref().and_then(|pool| pool.take()) {
-                    Some(Warm(conn)) => {
-                        tracing::debug!(session = %self.setup.session_id, "took the warm agent");
-                        conn
-                    }
-                    None => {
-                        // Started cold: the next site should not be.
-                        if let Some(pool) = &pool {
-                            pool.refill();
-                        }
-                        connect(&self.command, &self.config.code).await?
-                    }
-                };
-                self.shared.add(&origin, &conn);
-                conn
-            }
-        };
+        let (command, code) = (self.command.clone(), self.config.code.clone());
+        let conn = super::share::process_for(
+            &self.shared,
+            self.warm.as_ref(),
+            &self.setup.origin,
+            self.identity.as_deref(),
+            async move { connect(&command, &code).await },
+        )
+        .await?;
         let init = conn.init.get().cloned().expect("a connection is shared once initialised");
         let mut runtime = Runtime::on(conn, self.policy(), self.setup.permissions.clone());
         let _ = self.forks.set(advertises_fork(&init));

@@ -24,11 +24,11 @@ use agent_client_protocol::v1::ConnectionTo;
 use agent_client_protocol::v1::schema::{CancelNotification, InitializeResponse, RequestPermissionRequest, SessionId};
 use agent_client_protocol::{Agent, Client, JsonRpcRequest, Lines, UntypedMessage};
 use tokio::io::AsyncWriteExt;
-use tokio::sync::{mpsc, oneshot, watch};
+use tokio::sync::{mpsc, oneshot};
 
 use super::permission::{self, PermissionPolicy};
 use super::updates::Inbound;
-use crate::providers::process::{AgentProcess, CommandLine, ExitReport, Line, LineReader, MAX_LINE_BYTES};
+use crate::providers::process::{AgentProcess, CommandLine, Line, LineReader, MAX_LINE_BYTES, OwnedProcess};
 use crate::providers::warm::PrivateFolder;
 use crate::providers::{ProviderFailure, TurnSink};
 
@@ -44,12 +44,9 @@ pub type Answer<T> = Result<Result<T, agent_client_protocol::Error>, ProviderFai
 /// one site (see `share`): updates and permission requests are routed to
 /// each session's [`Runtime`] by their `sessionId`.
 pub struct Connection {
-    pid: Option<u32>,
+    process: OwnedProcess,
     cx: ConnectionTo<Agent>,
     routes: Arc<Mutex<Routes>>,
-    exit: watch::Receiver<Option<ExitReport>>,
-    /// Ends the process group (the waiter does it when this is sent or dropped).
-    kill: Mutex<Option<oneshot::Sender<()>>>,
     /// Ends the connection future (which closes the agent's stdin).
     stop: Mutex<Option<oneshot::Sender<()>>>,
     driver: tokio::task::JoinHandle<()>,
@@ -63,8 +60,6 @@ pub struct Connection {
     opened: Mutex<std::collections::HashSet<String>>,
     /// Takes no more sessions (one of its turns ignored a cancel: its state is unknown).
     retired: std::sync::atomic::AtomicBool,
-    /// Its place under `max_agent_processes`, given back as it is dropped.
-    _slot: Option<crate::quota::ProcessSlot>,
 }
 
 /// Where each ACP session's traffic goes.
@@ -201,8 +196,6 @@ impl Connection {
         let (Some(stdin), Some(stdout)) = (process.take_stdin(), process.take_stdout()) else {
             return Err(ProviderFailure::crashed("the ACP agent's stdio could not be piped"));
         };
-        let pid = process.id();
-        let slot = process.take_slot();
         let outgoing = Box::pin(futures::sink::unfold(stdin, async |mut stdin, line: String| {
             stdin.write_all(line.as_bytes()).await?;
             stdin.write_all(b"\n").await?;
@@ -273,43 +266,22 @@ impl Connection {
                 tracing::debug!(%error, "the ACP connection ended with an error");
             }
         });
-        let (exit_tx, exit) = watch::channel(None);
-        let (kill, killed) = oneshot::channel::<()>();
-        // Owns the process: ends its group however the connection goes,
-        // and publishes the exit to every session's runtime.
-        tokio::spawn(async move {
-            let report = tokio::select! {
-                report = process.wait() => report,
-                _ = killed => {
-                    process.terminate_group();
-                    process.wait().await
-                }
-            };
-            process.terminate_group();
-            let _ = exit_tx.send(Some(report));
-        });
+        let process = OwnedProcess::new(process);
+        let cx = match cx_rx.await {
+            Ok(cx) => cx,
+            Err(_) => {
+                process.kill();
+                return Err(process.exited().await.crashed("the ACP connection did not start"));
+            }
+        };
         let conn = Connection {
-            pid,
-            cx: match cx_rx.await {
-                Ok(cx) => cx,
-                Err(_) => {
-                    let _ = kill.send(());
-                    let mut exit = exit;
-                    let report = exit.wait_for(Option::is_some).await.ok().and_then(|r| r.clone());
-                    return Err(match report {
-                        Some(report) => report.crashed("the ACP connection did not start"),
-                        None => ProviderFailure::crashed("the ACP connection did not start"),
-                    });
-                }
-            },
+            process,
+            cx,
             routes,
-            exit,
-            kill: Mutex::new(Some(kill)),
             stop: Mutex::new(Some(stop)),
             driver,
             init: std::sync::OnceLock::new(),
             _folder: folder,
-            _slot: slot,
             opened: Mutex::default(),
             retired: std::sync::atomic::AtomicBool::new(false),
         };
@@ -317,12 +289,12 @@ impl Connection {
     }
 
     pub fn pid(&self) -> Option<u32> {
-        self.pid
+        self.process.pid()
     }
 
     /// Whether the agent still runs and its connection is open.
     pub fn alive(&self) -> bool {
-        self.exit.borrow().is_none() && !self.driver.is_finished()
+        !self.process.exited_yet() && !self.driver.is_finished()
     }
 
     /// Sessions open on it now.
@@ -340,22 +312,14 @@ impl Connection {
         if let Some(stop) = self.stop.lock().unwrap_or_else(|p| p.into_inner()).take() {
             let _ = stop.send(());
         }
-        if let Some(kill) = self.kill.lock().unwrap_or_else(|p| p.into_inner()).take() {
-            let _ = kill.send(());
-        }
-    }
-
-    /// Resolves with the exit report once the agent exited.
-    async fn exited(&self) -> ExitReport {
-        let mut exit = self.exit.clone();
-        match exit.wait_for(Option::is_some).await.ok().and_then(|r| r.clone()) {
-            Some(report) => report,
-            None => std::future::pending().await,
-        }
+        self.process.kill();
     }
 }
 
 impl crate::providers::share::Shareable for Connection {
+    fn pid(&self) -> Option<u32> {
+        Connection::pid(self)
+    }
     fn alive(&self) -> bool {
         Connection::alive(self)
     }
@@ -502,7 +466,7 @@ impl Runtime {
                     room = flow.map(TurnSink::ready);
                 }
                 _ = self.conn.cx.incoming_closed() => break None,
-                report = self.conn.exited() => break Some(report),
+                report = self.conn.process.exited() => break Some(report),
             }
         };
         self.drain().into_iter().for_each(&mut on_inbound);
@@ -521,15 +485,8 @@ impl Runtime {
     }
 
     async fn exit_report(&mut self, context: &str) -> ProviderFailure {
-        let report = match tokio::time::timeout(EXIT_WAIT, self.conn.exited()).await {
-            Ok(report) => report,
-            Err(_) => {
-                // Its stdout closed but it lives on: it can no longer speak ACP.
-                self.conn.kill();
-                self.conn.exited().await
-            }
-        };
-        report.crashed(context)
+        // One whose stdout closed but lives on can no longer speak ACP: it is ended.
+        self.conn.process.exit_report(EXIT_WAIT).await.crashed(context)
     }
 
     /// Leaves the agent after a moment for whatever was just sent (e.g.

@@ -45,7 +45,7 @@ pub(super) struct AppServerSession {
     config: ProviderConfig,
     /// The provider's warm codex, while the provider is Core's: the first
     /// runtime takes it, and a cold start asks for the next.
-    warm: Option<std::sync::Weak<crate::providers::warm::WarmPool<Warm>>>,
+    warm: Option<std::sync::Weak<crate::providers::warm::WarmPool<Arc<Connection>>>>,
     /// The provider's running app-servers, per site.
     servers: Arc<Servers>,
     setup: ProviderSetup,
@@ -58,7 +58,7 @@ impl AppServerSession {
     pub(super) fn new(
         config: ProviderConfig,
         setup: ProviderSetup,
-        warm: Option<std::sync::Weak<crate::providers::warm::WarmPool<Warm>>>,
+        warm: Option<std::sync::Weak<crate::providers::warm::WarmPool<Arc<Connection>>>>,
         servers: Arc<Servers>,
     ) -> Self {
         AppServerSession { config, warm, servers, thread_id: setup.provider_session_id.clone(), setup, runtime: None }
@@ -506,27 +506,16 @@ async fn handshake(runtime: &mut Runtime) -> Result<(), ProviderFailure> {
     Ok(())
 }
 
-/// A warm codex: app-server started in a private folder of its own and
-/// initialised; a session opens its thread on it.
-pub(super) struct Warm(Arc<Connection>);
-
-impl crate::providers::warm::Warmable for Warm {
-    fn pid(&self) -> Option<u32> {
-        self.0.pid()
-    }
-    fn alive(&mut self) -> bool {
-        self.0.alive()
-    }
+/// Starts `codex app-server` in a private folder of its own and initialises it.
+async fn start(config: &ProviderConfig) -> Result<Arc<Connection>, ProviderFailure> {
+    let server = Connection::spawn(&command(config), &config.code)?;
+    handshake(&mut Runtime::on(server.clone(), Path::new(""))).await?;
+    Ok(server)
 }
 
 /// Starts a warm codex (`warm::WarmPool`'s start).
-pub(super) async fn start_warm(config: ProviderConfig) -> Result<Warm, String> {
-    let started = async {
-        let server = Connection::spawn(&command(&config), &config.code).map_err(|f| f.message)?;
-        let mut runtime = Runtime::on(server.clone(), Path::new(""));
-        handshake(&mut runtime).await.map_err(|f| f.message)?;
-        Ok(Warm(server))
-    };
+pub(super) async fn start_warm(config: ProviderConfig) -> Result<Arc<Connection>, String> {
+    let started = async { start(&config).await.map_err(|f| f.message) };
     let wait = crate::providers::warm::START_WAIT;
     tokio::time::timeout(wait, started)
         .await
@@ -539,33 +528,15 @@ impl AppServerSession {
     /// fork's first runtime, `thread/fork` of the parent's; else (or when
     /// codex cannot resume) `thread/start`.
     async fn open(&mut self, sink: &dyn TurnSink) -> Result<Runtime, ProviderFailure> {
-        let origin = self.setup.origin.as_str();
-        let server = match self.servers.find(origin, None) {
-            Some(server) => {
-                tracing::debug!(session = %self.setup.session_id, "a thread on the site's running codex app-server");
-                server
-            }
-            None => {
-                let pool = self.warm.as_ref().and_then(std::sync::Weak::upgrade);
-                let server = match pool.as_ref().and_then(|pool| pool.take()) {
-                    Some(Warm(server)) => {
-                        tracing::debug!(session = %self.setup.session_id, "took the warm codex app-server");
-                        server
-                    }
-                    None => {
-                        // Started cold: the next site should not be.
-                        if let Some(pool) = &pool {
-                            pool.refill();
-                        }
-                        let server = Connection::spawn(&command(&self.config), &self.config.code)?;
-                        handshake(&mut Runtime::on(server.clone(), &self.setup.workspace)).await?;
-                        server
-                    }
-                };
-                self.servers.add(origin, &server);
-                server
-            }
-        };
+        let config = self.config.clone();
+        let server = crate::providers::share::process_for(
+            &self.servers,
+            self.warm.as_ref(),
+            &self.setup.origin,
+            None,
+            async move { start(&config).await },
+        )
+        .await?;
         let mut runtime = Runtime::on(server, &self.setup.workspace);
         let params = thread_params(&self.setup, self.setup.permissions.is_some());
         let mut opened = None;

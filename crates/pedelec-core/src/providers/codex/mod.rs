@@ -148,7 +148,7 @@ pub struct Codex {
     /// start), then kept.
     backend: Arc<tokio::sync::OnceCell<Backend>>,
     /// The app-server kept started for the next session (`warm = true`).
-    warm: Option<Arc<WarmPool<app_server::Warm>>>,
+    warm: Option<Arc<WarmPool<Arc<server::Connection>>>>,
     /// The running app-servers, per site (`server`).
     servers: Arc<server::Servers>,
 }
@@ -188,21 +188,11 @@ impl Provider for Codex {
     }
 
     fn warm(&self) -> pedelec_protocol::pb::WarmProcess {
-        match &self.warm {
-            Some(pool) => pool.status(),
-            None => pedelec_protocol::pb::WarmProcess {
-                state: pedelec_protocol::pb::WarmState::Off as i32,
-                ..Default::default()
-            },
-        }
+        super::warm::status_of(self.warm.as_ref())
     }
 
     fn warm_up(&self) {
-        if let Some(pool) = &self.warm
-            && self.info().available
-        {
-            pool.refill();
-        }
+        super::warm::warm_up(self.warm.as_ref(), self.info().available);
     }
 
     fn start(&self, setup: ProviderSetup) -> Result<Box<dyn ProviderSession>, ProviderFailure> {
@@ -221,7 +211,7 @@ impl Provider for Codex {
 struct CodexSession {
     config: ProviderConfig,
     backend: Arc<tokio::sync::OnceCell<Backend>>,
-    warm: Option<std::sync::Weak<WarmPool<app_server::Warm>>>,
+    warm: Option<std::sync::Weak<WarmPool<Arc<server::Connection>>>>,
     servers: Arc<server::Servers>,
     setup: Option<ProviderSetup>,
     inner: Option<Box<dyn ProviderSession>>,

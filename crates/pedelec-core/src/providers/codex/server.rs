@@ -24,10 +24,12 @@ use std::time::Duration;
 
 use serde_json::Value;
 use tokio::io::AsyncWriteExt;
-use tokio::sync::{mpsc, oneshot, watch};
+use tokio::sync::mpsc;
 
 use super::wire::{self, Incoming};
-use crate::providers::process::{AgentProcess, CommandLine, ExitReport, Line, LineReader, MAX_LINE_BYTES};
+use crate::providers::process::{
+    AgentProcess, CommandLine, ExitReport, Line, LineReader, MAX_LINE_BYTES, OwnedProcess,
+};
 use crate::providers::warm::PrivateFolder;
 use crate::providers::{ProviderFailure, cli_turn::str_field};
 
@@ -35,18 +37,13 @@ use crate::providers::{ProviderFailure, cli_turn::str_field};
 const ORPHANS: usize = 64;
 
 pub struct Connection {
-    pid: Option<u32>,
+    process: OwnedProcess,
     outgoing: mpsc::UnboundedSender<String>,
     routes: Arc<Mutex<Routes>>,
     next_id: AtomicI64,
-    exit: watch::Receiver<Option<ExitReport>>,
-    /// Ends the process group (the waiter does it when this is sent or dropped).
-    kill: Mutex<Option<oneshot::Sender<()>>>,
     tasks: [tokio::task::JoinHandle<()>; 2],
     /// Its cwd (each thread works in its own session's workspace).
     _folder: PrivateFolder,
-    /// Its place under `max_agent_processes`, given back as it is dropped.
-    _slot: Option<crate::quota::ProcessSlot>,
 }
 
 #[derive(Default)]
@@ -66,8 +63,6 @@ impl Connection {
         let (Some(mut stdin), Some(stdout)) = (process.take_stdin(), process.take_stdout()) else {
             return Err(ProviderFailure::crashed("codex app-server's stdio could not be piped"));
         };
-        let pid = process.id();
-        let slot = process.take_slot();
         let (outgoing, mut lines) = mpsc::unbounded_channel::<String>();
         let writer = tokio::spawn(async move {
             while let Some(line) = lines.recv().await {
@@ -84,41 +79,23 @@ impl Connection {
         });
         let routes = Arc::new(Mutex::new(Routes::default()));
         let reader = tokio::spawn(read(stdout, routes.clone()));
-        let (exit_tx, exit) = watch::channel(None);
-        let (kill, killed) = oneshot::channel::<()>();
-        // Not aborted with the others: it ends the group however the
-        // connection goes, and publishes the exit.
-        tokio::spawn(async move {
-            let report = tokio::select! {
-                report = process.wait() => report,
-                _ = killed => {
-                    process.terminate_group();
-                    process.wait().await
-                }
-            };
-            process.terminate_group();
-            let _ = exit_tx.send(Some(report));
-        });
         Ok(Arc::new(Connection {
-            pid,
+            process: OwnedProcess::new(process),
             outgoing,
             routes,
             next_id: AtomicI64::new(0),
-            exit,
-            kill: Mutex::new(Some(kill)),
             tasks: [reader, writer],
             _folder: folder,
-            _slot: slot,
         }))
     }
 
     pub fn pid(&self) -> Option<u32> {
-        self.pid
+        self.process.pid()
     }
 
     /// Whether codex still runs and is read.
     pub fn alive(&self) -> bool {
-        self.exit.borrow().is_none() && !self.lock().closed && !self.tasks[0].is_finished()
+        !self.process.exited_yet() && !self.lock().closed && !self.tasks[0].is_finished()
     }
 
     /// Threads it serves now.
@@ -169,48 +146,23 @@ impl Connection {
 
     /// Ends codex (its whole process group).
     pub fn kill(&self) {
-        if let Some(kill) = self.kill.lock().unwrap_or_else(|p| p.into_inner()).take() {
-            let _ = kill.send(());
-        }
+        self.process.kill();
     }
 
-    /// Why codex went away: its exit report once it exited; one that closed
-    /// its stdout but lives on after `grace` is ended first.
+    /// Why codex went away (see [`OwnedProcess::exit_report`]).
     pub async fn exit_report(&self, grace: Duration) -> ExitReport {
-        let mut exit = self.exit.clone();
-        let exited = async {
-            let _ = exit.wait_for(Option::is_some).await;
-        };
-        if tokio::time::timeout(grace, exited).await.is_err() {
-            // It can no longer speak to us.
-            self.kill();
-        }
-        let mut exit = self.exit.clone();
-        let report = exit.wait_for(Option::is_some).await.ok().and_then(|r| r.clone());
-        report.unwrap_or_else(|| ExitReport {
-            success: false,
-            code: None,
-            signal: None,
-            stderr_tail: String::new(),
-            program: "codex".into(),
-        })
+        self.process.exit_report(grace).await
     }
 
     /// Resolves once codex exited.
     pub async fn exited(&self) -> ExitReport {
-        let mut exit = self.exit.clone();
-        let report = exit.wait_for(Option::is_some).await.ok().and_then(|r| r.clone());
-        match report {
-            Some(report) => report,
-            // The waiter is gone without a report: never resolve.
-            None => std::future::pending().await,
-        }
+        self.process.exited().await
     }
 }
 
 impl Drop for Connection {
     fn drop(&mut self) {
-        self.kill();
+        // The process ends with `process`; the tasks would linger on dead pipes.
         self.tasks.iter().for_each(tokio::task::JoinHandle::abort);
     }
 }
@@ -272,6 +224,9 @@ async fn read(stdout: tokio::process::ChildStdout, routes: Arc<Mutex<Routes>>) {
 }
 
 impl crate::providers::share::Shareable for Connection {
+    fn pid(&self) -> Option<u32> {
+        Connection::pid(self)
+    }
     fn alive(&self) -> bool {
         Connection::alive(self)
     }
