@@ -1,13 +1,18 @@
 //! `acp`: any Agent Client Protocol agent (v1) over stdio, through the
 //! `agent-client-protocol` crate.
 //!
-//! **Runtime.** One long-lived agent process per session runtime, started at
-//! the first turn with the workspace as cwd, the configured command and
-//! environment; its process group is ours (see `runtime` for why we spawn
-//! it rather than the crate). `shutdown()` sends `session/cancel`, closes
-//! the connection and ends the group (SIGTERM, then SIGKILL), so the agent
-//! and the MCP bridge it started go with it.
-//!
+//! **Runtime.** One long-lived agent process serves up to 16 sessions of
+//! one site (`share`; never another site's): the site's first session
+//! takes the warm one (`warm`) or starts it, in a private folder of its own
+//! (each ACP session works in the workspace its `session/new` names), with
+//! the configured command and environment; its process group is ours (see
+//! `runtime` for why we spawn it rather than the crate). Updates and
+//! permission requests are routed to each session's runtime by
+//! `sessionId`. `shutdown()` sends `session/cancel` for a running prompt
+//! and leaves the agent, which ends (group SIGTERM, then SIGKILL, so the
+//! MCP bridges it started go too) with its last session. A session's later
+//! runtime gets a fresh agent, where its `session/load` is a real load.
+
 //! **Handshake.** `initialize` with protocol version 1 and no client
 //! capabilities: we implement neither `fs/*` nor `terminal/*`, so the agent
 //! uses its own file and shell access in the workspace (a request for them
@@ -32,8 +37,8 @@
 //! reads it from its own store, so the parent's process need not be this
 //! one) and continues the new session it answers with. Whether the agent
 //! forks is learnt from any session's `initialize`, or from a probe (the
-//! agent started in the temporary folder for `initialize` alone) when
-//! `Fork` asks first.
+//! agent started in a private folder for `initialize` alone) when `Fork`
+//! asks first.
 //!
 //! **Turns.** One `session/prompt` with one text block per turn, then one
 //! block per attachment: images inline (`image`, when the agent advertises
@@ -68,10 +73,16 @@
 //! answered as they arrive, so none is open to answer `cancelled`.
 //! claude-agent-acp answers the prompt after a cancelled one with the stale
 //! stop of the cancelled turn (its upstream issue #551), so its runtime is
-//! restarted after a cancel and the next turn continues by `session/load`.
+//! restarted after a cancel and the next turn continues by `session/load`
+//! (on a fresh agent, as every later runtime of a session). An agent whose
+//! turn ignored a cancel takes no new session.
 //!
-//! **Failures.** The process exiting or closing stdout mid-request is fatal
-//! (`PROVIDER_CRASHED`, exit status and stderr tail in the details); a
+//! **Failures.** The process exiting or closing stdout mid-request fails the
+//! turn with `PROVIDER_CRASHED` (exit status and stderr tail in the
+//! details): not fatal for an agent that advertises `loadSession`, whose
+//! next turn loads the session on a new agent (an agent found gone between
+//! turns is replaced before the prompt, once); fatal (the session moves to
+//! `error`) for one that cannot load, which lost the conversation. A
 //! JSON-RPC error answer or a `refusal`/`cancelled` stop is a failed turn on
 //! a live runtime. A hang is bounded by Core's turn timeout.
 

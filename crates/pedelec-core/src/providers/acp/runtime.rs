@@ -1,20 +1,24 @@
-//! One agent process and the ACP connection over its stdio.
+//! One agent process and the ACP connection over its stdio ([`Connection`],
+//! shared by the sessions of one site), and each session's view of it
+//! ([`Runtime`]: its own channel of routed updates and its permission
+//! binding).
 //!
-//! We spawn the process ourselves ([`AgentProcess`]: its own process group,
-//! stderr tail kept, the group killed on drop) rather than through the
-//! crate's `AcpAgent`, and hand the crate a [`Lines`] transport over the
-//! child's pipes. That keeps one owner for the process tree — `end()` kills
-//! the agent *and* what it started (the MCP bridge, shells) — and lets every
-//! adapter report exits the same way. Incoming lines go through
+//! We spawn the process ourselves ([`AgentProcess`], owned by an
+//! [`OwnedProcess`]: its own process group, stderr tail kept, the group
+//! ended when the connection goes) rather than through the crate's
+//! `AcpAgent`, and hand the crate a [`Lines`] transport over the child's
+//! pipes. That keeps one owner for the process tree — the agent *and* what
+//! it started (MCP bridges, shells) end together — and lets every adapter
+//! report exits the same way. Incoming lines go through
 //! [`LineReader`], so an over-long or non-UTF-8 line is skipped instead of
 //! growing a buffer without bound.
 //!
 //! The crate runs a connection inside a future (`connect_with`); it lives in
-//! a task of its own for as long as the runtime, and turns use a clone of its
+//! a task of its own for as long as the connection, and turns use its
 //! [`ConnectionTo`]. Handlers run in the crate's dispatch loop, in arrival
-//! order: they only forward into a channel (and answer permission requests
-//! at once), so a prompt's response is routed only after every update sent
-//! before it is in the channel.
+//! order: they only route into a session's channel (and answer permission
+//! requests at once), so a prompt's response is routed only after every
+//! update sent before it is in the channel.
 
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
