@@ -5,9 +5,11 @@
 //! message and the result); `codex` prints `codex exec --json` (N
 //! `agent_message` items: codex's exec mode streams no text deltas, so each is
 //! a whole message). N is `PEDELEC_FAKE_STREAM_DELTAS` (default 100 000). The
-//! adapter's own arguments after FORMAT, and the prompt on stdin, are ignored,
-//! but for `--version`: the fake names a codex older than `app-server`, so
-//! Core drives it through `exec --json`.
+//! adapter's own arguments after FORMAT are ignored, but for `--version`: the
+//! fake names a codex older than `app-server`, so Core drives it through
+//! `exec --json`. `claude` lives as Core keeps the real CLI (`--input-format
+//! stream-json`): one turn per user message on stdin, until stdin closes;
+//! `codex` prints its one turn and exits, ignoring the prompt.
 
 use std::io::{BufWriter, Write};
 
@@ -21,13 +23,24 @@ fn main() -> std::io::Result<()> {
         return Ok(());
     }
     let n: usize = std::env::var(COUNT_ENV).ok().and_then(|v| v.parse().ok()).unwrap_or(100_000);
-    // Drained on the side, so the adapter's prompt writer never waits on a
-    // full pipe; the process exits without waiting for the end of it.
-    std::thread::spawn(|| std::io::copy(&mut std::io::stdin(), &mut std::io::sink()));
     let mut out = BufWriter::with_capacity(1 << 16, std::io::stdout().lock());
     match format.as_str() {
-        "claude" => claude(&mut out, n)?,
-        "codex" => codex(&mut out, n)?,
+        "claude" => {
+            // A turn per user message; control requests (an interrupt) have
+            // nothing to stop here: the turn is printed whole at once.
+            for line in std::io::stdin().lines() {
+                if line?.contains(r#""type":"user""#) {
+                    claude(&mut out, n)?;
+                    out.flush()?;
+                }
+            }
+        }
+        "codex" => {
+            // Drained on the side, so the adapter's prompt writer never waits
+            // on a full pipe; the process exits without waiting for the end of it.
+            std::thread::spawn(|| std::io::copy(&mut std::io::stdin(), &mut std::io::sink()));
+            codex(&mut out, n)?
+        }
         other => {
             eprintln!("pedelec-fake-stream: unknown format {other:?} (claude or codex)");
             std::process::exit(2);
