@@ -1080,10 +1080,6 @@ function closeBrowser() {
   if (again) again.focus();
 }
 
-function childOf(folder, name) {
-  return folder.endsWith("/") ? folder + name : `${folder}/${name}`;
-}
-
 async function browse(path, focusFirst = false) {
   const mine = ++folderBrowser.asked;
   say("browser-status", "Reading…");
@@ -1103,28 +1099,13 @@ async function browse(path, focusFirst = false) {
   $("browser-truncated").hidden = !listing.truncated;
   const folders = listing.folders || [];
   $("browser-folders").replaceChildren(
-    ...folders.map((folder) => {
-      const item = document.createElement("li");
-      if (folder.link) {
-        item.textContent = folder.name;
-        const note = document.createElement("span");
-        note.className = "note";
-        note.textContent = "(a link: open its target by path)";
-        item.append(note);
-        return item;
-      }
-      const label = `Open ${folder.name}${folder.pickable ? "" : ", which can never be granted"}`;
-      const open = button(folder.name, "browse-folder", label, () => browse(childOf(listing.path, folder.name), true));
-      open.dataset.name = folder.name;
-      if (!folder.pickable) {
-        const note = document.createElement("span");
-        note.className = "note";
-        note.textContent = "(can never be granted)";
-        open.append(note);
-      }
-      item.append(open);
-      return item;
-    }),
+    ...folders.map((folder) =>
+      PedelecShown.folderItem(folder, {
+        never: "granted",
+        className: "browse-folder",
+        open: () => browse(PedelecShown.childPath(listing.path, folder.name), true),
+      }),
+    ),
   );
   const where = listing.pickable ? "" : " This folder itself can never be granted.";
   say("browser-status", `${listing.path}: ${folders.length} folder${folders.length === 1 ? "" : "s"}.${where}`);

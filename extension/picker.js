@@ -24,10 +24,6 @@ function say(text) {
 }
 
 /** A folder's path in `folder` (listed by Core, so absolute and resolved). */
-function child(folder, name) {
-  return folder.endsWith("/") ? folder + name : `${folder}/${name}`;
-}
-
 async function list(path, focusFirst = false) {
   const mine = ++asked;
   say("Reading…");
@@ -46,33 +42,13 @@ async function list(path, focusFirst = false) {
   $("pick").dataset.path = listing.path || "";
   $("truncated").hidden = !listing.truncated;
   const folders = listing.folders || [];
-  const items = folders.map((folder) => {
-    const item = document.createElement("li");
-    if (folder.link) {
-      item.className = "unavailable";
-      item.textContent = folder.name;
-      const note = document.createElement("span");
-      note.className = "note";
-      note.textContent = "(a link: open its target by path)";
-      item.append(note);
-      return item;
-    }
-    const open = document.createElement("button");
-    open.type = "button";
-    open.className = "folder";
-    open.dataset.name = folder.name;
-    open.textContent = folder.name;
-    if (!folder.pickable) {
-      const note = document.createElement("span");
-      note.className = "note";
-      note.textContent = "(can never be picked)";
-      open.append(note);
-    }
-    open.setAttribute("aria-label", `Open ${folder.name}${folder.pickable ? "" : ", which can never be picked"}`);
-    open.addEventListener("click", () => list(child(listing.path, folder.name), true));
-    item.append(open);
-    return item;
-  });
+  const items = folders.map((folder) =>
+    PedelecShown.folderItem(folder, {
+      never: "picked",
+      className: "folder",
+      open: () => list(PedelecShown.childPath(listing.path, folder.name), true),
+    }),
+  );
   $("folders").replaceChildren(...items);
   const where = listing.pickable ? "" : " This folder itself can never be picked.";
   say(`${listing.path}: ${folders.length} folder${folders.length === 1 ? "" : "s"}.${where}`);
