@@ -950,6 +950,14 @@ fn prompt_open(rig: &Rig, query: &str) -> bool {
 /// a call or a field the extension does not list; a page cannot force the
 /// user's hand with prompts (a rejected site cools down, a prompt's buttons
 /// wait for the user's attention, a home or a root is never offered).
+/// `demo.start(options)` on `page` of the rig's site, the user approving the
+/// site when the extension asks: the new session's id.
+fn started_after_approval(rig: &Rig, page: &Page, options: &str) -> Value {
+    let created = page.eval_later(&format!("demo.attempt(() => demo.start({options}))")).expect("start");
+    rig.answer_approval(&rig.site.origin(), "#approve").expect("click Approve on the extension's page");
+    ok_value(created.wait(TURN).expect("createSession settles")["result"]["value"].clone())
+}
+
 #[test]
 fn browser_refuses_forged_requests_and_forced_prompts() {
     if !prerequisites_or_skip() {
@@ -958,9 +966,7 @@ fn browser_refuses_forged_requests_and_forced_prompts() {
     let rig = Rig::start(GRACE).expect("Core, native host, pages and Chromium start");
     let origin = rig.site.origin();
     let page = rig.open_demo(&rig.site).expect("demo page loads the wasm SDK");
-    let created = page.eval_later("demo.attempt(() => demo.start())").expect("start");
-    rig.answer_approval(&origin, "#approve").expect("click Approve on the extension's page");
-    ok_value(created.wait(TURN).expect("createSession settles")["result"]["value"].clone());
+    started_after_approval(&rig, &page, "");
 
     // Forged frames from the approved page: each refused by the extension
     // with INVALID_ARGUMENT naming the field; no session, no prompt.
@@ -1129,9 +1135,7 @@ fn the_toolbar_popup_shows_a_sites_sessions_and_stops_them() {
     let rig = Rig::start(GRACE).expect("Core, native host, pages and Chromium start");
     let origin = rig.site.origin();
     let page = rig.open_demo(&rig.site).expect("demo page loads the wasm SDK");
-    let created = page.eval_later("demo.attempt(() => demo.start({ autoEndOnDisconnect: false }))").expect("start");
-    rig.answer_approval(&origin, "#approve").expect("click Approve on the extension's page");
-    let first = ok_value(created.wait(TURN).expect("createSession settles")["result"]["value"].clone());
+    let first = started_after_approval(&rig, &page, "{ autoEndOnDisconnect: false }");
     let first = first.as_str().expect("session id").to_owned();
     // A turn that runs until it is stopped, in the first session.
     let turn = page.eval_later("demo.attempt(() => demo.session().sendText('/sleep 600000'))").expect("a long turn");
@@ -1557,9 +1561,7 @@ fn the_control_center_grants_a_folder_revokes_a_site_and_lists_the_agents() {
     let rig = Rig::start(GRACE).expect("Core, native host, pages and Chromium start");
     let origin = rig.site.origin();
     let page = rig.open_demo(&rig.site).expect("the site's page");
-    let created = page.eval_later("demo.attempt(() => demo.start({ autoEndOnDisconnect: false }))").expect("start");
-    rig.answer_approval(&origin, "#approve").expect("approve the site");
-    let first = ok_value(created.wait(TURN).expect("createSession settles")["result"]["value"].clone());
+    let first = started_after_approval(&rig, &page, "{ autoEndOnDisconnect: false }");
     let first = first.as_str().expect("session id").to_owned();
     let area = tempfile::tempdir().expect("tempdir");
     let folder = area.path().canonicalize().unwrap().join("project");
@@ -1909,9 +1911,7 @@ fn the_control_center_lists_a_recently_ended_session_and_opens_it() {
     let rig = Rig::start(GRACE).expect("Core, native host, pages and Chromium start");
     let origin = rig.site.origin();
     let page = rig.open_demo(&rig.site).expect("the site's page");
-    let created = page.eval_later("demo.attempt(() => demo.start({ autoEndOnDisconnect: false }))").expect("start");
-    rig.answer_approval(&origin, "#approve").expect("approve the site");
-    let live = ok_value(created.wait(TURN).expect("createSession settles")["result"]["value"].clone());
+    let live = started_after_approval(&rig, &page, "{ autoEndOnDisconnect: false }");
     let ended = ok_value(attempt(
         &page,
         "const s = await demo.pedelec.createSession({ provider: 'scripted', autoEndOnDisconnect: false }); \
@@ -1985,9 +1985,7 @@ fn the_control_center_limits_a_sites_agents_and_sessions_and_adds_a_browsed_fold
     let rig = Rig::start(GRACE).expect("Core, native host, pages and Chromium start");
     let origin = rig.site.origin();
     let page = rig.open_demo(&rig.site).expect("the site's page");
-    let created = page.eval_later("demo.attempt(() => demo.start({ autoEndOnDisconnect: false }))").expect("start");
-    rig.answer_approval(&origin, "#approve").expect("approve the site");
-    ok_value(created.wait(TURN).expect("createSession settles")["result"]["value"].clone());
+    started_after_approval(&rig, &page, "{ autoEndOnDisconnect: false }");
     let area = tempfile::tempdir().expect("tempdir");
     let parent = area.path().canonicalize().unwrap();
     let folder = parent.join("project");
