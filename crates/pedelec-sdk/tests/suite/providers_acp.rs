@@ -319,6 +319,23 @@ async fn acp_permission_requests_follow_the_policy() {
     }
 }
 
+/// The defence of a shared agent's permission routing: a request naming no
+/// ACP session open on the agent is refused, even for a file the asking
+/// session's own policy would allow. Routing it to any session instead
+/// (the first, the asker's) would allow it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn acp_a_permission_request_for_no_open_session_is_refused() {
+    let fake = Fake::start("");
+    let session = fake.session(vec![], "").await;
+    let recorder = Recorder::attach(&session);
+    session.send_text("hi").await.unwrap();
+    let workspace = fake.events("session_new")[0]["cwd"].as_str().unwrap().to_owned();
+    session.send_text(format!("permission edit {workspace}/notes.md")).await.unwrap();
+    assert_eq!(chats(&recorder).pop().unwrap(), "chat \"ACP permission: allow_once\" [user]", "its own: allowed");
+    session.send_text(format!("permission-as sess-forged edit {workspace}/notes.md")).await.unwrap();
+    assert_eq!(chats(&recorder).pop().unwrap(), "chat \"ACP permission: reject_once\" [user]", "no such session");
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn acp_usage_is_the_sum_of_prompt_response_totals() {
     let fake = Fake::start("");

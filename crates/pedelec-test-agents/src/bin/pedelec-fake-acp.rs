@@ -281,6 +281,20 @@ async fn run_prompt(
             let chosen = ask_permission(fake, cx, session, ToolCallUpdate::new(id, fields)).await?;
             format!("ACP permission: {chosen}")
         }
+        "permission-as" => {
+            // A permission request naming another ACP session (`SESSION KIND PATH`):
+            // what an agent confused (or steered) about whose request it is sends.
+            let (other, rest) = rest.split_once(' ').unwrap_or((rest, ""));
+            let (kind, path) = rest.split_once(' ').unwrap_or((rest, ""));
+            let kind: ToolKind = serde_json::from_value(json!(kind)).unwrap_or(ToolKind::Other);
+            let id = format!("perm-{}", fake.next.fetch_add(1, Ordering::Relaxed));
+            let mut fields = ToolCallUpdateFields::new().title(rest.to_owned()).kind(kind);
+            if !path.trim().is_empty() {
+                fields = fields.locations(vec![ToolCallLocation::new(path.trim())]);
+            }
+            let chosen = ask_permission(fake, cx, other, ToolCallUpdate::new(id, fields)).await?;
+            format!("ACP permission: {chosen}")
+        }
         "fs" => {
             // Pedelec advertises no fs capability: the request must be refused, not hang.
             match cx.send_request(ReadTextFileRequest::new(session.to_owned(), rest)).block_task().await {
