@@ -318,7 +318,8 @@ export declare class PedelecSession<TToolName extends string = string> {
   cancel(): Promise<void>;
   /**
    * Adds `text` to the turn that is running, where the agent can take input
-   * mid-turn (codex; the built-in `scripted` provider); resolves once the
+   * mid-turn (codex at once; claude at its next tool round or right after
+   * its answer; the built-in `scripted` provider); resolves once the
    * agent took it. The running `sendText` still resolves once, at the turn's
    * end, and the text is the user's in the history. Rejects without sending
    * anything: `STEER_UNSUPPORTED` (this agent cannot be steered),

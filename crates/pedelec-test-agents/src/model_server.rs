@@ -242,10 +242,18 @@ impl ModelRequest {
             .unwrap_or_default()
     }
 
-    /// The tool result this request answers, if its last entry is one.
+    /// The tool result this request answers: its last entry, or the last
+    /// tool result followed only by system text (claude hands the model
+    /// what the user steered into the turn as a system reminder beside the
+    /// result). A user's text after a result is a turn of its own: an
+    /// agent that stops at a refused call sends the next turn's text so.
     pub fn answered_tool_result(&self) -> Option<String> {
         let history = self.history();
-        let last = history.iter().rev().find(|(_, kind, text)| *kind != "text" || !text.is_empty())?;
+        let last = history
+            .iter()
+            .rev()
+            .filter(|(_, kind, text)| *kind != "text" || !text.is_empty())
+            .find(|(role, kind, _)| !(role == "system" && *kind == "text"))?;
         (last.1 == "tool_result").then(|| last.2.clone())
     }
 

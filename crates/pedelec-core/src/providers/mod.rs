@@ -62,6 +62,10 @@ pub struct SteerInput {
     pub taken: tokio::sync::oneshot::Sender<Result<(), pb::Error>>,
 }
 
+/// Steered texts on their way to one turn, or taken by a provider and not
+/// yet by its agent, at a time; more is `SESSION_BUSY`.
+pub const STEER_QUEUE: usize = 8;
+
 /// Where a turn receives [`SteerInput`]s.
 pub type SteerInbox = tokio::sync::mpsc::Receiver<SteerInput>;
 

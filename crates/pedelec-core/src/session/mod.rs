@@ -177,12 +177,6 @@ struct Inner {
 /// session from its recorded identity.
 pub const CANCEL_GRACE: Duration = Duration::from_secs(3);
 
-/// Steered texts on their way to one turn at a time; more is `SESSION_BUSY`.
-const STEER_QUEUE: usize = 8;
-
-/// How long `Steer` waits for the agent to take the text.
-const STEER_WAIT: Duration = Duration::from_secs(10);
-
 pub struct Session {
     pub id: SessionId,
     pub origin: String,
@@ -764,7 +758,7 @@ impl Session {
             cancel.cancel();
         }
         inner.cancel = Some((operation.clone(), cancel.clone()));
-        let (steer, steering) = mpsc::channel(STEER_QUEUE);
+        let (steer, steering) = mpsc::channel(crate::providers::STEER_QUEUE);
         inner.steer = Some((operation.clone(), steer));
         let session = self.clone();
         let op = operation.clone();
@@ -1253,17 +1247,17 @@ impl Session {
             }
             (target, rx)
         };
-        match tokio::time::timeout(STEER_WAIT, taken).await {
+        // Not bounded by a clock of its own: an agent takes a steered text
+        // when its turn can (claude at its next tool round), and a text
+        // given up on by a timeout here could still land afterwards. The
+        // wait ends with the turn, which drops what it did not take.
+        match taken.await {
             // The provider recorded it through its sink (`TurnSink::steered`).
-            Ok(Ok(Ok(()))) => Ok(pb::SteerResponse { operation_id: target.into_string() }),
-            Ok(Ok(Err(refused))) => {
+            Ok(Ok(())) => Ok(pb::SteerResponse { operation_id: target.into_string() }),
+            Ok(Err(refused)) => {
                 Err(CoreError::new(refused.error_code().unwrap_or(ErrorCode::ProviderError), refused.message))
             }
-            Ok(Err(_)) => Err(not_running()),
-            Err(_) => Err(CoreError::new(
-                ErrorCode::ProviderTimeout,
-                format!("the agent did not take the text within {} s", STEER_WAIT.as_secs()),
-            )),
+            Err(_) => Err(not_running()),
         }
     }
 

@@ -521,7 +521,8 @@ impl<T: ToolName> PedelecSession<T> {
     }
 
     /// Adds `text` to the turn that is running, where the agent can take
-    /// input mid-turn (codex; the built-in `scripted` provider). Resolves
+    /// input mid-turn (codex at once; claude at its next tool round or right
+    /// after its answer; the built-in `scripted` provider). Resolves
     /// once the agent took it; the running `send_text` still resolves once,
     /// at the turn's end, and the text is the user's in the history.
     /// Refused without sending anything: `STEER_UNSUPPORTED` for an agent

@@ -225,6 +225,7 @@ async fn claude_streams_deltas_and_gets_the_bridge_in_a_private_mcp_config() {
             "low",
             "--input-format",
             "stream-json",
+            "--replay-user-messages",
         ]
     );
     // The message is a stream-json user message on stdin.
@@ -252,7 +253,12 @@ async fn claude_streams_deltas_and_gets_the_bridge_in_a_private_mcp_config() {
     session.resume().await.unwrap();
     session.send_text("after resume").await.unwrap();
     let argv = recorded(bin.path(), "claude", "argv");
-    assert!(argv.ends_with("--resume\n8f1c2a3e-5b6d-4e7f-9a0b-1c2d3e4f5a6b\n--input-format\nstream-json\n"), "{argv}");
+    assert!(
+        argv.ends_with(
+            "--resume\n8f1c2a3e-5b6d-4e7f-9a0b-1c2d3e4f5a6b\n--input-format\nstream-json\n--replay-user-messages\n"
+        ),
+        "{argv}"
+    );
     assert_eq!(recorded(bin.path(), "claude", "pids").lines().count(), 2);
 }
 

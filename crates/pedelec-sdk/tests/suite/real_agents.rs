@@ -264,7 +264,7 @@ impl Rig {
         let settings = provider_settings("claude", program, &[], &claude_env(home.path(), server));
         // claude 2.1's own permission mode refuses the write ("you haven't
         // granted it yet"): nothing asks Core.
-        Rig { writes: false, warms: false, ..Rig::new("claude", MODEL, settings, home) }
+        Rig { writes: false, warms: false, steers: true, ..Rig::new("claude", MODEL, settings, home) }
     }
 
     fn codex_acp(program: &Path, server: &ModelServer) -> Rig {
@@ -1020,8 +1020,13 @@ async fn steer_during_a_turn(rig: Rig, server: &ModelServer) {
     let held = session.clone();
     let turn = tokio::spawn(async move { held.send_text("call hold {}").await });
     waits_for_tool(&session).await;
-    let steered = session.steer(STEERED).await;
+    // Taken at once (codex) or at the turn's next tool round, once the
+    // held call answers (claude): steer and release together.
+    let steering = session.clone();
+    let steered = tokio::spawn(async move { steering.steer(STEERED).await });
+    tokio::time::sleep(Duration::from_millis(300)).await;
     release.notify_one();
+    let steered = steered.await.unwrap();
     let settled = tokio::time::timeout(Duration::from_secs(60), turn).await.expect("the turn settles").unwrap();
     settled.unwrap_or_else(|e| panic!("{}: the steered turn: {e:?}; {}", rig.provider, server_log(server)));
     let texts: Vec<String> =
@@ -1041,6 +1046,114 @@ async fn steer_during_a_turn(rig: Rig, server: &ModelServer) {
 }
 
 per_agent!(steer => super::steer_during_a_turn);
+
+/// A flood of steered texts into one claude turn is bounded: claude holds
+/// at most `STEER_QUEUE` (8) texts it has not taken yet, Core's inbox 8
+/// more, and the rest are refused with `SESSION_BUSY`; every text taken is
+/// the user's in the history, and the turn settles.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn claude_a_flood_of_steered_texts_is_bounded() {
+    let Some(program) = agent("claude") else { return };
+    let server = ModelServer::start(standard_script()).await.unwrap();
+    let rig = Rig::claude(&program, &server);
+    let h = AgentHarness::start(&rig.settings);
+    let release = Arc::new(tokio::sync::Notify::new());
+    let session = h
+        .client()
+        .await
+        .create_session(SessionOptions {
+            tools: vec![held_tool(release.clone())],
+            auto_end_on_disconnect: false,
+            ..rig.options()
+        })
+        .await
+        .unwrap();
+    let held = session.clone();
+    let turn = tokio::spawn(async move { held.send_text("call hold {}").await });
+    waits_for_tool(&session).await;
+    let steers: Vec<_> = (0..20)
+        .map(|i| {
+            let session = session.clone();
+            tokio::spawn(async move { session.steer(format!("extra {i}")).await })
+        })
+        .collect();
+    tokio::time::sleep(Duration::from_secs(1)).await;
+    release.notify_one();
+    let mut taken = 0;
+    let mut busy = 0;
+    for steer in steers {
+        match tokio::time::timeout(Duration::from_secs(60), steer).await.expect("each steer settles").unwrap() {
+            Ok(()) => taken += 1,
+            Err(e) if e.code == "SESSION_BUSY" => busy += 1,
+            Err(e) => panic!("steer: {e:?}"),
+        }
+    }
+    tokio::time::timeout(Duration::from_secs(60), turn).await.expect("the turn settles").unwrap().unwrap();
+    assert!(busy >= 4, "at most 16 texts wait at once: {taken} taken, {busy} busy");
+    assert_eq!(taken + busy, 20);
+    assert_eq!(super::user_texts(&session).await.len(), 1 + taken, "each taken text is the user's");
+    session.end().await.unwrap();
+}
+
+/// Text steered into a claude turn that has no tool round left (the model
+/// is still answering) is taken as a turn of its own right after the
+/// answer, inside the same operation: `send_text` resolves once, after the
+/// model answered the steered text too, and the history has both texts as
+/// the user's.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn claude_steered_after_the_last_tool_round_is_answered_in_the_same_operation() {
+    const STEERED: &str = "please also mention the otter";
+    let Some(program) = agent("claude") else { return };
+    let server = ModelServer::start(standard_script()).await.unwrap();
+    let rig = Rig::claude(&program, &server);
+    let h = AgentHarness::start(&rig.settings);
+    let session = after_a_first_turn(&rig, &h).await;
+    let recorder = Recorder::attach(&session);
+    let held = session.clone();
+    let turn = tokio::spawn(async move { held.send_text("slow 1500").await });
+    // The model's first byte is 1.5 s away: the steer arrives mid-answer.
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    session.steer(STEERED).await.unwrap_or_else(|e| panic!("steer: {e:?}; {}", server_log(&server)));
+    tokio::time::timeout(Duration::from_secs(30), turn).await.expect("the turn settles").unwrap().unwrap();
+    assert_eq!(super::user_texts(&session).await, ["remember the word heron", "slow 1500", STEERED]);
+    let chats: Vec<String> = recorder.lines().into_iter().filter(|l| l.starts_with("chat ")).collect();
+    assert!(chats.iter().any(|c| c.contains(&format!("Echo: {STEERED}"))), "the steered text was answered: {chats:?}");
+    // Nothing of that operation is left for the next turn.
+    session.send_text("still here").await.unwrap();
+    let last = recorder.lines().into_iter().filter(|l| l.starts_with("chat ")).last();
+    assert_eq!(last.as_deref(), Some("chat \"Echo: still here\" [user]"), "{:?}", recorder.lines());
+    session.end().await.unwrap();
+}
+
+/// A cancel while a steered text waits in claude's queue stops the turn
+/// and the steered text's own turn: `cancel()` settles, the steer hears
+/// `TURN_NOT_RUNNING`, the history keeps no steered text, and the next
+/// turn answers only itself.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn claude_cancel_stops_a_steered_text_not_yet_taken() {
+    let Some(program) = agent("claude") else { return };
+    let server = ModelServer::start(standard_script()).await.unwrap();
+    let rig = Rig::claude(&program, &server);
+    let h = AgentHarness::start(&rig.settings);
+    let session = after_a_first_turn(&rig, &h).await;
+    let recorder = Recorder::attach(&session);
+    let held = session.clone();
+    let turn = tokio::spawn(async move { held.send_text("slow 5000").await });
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    let steering = session.clone();
+    let steered = tokio::spawn(async move { steering.steer("and then a song").await });
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    session.cancel().await.unwrap();
+    let error = tokio::time::timeout(Duration::from_secs(10), turn).await.expect("settles").unwrap().unwrap_err();
+    assert_eq!(error.code, "OPERATION_CANCELLED", "{error:?}");
+    let refused = tokio::time::timeout(Duration::from_secs(15), steered).await.expect("settles").unwrap();
+    assert_eq!(refused.expect_err("not taken").code, "TURN_NOT_RUNNING");
+    session.send_text("still here").await.unwrap();
+    let last = recorder.lines().into_iter().filter(|l| l.starts_with("chat ")).last();
+    assert_eq!(last.as_deref(), Some("chat \"Echo: still here\" [user]"), "{:?}", recorder.lines());
+    assert_eq!(super::user_texts(&session).await, ["remember the word heron", "slow 5000", "still here"]);
+    session.end().await.unwrap();
+}
 
 /// `changes()` after a real agent's turn that writes a file in its
 /// workspace with its own tool: Core lists exactly what is on disk — the

@@ -5,6 +5,9 @@
 //! session's conversation when it has one, `--fork-session` for a fork's
 //! first), so a second turn pays no start-up.
 //!
+//! A steer is one more user message written while the turn runs (see
+//! [`Live::turn`] for how its end is then told).
+//!
 //! A cancel is the CLI's own control request (`interrupt`), not a signal:
 //! the CLI stops the model and its tools, answers the request, and ends the
 //! turn with a `result`; the process lives on for the next turn. One that
@@ -15,6 +18,7 @@
 //! turns they wait there (a turn drops what an earlier one left), and a
 //! reader that stops taking them stops the CLI at its pipe.
 
+use std::collections::HashMap;
 use std::time::Duration;
 
 use tokio::io::AsyncWriteExt;
@@ -22,8 +26,8 @@ use tokio::process::ChildStdin;
 use tokio::sync::mpsc;
 
 use super::super::process::{AgentProcess, CommandLine, Line, LineReader, MAX_LINE_BYTES};
-use super::super::{AgentEvent, ProviderFailure, TurnOutcome, TurnSink};
-use super::ClaudeParser;
+use super::super::{AgentEvent, ProviderFailure, STEER_QUEUE, SteerInbox, SteerInput, TurnOutcome, TurnSink};
+use super::{ClaudeParser, steer_message};
 use crate::providers::cli_turn::LineParser;
 
 /// How long an interrupted turn may take to end before the process is ended.
@@ -42,6 +46,12 @@ pub struct Live {
     reader: tokio::task::JoinHandle<()>,
     /// Control requests sent so far (their ids).
     requests: u64,
+}
+
+/// What reaches a running turn besides the CLI's lines.
+pub struct Controls<'a> {
+    pub cancel: &'a tokio_util::sync::CancellationToken,
+    pub steering: SteerInbox,
 }
 
 /// How a turn on a live process ended.
@@ -94,13 +104,20 @@ impl Live {
     }
 
     /// Runs one turn: `message` (a stream-json user message line) in, the
-    /// CLI's lines through `parser` to `sink` until its `result`.
+    /// CLI's lines through `parser` to `sink` until its `result` — or, while
+    /// a steered message is not yet taken, until the `result` after it.
+    ///
+    /// A steered message is written at once; the CLI echoes it (by the uuid
+    /// we gave it) when it enters the conversation: at the turn's next tool
+    /// round, or as a turn of its own right after this one's `result`. Each
+    /// echo precedes the `result` of the turn that carries it, so the
+    /// operation ends at a `result` with no steered message unechoed.
     pub async fn turn(
         &mut self,
         message: &str,
         parser: &mut ClaudeParser,
         sink: &dyn TurnSink,
-        cancel: &tokio_util::sync::CancellationToken,
+        controls: &mut Controls<'_>,
     ) -> Ended {
         // What an abandoned turn left behind is not this turn's.
         while self.lines.try_recv().is_ok() {}
@@ -109,20 +126,26 @@ impl Live {
         }
         let mut outcome = TurnOutcome::default();
         let mut interrupted: Option<tokio::time::Instant> = None;
-        let cancelled = cancel.cancelled();
+        // Steered messages sent and not yet echoed, by uuid.
+        let mut steered: HashMap<String, SteerInput> = HashMap::new();
+        let cancelled = controls.cancel.cancelled();
         tokio::pin!(cancelled);
         loop {
             let deadline = interrupted.unwrap_or_else(|| tokio::time::Instant::now() + Duration::from_secs(86_400));
             let line = tokio::select! {
                 line = self.lines.recv() => line,
+                // At most STEER_QUEUE unechoed: more wait in the inbox, whose
+                // bound refuses a flood with SESSION_BUSY.
+                Some(steer) = controls.steering.recv(), if interrupted.is_none() && steered.len() < STEER_QUEUE => {
+                    let (uuid, line) = steer_message(&steer.text);
+                    if let Err(e) = self.send(&line).await {
+                        return Ended::Lost(self.gone(&format!("claude did not take the steered text ({e})")).await);
+                    }
+                    steered.insert(uuid, steer);
+                    continue;
+                }
                 () = &mut cancelled, if interrupted.is_none() => {
-                    self.requests += 1;
-                    let request = serde_json::json!({
-                        "type": "control_request",
-                        "request_id": format!("pedelec-{}", self.requests),
-                        "request": { "subtype": "interrupt" },
-                    });
-                    if self.send(&request.to_string()).await.is_err() {
+                    if self.interrupt().await.is_err() {
                         return Ended::Lost(ProviderFailure::cancelled());
                     }
                     interrupted = Some(tokio::time::Instant::now() + INTERRUPT_WAIT);
@@ -138,12 +161,26 @@ impl Live {
             };
             let events = match line {
                 Line::Text(text) if text.trim().is_empty() => continue,
-                Line::Text(text) => parser.line(&text),
+                Line::Text(text) => {
+                    tracing::trace!(line = %text, "claude");
+                    parser.line(&text)
+                }
                 Line::TooLong(n) => {
                     vec![AgentEvent::Skipped { reason: format!("a {n}-byte line exceeds the line limit") }]
                 }
                 Line::NotUtf8 => vec![AgentEvent::Skipped { reason: "a line is not UTF-8".into() }],
             };
+            for uuid in parser.take_replayed() {
+                let Some(steer) = steered.remove(&uuid) else { continue };
+                if interrupted.is_none() {
+                    sink.steered(&steer.text);
+                    let _ = steer.taken.send(Ok(()));
+                } else if self.interrupt().await.is_err() {
+                    // Taken after the cancel, as a turn of its own: that
+                    // turn is stopped too (the steer hears the turn ended).
+                    return Ended::Lost(ProviderFailure::cancelled());
+                }
+            }
             let mut ended = false;
             for event in events {
                 ended |= matches!(event, AgentEvent::TurnDone | AgentEvent::Failed { .. });
@@ -155,7 +192,7 @@ impl Live {
                     sink.provider_session(&id);
                 }
             }
-            if ended {
+            if ended && steered.is_empty() {
                 break;
             }
             sink.ready().await;
@@ -167,6 +204,18 @@ impl Live {
             Some(message) => Err(ProviderFailure::turn(message)),
             None => Ok(()),
         })
+    }
+
+    /// Sends the CLI's `interrupt` control request: it stops the model and
+    /// its tools and ends the turn with a `result`.
+    async fn interrupt(&mut self) -> std::io::Result<()> {
+        self.requests += 1;
+        let request = serde_json::json!({
+            "type": "control_request",
+            "request_id": format!("pedelec-{}", self.requests),
+            "request": { "subtype": "interrupt" },
+        });
+        self.send(&request.to_string()).await
     }
 
     /// The process ended (or will not read): its exit status and stderr

@@ -1,9 +1,10 @@
 //! `claude`: Claude Code, one `claude -p --input-format stream-json`
 //! process per session runtime, kept across turns (`live`): each turn is a
-//! user message on its stdin, a cancel its `interrupt` control request.
+//! user message on its stdin, a steer another one while it runs, a cancel
+//! its `interrupt` control request.
 //!
 //! Command line (messages on stdin):
-//! `claude -p --output-format stream-json --verbose --include-partial-messages --input-format stream-json
+//! `claude -p --output-format stream-json --verbose --include-partial-messages --input-format stream-json --replay-user-messages
 //!  --mcp-config <runtime>/.pedelec-mcp.json --strict-mcp-config --allowedTools mcp__pedelec
 //!  [--disallowedTools Read(//<state>/**) Edit(//<state>/**) …] [--model MODEL] [--effort low|high] [--resume <session id> [--fork-session]]`
 //!
@@ -44,6 +45,11 @@ impl Claude {
 impl Provider for Claude {
     fn config(&self) -> &ProviderConfig {
         &self.config
+    }
+
+    /// Stream-json input while a turn runs (see [`steer_message`]).
+    fn steers(&self) -> BoxFuture<'_, bool> {
+        Box::pin(std::future::ready(true))
     }
 
     /// `--resume PARENT --fork-session` at the fork's first run.
@@ -281,6 +287,24 @@ async fn stream_json_prompt(text: &str, images: &[&super::Attachment]) -> Result
     Ok(format!("{message}\n"))
 }
 
+/// A user message steered into a running turn, and the uuid the CLI echoes
+/// when it takes it. Priority `next`: Claude Code hands it to the model at
+/// the turn's next tool round ("The user sent a new message while you were
+/// working"); a turn with no tool round left takes it as a turn of its own
+/// right after, which [`live::Live::turn`] keeps inside the same operation.
+fn steer_message(text: &str) -> (String, String) {
+    let uuid = uuid::Uuid::new_v4().to_string();
+    let message = serde_json::json!({
+        "type": "user",
+        "message": { "role": "user", "content": [{ "type": "text", "text": text }] },
+        "parent_tool_use_id": null,
+        "session_id": "",
+        "priority": "next",
+        "uuid": uuid,
+    });
+    (uuid, format!("{message}\n"))
+}
+
 /// The claude permission prompt (`AgentTools.RequestPermission`, from the
 /// bridge's permission-prompt tool): the tool claude wants to run and its
 /// input, asked of the application as a permission request with the
@@ -367,7 +391,9 @@ impl ClaudeSession {
             (None, None) => Conversation::New,
         };
         let mut args = turn_args(&self.config, &self.setup, &mcp_config, conversation);
-        args.extend(["--input-format".to_owned(), "stream-json".to_owned()]);
+        // Echoes each user message as the CLI takes it: how a steered
+        // message is known to have reached the conversation.
+        args.extend(["--input-format", "stream-json", "--replay-user-messages"].map(str::to_owned));
         let command = cli_turn::agent_command(&self.config, args, &self.setup.bridge);
         self.live = Some(live::Live::spawn(&command, &self.setup.workspace)?);
         // A resumed or forked conversation already has the guidance.
@@ -396,7 +422,8 @@ impl ProviderSession for ClaudeSession {
             self.fresh = false;
             let mut parser = ClaudeParser::new(self.total);
             let live = self.live.as_mut().expect("started above");
-            let ended = live.turn(&message, &mut parser, sink, &turn.cancel).await;
+            let mut controls = live::Controls { cancel: &turn.cancel, steering: turn.steering };
+            let ended = live.turn(&message, &mut parser, sink, &mut controls).await;
             if let Some(id) = parser.session_id {
                 answered(&id);
                 self.session_id = Some(id);
@@ -441,6 +468,10 @@ pub struct ClaudeParser {
     ours: std::collections::HashMap<String, String>,
     /// Activities without an id of their own (thinking, subagent text) so far.
     unnamed: usize,
+    /// The uuids of the user messages the CLI echoed (`--replay-user-messages`)
+    /// since [`ClaudeParser::take_replayed`] last took them: it echoes each
+    /// message as it enters the conversation.
+    replayed: Vec<String>,
 }
 
 /// A Claude Code tool's input as an activity: its kind, and the command or
@@ -493,7 +524,19 @@ fn tool_activity(id: String, name: &str, input: &Value) -> pb::Activity {
 
 impl ClaudeParser {
     pub fn new(total: u64) -> Self {
-        ClaudeParser { session_id: None, total, ours: std::collections::HashMap::new(), unnamed: 0 }
+        ClaudeParser {
+            session_id: None,
+            total,
+            ours: std::collections::HashMap::new(),
+            unnamed: 0,
+            replayed: Vec::new(),
+        }
+    }
+
+    /// The uuids of the user messages the CLI took into its conversation
+    /// since the last call.
+    pub fn take_replayed(&mut self) -> Vec<String> {
+        std::mem::take(&mut self.replayed)
     }
 
     fn unnamed_id(&mut self, what: &str) -> String {
@@ -658,6 +701,9 @@ impl LineParser for ClaudeParser {
             "stream_event" => {}
             "assistant" => events.extend(self.assistant(&value)),
             "user" => {
+                if value.get("isReplay").and_then(Value::as_bool) == Some(true) {
+                    self.replayed.push(text(&value, "uuid"));
+                }
                 let blocks =
                     value.pointer("/message/content").and_then(Value::as_array).map(Vec::as_slice).unwrap_or_default();
                 for block in blocks.iter().filter(|b| b.get("type").and_then(Value::as_str) == Some("tool_result")) {
