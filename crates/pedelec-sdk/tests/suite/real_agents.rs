@@ -1120,7 +1120,7 @@ async fn claude_steered_after_the_last_tool_round_is_answered_in_the_same_operat
     assert!(chats.iter().any(|c| c.contains(&format!("Echo: {STEERED}"))), "the steered text was answered: {chats:?}");
     // Nothing of that operation is left for the next turn.
     session.send_text("still here").await.unwrap();
-    let last = recorder.lines().into_iter().filter(|l| l.starts_with("chat ")).last();
+    let last = recorder.lines().into_iter().rfind(|l| l.starts_with("chat "));
     assert_eq!(last.as_deref(), Some("chat \"Echo: still here\" [user]"), "{:?}", recorder.lines());
     session.end().await.unwrap();
 }
@@ -1149,7 +1149,7 @@ async fn claude_cancel_stops_a_steered_text_not_yet_taken() {
     let refused = tokio::time::timeout(Duration::from_secs(15), steered).await.expect("settles").unwrap();
     assert_eq!(refused.expect_err("not taken").code, "TURN_NOT_RUNNING");
     session.send_text("still here").await.unwrap();
-    let last = recorder.lines().into_iter().filter(|l| l.starts_with("chat ")).last();
+    let last = recorder.lines().into_iter().rfind(|l| l.starts_with("chat "));
     assert_eq!(last.as_deref(), Some("chat \"Echo: still here\" [user]"), "{:?}", recorder.lines());
     assert_eq!(super::user_texts(&session).await, ["remember the word heron", "slow 5000", "still here"]);
     session.end().await.unwrap();
