@@ -8,8 +8,9 @@
 //! nothing.
 //!
 //! **Life.** [`WarmPool::refill`] starts one in the background when none is
-//! ready or starting: at Core start, and each time a session starts a
-//! runtime (taking the warm one, or starting cold because there was none).
+//! ready or starting: at Core start, and [`REFILL_DELAY`] after a session
+//! started a runtime (taking the warm one, or starting cold because there
+//! was none).
 //! A start that fails leaves the pool `FAILED` with the reason, and nothing
 //! retries until the next session asks. A ready process is ended after
 //! `warm_idle_timeout_secs` without a taker (`REAPED`), and is not kept at
@@ -100,6 +101,11 @@ impl Drop for PrivateFolder {
 /// How long a warm agent may take to start and initialise.
 pub const START_WAIT: Duration = Duration::from_secs(60);
 
+/// How long after a session took the ready process (or started cold) the
+/// next one starts: an agent's start-up is seconds of CPU, which on a small
+/// machine would otherwise slow the very turn the warm process was for.
+pub const REFILL_DELAY: Duration = Duration::from_secs(2);
+
 /// A process a pool keeps.
 pub trait Warmable: Send + 'static {
     fn pid(&self) -> Option<u32>;
@@ -157,7 +163,7 @@ impl<T: Warmable> WarmPool<T> {
     }
 
     /// The ready process, if there is one that still runs; a new one is
-    /// started in the background either way.
+    /// started in the background either way, [`REFILL_DELAY`] later.
     pub fn take(self: &Arc<Self>) -> Option<T> {
         let taken = {
             let mut inner = self.lock();
@@ -175,8 +181,20 @@ impl<T: Warmable> WarmPool<T> {
                 None
             }
         });
-        self.refill();
+        self.refill_after(REFILL_DELAY);
         taken
+    }
+
+    /// [`WarmPool::refill`] once `delay` has passed (and the pool is still there).
+    fn refill_after(self: &Arc<Self>, delay: Duration) {
+        let Ok(runtime) = tokio::runtime::Handle::try_current() else { return };
+        let pool = Arc::downgrade(self);
+        runtime.spawn(async move {
+            tokio::time::sleep(delay).await;
+            if let Some(pool) = pool.upgrade() {
+                pool.refill();
+            }
+        });
     }
 
     /// Starts a process in the background unless one is ready or starting.
@@ -394,13 +412,16 @@ mod tests {
         panic!("the pool never settled");
     }
 
-    #[tokio::test]
+    #[tokio::test(start_paused = true)]
     async fn a_taken_process_is_replaced_and_an_idle_one_reaped() {
         let (pool, started, dropped) = pool(Some(Duration::from_millis(100)), true);
         assert_eq!(pool.status().state(), pb::WarmState::Idle, "nothing starts until asked");
         pool.refill();
         assert_eq!(settled(&pool).await, pb::WarmState::Ready);
         let taken = pool.take().expect("the ready process");
+        tokio::time::sleep(REFILL_DELAY / 2).await;
+        assert_eq!(started.load(Ordering::SeqCst), 1, "not while the taker's turn starts");
+        tokio::time::sleep(REFILL_DELAY / 2 + Duration::from_millis(1)).await;
         assert_eq!(settled(&pool).await, pb::WarmState::Ready, "taking starts the next");
         assert_eq!(started.load(Ordering::SeqCst), 2);
         drop(taken);
