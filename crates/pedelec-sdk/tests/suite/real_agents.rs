@@ -1800,18 +1800,50 @@ async fn claude_turns_share_one_cli() {
     };
     session.send_text("first").await.unwrap();
     let first = clis();
+    second_turn_first_delta(&rig, &session, &server).await;
+    assert_eq!(clis(), first, "the second turn ran on the same CLI");
+    assert_eq!(first.len(), 1);
+    session.end().await.unwrap();
+}
+
+/// A codex session's second turn goes to its running app-server thread.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn codex_second_turn_on_its_running_thread() {
+    let Some(program) = agent("codex") else { return };
+    let server = ModelServer::start(standard_script()).await.unwrap();
+    let rig = Rig::codex(&program, &server);
+    let h = AgentHarness::start(&rig.settings);
+    let session = h
+        .client()
+        .await
+        .create_session::<String>(SessionOptions { auto_end_on_disconnect: false, ..rig.options() })
+        .await
+        .unwrap();
+    session.send_text("first").await.unwrap();
+    second_turn_first_delta(&rig, &session, &server).await;
+    session.end().await.unwrap();
+}
+
+/// Sends a turn to a session whose agent already runs and prints its first
+/// delta after the send, beside the model server's own time for it.
+async fn second_turn_first_delta(rig: &Rig, session: &PedelecSession, server: &ModelServer) {
     let first_delta = Arc::new(Mutex::new(None::<Instant>));
     let seen = first_delta.clone();
     let _off = session.on_chat_delta(move |_, _| {
         seen.lock().unwrap().get_or_insert_with(Instant::now);
     });
+    let before = server.generations().len();
     let sent = Instant::now();
     session.send_text("second").await.unwrap();
-    let to_delta = first_delta.lock().unwrap().map(|at| at - sent);
-    assert_eq!(clis(), first, "the second turn ran on the same CLI");
-    assert_eq!(first.len(), 1);
-    eprintln!("PEDELEC_AGENT_SECOND_TURN claude: first delta {to_delta:?} after send");
-    session.end().await.unwrap();
+    let to_delta = first_delta.lock().unwrap().map(|at| at - sent).expect("the second turn streamed");
+    let floor = generations_since(server, before).iter().map(|r| r.answered - r.received).max().unwrap_or_default();
+    eprintln!(
+        "PEDELEC_AGENT_SECOND_TURN {}: first delta {} ms after send; model server {} ms; difference {} ms (target ≤ 20)",
+        rig.provider,
+        to_delta.as_millis(),
+        floor.as_millis(),
+        to_delta.saturating_sub(floor).as_millis()
+    );
 }
 
 /// A codex turn that outlives Core's turn timeout (a model that does not
