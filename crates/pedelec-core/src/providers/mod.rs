@@ -168,6 +168,12 @@ pub trait TurnSink: Send + Sync {
     /// user's from here on, after what the turn said so far. Called before
     /// the provider answers the [`SteerInput`] and goes on.
     fn steered(&self, _text: &str) {}
+    /// Whether the agent called a frontend tool or asked permission in this
+    /// turn so far (those reach Core beside the provider's stream): proof
+    /// that the agent was working on the turn.
+    fn agent_called_out(&self) -> bool {
+        false
+    }
     /// The agent's stream reported a call of the frontend tool `tool`.
     fn tool_call_reported(&self, _tool: &str) {}
     /// Calls a frontend tool and waits for the application's result (JSON text).

@@ -50,6 +50,10 @@ impl TurnSink for OperationSink {
         self.session.fence.arm();
     }
 
+    fn agent_called_out(&self) -> bool {
+        self.session.lock().machine.agent_called_out(&self.operation)
+    }
+
     fn tool_call_reported(&self, tool: &str) {
         self.session.fence.report(tool);
     }

@@ -462,10 +462,13 @@ impl AcpSession {
         let mut heard = false;
         let mut result = self.prompt(&turn, sink, &mut heard).await;
         // The agent died between turns and the prompt found it gone before
-        // it said anything of this turn (its exit had not been seen yet):
-        // the turn goes to a new agent, once, as if it had been seen.
+        // it said or did anything of this turn (its exit had not been seen
+        // yet): the turn goes to a new agent, once, as if it had been seen.
+        // One that called a frontend tool or asked permission was working
+        // on the turn, whatever its stream said: that crash is the turn's.
         if reused
             && !heard
+            && !sink.agent_called_out()
             && !turn.cancel.is_cancelled()
             && self.loads_sessions()
             && matches!(&result, Err(f) if f.code == ErrorCode::ProviderCrashed)

@@ -33,7 +33,7 @@ impl SessionState {
         let turn_running = self.status.is_active_turn();
         let Some(active) = self
             .active
-            .as_ref()
+            .as_mut()
             .filter(|a| turn_running && a.phase == Phase::Running && operation.is_none_or(|wanted| a.id == *wanted))
         else {
             return Err(pb::Error::new(ErrorCode::SessionBusy, "no turn is active to call a tool from"));
@@ -41,6 +41,7 @@ impl SessionState {
         if active.cancelled {
             return Err(operation::cancelled_error());
         }
+        active.called_out = true;
         let timeout = check(tool, &args_json)?;
         let operation = active.id.clone();
         let deadline_at_ms = now.epoch_ms + timeout.as_millis() as i64;

@@ -157,6 +157,8 @@ struct Active {
     answer: Option<String>,
     /// The answer as JSON once it matched the schema, for the completion.
     output: Option<String>,
+    /// The agent called a frontend tool or asked permission in this turn.
+    called_out: bool,
 }
 
 #[derive(Debug)]

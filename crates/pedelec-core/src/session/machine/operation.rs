@@ -101,6 +101,7 @@ impl SessionState {
             activities: Vec::new(),
             answer: None,
             output: None,
+            called_out: false,
         });
         let body = UserText {
             operation_id: operation.as_str().into(),
@@ -388,6 +389,12 @@ impl SessionState {
         if let Some(active) = self.running_mut(operation) {
             active.output = Some(json);
         }
+    }
+
+    /// Whether the agent called a frontend tool or asked permission during
+    /// `operation` (while it is the active one).
+    pub fn agent_called_out(&self, operation: &OperationId) -> bool {
+        self.active.as_ref().is_some_and(|a| a.id == *operation && a.called_out)
     }
 
     /// `Steer`: the user turn that may take more of the user's text

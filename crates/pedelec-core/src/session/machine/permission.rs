@@ -36,11 +36,12 @@ impl SessionState {
         if self.status == SessionStatus::Ended {
             return Err(pb::Error::new(ErrorCode::SessionEnded, "the session has ended"));
         }
-        let Some(active) =
-            self.active.as_ref().filter(|a| a.phase == Phase::Running && !a.cancelled && self.status.is_active_turn())
+        let turn_running = self.status.is_active_turn();
+        let Some(active) = self.active.as_mut().filter(|a| a.phase == Phase::Running && !a.cancelled && turn_running)
         else {
             return Err(pb::Error::new(ErrorCode::SessionBusy, "no turn is active to ask for"));
         };
+        active.called_out = true;
         let operation = active.id.clone();
         self.permissions.push(PendingPermission { request: request.clone(), operation: operation.clone() });
         self.emit(operation.as_str(), Kind::PermissionRequested(request), now, out);
