@@ -1723,59 +1723,23 @@ fn sessions_process(running: &[u32]) -> u32 {
         .expect("an app-server")
 }
 
-/// `codex app-server` (its node shim and binary) killed mid-turn.
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn codex_app_server_killed_mid_turn() {
-    let Some(program) = agent("codex") else { return };
-    let server = ModelServer::start(standard_script()).await.unwrap();
-    killed_mid_turn(Rig::codex(&program, &server), &server, "app-server", false, None).await;
+/// `kill -9` mid-turn of each agent's persistent or shared process: codex's
+/// app-server (its node shim and binary), the session's one claude CLI, a
+/// site's shared ACP agent.
+async fn agent_killed_mid_turn(rig: Rig, server: &ModelServer) {
+    // What names the agent's processes on their command lines.
+    let (marker, one_process) = match rig.provider {
+        "codex" => ("app-server", false),
+        "claude" => ("--input-format", true),
+        "claude-acp" => ("claude-agent-acp", false),
+        other => (other, false),
+    };
+    // Claude Code saves its conversation lazily.
+    let saved_in = rig.provider.starts_with("claude").then(|| rig._home.path().join("claude/projects"));
+    killed_mid_turn(rig, server, marker, one_process, saved_in).await;
 }
 
-/// The session's one persistent claude CLI killed mid-turn.
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn claude_cli_killed_mid_turn() {
-    let Some(program) = agent("claude") else { return };
-    let server = ModelServer::start(standard_script()).await.unwrap();
-    let rig = Rig::claude(&program, &server);
-    let saved_in = rig._home.path().join("claude/projects");
-    killed_mid_turn(rig, &server, "--input-format", true, Some(saved_in)).await;
-}
-
-/// A site's shared ACP agent killed mid-turn: codex-acp.
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn codex_acp_agent_killed_mid_turn() {
-    let Some(program) = agent("codex-acp") else { return };
-    let server = ModelServer::start(standard_script()).await.unwrap();
-    killed_mid_turn(Rig::codex_acp(&program, &server), &server, "codex-acp", false, None).await;
-}
-
-/// A site's shared ACP agent killed mid-turn: claude-agent-acp (its
-/// Claude Code saves the conversation lazily, as claude's does).
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn claude_acp_agent_killed_mid_turn() {
-    let Some(program) = agent("claude-agent-acp") else { return };
-    let server = ModelServer::start(standard_script()).await.unwrap();
-    let rig = Rig::claude_acp(&program, &server);
-    let saved_in = rig._home.path().join("claude/projects");
-    killed_mid_turn(rig, &server, "claude-agent-acp", false, Some(saved_in)).await;
-}
-
-/// A site's shared ACP agent killed mid-turn: gemini-cli (which resumes
-/// its chat only sometimes; the next turn works either way).
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn gemini_agent_killed_mid_turn() {
-    let Some(program) = agent("gemini") else { return };
-    let server = ModelServer::start(standard_script()).await.unwrap();
-    killed_mid_turn(Rig::gemini(&program, &server), &server, "gemini", false, None).await;
-}
-
-/// A site's shared ACP agent killed mid-turn: opencode.
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn opencode_agent_killed_mid_turn() {
-    let Some(program) = agent("opencode-linux-x64/bin/opencode") else { return };
-    let server = ModelServer::start(standard_script()).await.unwrap();
-    killed_mid_turn(Rig::opencode(&program, &server), &server, "opencode", false, None).await;
-}
+per_agent!(crash => super::agent_killed_mid_turn);
 
 /// A claude session's turns share one CLI: the second turn starts no
 /// process, so its first delta comes about as soon as the model's.
