@@ -1095,6 +1095,13 @@ async fn claude_a_flood_of_steered_texts_is_bounded() {
     session.end().await.unwrap();
 }
 
+/// A turn after a steered one answers its own text, nothing left over.
+async fn assert_answered_only_itself(session: &PedelecSession, recorder: &Recorder) {
+    session.send_text("still here").await.unwrap();
+    let last = recorder.lines().into_iter().rfind(|l| l.starts_with("chat "));
+    assert_eq!(last.as_deref(), Some("chat \"Echo: still here\" [user]"), "{:?}", recorder.lines());
+}
+
 /// Text steered into a claude turn that has no tool round left (the model
 /// is still answering) is taken as a turn of its own right after the
 /// answer, inside the same operation: `send_text` resolves once, after the
@@ -1119,9 +1126,7 @@ async fn claude_steered_after_the_last_tool_round_is_answered_in_the_same_operat
     let chats: Vec<String> = recorder.lines().into_iter().filter(|l| l.starts_with("chat ")).collect();
     assert!(chats.iter().any(|c| c.contains(&format!("Echo: {STEERED}"))), "the steered text was answered: {chats:?}");
     // Nothing of that operation is left for the next turn.
-    session.send_text("still here").await.unwrap();
-    let last = recorder.lines().into_iter().rfind(|l| l.starts_with("chat "));
-    assert_eq!(last.as_deref(), Some("chat \"Echo: still here\" [user]"), "{:?}", recorder.lines());
+    assert_answered_only_itself(&session, &recorder).await;
     session.end().await.unwrap();
 }
 
@@ -1148,9 +1153,7 @@ async fn claude_cancel_stops_a_steered_text_not_yet_taken() {
     assert_eq!(error.code, "OPERATION_CANCELLED", "{error:?}");
     let refused = tokio::time::timeout(Duration::from_secs(15), steered).await.expect("settles").unwrap();
     assert_eq!(refused.expect_err("not taken").code, "TURN_NOT_RUNNING");
-    session.send_text("still here").await.unwrap();
-    let last = recorder.lines().into_iter().rfind(|l| l.starts_with("chat "));
-    assert_eq!(last.as_deref(), Some("chat \"Echo: still here\" [user]"), "{:?}", recorder.lines());
+    assert_answered_only_itself(&session, &recorder).await;
     assert_eq!(super::user_texts(&session).await, ["remember the word heron", "slow 5000", "still here"]);
     session.end().await.unwrap();
 }
