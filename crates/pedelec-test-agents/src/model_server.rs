@@ -389,6 +389,9 @@ pub struct Recorded {
 pub struct ModelServer {
     pub addr: std::net::SocketAddr,
     recorded: Arc<Mutex<Vec<Recorded>>>,
+    /// The last user text of each generation request whose body arrived,
+    /// answered or not.
+    arrived: Arc<Mutex<Vec<String>>>,
     task: tokio::task::JoinHandle<()>,
 }
 
@@ -405,16 +408,17 @@ impl ModelServer {
         let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await?;
         let addr = listener.local_addr()?;
         let recorded: Arc<Mutex<Vec<Recorded>>> = Arc::default();
-        let seen = recorded.clone();
+        let arrived: Arc<Mutex<Vec<String>>> = Arc::default();
+        let (seen, counted) = (recorded.clone(), arrived.clone());
         let task = tokio::spawn(async move {
             loop {
                 let Ok((stream, _)) = listener.accept().await else { return };
                 let _ = stream.set_nodelay(true);
-                let (seen, script) = (seen.clone(), script.clone());
+                let (seen, counted, script) = (seen.clone(), counted.clone(), script.clone());
                 tokio::spawn(async move {
                     let service = hyper::service::service_fn(move |request| {
-                        let (seen, script) = (seen.clone(), script.clone());
-                        async move { Ok::<_, Infallible>(handle(request, &script, &seen).await) }
+                        let (seen, counted, script) = (seen.clone(), counted.clone(), script.clone());
+                        async move { Ok::<_, Infallible>(handle(request, &script, &seen, &counted).await) }
                     });
                     let io = hyper_util::rt::TokioIo::new(stream);
                     let _ = hyper_util::server::conn::auto::Builder::new(hyper_util::rt::TokioExecutor::new())
@@ -423,7 +427,7 @@ impl ModelServer {
                 });
             }
         });
-        Ok(ModelServer { addr, recorded, task })
+        Ok(ModelServer { addr, recorded, arrived, task })
     }
 
     /// `http://127.0.0.1:PORT` (no path; agents add their own `/v1`).
@@ -433,6 +437,12 @@ impl ModelServer {
 
     pub fn recorded(&self) -> Vec<Recorded> {
         self.recorded.lock().unwrap().clone()
+    }
+
+    /// The last user text of each generation request that arrived so far,
+    /// including those still being answered (a `slow` one, say).
+    pub fn arrived_user_texts(&self) -> Vec<String> {
+        self.arrived.lock().unwrap().clone()
     }
 
     /// Generation requests only (no model lists, token counts or unknown paths).
@@ -445,6 +455,7 @@ async fn handle(
     request: hyper::Request<hyper::body::Incoming>,
     script: &Script,
     seen: &Mutex<Vec<Recorded>>,
+    arrived: &Mutex<Vec<String>>,
 ) -> hyper::Response<Body> {
     let received = Instant::now();
     let api = Api::of(request.method(), request.uri().path());
@@ -455,6 +466,9 @@ async fn handle(
     };
     let body: Value = serde_json::from_slice(&bytes).unwrap_or(Value::Null);
     let request = ModelRequest { api, path, body };
+    if api.is_generation() {
+        arrived.lock().unwrap().push(request.last_user_text());
+    }
     let answer = match api {
         // Structured output is the agent's own plumbing, not the conversation: answered here.
         Api::Responses | Api::ChatCompletions | Api::Messages | Api::Gemini => match request.json_schema() {

@@ -1095,6 +1095,17 @@ async fn claude_a_flood_of_steered_texts_is_bounded() {
     session.end().await.unwrap();
 }
 
+/// Waits until a model request for `text` reached the model server.
+async fn model_asked(server: &ModelServer, text: &str) {
+    for _ in 0..400 {
+        if server.arrived_user_texts().iter().any(|t| t == text) {
+            return;
+        }
+        tokio::time::sleep(Duration::from_millis(25)).await;
+    }
+    panic!("no model request for {text:?} within 10 s: {}", server_log(server));
+}
+
 /// A turn after a steered one answers its own text, nothing left over.
 async fn assert_answered_only_itself(session: &PedelecSession, recorder: &Recorder) {
     session.send_text("still here").await.unwrap();
@@ -1118,8 +1129,8 @@ async fn claude_steered_after_the_last_tool_round_is_answered_in_the_same_operat
     let recorder = Recorder::attach(&session);
     let held = session.clone();
     let turn = tokio::spawn(async move { held.send_text("slow 1500").await });
-    // The model's first byte is 1.5 s away: the steer arrives mid-answer.
-    tokio::time::sleep(Duration::from_millis(500)).await;
+    // The model's first byte is 1.5 s after its request: the steer arrives mid-answer.
+    model_asked(&server, "slow 1500").await;
     session.steer(STEERED).await.unwrap_or_else(|e| panic!("steer: {e:?}; {}", server_log(&server)));
     tokio::time::timeout(Duration::from_secs(30), turn).await.expect("the turn settles").unwrap().unwrap();
     assert_eq!(super::user_texts(&session).await, ["remember the word heron", "slow 1500", STEERED]);
@@ -1144,7 +1155,7 @@ async fn claude_cancel_stops_a_steered_text_not_yet_taken() {
     let recorder = Recorder::attach(&session);
     let held = session.clone();
     let turn = tokio::spawn(async move { held.send_text("slow 5000").await });
-    tokio::time::sleep(Duration::from_millis(500)).await;
+    model_asked(&server, "slow 5000").await;
     let steering = session.clone();
     let steered = tokio::spawn(async move { steering.steer("and then a song").await });
     tokio::time::sleep(Duration::from_millis(300)).await;
