@@ -1077,7 +1077,14 @@ async fn claude_a_flood_of_steered_texts_is_bounded() {
             tokio::spawn(async move { session.steer(format!("extra {i}")).await })
         })
         .collect();
-    tokio::time::sleep(Duration::from_secs(1)).await;
+    // The held tool round is the only place claude takes a text, so until
+    // the release nothing is taken: what settles now was refused.
+    for _ in 0..400 {
+        if steers.iter().filter(|s| s.is_finished()).count() >= 4 {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(25)).await;
+    }
     release.notify_one();
     let mut taken = 0;
     let mut busy = 0;
