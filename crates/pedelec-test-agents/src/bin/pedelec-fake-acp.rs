@@ -168,6 +168,18 @@ async fn mcp_for(fake: &FakeRef, session: &str) -> Result<Arc<McpClient>, String
     Ok(client)
 }
 
+/// The tool call a `permission KIND PATH` command asks about.
+fn permission_asked(fake: &Fake, what: &str) -> ToolCallUpdate {
+    let (kind, path) = what.split_once(' ').unwrap_or((what, ""));
+    let kind: ToolKind = serde_json::from_value(json!(kind)).unwrap_or(ToolKind::Other);
+    let id = format!("perm-{}", fake.next.fetch_add(1, Ordering::Relaxed));
+    let mut fields = ToolCallUpdateFields::new().title(what.to_owned()).kind(kind);
+    if !path.trim().is_empty() {
+        fields = fields.locations(vec![ToolCallLocation::new(path.trim())]);
+    }
+    ToolCallUpdate::new(id, fields)
+}
+
 async fn ask_permission(
     fake: &FakeRef,
     cx: &ConnectionTo<Client>,
@@ -271,28 +283,14 @@ async fn run_prompt(
             }
         }
         "permission" => {
-            let (kind, path) = rest.split_once(' ').unwrap_or((rest, ""));
-            let kind: ToolKind = serde_json::from_value(json!(kind)).unwrap_or(ToolKind::Other);
-            let id = format!("perm-{}", fake.next.fetch_add(1, Ordering::Relaxed));
-            let mut fields = ToolCallUpdateFields::new().title(rest.to_owned()).kind(kind);
-            if !path.trim().is_empty() {
-                fields = fields.locations(vec![ToolCallLocation::new(path.trim())]);
-            }
-            let chosen = ask_permission(fake, cx, session, ToolCallUpdate::new(id, fields)).await?;
+            let chosen = ask_permission(fake, cx, session, permission_asked(fake, rest)).await?;
             format!("ACP permission: {chosen}")
         }
         "permission-as" => {
             // A permission request naming another ACP session (`SESSION KIND PATH`):
             // what an agent confused (or steered) about whose request it is sends.
             let (other, rest) = rest.split_once(' ').unwrap_or((rest, ""));
-            let (kind, path) = rest.split_once(' ').unwrap_or((rest, ""));
-            let kind: ToolKind = serde_json::from_value(json!(kind)).unwrap_or(ToolKind::Other);
-            let id = format!("perm-{}", fake.next.fetch_add(1, Ordering::Relaxed));
-            let mut fields = ToolCallUpdateFields::new().title(rest.to_owned()).kind(kind);
-            if !path.trim().is_empty() {
-                fields = fields.locations(vec![ToolCallLocation::new(path.trim())]);
-            }
-            let chosen = ask_permission(fake, cx, other, ToolCallUpdate::new(id, fields)).await?;
+            let chosen = ask_permission(fake, cx, other, permission_asked(fake, rest)).await?;
             format!("ACP permission: {chosen}")
         }
         "fs" => {
