@@ -69,7 +69,8 @@ impl<C: Shareable + 'static> Warmable for Arc<C> {
 
 /// The process a session of `origin` opens on: the site's running one that
 /// takes `session`; else the provider's warm one; else one `start` makes
-/// (and the pool starts the next warm one, so the next site does not wait).
+/// (either way the pool starts the next warm one shortly after, so the
+/// next site does not wait).
 /// A process taken or made serves the site from then on.
 pub async fn process_for<C: Shareable + 'static>(
     shared: &Shared<C>,
@@ -88,12 +89,8 @@ pub async fn process_for<C: Shareable + 'static>(
             tracing::debug!(%origin, "took the warm agent");
             process
         }
-        None => {
-            if let Some(pool) = &pool {
-                pool.refill();
-            }
-            start.await?
-        }
+        // `take` already asked for the next warm one, a moment from now.
+        None => start.await?,
     };
     shared.add(origin, &process);
     Ok(process)
