@@ -283,8 +283,12 @@ async fn stream_json_prompt(text: &str, images: &[&super::Attachment]) -> Result
             "source": { "type": "base64", "media_type": image.mime, "data": data },
         }));
     }
-    let message = serde_json::json!({ "type": "user", "message": { "role": "user", "content": content } });
-    Ok(format!("{message}\n"))
+    Ok(format!("{}\n", user_message(content.into())))
+}
+
+/// A stream-json user message with this content.
+fn user_message(content: Value) -> Value {
+    serde_json::json!({ "type": "user", "message": { "role": "user", "content": content } })
 }
 
 /// A user message steered into a running turn, and the uuid the CLI echoes
@@ -294,14 +298,9 @@ async fn stream_json_prompt(text: &str, images: &[&super::Attachment]) -> Result
 /// right after, which [`live::Live::turn`] keeps inside the same operation.
 fn steer_message(text: &str) -> (String, String) {
     let uuid = uuid::Uuid::new_v4().to_string();
-    let message = serde_json::json!({
-        "type": "user",
-        "message": { "role": "user", "content": [{ "type": "text", "text": text }] },
-        "parent_tool_use_id": null,
-        "session_id": "",
-        "priority": "next",
-        "uuid": uuid,
-    });
+    let mut message = user_message(serde_json::json!([{ "type": "text", "text": text }]));
+    message["priority"] = "next".into();
+    message["uuid"] = uuid.clone().into();
     (uuid, format!("{message}\n"))
 }
 
